@@ -1,0 +1,204 @@
+"""Typed, frozen run configuration: built once from flags (or in code by tests) and validated.
+
+No module but `flags.py` reads absl FLAGS; everything else takes these objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hpcai_jax.errors import UsageError
+
+MODES = ("train", "flops", "stream")
+WORKLOADS = ("image_classification",)
+MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet_small")
+BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
+OPTIMIZERS = ("sgd",)
+LR_SCHEDULES = ("constant", "warmup_cosine")
+MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
+BUILTIN_DATASETS = ("fashion_mnist", "synthetic")
+DTYPES = ("float32", "bfloat16")
+
+# Target quality and exponent n per workload (SPEC.md: HPC AI500 V2.0/V3.0 targets, Eq. 8).
+WORKLOAD_TARGETS = {"image_classification": (0.763, 5.0)}
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
+
+
+def _one_of(flag: str, value: str, allowed: tuple[str, ...]) -> None:
+    _require(value in allowed, f"--{flag}={value!r}: expected one of {', '.join(allowed)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Eq. 5 generalised: (ensemble_size / members_per_device) × parallel_degree = devices.
+
+    0 means "derive": parallel_degree from the local device count (the paper's acc_num),
+    members_per_device from the other three numbers.
+    """
+
+    ensemble_size: int = 4
+    members_per_device: int = 0
+    parallel_degree: int = 0
+    member_strategy: str = "auto"
+
+    def validate(self) -> None:
+        _require(self.ensemble_size >= 1, f"--ensemble_size={self.ensemble_size}: expected >= 1")
+        _require(self.members_per_device >= 0,
+                 f"--members_per_device={self.members_per_device}: expected >= 1 (or 0 to derive)")
+        _require(self.parallel_degree >= 0,
+                 f"--parallel_degree={self.parallel_degree}: expected >= 1 (or 0 for the local device count)")
+        _one_of("member_strategy", self.member_strategy, MEMBER_STRATEGIES)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where examples come from. Any dataset name that is not built in is a tfds name."""
+
+    dataset: str = "fashion_mnist"
+    data_dir: str = ""
+    train_examples: int = 0  # 0: the whole training split
+    eval_examples: int = 0  # 0: the whole held-out split
+    image_size: int = 224  # tfds and synthetic images are this size square
+    num_classes: int = 1000  # synthetic only; real sets carry their own
+    prefetch: int = 2
+
+    @property
+    def is_tfds(self) -> bool:
+        return self.dataset not in BUILTIN_DATASETS
+
+    def validate(self) -> None:
+        _require(bool(self.dataset), "--dataset: expected fashion_mnist, synthetic or a tfds name")
+        _require(self.train_examples >= 0, f"--train_examples={self.train_examples}: expected >= 0")
+        _require(self.eval_examples >= 0, f"--eval_examples={self.eval_examples}: expected >= 0")
+        _require(self.image_size >= 8, f"--image_size={self.image_size}: expected >= 8")
+        _require(self.num_classes >= 2, f"--num_classes={self.num_classes}: expected >= 2")
+        _require(self.prefetch >= 1, f"--prefetch={self.prefetch}: expected >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    workload: str = "image_classification"
+    model: str = "resnet_small"
+    dtype: str = "float32"
+
+    def validate(self) -> None:
+        _one_of("workload", self.workload, WORKLOADS)
+        _one_of("model", self.model, MODELS)
+        _one_of("dtype", self.dtype, DTYPES)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    """SGD with momentum and the linear scaling rule (paper's Table 2 default).
+
+    The peak learning rate is learning_rate × batch_size / lr_reference_batch.
+    """
+
+    optimizer: str = "sgd"
+    learning_rate: float = 0.1
+    lr_reference_batch: int = 256
+    momentum: float = 0.9
+    weight_decay: float = 5e-5
+    lr_schedule: str = "warmup_cosine"
+    warmup_epochs: float = 0.0
+
+    def validate(self) -> None:
+        _one_of("optimizer", self.optimizer, OPTIMIZERS)
+        _one_of("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _require(self.learning_rate > 0, f"--learning_rate={self.learning_rate}: expected > 0")
+        _require(self.lr_reference_batch >= 1,
+                 f"--lr_reference_batch={self.lr_reference_batch}: expected >= 1")
+        _require(0 <= self.momentum < 1, f"--momentum={self.momentum}: expected in [0, 1)")
+        _require(self.weight_decay >= 0, f"--weight_decay={self.weight_decay}: expected >= 0")
+        _require(self.warmup_epochs >= 0, f"--warmup_epochs={self.warmup_epochs}: expected >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    batch_size: int = 128  # per member: the paper's |B|
+    epochs: float = 1.0
+    steps: int = 0  # overrides epochs when > 0
+    seed: int = 0
+    bootstrap: str = "with_replacement"
+    eval_batch_size: int = 1000
+    log_every: int = 50
+    timing_warmup_steps: int = 1  # trained, but excluded from step-time statistics and FLOPS
+
+    def validate(self) -> None:
+        _require(self.batch_size >= 1, f"--batch_size={self.batch_size}: expected >= 1")
+        _require(self.epochs > 0 or self.steps > 0,
+                 f"--epochs={self.epochs}, --steps={self.steps}: expected epochs > 0 or steps > 0")
+        _require(self.steps >= 0, f"--steps={self.steps}: expected >= 0")
+        _one_of("bootstrap", self.bootstrap, BOOTSTRAP_METHODS)
+        _require(self.eval_batch_size >= 1, f"--eval_batch_size={self.eval_batch_size}: expected >= 1")
+        _require(self.log_every >= 1, f"--log_every={self.log_every}: expected >= 1")
+        _require(self.timing_warmup_steps >= 0,
+                 f"--timing_warmup_steps={self.timing_warmup_steps}: expected >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class ResultsConfig:
+    results_dir: str = "results"
+    run_name: str = ""
+    target_quality: float = 0.0  # 0: the workload's target (SPEC.md)
+    quality_exponent: float = 0.0  # 0: the workload's n
+
+    def validate(self) -> None:
+        _require(bool(self.results_dir), "--results_dir: expected a directory path")
+        _require(0 <= self.target_quality <= 1,
+                 f"--target_quality={self.target_quality}: expected in (0, 1]")
+        _require(self.quality_exponent >= 0,
+                 f"--quality_exponent={self.quality_exponent}: expected > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamConfig:
+    """BabelStream-style bandwidth run (SPEC.md §2). Exactly one size setting is non-zero."""
+
+    array_size: int = 0  # elements per array
+    array_mib: float = 0.0  # MiB per array
+    array_fraction: float = 0.0  # of one device's memory, for the three arrays together
+    num_times: int = 100
+    precision: str = "float64"
+    kernels: str = "all"  # all | triad | nstream
+    devices: str = "one"  # one | all
+    csv: bool = False
+    mibibytes: bool = False
+    strict_size: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    mode: str = "train"
+    mesh: MeshConfig = MeshConfig()
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    optim: OptimConfig = OptimConfig()
+    train: TrainConfig = TrainConfig()
+    results: ResultsConfig = ResultsConfig()
+    stream: StreamConfig = StreamConfig()
+
+    @property
+    def target_quality(self) -> float:
+        return self.results.target_quality or WORKLOAD_TARGETS[self.model.workload][0]
+
+    @property
+    def quality_exponent(self) -> float:
+        return self.results.quality_exponent or WORKLOAD_TARGETS[self.model.workload][1]
+
+    def validate(self) -> RunConfig:
+        _one_of("mode", self.mode, MODES)
+        for part in (self.mesh, self.data, self.model, self.optim, self.train, self.results):
+            part.validate()
+        if self.mode == "stream":
+            from hpcai_jax.stream.config import validate_stream_config
+
+            validate_stream_config(self.stream)
+        return self
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

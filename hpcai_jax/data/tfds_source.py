@@ -1,0 +1,118 @@
+"""Any tensorflow-datasets image-classification set prepared in array_record format, read by
+random access with `tfds.data_source` (no TensorFlow needed; DESIGN.md fact 7).
+
+ImageNet (`imagenet2012`) is the production target. Images are decoded by tfds, then resized
+(shorter side to size/0.875) and centre-cropped to `image_size` on host threads.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from pathlib import Path
+
+import numpy as np
+
+from hpcai_jax.data.source import ImageSpec
+from hpcai_jax.errors import UsageError
+
+_IMAGENET_MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
+_IMAGENET_STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
+_EVAL_SPLITS = ("validation", "test")
+
+
+def _how_to_prepare(name: str, data_dir: str) -> str:
+    return (f"prepare it with `tfds build {name} --data_dir={data_dir} --file_format=array_record`"
+            + (" (ImageNet needs its archives in <data_dir>/downloads/manual first)"
+               if name.startswith("imagenet") else ""))
+
+
+def _default_dir() -> str:
+    return os.environ.get("TFDS_DATA_DIR", str(Path.home() / "tensorflow_datasets"))
+
+
+class TfdsSource:
+    """One split of a prepared tfds data set, resized to a fixed square size."""
+
+    def __init__(self, name: str, split: str, data_dir: str, image_size: int):
+        import tensorflow_datasets as tfds  # slow import: only when a tfds set is used
+
+        data_dir = data_dir or _default_dir()
+        try:
+            builder = tfds.builder(name, data_dir=data_dir)
+            if not builder.is_prepared():
+                raise UsageError(f"--dataset={name}: not found or not prepared under --data_dir="
+                                 f"{data_dir}; {_how_to_prepare(name, data_dir)}")
+            info = builder.info
+            if split not in info.splits:
+                raise UsageError(f"--dataset={name}: no split {split!r} under --data_dir={data_dir} "
+                                 f"(has {', '.join(info.splits)})")
+            self._source = tfds.data_source(name, split=split, data_dir=data_dir)
+        except UsageError:
+            raise
+        except Exception as e:  # noqa: BLE001 - tfds raises many types for a missing/unprepared set
+            raise UsageError(f"--dataset={name}: not found or not prepared under --data_dir={data_dir} "
+                             f"({type(e).__name__}); {_how_to_prepare(name, data_dir)}") from None
+        features = info.features
+        if "image" not in features or "label" not in features:
+            raise UsageError(f"--dataset={name}: expected 'image' and 'label' features, has "
+                             f"{', '.join(features)}")
+        channels = features["image"].shape[-1] or 3
+        self.spec = ImageSpec(
+            name=name, image_shape=(image_size, image_size, channels),
+            num_classes=features["label"].num_classes,
+            mean=_IMAGENET_MEAN if channels == 3 else (127.5,) * channels,
+            std=_IMAGENET_STD if channels == 3 else (64.0,) * channels)
+        self._size = image_size
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def _resize(self, image: np.ndarray) -> np.ndarray:
+        from PIL import Image
+
+        if image.ndim == 2:
+            image = image[..., None]
+        h, w = image.shape[:2]
+        short = round(self._size / 0.875)
+        scale = short / min(h, w)
+        pil = Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image)
+        pil = pil.resize((max(short, round(w * scale)), max(short, round(h * scale))),
+                         Image.Resampling.BILINEAR)
+        top, left = (pil.height - self._size) // 2, (pil.width - self._size) // 2
+        out = np.asarray(pil.crop((left, top, left + self._size, top + self._size)), np.uint8)
+        return out.reshape(self.spec.image_shape)
+
+    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        records = self._source.__getitems__([int(i) for i in indices])
+        images = list(self._pool.map(lambda r: self._resize(np.asarray(r["image"])), records))
+        labels = np.asarray([r["label"] for r in records], dtype=np.int32)
+        return np.stack(images), labels
+
+    def head(self, n: int) -> TfdsSource | _Head:
+        return self if n == 0 or n >= len(self) else _Head(self, n)
+
+
+class _Head:
+    """The first n examples of a source, without reading any."""
+
+    def __init__(self, source: TfdsSource, n: int):
+        self.spec, self._source, self._n = source.spec, source, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return self._source.read(indices)
+
+
+def eval_split_name(name: str, data_dir: str) -> str:
+    """ImageNet's held-out split is 'validation'; many small sets only have 'test'."""
+    import tensorflow_datasets as tfds
+
+    try:
+        splits = tfds.builder(name, data_dir=data_dir or _default_dir()).info.splits
+    except Exception:  # noqa: BLE001 - reported properly when the split is opened
+        return _EVAL_SPLITS[0]
+    return next((s for s in _EVAL_SPLITS if s in splits), _EVAL_SPLITS[0])

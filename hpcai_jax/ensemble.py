@@ -1,0 +1,71 @@
+"""The ensemble transform's state: M members' variables stacked on a leading axis.
+
+Every leaf, the step counter included, has the member axis first, so one PartitionSpec,
+P('ensemble'), shards the whole state and per-member transforms never mix members.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from jax.sharding import Mesh
+
+from hpcai_jax.config import OptimConfig
+from hpcai_jax.mesh import MEMBER_SPEC, sharding
+from hpcai_jax.workload import ClassificationWorkload
+
+
+class EnsembleState(struct.PyTreeNode):
+    step: jax.Array  # [M] int32
+    params: dict
+    batch_stats: dict
+    opt_state: optax.OptState
+
+
+def make_optimizer(config: OptimConfig, batch_size: int, steps_per_epoch: int,
+                   total_steps: int) -> optax.GradientTransformation:
+    """SGD with momentum, the linear scaling rule, optional warm-up + cosine decay, and weight
+    decay on kernels only (not on BatchNorm scales and biases)."""
+    peak = config.learning_rate * batch_size / config.lr_reference_batch
+    if config.lr_schedule == "constant":
+        schedule = optax.constant_schedule(peak)
+    else:
+        warmup = int(round(config.warmup_epochs * steps_per_epoch))
+        if warmup:
+            schedule = optax.warmup_cosine_decay_schedule(
+                init_value=0.0, peak_value=peak, warmup_steps=warmup,
+                decay_steps=max(total_steps, warmup + 1), end_value=0.0)
+        else:
+            schedule = optax.cosine_decay_schedule(peak, decay_steps=max(total_steps, 1))
+    decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)  # noqa: E731
+    return optax.chain(
+        optax.add_decayed_weights(config.weight_decay, mask=decay_mask),
+        optax.sgd(schedule, momentum=config.momentum or None),
+    )
+
+
+def member_keys(seed: int, ensemble_size: int) -> jax.Array:
+    """Member m's initialisation key: the m-th split of the run seed's key."""
+    return jax.random.split(jax.random.key(seed), ensemble_size)
+
+
+def init_member(workload: ClassificationWorkload, tx: optax.GradientTransformation,
+                key: jax.Array) -> EnsembleState:
+    """One member's state, unstacked (step is a scalar): used under vmap, and by references."""
+    variables = workload.local_model.init(key, workload.dummy_input(), train=False)
+    params = variables["params"]
+    return EnsembleState(step=jnp.zeros((), jnp.int32), params=params,
+                         batch_stats=variables["batch_stats"], opt_state=tx.init(params))
+
+
+def init_state(workload: ClassificationWorkload, tx: optax.GradientTransformation, mesh: Mesh,
+               ensemble_size: int, seed: int) -> EnsembleState:
+    """Stacked state, born sharded over the ensemble axis (no host copy of all members)."""
+
+    def init(seed_array):
+        keys = jax.random.split(jax.random.key(seed_array), ensemble_size)
+        return jax.vmap(lambda k: init_member(workload, tx, k))(keys)
+
+    return jax.jit(init, out_shardings=sharding(mesh, MEMBER_SPEC))(jnp.asarray(seed, jnp.uint32))

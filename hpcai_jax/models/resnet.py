@@ -1,0 +1,112 @@
+"""ResNet v1.5 (stride on the 3×3 convolution of the bottleneck), after flax examples/imagenet.
+
+`bn_axis_name` names the mesh axis over which BatchNorm statistics are averaged inside one
+member (DESIGN.md fact 2); None for a model that sees its whole batch on one device.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+ModuleDef = Any
+
+
+class ResNetBlock(nn.Module):
+    """Basic block (ResNet-18/34): two 3×3 convolutions."""
+
+    filters: int
+    conv: ModuleDef
+    norm: ModuleDef
+    act: Callable
+    strides: tuple[int, int] = (1, 1)
+
+    @nn.compact
+    def __call__(self, x):
+        residual = x
+        y = self.conv(self.filters, (3, 3), self.strides)(x)
+        y = self.act(self.norm()(y))
+        y = self.conv(self.filters, (3, 3))(y)
+        y = self.norm(scale_init=nn.initializers.zeros_init())(y)
+        if residual.shape != y.shape:
+            residual = self.conv(self.filters, (1, 1), self.strides, name="conv_proj")(residual)
+            residual = self.norm(name="norm_proj")(residual)
+        return self.act(residual + y)
+
+
+class BottleneckResNetBlock(nn.Module):
+    """Bottleneck block (ResNet-50/101/152), v1.5: the stride sits on the 3×3 convolution."""
+
+    filters: int
+    conv: ModuleDef
+    norm: ModuleDef
+    act: Callable
+    strides: tuple[int, int] = (1, 1)
+
+    @nn.compact
+    def __call__(self, x):
+        residual = x
+        y = self.act(self.norm()(self.conv(self.filters, (1, 1))(x)))
+        y = self.act(self.norm()(self.conv(self.filters, (3, 3), self.strides)(y)))
+        y = self.conv(self.filters * 4, (1, 1))(y)
+        y = self.norm(scale_init=nn.initializers.zeros_init())(y)
+        if residual.shape != y.shape:
+            residual = self.conv(self.filters * 4, (1, 1), self.strides, name="conv_proj")(residual)
+            residual = self.norm(name="norm_proj")(residual)
+        return self.act(residual + y)
+
+
+class ResNet(nn.Module):
+    """ResNet with an ImageNet stem (7×7/2 conv + 3×3/2 max-pool) or a small-image stem (3×3/1)."""
+
+    stage_sizes: Sequence[int]
+    block_cls: ModuleDef
+    num_classes: int
+    num_filters: int = 64
+    small_stem: bool = False
+    dtype: Any = jnp.float32
+    bn_axis_name: str | None = None
+
+    @nn.compact
+    def __call__(self, x, train: bool = True):
+        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
+        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
+                                 epsilon=1e-5, dtype=self.dtype, axis_name=self.bn_axis_name)
+        x = x.astype(self.dtype)
+        if self.small_stem:
+            x = conv(self.num_filters, (3, 3), name="conv_init")(x)
+            x = nn.relu(norm(name="bn_init")(x))
+        else:
+            x = conv(self.num_filters, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], name="conv_init")(x)
+            x = nn.relu(norm(name="bn_init")(x))
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        for i, block_size in enumerate(self.stage_sizes):
+            for j in range(block_size):
+                strides = (2, 2) if i > 0 and j == 0 else (1, 1)
+                x = self.block_cls(self.num_filters * 2**i, strides=strides, conv=conv, norm=norm,
+                                   act=nn.relu)(x)
+        x = jnp.mean(x, axis=(1, 2))
+        x = nn.Dense(self.num_classes, dtype=self.dtype)(x)
+        return x.astype(jnp.float32)
+
+
+_ARCHS = {
+    "resnet18": dict(stage_sizes=(2, 2, 2, 2), block_cls=ResNetBlock),
+    "resnet34": dict(stage_sizes=(3, 4, 6, 3), block_cls=ResNetBlock),
+    "resnet50": dict(stage_sizes=(3, 4, 6, 3), block_cls=BottleneckResNetBlock),
+    "resnet101": dict(stage_sizes=(3, 4, 23, 3), block_cls=BottleneckResNetBlock),
+    "resnet152": dict(stage_sizes=(3, 8, 36, 3), block_cls=BottleneckResNetBlock),
+    # For 28×28 inputs (Fashion-MNIST): three stages of one basic block, 16/32/64 channels.
+    "resnet_small": dict(stage_sizes=(1, 1, 1), block_cls=ResNetBlock, num_filters=16,
+                         small_stem=True),
+}
+
+
+def make_resnet(name: str, num_classes: int, dtype: Any = jnp.float32,
+                bn_axis_name: str | None = None) -> ResNet:
+    """Builds a member model by name (config.MODELS)."""
+    return ResNet(num_classes=num_classes, dtype=dtype, bn_axis_name=bn_axis_name, **_ARCHS[name])

@@ -1,0 +1,109 @@
+"""Results records: one JSON document per run, written atomically by process 0 only.
+
+Every record carries what makes it reproducible (provenance) next to its figures.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import jax
+
+from hpcai_jax.errors import UsageError
+
+_PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "tensorflow-datasets", "orbax-checkpoint")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def git_commit() -> str:
+    """The project's commit (with '+dirty' for uncommitted changes), or 'unknown'."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def provenance() -> dict:
+    """Versions, devices, hosts and commit: what another site needs to reproduce the run."""
+    devices = jax.devices()
+    return {
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "backend": jax.default_backend(),
+        "device_kind": devices[0].device_kind,
+        "device_count": len(devices),
+        "local_device_count": jax.local_device_count(),
+        "process_count": jax.process_count(),
+        "hostname": socket.gethostname(),
+        "platform": platform.platform(),
+        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def new_run_id(prefix: str) -> str:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{prefix}-{stamp}-{os.getpid()}"
+
+
+def check_writable(results_dir: str) -> Path:
+    """Fails early (before any compute) when the results directory cannot be written."""
+    path = Path(results_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"--results_dir={results_dir}: cannot create directory ({e.strerror})") from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"--results_dir={results_dir}: directory is not writable")
+    return path
+
+
+def write_record(results_dir: str, run_id: str, record: dict) -> Path | None:
+    """Writes `<results_dir>/<run_id>.json` atomically (temp file + rename) on process 0.
+
+    Returns the path on process 0, None elsewhere.
+    """
+    if jax.process_index() != 0:
+        return None
+    path = check_writable(results_dir) / f"{run_id}.json"
+    fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f, indent=2, sort_keys=False, default=_jsonable)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

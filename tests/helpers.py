@@ -1,0 +1,33 @@
+"""Shared test fixtures: small configurations and a runner for `python -m hpcai_jax.main`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hpcai_jax import config as C
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny_config(**overrides) -> C.RunConfig:
+    """Fashion-MNIST, resnet_small, a few steps: the smallest real training run."""
+    parts = {
+        "mesh": C.MeshConfig(ensemble_size=4, members_per_device=1, parallel_degree=2),
+        "data": C.DataConfig(train_examples=512, eval_examples=200),
+        "train": C.TrainConfig(batch_size=16, steps=3, eval_batch_size=100),
+        "optim": C.OptimConfig(lr_schedule="constant"),
+    }
+    parts.update(overrides)
+    return C.RunConfig(**parts).validate()
+
+
+def run_main(*args: str, devices: int = 8, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Runs the CLI in a fresh process with `devices` forced CPU devices."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    return subprocess.run([sys.executable, "-m", "hpcai_jax.main", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,103 @@
+"""The ensemble in one SPMD program trains each member exactly as if it were trained alone."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import tiny_config
+
+from hpcai_jax import config as C
+from hpcai_jax.assemble import assemble
+from hpcai_jax.data.pipeline import train_batch
+from hpcai_jax.ensemble import init_member, member_keys
+from hpcai_jax.train_step import member_train_step, resolve_member_strategy
+
+STEPS = 3
+
+
+def _reference_member(setup, member: int):
+    """Member `member` trained alone on one device: plain jit, BatchNorm over its whole batch."""
+    wl, tx = setup.workload, setup.tx
+    state = jax.jit(lambda k: init_member(wl, tx, k))(member_keys(setup.config.train.seed,
+                                                                  setup.layout.ensemble_size)[member])
+    step = jax.jit(lambda s, x, y: member_train_step(wl, tx, None, s, x, y))
+    source = setup.datasets.train
+    for t in range(STEPS):
+        images, labels = source.read(setup.sampler.step_indices(member, t))
+        state, _, _ = step(state, images, labels)
+    return state
+
+
+@pytest.fixture(scope="module")
+def references():
+    setup = assemble(tiny_config(mesh=C.MeshConfig(4, 1, 2)))
+    return [_reference_member(setup, m) for m in range(4)]
+
+
+@pytest.mark.parametrize("mesh_config", [
+    C.MeshConfig(ensemble_size=4, members_per_device=1, parallel_degree=2),  # mesh 4×2
+    C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="unroll"),  # 2×4
+    C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="vmap"),
+], ids=["mesh4x2", "mesh2x4-unroll", "mesh2x4-vmap"])
+def test_ensemble_matches_members_trained_alone(mesh_config, references):
+    setup = assemble(tiny_config(mesh=mesh_config))
+    assert setup.layout.num_devices == 8
+    state = setup.init_state()
+    for t in range(STEPS):
+        batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, t)
+        state, _ = setup.train_step(state, batch.images, batch.labels)
+    assert np.all(np.asarray(state.step) == STEPS)
+    for m, ref in enumerate(references):
+        got = jax.tree.map(lambda x, m=m: np.asarray(x[m]), (state.params, state.batch_stats))
+        want = jax.tree.map(np.asarray, (ref.params, ref.batch_stats))
+        jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5), got, want)
+    # Members differ from each other: their keys and bootstrap samples differ.
+    kernel = np.asarray(state.params["conv_init"]["kernel"])
+    assert not np.allclose(kernel[0], kernel[1])
+
+
+def test_state_is_sharded_over_the_ensemble_axis():
+    setup = assemble(tiny_config(mesh=C.MeshConfig(4, 2, 4)))
+    state = setup.init_state()
+    leaf = state.params["conv_init"]["kernel"]
+    assert leaf.shape[0] == 4
+    assert leaf.sharding.spec[0] == "ensemble"
+    # Each device holds its 2 members only.
+    assert {s.data.shape[0] for s in leaf.addressable_shards} == {2}
+
+
+def test_one_member_per_device_needs_no_strategy():
+    assert resolve_member_strategy("vmap", "cpu", 1)[0] == "unroll"
+    strategy, why = resolve_member_strategy("auto", "cpu", 4)
+    assert strategy == "unroll" and "cpu" in why
+    assert resolve_member_strategy("vmap", "gpu", 2) == ("vmap", "--member_strategy")
+
+
+def test_eval_step_averages_member_probabilities():
+    """The ensemble's prediction is the argmax of the mean of the members' softmax outputs."""
+    setup = assemble(tiny_config())
+    state = setup.init_state()
+    images, labels = setup.datasets.eval.read(np.arange(100))
+    from hpcai_jax.data.pipeline import eval_batches
+    batch = next(eval_batches(setup.datasets.eval, setup.mesh, 100))
+    member_correct, ensemble_correct = setup.eval_step(state, batch.images, batch.labels)
+    x = setup.workload.preprocess(jnp.asarray(images))
+    probs = []
+    for m in range(4):
+        v = jax.tree.map(lambda a, m=m: a[m], {"params": state.params, "batch_stats": state.batch_stats})
+        probs.append(jax.nn.softmax(setup.workload.local_model.apply(v, x, train=False), -1))
+    probs = np.asarray(probs)
+    np.testing.assert_array_equal(np.asarray(member_correct),
+                                  (probs.argmax(-1) == labels[None]).sum(1))
+    assert int(ensemble_correct) == int((probs.mean(0).argmax(-1) == labels).sum())
+
+
+def test_bfloat16_compute_runs():
+    setup = assemble(dataclasses.replace(tiny_config(), model=C.ModelConfig(dtype="bfloat16")))
+    state = setup.init_state()
+    batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
+    state, metrics = setup.train_step(state, batch.images, batch.labels)
+    assert np.all(np.isfinite(np.asarray(metrics.loss)))
+    assert state.params["conv_init"]["kernel"].dtype == jnp.float32
