@@ -1,0 +1,145 @@
+"""Peak FLOP/s per device, from datasheets and from a matmul micro-benchmark, for MFU.
+
+MFU (model FLOPs utilisation) = achieved FLOP/s per device / peak FLOP/s per device. Two peaks
+are offered: the vendor's datasheet figure for the device kind and dtype (dense, no structured
+sparsity), and one measured here with a large matmul (the only one on a CPU, and a check of
+the datasheet figure elsewhere).
+
+Which datasheet column applies to "float32": JAX computes float32 matmuls and convolutions at
+its default precision with reduced-precision arithmetic where the hardware has it (TF32 tensor
+cores on NVIDIA Ampere and later, one bfloat16 pass on TPU; docs.jax.dev "Matmul precision"),
+so `peak_flops_per_device(kind, "float32")` returns the TF32 figure on A100/H100/H200, the
+bfloat16 figure on TPUs, and the plain FP32 figure on V100. Ask for "float32_highest" for the
+full-precision FP32 figure.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+T = 1e12
+
+# Dense peak FLOP/s per device (one GPU, one TPU chip), by datasheet column:
+# fp32 = FP32 without tensor cores, tf32/bf16/fp16 = tensor-core (or MXU) figures, no sparsity.
+PEAKS: dict[str, dict[str, float]] = {
+    # NVIDIA Tesla V100 datasheet (nvidia.com, "NVIDIA Tesla V100 GPU Accelerator", 2018):
+    # SXM2 15.7 TFLOPS FP32 and 125 TFLOPS tensor (FP16); PCIe 14 / 112. No TF32 or bfloat16.
+    "v100-sxm": {"fp32": 15.7 * T, "fp16": 125 * T},
+    "v100-pcie": {"fp32": 14 * T, "fp16": 112 * T},
+    # NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, 2021), SXM and PCIe: 19.5 FP32,
+    # 156 TF32, 312 BF16/FP16 TFLOPS (the datasheet's 312/624 pairs are dense/sparse).
+    "a100": {"fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T},
+    # NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023); the tensor-core figures there are
+    # with sparsity, dense = half. SXM: 67 FP32, 494.5 TF32, 989.5 BF16/FP16.
+    # PCIe: 51 FP32, 378 TF32, 756 BF16/FP16. NVL: 60 FP32, 417.5 TF32, 835.5 BF16/FP16.
+    "h100-sxm": {"fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T},
+    "h100-pcie": {"fp32": 51 * T, "tf32": 378 * T, "bf16": 756 * T, "fp16": 756 * T},
+    "h100-nvl": {"fp32": 60 * T, "tf32": 417.5 * T, "bf16": 835.5 * T, "fp16": 835.5 * T},
+    # NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024), sparse figures halved as above.
+    # SXM: 67 FP32, 494.5 TF32, 989.5 BF16/FP16; NVL: 60 FP32, 417.5 TF32, 835.5 BF16/FP16.
+    "h200-sxm": {"fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T},
+    "h200-nvl": {"fp32": 60 * T, "tf32": 417.5 * T, "bf16": 835.5 * T, "fp16": 835.5 * T},
+    # Google Cloud TPU system architecture pages (cloud.google.com/tpu/docs/v4, v5e, v5p, v6e):
+    # peak bf16 compute per chip 275 (v4), 197 (v5e), 459 (v5p), 918 (v6e) TFLOPS.
+    "tpu-v4": {"bf16": 275 * T},
+    "tpu-v5e": {"bf16": 197 * T},
+    "tpu-v5p": {"bf16": 459 * T},
+    "tpu-v6e": {"bf16": 918 * T},
+}
+
+# jax's device_kind strings → table rows. Checked in order; the first match wins.
+_KIND_PATTERNS = (
+    (r"v100.*pcie|pcie.*v100", "v100-pcie"),
+    (r"v100", "v100-sxm"),
+    (r"a100", "a100"),
+    (r"h100.*pcie", "h100-pcie"),
+    (r"h100.*nvl", "h100-nvl"),
+    (r"h100", "h100-sxm"),
+    (r"h200.*nvl", "h200-nvl"),
+    (r"h200", "h200-sxm"),
+    (r"tpu v4", "tpu-v4"),
+    (r"tpu v5 ?lite|tpu v5e", "tpu-v5e"),
+    (r"tpu v5p|tpu v5$", "tpu-v5p"),
+    (r"tpu v6 ?lite|tpu v6e|trillium", "tpu-v6e"),
+)
+
+# dtype names → datasheet columns, in order of preference (first present wins). "float32" is the
+# precision JAX uses by default for float32 matmuls (module docstring).
+_DTYPE_COLUMNS = {
+    "float32": ("tf32", "fp32", "bf16"),
+    "float32_highest": ("fp32",),
+    "tf32": ("tf32",),
+    "bfloat16": ("bf16",),
+    "float16": ("fp16", "bf16"),
+}
+
+
+def device_row(device_kind: str) -> str | None:
+    """The PEAKS row for a jax `device_kind` string, or None for an unknown device (e.g. CPU)."""
+    kind = device_kind.lower()
+    for pattern, row in _KIND_PATTERNS:
+        if re.search(pattern, kind):
+            return row
+    return None
+
+
+def peak_flops_per_device(device_kind: str, dtype: str) -> float | None:
+    """Datasheet peak FLOP/s of one device for matmuls in `dtype`; None when not known."""
+    row = device_row(device_kind)
+    if row is None or dtype not in _DTYPE_COLUMNS:
+        return None
+    for column in _DTYPE_COLUMNS[dtype]:
+        if column in PEAKS[row]:
+            return PEAKS[row][column]
+    return None
+
+
+_DTYPES = {"float32": jnp.float32, "float32_highest": jnp.float32, "bfloat16": jnp.bfloat16,
+           "float16": jnp.float16}
+
+
+def measure_matmul_peak(dtype: str, device=None, size: int | None = None,
+                        budget_s: float = 1.0) -> float:
+    """FLOP/s of the best of a few timed runs of chained n×n matmuls on one device.
+
+    n defaults to 1024 on a CPU and 8192 on an accelerator; each timed call runs `reps`
+    matmuls inside one jitted loop so dispatch does not count. Compile and a warm-up call are
+    excluded; timed calls stop after about `budget_s` seconds (at least 3 calls).
+    """
+    device = device or jax.local_devices()[0]
+    n = size or (1024 if device.platform == "cpu" else 8192)
+    reps = 4 if device.platform == "cpu" else 20
+    jdtype = _DTYPES[dtype]
+    precision = jax.lax.Precision.HIGHEST if dtype == "float32_highest" else None
+    rng = np.random.default_rng(0)
+    # Scaled so that a chain of products neither overflows nor underflows.
+    a = jax.device_put(rng.standard_normal((n, n), np.float32).astype(jdtype), device)
+    b = jax.device_put((rng.standard_normal((n, n), np.float32) / np.sqrt(n)).astype(jdtype), device)
+
+    @jax.jit
+    def chain(a, b):
+        return jax.lax.fori_loop(0, reps, lambda _, x: jnp.dot(x, b, precision=precision), a)
+
+    chain(a, b).block_until_ready()  # compile + warm-up
+    best = float("inf")
+    start = time.perf_counter()
+    calls = 0
+    while calls < 3 or time.perf_counter() - start < budget_s:
+        t0 = time.perf_counter()
+        chain(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+        calls += 1
+    return 2.0 * n**3 * reps / best
+
+
+def mfu(flops_per_step: float | None, step_s: float, num_devices: int,
+        peak_per_device: float | None) -> float | None:
+    """Achieved FLOP/s per device over peak FLOP/s per device; None when a figure is missing."""
+    if not flops_per_step or not peak_per_device or step_s <= 0:
+        return None
+    return flops_per_step / step_s / num_devices / peak_per_device

@@ -1,0 +1,58 @@
+"""APC and FLOPS (Eq. 4, 6), the per-operator tables, and `--mode=flops` end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run_main
+
+from hpcai_jax.flops.analytic import KINDS
+from hpcai_jax.flops.model import count_model
+from hpcai_jax.flops.report import apc, flops_eq6, forward_table, train_table
+
+
+def test_apc_and_flops_equations():
+    per_example = 23.0e9
+    one = apc(per_example, 512)
+    assert one == 512 * per_example
+    assert apc(per_example, 512, ensemble_size=8) == 8 * one  # Eq. 4 sums over the members
+    # Eq. 6: N/|B| iterations of APC each, over the epoch's wall time.
+    assert flops_eq6(one, iterations_per_epoch=2502, epoch_s=1000.0) == pytest.approx(
+        one * 2502 / 1000.0)
+    with pytest.raises(ValueError):
+        flops_eq6(one, 10, 0.0)
+
+
+def test_tables_list_every_counted_operator_and_shares_add_up():
+    mf = count_model("resnet_small", (28, 28, 1), 10, 8)
+    for table, count in ((forward_table(mf.forward), mf.forward), (train_table(mf), mf.train_step)):
+        body = table.splitlines()[1:-1]
+        kinds = [line.split()[0] for line in body]
+        assert kinds == [k for k in KINDS if count.row(k).ops or count.row(k).xla]
+        xla_shares = sum(float(line.split()[-1].rstrip("%")) for line in body)
+        assert xla_shares == pytest.approx(100, abs=0.05)
+        assert table.splitlines()[-1].startswith("total")
+
+
+def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
+    # The shipped ResNet-50 flagfile, shrunk to resnet_small so that it compiles in seconds.
+    result = run_main("--flagfile=configs/flops_resnet50.flags", "--model=resnet_small",
+                      "--image_size=28", "--num_classes=10", "--batch_size=16",
+                      "--ensemble_size=2", "--parallel_degree=4", f"--results_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for text in ("Forward pass", "Training step", "XLA / analytic =", "APC (Eq. 4",
+                 "Peak FLOP/s per device", "normalization", "convolution"):
+        assert text in out, out
+    (path,) = tmp_path.glob("flops-*.json")
+    record = json.loads(path.read_text())
+    flops = record["flops"]
+    assert flops["train_step_flops_source"] == "xla_cost_analysis"
+    assert abs(flops["xla_over_analytic"] - 1) < 0.05
+    assert flops["crosscheck_ok"] is True
+    assert flops["apc"] == flops["train_step_flops"] == flops["xla_train_step_flops"]
+    assert {row["kind"] for row in flops["forward"]["operators"]} >= {"convolution", "normalization"}
+    assert record["peaks"]["measured_matmul_flops_per_s"] > 0
+    assert record["config"]["mode"] == "flops"
