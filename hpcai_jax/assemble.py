@@ -38,7 +38,7 @@ class RunSetup:
     member_strategy: str
     member_strategy_why: str
     train_step: object  # jitted (state, images, labels) -> (state, StepMetrics)
-    eval_step: object  # jitted (state, images, labels) -> (member_correct, ensemble_correct)
+    eval_step: object  # jitted (state, images, labels, weights) -> (member_correct, ensemble_correct)
 
     @property
     def abstract_state(self):
@@ -93,5 +93,5 @@ def assemble(config: RunConfig, devices: list | None = None, open_data: bool = T
         sampler=sampler, total_steps=total_steps, tx=tx, member_strategy=strategy,
         member_strategy_why=why,
         train_step=build_train_step(workload, tx, mesh, strategy),
-        eval_step=build_eval_step(workload, mesh, strategy, layout.ensemble_size),
+        eval_step=build_eval_step(workload, mesh, strategy),
     )

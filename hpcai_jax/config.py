@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
 
 MODES = ("train", "flops", "stream")
@@ -18,6 +19,7 @@ LR_SCHEDULES = ("constant", "warmup_cosine")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
 BUILTIN_DATASETS = ("fashion_mnist", "synthetic")
 DTYPES = ("float32", "bfloat16")
+ON_DIVERGENCE = ("stop", "prune")
 
 # Target quality and exponent n per workload (SPEC.md: HPC AI500 V2.0/V3.0 targets, Eq. 8).
 WORKLOAD_TARGETS = {"image_classification": (0.763, 5.0)}
@@ -143,16 +145,49 @@ class TrainConfig:
 @dataclasses.dataclass(frozen=True)
 class ResultsConfig:
     results_dir: str = "results"
-    run_name: str = ""
+    run_name: str = ""  # the run id when set; else <mode>-<UTC time>-<pid>
+    overwrite: bool = False
     target_quality: float = 0.0  # 0: the workload's target (SPEC.md)
     quality_exponent: float = 0.0  # 0: the workload's n
 
     def validate(self) -> None:
         _require(bool(self.results_dir), "--results_dir: expected a directory path")
+        _require("/" not in self.run_name and self.run_name not in (".", ".."),
+                 f"--run_name={self.run_name}: expected a file-name-safe id (no '/')")
         _require(0 <= self.target_quality <= 1,
                  f"--target_quality={self.target_quality}: expected in (0, 1]")
         _require(self.quality_exponent >= 0,
                  f"--quality_exponent={self.quality_exponent}: expected > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReliabilityConfig:
+    """Checkpoints (orbax), resume, and what to do when a member diverges."""
+
+    checkpoint_dir: str = ""  # "" : no checkpoints; an existing one is resumed
+    checkpoint_every: int = 0  # steps between checkpoints (0: only at the end and on preemption)
+    keep_checkpoints: int = 2
+    on_divergence: str = "stop"  # stop | prune
+    divergence_check_every: int = 0  # steps between host checks of the on-device flags (0: log_every)
+    inject_nan: str = ""  # test hook "MEMBER@STEP": poison that member's parameters before that step
+
+    @property
+    def nan_injection(self) -> tuple[int, int] | None:
+        if not self.inject_nan:
+            return None
+        member, step = self.inject_nan.split("@")
+        return int(member), int(step)
+
+    def validate(self) -> None:
+        if self.inject_nan:
+            parts = self.inject_nan.split("@")
+            _require(len(parts) == 2 and all(p.isdigit() for p in parts),
+                     f"--inject_nan={self.inject_nan}: expected MEMBER@STEP, e.g. 1@3")
+        _require(self.checkpoint_every >= 0, f"--checkpoint_every={self.checkpoint_every}: expected >= 0")
+        _require(self.keep_checkpoints >= 1, f"--keep_checkpoints={self.keep_checkpoints}: expected >= 1")
+        _one_of("on_divergence", self.on_divergence, ON_DIVERGENCE)
+        _require(self.divergence_check_every >= 0,
+                 f"--divergence_check_every={self.divergence_check_every}: expected >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +215,8 @@ class RunConfig:
     optim: OptimConfig = OptimConfig()
     train: TrainConfig = TrainConfig()
     results: ResultsConfig = ResultsConfig()
+    reliability: ReliabilityConfig = ReliabilityConfig()
+    distributed: DistributedConfig = DistributedConfig()
     stream: StreamConfig = StreamConfig()
 
     @property
@@ -192,7 +229,8 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         _one_of("mode", self.mode, MODES)
-        for part in (self.mesh, self.data, self.model, self.optim, self.train, self.results):
+        for part in (self.mesh, self.data, self.model, self.optim, self.train, self.results,
+                     self.reliability, self.distributed):
             part.validate()
         if self.mode == "stream":
             from hpcai_jax.stream.config import validate_stream_config

@@ -8,6 +8,7 @@ from __future__ import annotations
 from absl import flags
 
 from hpcai_jax import config as cfg
+from hpcai_jax.distributed import DistributedConfig
 
 _D = cfg.RunConfig()
 
@@ -71,11 +72,39 @@ flags.DEFINE_integer("timing_warmup_steps", _D.train.timing_warmup_steps,
 
 # --- results -----------------------------------------------------------------------------
 flags.DEFINE_string("results_dir", _D.results.results_dir, "Directory for JSON results records.")
-flags.DEFINE_string("run_name", _D.results.run_name, "Prefix of the run id (default: the mode).")
+flags.DEFINE_string("run_name", _D.results.run_name,
+                    "Run id, the record's file name (default: <mode>-<UTC time>-<pid>).")
+flags.DEFINE_bool("overwrite", _D.results.overwrite,
+                  "Replace an existing record of the same run id instead of refusing to start.")
 flags.DEFINE_float("target_quality", _D.results.target_quality,
                    "Target quality for VFLOPS (0: the workload's target, 0.763 for ResNet-50).")
 flags.DEFINE_float("quality_exponent", _D.results.quality_exponent,
                    "n of the VFLOPS penalty (0: the workload's, 5 for image classification).")
+
+# --- reliability ---------------------------------------------------------------------
+flags.DEFINE_string("checkpoint_dir", _D.reliability.checkpoint_dir,
+                    "Orbax checkpoint directory; a run started with an existing one resumes from it.")
+flags.DEFINE_integer("checkpoint_every", _D.reliability.checkpoint_every,
+                     "Steps between checkpoints (0: only at the end and on preemption).")
+flags.DEFINE_integer("keep_checkpoints", _D.reliability.keep_checkpoints, "Checkpoints kept.")
+flags.DEFINE_enum("on_divergence", _D.reliability.on_divergence, cfg.ON_DIVERGENCE,
+                  "A member with a non-finite loss or parameter: stop the run (record marked "
+                  "invalid), or prune it from the ensemble and go on.")
+flags.DEFINE_integer("divergence_check_every", _D.reliability.divergence_check_every,
+                     "Steps between host checks of the on-device divergence flags (0: --log_every).")
+flags.DEFINE_string("inject_nan", _D.reliability.inject_nan,
+                    "Test hook: MEMBER@STEP sets that member's parameters to NaN before that step.")
+
+# --- multi-process (jax.distributed) -----------------------------------------------------
+flags.DEFINE_string("coordinator_address", _D.distributed.coordinator_address,
+                    "HOST:PORT of process 0. Explicit flags win over cluster auto-detection.")
+flags.DEFINE_integer("num_processes", _D.distributed.num_processes, "Number of processes.")
+flags.DEFINE_integer("process_id", _D.distributed.process_id, "This process's index.")
+flags.DEFINE_string("local_device_ids", _D.distributed.local_device_ids,
+                    "Devices this process owns: '0,1,2,3', 'all' (one task per node), or empty "
+                    "for JAX's choice.")
+flags.DEFINE_integer("distributed_timeout_s", _D.distributed.timeout_s,
+                     "Seconds to wait for every process to join.")
 
 # --- STREAM ------------------------------------------------------------------------------
 flags.DEFINE_integer("array_size", _D.stream.array_size, "STREAM: elements per array.")
@@ -114,8 +143,18 @@ def config_from_flags(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
                               bootstrap=v.bootstrap, eval_batch_size=v.eval_batch_size,
                               log_every=v.log_every, timing_warmup_steps=v.timing_warmup_steps),
         results=cfg.ResultsConfig(results_dir=v.results_dir, run_name=v.run_name,
-                                  target_quality=v.target_quality,
+                                  overwrite=v.overwrite, target_quality=v.target_quality,
                                   quality_exponent=v.quality_exponent),
+        reliability=cfg.ReliabilityConfig(checkpoint_dir=v.checkpoint_dir,
+                                          checkpoint_every=v.checkpoint_every,
+                                          keep_checkpoints=v.keep_checkpoints,
+                                          on_divergence=v.on_divergence,
+                                          divergence_check_every=v.divergence_check_every,
+                                          inject_nan=v.inject_nan),
+        distributed=DistributedConfig(coordinator_address=v.coordinator_address,
+                                      num_processes=v.num_processes, process_id=v.process_id,
+                                      local_device_ids=v.local_device_ids,
+                                      timeout_s=v.distributed_timeout_s),
         stream=cfg.StreamConfig(array_size=v.array_size, array_mib=v.array_mib,
                                 array_fraction=v.array_fraction, num_times=v.num_times,
                                 precision=v.precision, kernels=v.stream_kernels,

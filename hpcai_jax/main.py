@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import sys
 
+import jax
 from absl import app, flags, logging
 
+from hpcai_jax import distributed
 from hpcai_jax import flags as hflags
 from hpcai_jax.errors import UsageError
 
@@ -31,6 +33,7 @@ def main(argv: list[str]) -> None:
         _fail(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a --flag")
     try:
         config = hflags.config_from_flags()
+        distributed.initialize(config.distributed)
         if config.mode == "stream":
             from hpcai_jax.stream import run_stream_mode
 
@@ -39,11 +42,13 @@ def main(argv: list[str]) -> None:
             from hpcai_jax.flops.report import run_flops_mode
 
             sys.exit(run_flops_mode(config))
-        from hpcai_jax import train
+        from hpcai_jax import run_record, train
 
         logging.info("hpcai_jax train: %s", config)
-        record = train.train_and_evaluate(config)
-        print(train.summary(record))
+        record, exit_code = train.train_and_evaluate(config)
+        if jax.process_index() == 0:
+            print(run_record.summary(record))
+        sys.exit(exit_code)
     except UsageError as e:
         _fail(str(e), e.exit_code)
 

@@ -45,8 +45,23 @@ def git_commit() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
+def hostnames() -> list[str]:
+    """Every process's host name, in process order (a collective when there are several)."""
+    name = socket.gethostname()
+    if jax.process_count() == 1:
+        return [name]
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    raw = np.frombuffer(name.encode()[:64].ljust(64, b"\0"), np.uint8)
+    gathered = multihost_utils.process_allgather(raw)
+    return [bytes(row).rstrip(b"\0").decode() for row in np.asarray(gathered)]
+
+
 def provenance() -> dict:
-    """Versions, devices, hosts and commit: what another site needs to reproduce the run."""
+    """Versions, devices, hosts and commit: what another site needs to reproduce the run.
+
+    Every process must call it (the host names are gathered)."""
     devices = jax.devices()
     return {
         "versions": package_versions(),
@@ -57,6 +72,7 @@ def provenance() -> dict:
         "local_device_count": jax.local_device_count(),
         "process_count": jax.process_count(),
         "hostname": socket.gethostname(),
+        "hosts": hostnames(),
         "platform": platform.platform(),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

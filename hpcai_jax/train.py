@@ -1,26 +1,42 @@
-"""The training run: compile, train with timing, evaluate the ensemble, write the record."""
+"""The training run: resume or initialise, compile, train with timing, watch for divergence and
+preemption, checkpoint, evaluate the ensemble, write the record.
+
+Step times are read one step late (the host blocks on step k-1 after dispatching step k), so the
+device always has work queued and the timing adds no bubble; divergence flags are computed on the
+device every step and read every few steps.
+"""
 
 from __future__ import annotations
 
 import functools
+import json
 import time
+from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from hpcai_jax import metrics, results
+from hpcai_jax import results, run_record
 from hpcai_jax.assemble import RunSetup, assemble
+from hpcai_jax.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batch
+from hpcai_jax.distributed import barrier
+from hpcai_jax.errors import UsageError
 from hpcai_jax.evaluate import evaluate
+from hpcai_jax.flops.peaks import measure_matmul_peak, peak_flops_per_device
+from hpcai_jax.flops.report import crosscheck
 from hpcai_jax.flops.xla import xla_cost
-from hpcai_jax.timing import StepTimes, format_duration
+from hpcai_jax.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
+from hpcai_jax.progress import Progress
+from hpcai_jax.timing import format_duration
 from hpcai_jax.train_step import compile_step
 
 
 def _batches(setup: RunSetup):
-    """A function step → Batch, and whether it is synthetic (no host data at all)."""
+    """A function step → Batch."""
     tc = setup.config.train
     if setup.datasets.synthetic:
         batch = synthetic_batch(setup.workload.spec, setup.mesh, setup.layout.ensemble_size,
@@ -30,135 +46,192 @@ def _batches(setup: RunSetup):
                              setup.layout.ensemble_size)
 
 
-def train_and_evaluate(config: RunConfig) -> dict:
-    """Runs the bagged-ensemble benchmark and returns (and writes) its results record."""
-    run_id = results.new_run_id(config.results.run_name or "train")
-    results.check_writable(config.results.results_dir)
+def _claim_record_path(config: RunConfig, run_id: str, resuming: bool) -> None:
+    """Refuses, before any compute, to overwrite another run's record. A resumed run may replace
+    its own partial record."""
+    path = Path(config.results.results_dir) / f"{run_id}.json"
+    if not path.exists() or config.results.overwrite or jax.process_index() != 0:
+        return
+    try:
+        existing = json.loads(path.read_text())
+    except (OSError, ValueError):
+        existing = {}
+    if resuming and existing.get("run_id") == run_id and existing.get("status") == "partial":
+        return
+    raise UsageError(f"--results_dir={config.results.results_dir} already holds a record of run id "
+                     f"{run_id}: choose another --run_name, or pass --overwrite to replace it")
+
+
+def _peak_flops(dtype: str) -> dict:
+    """Per-device peak FLOP/s for MFU: the datasheet figure where the device is in the table, and
+    a measured large-matmul figure on this process's first device (the only one on a CPU)."""
+    kind = jax.local_devices()[0].device_kind
+    return {"device_kind": kind, "dtype": dtype,
+            "datasheet_per_device": peak_flops_per_device(kind, dtype),
+            "measured_per_device": measure_matmul_peak(dtype)}
+
+
+def _poison(state, member: int):
+    """The --inject_nan test hook: NaN in every parameter of one member, shardings kept."""
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+
+    def set_nan(s):
+        return s.replace(params=jax.tree.map(lambda p: p.at[member].set(jnp.nan), s.params))
+
+    return jax.jit(set_nan, out_shardings=shardings, donate_argnums=0)(state)
+
+
+class _Watch:
+    """Reads the on-device finite flags of completed steps, a few steps at a time."""
+
+    def __init__(self, progress: Progress):
+        self._pending: list[tuple[int, jax.Array]] = []
+        self._progress = progress
+
+    def add(self, step: int, finite: jax.Array) -> None:
+        self._pending.append((step, finite))
+
+    def check(self, keep_last: bool) -> list[int]:
+        """Newly non-finite members (first bad step recorded in progress.pruned)."""
+        ready = self._pending[:-1] if keep_last else self._pending
+        self._pending = self._pending[-1:] if keep_last else []
+        new = []
+        for step, finite in ready:
+            for member in np.flatnonzero(~np.asarray(finite)):
+                if int(member) not in self._progress.pruned:
+                    self._progress.pruned[int(member)] = step
+                    new.append(int(member))
+        return new
+
+
+def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
+    """Runs the bagged-ensemble benchmark; returns its record (also written) and the exit code."""
     wall_start = time.perf_counter()
+    results.check_writable(config.results.results_dir)
     setup = assemble(config)
-    layout, tc = setup.layout, config.train
+    layout, tc, rc = setup.layout, config.train, config.reliability
+    ckpt = (Checkpointer(rc.checkpoint_dir, rc.checkpoint_every, rc.keep_checkpoints,
+                         fingerprint(config, layout)) if rc.checkpoint_dir else None)
+    resuming = ckpt is not None and ckpt.latest_step() is not None
+    if resuming:
+        state, meta = ckpt.restore(setup.abstract_state)
+        progress = Progress.from_meta(meta)
+        progress.note_resume()
+        logging.info("resumed run %s from step %d of %d (%s)", progress.run_id, progress.step,
+                     setup.total_steps, rc.checkpoint_dir)
+    else:
+        progress = Progress(run_id=config.results.run_name or results.new_run_id("train"))
+    _claim_record_path(config, progress.run_id, resuming)
+    if not resuming:
+        state = setup.init_state()
     logging.info("mesh %s: M=%d members, %d per device, P_degree=%d, %d devices; strategy %s (%s)",
                  dict(setup.mesh.shape), layout.ensemble_size, layout.members_per_device,
                  layout.parallel_degree, layout.num_devices, setup.member_strategy,
                  setup.member_strategy_why)
 
-    state = setup.init_state()
     compiled, compile_s = compile_step(setup.train_step, state, setup.mesh, layout, tc.batch_size,
                                        setup.workload.spec.image_shape)
+    progress.compile_s.append(compile_s)
     cost = xla_cost(compiled, layout.num_devices)
-    logging.info("compiled the ensemble step in %.1f s; XLA: %s FLOPs per step%s", compile_s,
-                 f"{cost.flops:.4g}" if cost.flops is not None else "unknown",
+    cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
+    logging.info("compiled the ensemble step in %.1f s; %s FLOPs per step from %s; XLA/analytic %s%s",
+                 compile_s, f"{cross['train_step_flops']:.4g}", cross["train_step_flops_source"],
+                 f"{cross['xla_over_analytic']:.3f}" if cross["xla_over_analytic"] else "n/a",
                  f" ({cost.note})" if cost.note else "")
+    peaks = _peak_flops(config.model.dtype)
 
+    guard = PreemptionGuard()
+    watch = _Watch(progress)
+    check_every = rc.divergence_check_every or tc.log_every
     images_per_step = layout.ensemble_size * tc.batch_size
-    warmup = min(tc.timing_warmup_steps, setup.total_steps - 1)
-    prefetch = Prefetcher(_batches(setup), 0, setup.total_steps, config.data.prefetch)
-    step_s: list[float] = []
-    timed_start = time.perf_counter()
+    first = progress.step
+    timed_from = first + min(tc.timing_warmup_steps, max(0, setup.total_steps - first - 1))
+    injection = rc.nan_injection
+    status, reason = "complete", ""
+    last_metrics = inflight = None
+    barrier("before-timing")
+    prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
+    last_done, wait_mark = time.perf_counter(), 0.0
+
+    def complete(step, metrics):
+        """Blocks on `step` (dispatched earlier) and books its time."""
+        nonlocal last_done, wait_mark, last_metrics
+        jax.block_until_ready(metrics)
+        now = time.perf_counter()
+        if step >= timed_from:
+            progress.time_step(step, now - last_done)
+        elif step == timed_from - 1:
+            wait_mark = prefetch.wait_s
+        last_done, last_metrics = now, metrics
+        progress.step = step + 1
+
     try:
-        for step in range(setup.total_steps):
-            if step == warmup:
-                timed_start, prefetch.wait_s = time.perf_counter(), 0.0
+        for step in range(first, setup.total_steps):
             batch = prefetch.next()
-            start = time.perf_counter()
-            state, step_metrics = compiled(state, batch.images, batch.labels)
-            jax.block_until_ready(step_metrics)
-            if step >= warmup:
-                step_s.append(time.perf_counter() - start)
+            if injection and injection[1] == step:
+                state = _poison(state, injection[0])
+            state, metrics = compiled(state, batch.images, batch.labels)
+            watch.add(step, metrics.finite)
+            if inflight is not None:
+                complete(*inflight)
+            inflight = (step, metrics)
             done = step + 1
-            if done % tc.log_every == 0 or done == setup.total_steps:
-                rate = images_per_step / (step_s[-1] if step_s else time.perf_counter() - start)
-                eta = (setup.total_steps - done) * (np.median(step_s) if step_s else 0.0)
-                logging.info("step %d/%d  loss %.4f  train acc %.3f  %.0f img/s  ETA %s", done,
-                             setup.total_steps, float(np.mean(step_metrics.loss)),
-                             float(np.mean(step_metrics.accuracy)), rate, format_duration(eta))
+            if done % check_every == 0 or done == setup.total_steps:
+                for member in watch.check(keep_last=True):
+                    logging.error("member %d diverged: non-finite loss or parameters at step %d",
+                                  member, progress.pruned[member])
+                if progress.pruned and rc.on_divergence == "stop":
+                    member = min(progress.pruned, key=progress.pruned.get)
+                    status = "invalid"
+                    reason = (f"member {member} diverged at step {progress.pruned[member]} "
+                              f"(non-finite loss or parameters)")
+                    break
+            if done % tc.log_every == 0 and last_metrics is not None:
+                median = float(np.median(progress.step_s)) if progress.step_s else 0.0
+                logging.info("step %d/%d  loss %.4f  train acc %.3f  %s img/s  ETA %s",
+                             progress.step, setup.total_steps,
+                             float(np.nanmean(last_metrics.loss)),
+                             float(np.mean(last_metrics.accuracy)),
+                             f"{images_per_step / median:.0f}" if median else "-",
+                             format_duration((setup.total_steps - done) * median))
+            stop = (guard.agreed() if jax.process_count() > 1 and done % check_every == 0
+                    else jax.process_count() == 1 and guard.signal_name is not None)
+            if stop and done < setup.total_steps:
+                status, reason = "partial", f"preempted by {guard.signal_name} at step {done}"
+                break
+            if ckpt and ckpt.due(done) and done < setup.total_steps:
+                complete(*inflight)
+                inflight = None
+                ckpt.save(done, state, progress.to_meta())
+        if inflight is not None:
+            complete(*inflight)
+        for member in watch.check(keep_last=False):
+            logging.error("member %d diverged: non-finite loss or parameters at step %d", member,
+                          progress.pruned[member])
+        if progress.pruned and rc.on_divergence == "stop" and status == "complete":
+            member = min(progress.pruned, key=progress.pruned.get)
+            status = "invalid"
+            reason = f"member {member} diverged at step {progress.pruned[member]} (non-finite loss or parameters)"
     finally:
         prefetch.close()
-    train_wall_s = time.perf_counter() - timed_start
-    data_wait_s = prefetch.wait_s
+        guard.restore()
+    progress.data_wait_s += prefetch.wait_s - wait_mark
+    if progress.pruned and rc.on_divergence == "prune" and len(progress.pruned) == layout.ensemble_size:
+        status, reason = "invalid", "every member diverged"
 
-    eval_start = time.perf_counter()
-    quality = evaluate(setup, state)
-    eval_s = time.perf_counter() - eval_start
-
-    timed_steps = len(step_s)
-    flops = metrics.flops_per_s(cost.flops, timed_steps, train_wall_s)
-    achieved = quality.ensemble if quality else None
-    record = {
-        "run_id": run_id,
-        "mode": "train",
-        "status": "complete",
-        "config": config.to_dict(),
-        "provenance": results.provenance(),
-        "mesh": {
-            "shape": dict(setup.mesh.shape), "ensemble_size": layout.ensemble_size,
-            "members_per_device": layout.members_per_device,
-            "parallel_degree": layout.parallel_degree, "num_devices": layout.num_devices,
-            "member_strategy": setup.member_strategy,
-            "member_strategy_why": setup.member_strategy_why,
-        },
-        "data": {
-            "dataset": config.data.dataset, "synthetic": setup.datasets.synthetic,
-            "train_examples": setup.sampler.num_examples,
-            "eval_examples": quality.examples if quality else 0,
-            "bootstrap": tc.bootstrap, "steps_per_epoch": setup.sampler.steps_per_epoch,
-            "epochs_trained": setup.total_steps / setup.sampler.steps_per_epoch,
-        },
-        "timing": {
-            "compile_s": compile_s, "steps": setup.total_steps, "warmup_steps": warmup,
-            "timed_steps": timed_steps, "step_s": StepTimes.of(step_s).__dict__,
-            "train_wall_s": train_wall_s, "data_wait_s": data_wait_s, "eval_s": eval_s,
-            "total_wall_s": time.perf_counter() - wall_start,
-        },
-        "flops": {
-            "per_step": cost.flops, "per_step_per_device": cost.flops_per_device,
-            "source": "xla_cost_analysis", "note": cost.note,
-        },
-        "metrics": {
-            "flops_per_s": flops,
-            "vflops_per_s": metrics.vflops_per_s(flops, achieved, config.target_quality,
-                                                 config.quality_exponent),
-            "penalty": (metrics.penalty(achieved, config.target_quality, config.quality_exponent)
-                        if achieved is not None else None),
-            "images_per_s": images_per_step * timed_steps / train_wall_s if train_wall_s else None,
-            "images_per_s_per_member": tc.batch_size * timed_steps / train_wall_s if train_wall_s else None,
-        },
-        "quality": {
-            "metric": "top1_accuracy", "target": config.target_quality,
-            "exponent": config.quality_exponent,
-            "members": quality.members if quality else None,
-            "member_mean": quality.member_mean if quality else None,
-            "ensemble": achieved,
-        },
-        "train": {
-            "final_loss": np.asarray(step_metrics.loss).tolist(),
-            "final_batch_accuracy": np.asarray(step_metrics.accuracy).tolist(),
-        },
-    }
-    path = results.write_record(config.results.results_dir, run_id, record)
+    if ckpt and status != "invalid":
+        ckpt.save(progress.step, state, progress.to_meta())
+        ckpt.close()
+    quality, eval_s = None, 0.0
+    if status == "complete":
+        eval_start = time.perf_counter()
+        quality = evaluate(setup, state, frozenset(progress.pruned))
+        eval_s = time.perf_counter() - eval_start
+    record = run_record.build(setup, progress, cost, cross, peaks, status, quality, last_metrics,
+                              eval_s, time.perf_counter() - wall_start, reason)
+    path = results.write_record(config.results.results_dir, progress.run_id, record)
+    barrier("exit")
     record["path"] = str(path) if path else None
-    return record
-
-
-def summary(record: dict) -> str:
-    """A short human-readable table of the record's headline figures."""
-    m, q, t, mesh = record["metrics"], record["quality"], record["timing"], record["mesh"]
-
-    def num(value, fmt="{:.4g}"):
-        return "n/a" if value is None else fmt.format(value)
-
-    rows = [
-        ("mesh (ensemble x data)", f"{mesh['shape']}  M={mesh['ensemble_size']} "
-                                   f"P_degree={mesh['parallel_degree']} strategy={mesh['member_strategy']}"),
-        ("steps (timed)", f"{t['steps']} ({t['timed_steps']})"),
-        ("step time median [s]", num(t["step_s"]["median_s"])),
-        ("compile / data wait [s]", f"{t['compile_s']:.1f} / {t['data_wait_s']:.2f}"),
-        ("images/s", num(m["images_per_s"], "{:.1f}")),
-        ("FLOPS [FLOP/s]", num(m["flops_per_s"])),
-        ("member accuracies", "n/a" if q["members"] is None else " ".join(f"{a:.4f}" for a in q["members"])),
-        ("ensemble accuracy", num(q["ensemble"], "{:.4f}")),
-        ("VFLOPS [FLOP/s]", f"{num(m['vflops_per_s'])} (target {q['target']}, n={q['exponent']:g})"),
-        ("record", str(record.get("path"))),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    if status == "partial":
+        return record, PREEMPTED_EXIT_CODE
+    return record, FAILED_EXIT_CODE if status == "invalid" else 0

@@ -19,6 +19,7 @@ import optax
 from flax import struct
 from jax import lax
 from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.ensemble import EnsembleState
 from hpcai_jax.mesh import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC, MeshLayout
@@ -45,13 +46,16 @@ def resolve_member_strategy(requested: str, backend: str, members_per_device: in
 
 
 class StepMetrics(struct.PyTreeNode):
+    """Per-member figures of one step, replicated on every device (readable by any process)."""
+
     loss: jax.Array  # [M]
     accuracy: jax.Array  # [M], on the training batch
+    finite: jax.Array  # [M] bool: loss and updated parameters all finite
 
 
 def member_train_step(workload: ClassificationWorkload, tx: optax.GradientTransformation,
                       axis_name: str | None, state: EnsembleState, images: jax.Array,
-                      labels: jax.Array) -> tuple[EnsembleState, jax.Array, jax.Array]:
+                      labels: jax.Array) -> tuple[EnsembleState, jax.Array, jax.Array, jax.Array]:
     """One member's SGD step on its (local part of the) batch.
 
     axis_name=None trains on a batch that lives on one device: the reference for equivalence.
@@ -68,9 +72,12 @@ def member_train_step(workload: ClassificationWorkload, tx: optax.GradientTransf
     (loss, (batch_stats, logits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     accuracy = mean(jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32)))
-    new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                              batch_stats=batch_stats, opt_state=opt_state)
-    return new_state, loss, accuracy
+    params = optax.apply_updates(state.params, updates)
+    # One reduction over the parameters: cheap next to the step, and catches inf/NaN anywhere.
+    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(params))
+    new_state = state.replace(step=state.step + 1, params=params, batch_stats=batch_stats,
+                              opt_state=opt_state)
+    return new_state, loss, accuracy, finite
 
 
 def map_members(fn: Callable, strategy: str, *stacked):
@@ -82,28 +89,40 @@ def map_members(fn: Callable, strategy: str, *stacked):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
+def gather_members(local: jax.Array) -> jax.Array:
+    """[m_local] per device → [M] replicated, inside shard_map. A psum of zero-padded slots, since
+    all_gather's result counts as device-varying for shard_map's replication check."""
+    m_local = local.shape[0]
+    full = jnp.zeros((m_local * lax.axis_size(ENSEMBLE), *local.shape[1:]), local.dtype)
+    full = lax.dynamic_update_slice_in_dim(full, local, lax.axis_index(ENSEMBLE) * m_local, 0)
+    return lax.psum(full, ENSEMBLE)
+
+
 def build_train_step(workload: ClassificationWorkload, tx: optax.GradientTransformation,
                      mesh: Mesh, strategy: str):
     """jit(shard_map(step)) with the state donated: (state, images, labels) → (state, metrics)."""
 
     def local_step(state, images, labels):
         step = lambda s, x, y: member_train_step(workload, tx, DATA, s, x, y)  # noqa: E731
-        new_state, loss, accuracy = map_members(step, strategy, state, images, labels)
-        return new_state, StepMetrics(loss=loss, accuracy=accuracy)
+        new_state, loss, accuracy, finite = map_members(step, strategy, state, images, labels)
+        figures = (loss, accuracy, finite.astype(jnp.int32))
+        loss, accuracy, finite = (gather_members(f) for f in figures)
+        return new_state, StepMetrics(loss, accuracy, finite.astype(jnp.int32) > 0)
 
     sharded = jax.shard_map(local_step, mesh=mesh, in_specs=(MEMBER_SPEC, BATCH_SPEC, BATCH_SPEC),
-                            out_specs=(MEMBER_SPEC, MEMBER_SPEC))
+                            out_specs=(MEMBER_SPEC, P()))
     return jax.jit(sharded, donate_argnums=0)
 
 
-def build_eval_step(workload: ClassificationWorkload, mesh: Mesh, strategy: str, ensemble_size: int):
-    """(state, images [E], labels [E]) → (correct per member [M], correct of the ensemble).
+def build_eval_step(workload: ClassificationWorkload, mesh: Mesh, strategy: str):
+    """(state, images [E], labels [E], member_weights [M]) → (correct per member [M], correct of
+    the ensemble), both replicated.
 
-    The ensemble predicts the argmax of the members' mean softmax probabilities. Padding rows
-    carry label -1 and so are never correct.
+    The ensemble predicts the argmax of the mean softmax probabilities of the members whose weight
+    is 1 (pruned members weigh 0). Padding rows carry label -1 and so are never correct.
     """
 
-    def local_eval(state, images, labels):
+    def local_eval(state, images, labels, weights):
         x = workload.preprocess(images)
 
         def member_probs(s):
@@ -113,12 +132,16 @@ def build_eval_step(workload: ClassificationWorkload, mesh: Mesh, strategy: str,
 
         probs = map_members(member_probs, strategy, state)  # [m_local, e, C]
         member_correct = jnp.sum(jnp.argmax(probs, -1) == labels[None], axis=1)
-        mean_probs = lax.psum(jnp.sum(probs, axis=0), ENSEMBLE) / ensemble_size
+        # where(), not a product: a pruned member's probabilities may be NaN.
+        kept = jnp.where(weights[:, None, None] > 0, probs, 0.0)
+        mean_probs = lax.psum(jnp.sum(kept, axis=0), ENSEMBLE) / lax.psum(jnp.sum(weights), ENSEMBLE)
         ensemble_correct = jnp.sum(jnp.argmax(mean_probs, -1) == labels)
-        return lax.psum(member_correct, DATA), lax.psum(ensemble_correct, DATA)
+        member_correct = gather_members(lax.psum(member_correct, DATA))
+        return member_correct, lax.psum(ensemble_correct, DATA)
 
-    sharded = jax.shard_map(local_eval, mesh=mesh, in_specs=(MEMBER_SPEC, EVAL_SPEC, EVAL_SPEC),
-                            out_specs=(MEMBER_SPEC, jax.sharding.PartitionSpec()))
+    sharded = jax.shard_map(local_eval, mesh=mesh,
+                            in_specs=(MEMBER_SPEC, EVAL_SPEC, EVAL_SPEC, MEMBER_SPEC),
+                            out_specs=(P(), P()))
     return jax.jit(sharded)
 
 

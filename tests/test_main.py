@@ -43,7 +43,9 @@ def test_end_to_end_record(tmp_path):
     records = list(tmp_path.glob("*.json"))
     assert len(records) == 1
     record = json.loads(records[0].read_text())
-    for key in ("flops/per_step", "flops/per_step_per_device", "metrics/flops_per_s",
+    for key in ("flops/per_step", "flops/xla_per_step_per_device", "metrics/flops_per_s",
+                "flops/crosscheck/xla_over_analytic", "metrics/mfu_measured",
+                "peak_flops/measured_per_device", "metrics/flops_per_s_per_device",
                 "metrics/vflops_per_s", "metrics/penalty", "metrics/images_per_s",
                 "timing/compile_s", "timing/train_wall_s", "timing/step_s/min_s",
                 "timing/step_s/median_s", "timing/step_s/max_s", "quality/ensemble",
@@ -57,6 +59,8 @@ def test_end_to_end_record(tmp_path):
     assert len(record["quality"]["members"]) == 4
     assert all(0 < a <= 1 for a in record["quality"]["members"])
     assert record["flops"]["source"] == "xla_cost_analysis"
+    assert record["flops"]["per_step"] == record["flops"]["xla_per_step"]
+    assert 0.9 < record["flops"]["crosscheck"]["xla_over_analytic"] < 1.2
     assert record["provenance"]["versions"]["jax"]
     assert record["provenance"]["git_commit"]
     expected_vflops = record["metrics"]["flops_per_s"] * (

@@ -26,7 +26,7 @@ def _reference_member(setup, member: int):
     source = setup.datasets.train
     for t in range(STEPS):
         images, labels = source.read(setup.sampler.step_indices(member, t))
-        state, _, _ = step(state, images, labels)
+        state, *_ = step(state, images, labels)
     return state
 
 
@@ -82,7 +82,8 @@ def test_eval_step_averages_member_probabilities():
     images, labels = setup.datasets.eval.read(np.arange(100))
     from hpcai_jax.data.pipeline import eval_batches
     batch = next(eval_batches(setup.datasets.eval, setup.mesh, 100))
-    member_correct, ensemble_correct = setup.eval_step(state, batch.images, batch.labels)
+    weights = jax.device_put(np.ones(4, np.float32))
+    member_correct, ensemble_correct = setup.eval_step(state, batch.images, batch.labels, weights)
     x = setup.workload.preprocess(jnp.asarray(images))
     probs = []
     for m in range(4):

@@ -1,0 +1,114 @@
+"""Checkpoints of the whole ensemble run with orbax: the stacked state (params, BatchNorm
+statistics, optimizer state, step) plus a JSON document with everything else a resume needs
+(sampler position is the step; timing accumulators; resumes; pruned members; the run id).
+
+A checkpoint carries the fingerprint of the configuration that wrote it; a run with another
+fingerprint (other M, model, data, batch, seed, mesh, ...) refuses it instead of loading it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+
+import jax
+import orbax.checkpoint as ocp
+from etils import epath
+
+from hpcai_jax.config import RunConfig
+from hpcai_jax.errors import UsageError
+from hpcai_jax.mesh import MeshLayout
+
+
+def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
+    """What must match for a checkpoint to be resumable: whatever changes the trajectory."""
+    return {
+        "mesh": dataclasses.asdict(layout),
+        "model": dataclasses.asdict(config.model),
+        "data": {k: v for k, v in dataclasses.asdict(config.data).items() if k != "prefetch"},
+        "optim": dataclasses.asdict(config.optim),
+        "train": {k: getattr(config.train, k) for k in ("batch_size", "epochs", "steps", "seed",
+                                                          "bootstrap")},
+    }
+
+
+def _digest(value: dict) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: checkpoint {a!r}, now {b!r}")
+    return out
+
+
+class Checkpointer:
+    """Saves every `every` steps (and when asked), keeps the last `keep`, restores the latest."""
+
+    def __init__(self, directory: str, every: int, keep: int, fingerprint_value: dict):
+        self.directory = directory
+        self._every = every
+        self._fingerprint = fingerprint_value
+        try:
+            path = epath.Path(directory).absolute()
+            path.mkdir(parents=True, exist_ok=True)
+            self._manager = ocp.CheckpointManager(
+                path, options=ocp.CheckpointManagerOptions(max_to_keep=keep,
+                                                           enable_async_checkpointing=True,
+                                                           create=True))
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--checkpoint_dir={directory}: cannot use it ({e})") from None
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def restore(self, abstract_state) -> tuple[object, dict]:
+        """Restores the latest checkpoint; raises UsageError if it is unreadable or foreign."""
+        step = self.latest_step()
+        try:
+            meta = self._manager.restore(step, args=ocp.args.Composite(
+                meta=ocp.args.JsonRestore()))["meta"]
+        except Exception as e:  # noqa: BLE001 - orbax raises many types for damaged files
+            raise UsageError(f"--checkpoint_dir={self.directory}: checkpoint of step {step} is "
+                             f"unreadable ({type(e).__name__}); move it away to start afresh") from None
+        if meta.get("fingerprint_digest") != _digest(self._fingerprint):
+            diff = _differences(meta.get("fingerprint", {}), self._fingerprint)
+            raise UsageError(f"--checkpoint_dir={self.directory}: checkpoint of step {step} was "
+                             f"written by another configuration ({'; '.join(diff[:4]) or 'unknown'}); "
+                             f"use another --checkpoint_dir")
+        try:
+            state = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state)))["state"]
+        except Exception as e:  # noqa: BLE001
+            raise UsageError(f"--checkpoint_dir={self.directory}: state of step {step} is "
+                             f"unreadable ({type(e).__name__}: {str(e)[:120]}); move it away to "
+                             f"start afresh") from None
+        return state, meta
+
+    def due(self, step: int) -> bool:
+        return self._every > 0 and step % self._every == 0
+
+    def save(self, step: int, state, meta: dict) -> None:
+        """Asynchronous where orbax allows: returns once the arrays are copied off the devices."""
+        meta = dict(meta, fingerprint=self._fingerprint,
+                    fingerprint_digest=_digest(self._fingerprint))
+        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                         meta=ocp.args.JsonSave(meta)), force=True)
+
+    def close(self) -> None:
+        """Waits for pending writes; a checkpoint is only complete after this."""
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+
+def gather_params(state) -> dict:
+    """All members' parameters on every process, as numpy (for tests and comparisons)."""
+    from jax.experimental import multihost_utils
+
+    return jax.tree.map(lambda x: multihost_utils.process_allgather(x, tiled=True), state.params)

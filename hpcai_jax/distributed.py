@@ -1,0 +1,128 @@
+"""Multi-process start-up with JAX's own runtime (DESIGN.md facts 5, 6).
+
+Order of precedence: explicit flags; then a cluster JAX detects by itself (a SLURM step, Open MPI,
+a TPU pod); then a single process. Every process logs which path it took, its index, the process
+count and its devices, and tags every later log line with its index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging as std_logging
+import os
+
+import jax
+from absl import logging
+
+from hpcai_jax.errors import UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+    coordinator_address: str = ""
+    num_processes: int = 0
+    process_id: int = -1
+    local_device_ids: str = ""  # "0,1,2,3", "all", or "" (JAX decides)
+    timeout_s: int = 120
+
+    def validate(self) -> None:
+        if self.timeout_s < 1:
+            raise UsageError(f"--distributed_timeout_s={self.timeout_s}: expected >= 1")
+        explicit = (bool(self.coordinator_address), self.num_processes > 0, self.process_id >= 0)
+        if any(explicit) and not all(explicit):
+            raise UsageError("--coordinator_address, --num_processes and --process_id go together: "
+                             "give all three, or none for auto-detection")
+        if self.num_processes and not 0 <= self.process_id < self.num_processes:
+            raise UsageError(f"--process_id={self.process_id}: expected 0 <= id < "
+                             f"--num_processes={self.num_processes}")
+        if self.coordinator_address and ":" not in self.coordinator_address:
+            raise UsageError(f"--coordinator_address={self.coordinator_address}: expected HOST:PORT")
+        ids = self.local_device_ids
+        if ids and ids != "all" and not all(p.strip().isdigit() for p in ids.split(",")):
+            raise UsageError(f"--local_device_ids={ids}: expected comma-separated integers or 'all'")
+
+
+def detect_cluster(env: dict | None = None) -> str | None:
+    """The multi-process launcher JAX can auto-detect, or None (a single process)."""
+    env = os.environ if env is None else env
+    slurm_vars = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+    if all(v in env for v in slurm_vars) and int(env["SLURM_NTASKS"]) > 1:
+        return "slurm"
+    if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
+        return "ompi"
+    if "," in env.get("TPU_WORKER_HOSTNAMES", "") or env.get("MEGASCALE_COORDINATOR_ADDRESS"):
+        return "tpu_pod"
+    return None
+
+
+def _gpus_on_node(env) -> int:
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    if visible:
+        return len([d for d in visible.split(",") if d.strip()])
+    return int(env.get("SLURM_GPUS_ON_NODE", "0") or 0)
+
+
+def local_device_ids(config: DistributedConfig, cluster: str | None, env: dict | None = None):
+    """Device ids this process should own, or None to let JAX decide.
+
+    SLURM's auto-detection gives each process GPU number SLURM_LOCALID, right for one task per
+    GPU but wrong for one task per node: then (or with --local_device_ids=all) the process takes
+    every GPU of its node.
+    """
+    env = os.environ if env is None else env
+    ids = config.local_device_ids
+    one_task_per_node = cluster == "slurm" and env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] == "1"
+    if ids == "all" or (not ids and one_task_per_node):
+        count = _gpus_on_node(env)
+        return list(range(count)) if count else None
+    return [int(p) for p in ids.split(",")] if ids else None
+
+
+class _ProcessTag(std_logging.Filter):
+    def __init__(self, tag: str):
+        super().__init__()
+        self._tag = tag
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        record.msg = f"{self._tag} {record.msg}"
+        return True
+
+
+def initialize(config: DistributedConfig) -> str:
+    """Starts JAX's distributed runtime if this is a multi-process run; returns the path taken.
+
+    Must run before anything touches a JAX backend. A peer that never arrives makes JAX abort
+    the process after `timeout_s` (it does not raise); the log line before says what it waited for.
+    """
+    cluster = detect_cluster()
+    ids = local_device_ids(config, cluster)
+    if config.coordinator_address:
+        path = "flags"
+        logging.info("jax.distributed: process %d of %d, coordinator %s, waiting up to %d s for peers",
+                     config.process_id, config.num_processes, config.coordinator_address,
+                     config.timeout_s)
+        jax.distributed.initialize(coordinator_address=config.coordinator_address,
+                                   num_processes=config.num_processes, process_id=config.process_id,
+                                   local_device_ids=ids, initialization_timeout=config.timeout_s)
+    elif cluster:
+        path = f"auto-detected {cluster}"
+        logging.info("jax.distributed: %s, waiting up to %d s for peers", path, config.timeout_s)
+        jax.distributed.initialize(local_device_ids=ids, initialization_timeout=config.timeout_s)
+    else:
+        path = "single process"
+    index, count = jax.process_index(), jax.process_count()
+    if count > 1:
+        logging.get_absl_logger().addFilter(_ProcessTag(f"[p{index}/{count}]"))
+    logging.info("start-up: %s; process %d of %d; %d local devices %s; %d global devices (%s)",
+                 path, index, count, jax.local_device_count(),
+                 [d.id for d in jax.local_devices()], jax.device_count(),
+                 jax.devices()[0].device_kind)
+    return path
+
+
+def barrier(name: str) -> None:
+    """All processes meet here (no-op for one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)

@@ -1,0 +1,118 @@
+# shellcheck shell=bash
+# Sourced by gpu.sbatch and gpu_node.sbatch: the environment contract checks, the command a task
+# runs, and the step runner that requeues a preempted job. Not meant to be run on its own.
+#
+# Parameters (environment variables, defaults in brackets; relative paths are relative to REPO):
+#   REPO            the repository checkout, on a filesystem every node sees [$SLURM_SUBMIT_DIR]
+#   FLAGFILE        the run's flagfile [configs/synthetic_resnet50.flags]
+#   VENV            virtual environment with `pip install -e '.[cuda]'` done [.venv]
+#   CONTAINER       an Apptainer image (launch/hpcai_jax.def) to run instead of VENV [unset]
+#   CHECKPOINT_DIR  shared directory; a requeued job resumes from it [checkpoints/$SLURM_JOB_NAME]
+#   RESULTS_DIR     where process 0 writes the JSON record [results]
+#   LOG_DIR         per-rank logs, <job name>-<job id>-<rank>.out [logs]
+#   EXTRA_FLAGS     more hpcai_jax flags, split on spaces, e.g. "--epochs=2 --seed=1" [empty]
+
+PREEMPTED=75  # hpcai_jax.main's exit code after saving a checkpoint on SIGTERM
+
+die() {
+  echo "launch/slurm: error: $*" >&2
+  exit 2
+}
+
+# Tasks per node as a number ("4", or "4(x2)" in some SLURM variables), empty if not set.
+tasks_per_node() {
+  local n="${SLURM_NTASKS_PER_NODE:-}"
+  echo "${n%%(*}"
+}
+
+# GPUs this job has on each node: SLURM_GPUS_ON_NODE, else the count in --gpus-per-node
+# (which may carry a type, as in "a100:4").
+gpus_per_node() {
+  if [ -n "${SLURM_GPUS_ON_NODE:-}" ]; then
+    echo "$SLURM_GPUS_ON_NODE"
+  elif [ -n "${SLURM_GPUS_PER_NODE:-}" ]; then
+    echo "${SLURM_GPUS_PER_NODE##*:}"
+  else
+    echo 0
+  fi
+}
+
+# Fail fast, with a message that says what to do, before any node's time is spent.
+check_contract() {
+  [ -n "${SLURM_JOB_ID:-}" ] || die "SLURM_JOB_ID is not set: submit this script with sbatch"
+  REPO="${REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
+  cd "$REPO" 2>/dev/null || die "REPO=$REPO is not a directory"
+  [ -d hpcai_jax ] || die "REPO=$REPO is not the hpcai_jax repository: sbatch from its root or set REPO"
+  FLAGFILE="${FLAGFILE:-configs/synthetic_resnet50.flags}"
+  [ -f "$FLAGFILE" ] || die "flagfile not found: FLAGFILE=$FLAGFILE (relative to $REPO)"
+  CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints/${SLURM_JOB_NAME:-hpcai_jax}}"
+  RESULTS_DIR="${RESULTS_DIR:-results}"
+  LOG_DIR="${LOG_DIR:-logs}"
+  read -r -a EXTRA <<<"${EXTRA_FLAGS:-}"
+
+  local gpus
+  gpus="$(gpus_per_node)"
+  [ "$gpus" -gt 0 ] 2>/dev/null ||
+    die "no GPUs allocated to the job: request them with #SBATCH --gpus-per-node=<gpus per node>"
+  GPUS_PER_NODE="$gpus"
+
+  if [ -n "${CONTAINER:-}" ]; then
+    [ -f "$CONTAINER" ] || die "container image not found: CONTAINER=$CONTAINER"
+    command -v apptainer >/dev/null || die "CONTAINER is set but apptainer is not on PATH (module load apptainer?)"
+    # --nv: the host's NVIDIA driver inside the container. SLURM_* variables pass through, so
+    # JAX's auto-detection works unchanged; the current directory is bound by default.
+    RUN=(apptainer run --nv "$CONTAINER")
+  else
+    VENV="${VENV:-.venv}"
+    [ -f "$VENV/bin/activate" ] ||
+      die "no virtual environment at VENV=$VENV: python3.11 -m venv $VENV && . $VENV/bin/activate && pip install -e '.[cuda]'"
+    # shellcheck disable=SC1091  # the venv's own script, known only at run time
+    . "$VENV/bin/activate"
+    command -v python >/dev/null || die "no python in VENV=$VENV"
+    python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("hpcai_jax") is None)' ||
+      die "hpcai_jax is not installed in VENV=$VENV: pip install -e '.[cuda]'"
+    RUN=(python -m hpcai_jax.main)
+  fi
+  mkdir -p "$CHECKPOINT_DIR" "$RESULTS_DIR" "$LOG_DIR" || die "cannot create the output directories"
+}
+
+# CMD: what every task runs. EXTRA_FLAGS come last, so they override the flagfile and these.
+build_command() {
+  CMD=("${RUN[@]}" "--flagfile=$FLAGFILE" "--checkpoint_dir=$CHECKPOINT_DIR"
+    "--results_dir=$RESULTS_DIR" "$@" "${EXTRA[@]}")
+}
+
+# What the job is about to do, in its batch log ($1: the process layout).
+describe_job() {
+  local port="${JAX_COORDINATOR_PORT:-$((SLURM_JOB_ID % 4096 + 61440))}"
+  echo "job $SLURM_JOB_ID (${SLURM_JOB_NAME:-}), restart ${SLURM_RESTART_COUNT:-0}:" \
+    "${SLURM_JOB_NUM_NODES:-?} node(s) x $GPUS_PER_NODE GPU(s), $1"
+  echo "  coordinator: first node of the step, port $port (JAX: JAX_COORDINATOR_PORT, else SLURM_JOB_ID % 4096 + 61440)"
+  echo "  per-rank logs: $LOG_DIR/${SLURM_JOB_NAME:-}-$SLURM_JOB_ID-<rank>.out"
+  echo "  command: ${CMD[*]}"
+}
+
+# srun "$@" (srun options) "${CMD[@]}", then requeue the job if the step was preempted: every
+# task saved a checkpoint on SIGTERM and exited 75. The requeued job keeps its id, name and
+# CHECKPOINT_DIR, so it resumes. Returns the step's exit code.
+#   --output: one log per rank (%t), appended to across requeues.
+#   --kill-on-bad-exit=0 --wait=60: when the first task ends, the others get 60 s to end too
+#     before SLURM stops them. Stopping them at once (KillOnBadExit=1, a common site default)
+#     could kill tasks still exiting after a collective checkpoint and hide the step's exit 75;
+#     not stopping them at all would leave a crashed task's peers waiting in a collective until
+#     the time limit.
+run_step() {
+  local rc=0
+  # srun does not take --cpus-per-task from the job on every SLURM version (22.05 stopped, 23.11
+  # restored it); SRUN_CPUS_PER_TASK makes it explicit.
+  if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"; fi
+  srun --output="$LOG_DIR/%x-%j-%t.out" --open-mode=append --kill-on-bad-exit=0 --wait=60 \
+    "$@" "${CMD[@]}" || rc=$?
+  if [ "$rc" -eq "$PREEMPTED" ]; then
+    echo "step preempted (exit $rc), checkpoint in $CHECKPOINT_DIR: requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID" || echo "scontrol requeue failed: resubmit to resume" >&2
+  elif [ "$rc" -ne 0 ]; then
+    echo "step failed with exit code $rc: see $LOG_DIR/${SLURM_JOB_NAME:-}-$SLURM_JOB_ID-*.out" >&2
+  fi
+  return "$rc"
+}

@@ -1,0 +1,250 @@
+"""launch/local.py: N processes on localhost, output prefixed, failures and signals propagated.
+
+The children are small `python -c` scripts, except the one `multiprocess` test that starts two
+real JAX processes. Each child learns its index from the `--process_id=i` the launcher appends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+LAUNCHER = Path(__file__).resolve().parents[1] / "launch" / "local.py"
+# Prepended to every child script: its process index, from the flags the launcher appends.
+PREAMBLE = "import os, sys, time\nI = int(sys.argv[-1].split('=')[1])\n"
+
+
+def child(*parts: str) -> list[str]:
+    """`python -c` the preamble and the parts, each dedented on its own."""
+    return [sys.executable, "-c", "\n".join([PREAMBLE, *map(textwrap.dedent, parts)])]
+
+
+def launch(*options: str, command: list[str], timeout: float = 15) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(LAUNCHER), *options, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_launcher(*options: str, command: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(LAUNCHER), *options, "--", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_pids(directory: Path, count: int, timeout_s: float = 10) -> list[int]:
+    """The pids the children wrote to directory/<i>.pid once they were ready."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        files = sorted(directory.glob("*.pid"))
+        if len(files) == count and all(f.read_text().endswith("\n") for f in files):
+            return [int(f.read_text()) for f in files]
+        time.sleep(0.05)
+    raise AssertionError(f"the children did not all start within {timeout_s} s")
+
+
+def write_pid(directory: Path) -> str:
+    """Child code that writes its pid to directory/<I>.pid (newline last: the file is complete)."""
+    path = f"os.path.join({str(directory)!r}, f'{{I}}.pid')"
+    return f"open({path}, 'w').write(f'{{os.getpid()}}\\n')"
+
+
+def assert_gone(pid: int) -> None:
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_every_line_is_prefixed_and_whole():
+    # Each child writes a long line in pieces, with pauses, on both streams: the relayed lines
+    # must each come out whole, behind their process's prefix, never mixed with the other's.
+    script = """
+        for stream in (sys.stdout, sys.stderr):
+            for _ in range(5):
+                stream.write(str(I) * 1000); stream.flush(); time.sleep(0.01)
+            stream.write("\\n")
+        print("no newline at the end", end="")
+    """
+    result = launch("--num_processes=2", command=child(script))
+    assert result.returncode == 0, result.stderr
+    for i in (0, 1):
+        assert f"[p{i}] {str(i) * 5000}\n" in result.stdout
+        assert f"[p{i}] {str(i) * 5000}\n" in result.stderr
+        assert f"[p{i}] no newline at the end\n" in result.stdout
+    assert len(result.stdout.splitlines()) == 4
+    assert len(result.stderr.splitlines()) == 2
+
+
+def test_appends_the_distributed_flags_and_forces_cpu_devices():
+    script = """
+        import json
+        print(json.dumps([sys.argv[1:], os.environ["XLA_FLAGS"], os.environ["JAX_PLATFORMS"]]))
+    """
+    result = launch(
+        "--num_processes=3", "--devices_per_process=4", "--port=12345", command=child(script)
+    )
+    assert result.returncode == 0, result.stderr
+    seen = {}
+    for line in result.stdout.splitlines():
+        prefix, _, payload = line.partition(" ")
+        seen[prefix] = json.loads(payload)
+    assert sorted(seen) == ["[p0]", "[p1]", "[p2]"]
+    for i in range(3):
+        argv, xla_flags, platforms = seen[f"[p{i}]"]
+        assert argv == [
+            "--coordinator_address=127.0.0.1:12345",
+            "--num_processes=3",
+            f"--process_id={i}",
+        ]
+        # conftest's own device count (8) is replaced, not merely followed, by ours.
+        assert xla_flags.count("--xla_force_host_platform_device_count") == 1
+        assert "--xla_force_host_platform_device_count=4" in xla_flags
+        assert platforms == "cpu"
+
+
+def test_chooses_one_free_port_for_all_processes():
+    result = launch("--num_processes=2", command=child("print(sys.argv[1])"))
+    assert result.returncode == 0, result.stderr
+    ports = {line.rsplit(":", 1)[1] for line in result.stdout.splitlines()}
+    assert len(ports) == 1 and 1024 <= int(ports.pop()) < 65536
+
+
+@pytest.mark.parametrize(("codes", "expected"), [((0, 0), 0), ((75, 75), 75), ((0, 5), 5)])
+def test_exit_code_follows_the_children(codes, expected):
+    result = launch("--num_processes=2", command=child(f"sys.exit({list(codes)}[I])"))
+    assert result.returncode == expected, result.stderr
+
+
+def test_a_failure_stops_the_others_at_once(tmp_path):
+    script = """
+        if I == 1:
+            time.sleep(1.0)
+            sys.exit(3)
+        time.sleep(1000)
+    """
+    start = time.monotonic()
+    result = launch("--num_processes=2", command=child(write_pid(tmp_path), script))
+    elapsed_s = time.monotonic() - start
+    assert result.returncode == 3
+    assert elapsed_s < 10  # the sibling would sleep 1000 s
+    assert "process 1 exited with code 3; stopping the other 1 process(es)" in result.stderr
+    for pid in wait_for_pids(tmp_path, 2):
+        assert_gone(pid)
+
+
+def test_a_sibling_that_ignores_sigterm_is_killed_after_grace(tmp_path):
+    script = """
+        if I == 1:
+            time.sleep(1.0)
+            sys.exit(4)
+        time.sleep(1000)
+    """
+    ignore_sigterm = "import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)"
+    command = child(ignore_sigterm, write_pid(tmp_path), script)
+    start = time.monotonic()
+    result = launch("--num_processes=2", "--grace_s=1", command=command)
+    elapsed_s = time.monotonic() - start
+    assert result.returncode == 4
+    assert 2.0 <= elapsed_s < 10  # 1 s, then 1 s of grace before SIGKILL
+    for pid in wait_for_pids(tmp_path, 2):
+        assert_gone(pid)
+
+
+def test_a_child_killed_by_a_signal():
+    script = """
+        if I == 1:
+            time.sleep(0.5)
+            os.kill(os.getpid(), 9)
+        time.sleep(1000)
+    """
+    result = launch("--num_processes=2", command=child(script))
+    assert result.returncode == 128 + 9
+    assert "process 1 exited with SIGKILL (-9); stopping the other 1 process(es)" in result.stderr
+
+
+def test_sigint_to_the_launcher_stops_every_child(tmp_path):
+    launcher = start_launcher(
+        "--num_processes=2", command=child(write_pid(tmp_path), "time.sleep(1000)")
+    )
+    pids = wait_for_pids(tmp_path, 2)
+    launcher.send_signal(signal.SIGINT)
+    _, stderr = launcher.communicate(timeout=10)
+    assert launcher.returncode == 130
+    assert "stopped by SIGINT" in stderr
+    for pid in pids:
+        assert_gone(pid)
+
+
+def test_sigterm_with_children_that_checkpoint_exits_75(tmp_path):
+    # The children behave like hpcai_jax.main on preemption: save, then exit 75.
+    script = """
+        import signal
+        signal.signal(signal.SIGTERM, lambda *_: (print("checkpoint saved"), sys.exit(75)))
+    """
+    command = child(script, write_pid(tmp_path), "time.sleep(1000)")
+    launcher = start_launcher("--num_processes=2", command=command)
+    wait_for_pids(tmp_path, 2)
+    launcher.send_signal(signal.SIGTERM)
+    stdout, _ = launcher.communicate(timeout=10)
+    assert launcher.returncode == 75
+    assert "[p0] checkpoint saved" in stdout and "[p1] checkpoint saved" in stdout
+
+
+def test_timeout_stops_everything_and_exits_124(tmp_path):
+    command = child(write_pid(tmp_path), "time.sleep(1000)")
+    result = launch("--num_processes=2", "--timeout_s=1", command=command)
+    assert result.returncode == 124
+    assert "timeout after 1 s; stopping 2 process(es)" in result.stderr
+    for pid in wait_for_pids(tmp_path, 2):
+        assert_gone(pid)
+
+
+def test_a_command_that_does_not_exist():
+    result = launch("--num_processes=2", command=["/nonexistent/program"])
+    assert result.returncode == 127
+    assert "cannot start '/nonexistent/program'" in result.stderr
+
+
+def test_no_command_is_a_usage_error():
+    result = subprocess.run(
+        [sys.executable, str(LAUNCHER), "--num_processes=2"], capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "no command given" in result.stderr
+
+
+@pytest.mark.multiprocess
+def test_two_jax_processes_make_one_eight_device_job():
+    script = """
+        import jax
+        from jax.experimental import multihost_utils
+        flags = dict(arg[2:].split("=") for arg in sys.argv[1:])
+        jax.distributed.initialize(
+            flags["coordinator_address"], int(flags["num_processes"]), I,
+            initialization_timeout=20,
+        )
+        ids = multihost_utils.process_allgather(jax.numpy.array([I]))
+        print("result", jax.process_count(), jax.device_count(), ids.ravel().tolist())
+    """
+    result = launch(
+        "--num_processes=2",
+        "--devices_per_process=4",
+        "--timeout_s=60",
+        command=child(script),
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for i in (0, 1):
+        assert f"[p{i}] result 2 8 [0, 1]" in result.stdout

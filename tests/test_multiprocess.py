@@ -1,0 +1,113 @@
+"""Several JAX processes on this machine form one job: same results as one process, SLURM
+auto-detection, and a dead peer that stops the job instead of hanging it."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from helpers import ROOT, run_main
+from test_reliability import _final_params, _leaves
+
+pytestmark = pytest.mark.multiprocess
+
+RUN = ["--ensemble_size=4", "--members_per_device=1", "--parallel_degree=2", "--batch_size=16",
+       "--steps=6", "--train_examples=512", "--eval_examples=300", "--eval_batch_size=100",
+       "--model=resnet_small", "--log_every=1", "--distributed_timeout_s=60"]
+
+
+def _launch(*args, timeout=300, **kwargs):
+    return subprocess.run([sys.executable, "launch/local.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_one_process(tmp_path):
+    single = run_main(*RUN, f"--checkpoint_dir={tmp_path}/ck1", f"--results_dir={tmp_path}/r1")
+    assert single.returncode == 0, single.stderr[-2000:]
+    multi = _launch("--num_processes=2", "--devices_per_process=4", "--timeout_s=280", "--",
+                    sys.executable, "-m", "hpcai_jax.main", *RUN, f"--checkpoint_dir={tmp_path}/ck2",
+                    f"--results_dir={tmp_path}/r2")
+    assert multi.returncode == 0, multi.stdout[-3000:] + multi.stderr[-3000:]
+    assert "[p1] " in multi.stdout + multi.stderr
+    assert "start-up: flags; process 1 of 2; 4 local devices" in multi.stdout + multi.stderr
+
+    one = json.loads(next((tmp_path / "r1").glob("*.json")).read_text())
+    records = list((tmp_path / "r2").glob("*.json"))
+    assert len(records) == 1  # process 0 writes, alone
+    two = json.loads(records[0].read_text())
+    assert two["provenance"]["process_count"] == 2 and two["provenance"]["device_count"] == 8
+    assert len(two["provenance"]["hosts"]) == 2
+    assert two["quality"]["ensemble"] == pytest.approx(one["quality"]["ensemble"], abs=1e-9)
+    np.testing.assert_allclose(two["quality"]["members"], one["quality"]["members"], atol=1e-9)
+    assert two["flops"]["per_step"] == pytest.approx(one["flops"]["per_step"], rel=0.01)
+
+    _, params_one = _final_params(tmp_path / "ck1")
+    _, params_two = _final_params(tmp_path / "ck2")
+    for a, b in zip(_leaves(params_one), _leaves(params_two), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_slurm_variables_are_auto_detected(tmp_path):
+    port = _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, SLURM_JOB_ID="4242", SLURM_STEP_NODELIST="localhost",
+                   SLURM_NTASKS="2", SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank),
+                   JAX_COORDINATOR_PORT=str(port), JAX_PLATFORMS="cpu",
+                   XLA_FLAGS="--xla_force_host_platform_device_count=4")
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "hpcai_jax.main", *RUN, "--steps=2", f"--results_dir={tmp_path}"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=240)[0])
+    finally:
+        for proc in procs:
+            proc.kill()
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    assert "auto-detected slurm" in outputs[1] and "process 1 of 2" in outputs[1]
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert record["provenance"]["process_count"] == 2
+
+
+def test_a_killed_process_stops_the_job(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "launch/local.py", "--num_processes=2", "--devices_per_process=4",
+         "--grace_s=5", "--", sys.executable, "-m", "hpcai_jax.main", *RUN, "--steps=400",
+         f"--results_dir={tmp_path}"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    output = []
+    try:
+        for line in proc.stdout:
+            output.append(line)
+            if line.startswith("[p1] ") and "step 2/400" in line:
+                break
+        # The launcher's children: kill process 1 (the one whose args end in --process_id=1).
+        ps = subprocess.run(["pgrep", "-f", "--", "--process_id=1$"], capture_output=True, text=True)
+        pids = [int(p) for p in ps.stdout.split()]
+        assert pids, "".join(output)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        rest, _ = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = "".join(output) + rest
+    assert proc.returncode != 0
+    assert elapsed < 30, elapsed
+    assert "process 1 exited with SIGKILL" in text, text[-2000:]
+    assert not list(tmp_path.glob("*.json"))  # no record of a run that did not finish
