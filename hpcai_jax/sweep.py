@@ -1,0 +1,111 @@
+"""The paper's two experiments as sweeps of runs inside one allocation (HPC AI500 V3.0 §5).
+
+    scalability: P_degree fixed, M = 1..max_ensemble, so Sys_scale = M × P_degree grows.
+    tradeoff:    Sys_scale fixed, every (M, P_degree) with M × P_degree = Sys_scale.
+
+Each point is one run of `python -m hpcai_jax.main` started through a launcher template (srun
+inside an allocation, launch/local.py on one machine), writing its own record; the sweep prints
+a table of the records at the end. Placeholders in --launcher: {devices} (= Sys_scale),
+{nodes}, {devices_per_node}.
+
+    python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=8 --max_ensemble=8 \\
+        --devices_per_node=8 --launcher='srun --nodes={nodes} --ntasks-per-node={devices_per_node}' \\
+        -- --flagfile=configs/resnet50_imagenet.flags
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    ensemble_size: int
+    parallel_degree: int
+
+    @property
+    def devices(self) -> int:
+        return self.ensemble_size * self.parallel_degree
+
+
+def plan(experiment: str, parallel_degree: int = 0, max_ensemble: int = 0,
+         sys_scale: int = 0) -> list[Point]:
+    if experiment == "scalability":
+        if parallel_degree < 1 or max_ensemble < 1:
+            raise ValueError("scalability needs --parallel_degree >= 1 and --max_ensemble >= 1")
+        return [Point(m, parallel_degree) for m in range(1, max_ensemble + 1)]
+    if experiment == "tradeoff":
+        if sys_scale < 1:
+            raise ValueError("tradeoff needs --sys_scale >= 1")
+        return [Point(m, sys_scale // m) for m in range(sys_scale, 0, -1) if sys_scale % m == 0]
+    raise ValueError(f"--experiment={experiment!r}: expected scalability or tradeoff")
+
+
+def command(point: Point, launcher: str, devices_per_node: int, run_name: str,
+            main_args: list[str]) -> list[str]:
+    nodes = -(-point.devices // devices_per_node)
+    prefix = launcher.format(devices=point.devices, nodes=nodes,
+                             devices_per_node=min(devices_per_node, point.devices))
+    return [*shlex.split(prefix), sys.executable, "-m", "hpcai_jax.main", *main_args,
+            f"--ensemble_size={point.ensemble_size}", f"--parallel_degree={point.parallel_degree}",
+            "--members_per_device=1", f"--run_name={run_name}"]
+
+
+def table(records: list[dict]) -> str:
+    def num(v, fmt="{:.4g}"):
+        return "n/a" if v is None else fmt.format(v)
+
+    lines = [f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
+             f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}"]
+    for r in records:
+        mesh, m, q = r["mesh"], r["metrics"], r["quality"]
+        lines.append(f"{mesh['ensemble_size']:>4} {mesh['parallel_degree']:>8} {mesh['num_devices']:>9} "
+                     f"{num(m['flops_per_s']):>11} {num(m['vflops_per_s']):>11} "
+                     f"{num(q['ensemble'], '{:.4f}'):>12} {num(q['member_mean'], '{:.4f}'):>11} "
+                     f"{r['status']:>9}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    own, main_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    parser = argparse.ArgumentParser(prog="python -m hpcai_jax.sweep", description=__doc__.split("\n")[0])
+    parser.add_argument("--experiment", required=True, choices=["scalability", "tradeoff"])
+    parser.add_argument("--parallel_degree", type=int, default=0)
+    parser.add_argument("--max_ensemble", type=int, default=0)
+    parser.add_argument("--sys_scale", type=int, default=0)
+    parser.add_argument("--devices_per_node", type=int, default=1)
+    parser.add_argument("--launcher", default="", help="command prefix template, e.g. srun ...")
+    parser.add_argument("--results_dir", default="results")
+    parser.add_argument("--name", default="sweep", help="prefix of the runs' ids")
+    parser.add_argument("--dry_run", action="store_true", help="print the commands only")
+    args = parser.parse_args(own)
+    try:
+        points = plan(args.experiment, args.parallel_degree, args.max_ensemble, args.sys_scale)
+    except ValueError as e:
+        parser.exit(2, f"hpcai_jax.sweep: error: {e}\n")
+    records, failed = [], 0
+    for point in points:
+        run_name = f"{args.name}-{args.experiment}-M{point.ensemble_size}-P{point.parallel_degree}"
+        cmd = command(point, args.launcher, args.devices_per_node, run_name,
+                      [*main_args, f"--results_dir={args.results_dir}"])
+        print("+ " + shlex.join(cmd), flush=True)
+        if args.dry_run:
+            continue
+        if subprocess.run(cmd).returncode != 0:
+            failed += 1
+            continue
+        records.append(json.loads((Path(args.results_dir) / f"{run_name}.json").read_text()))
+    if records:
+        print(table(records))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
