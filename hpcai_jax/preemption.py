@@ -31,6 +31,12 @@ class PreemptionGuard:
     def signal_name(self) -> str | None:
         return self._requested
 
+    def stop_now(self, at_check_point: bool) -> bool:
+        """One process: as soon as signalled. Several: only at check points, where all agree."""
+        if jax.process_count() == 1:
+            return self._requested is not None
+        return at_check_point and self.agreed()
+
     def agreed(self) -> bool:
         """True on every process once any process has been signalled (a collective when there
         are several processes: call it at the same steps everywhere)."""

@@ -16,6 +16,7 @@ class Progress:
     timed_ranges: list[list[int]] = dataclasses.field(default_factory=list)  # [first, last) per segment
     data_wait_s: float = 0.0
     compile_s: list[float] = dataclasses.field(default_factory=list)  # one per segment
+    checkpoint_s: float = 0.0  # blocking part of checkpoint saves, kept out of step times
     resumes: list[dict] = dataclasses.field(default_factory=list)
     pruned: dict[int, int] = dataclasses.field(default_factory=dict)  # member -> first bad step
 

@@ -56,6 +56,7 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
             "planned_steps": setup.total_steps, "timed_steps": timed,
             "step_s": StepTimes.of(progress.step_s).__dict__,
             "train_wall_s": wall, "data_wait_s": progress.data_wait_s, "eval_s": eval_s,
+            "checkpoint_s": progress.checkpoint_s,
             "total_wall_s": total_wall_s,
         },
         "resumes": progress.resumes,

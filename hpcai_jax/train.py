@@ -81,6 +81,17 @@ def _poison(state, member: int):
     return jax.jit(set_nan, out_shardings=shardings, donate_argnums=0)(state)
 
 
+def _divergence(watch, progress: Progress, policy: str, keep_last: bool) -> str:
+    """Logs newly diverged members; returns why the run must stop ('' to go on)."""
+    for member in watch.check(keep_last):
+        logging.error("member %d diverged: non-finite loss or parameters at step %d", member,
+                      progress.pruned[member])
+    if not progress.pruned or policy != "stop":
+        return ""
+    member = min(progress.pruned, key=progress.pruned.get)
+    return f"member {member} diverged at step {progress.pruned[member]} (non-finite loss or parameters)"
+
+
 class _Watch:
     """Reads the on-device finite flags of completed steps, a few steps at a time."""
 
@@ -177,14 +188,9 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
             inflight = (step, metrics)
             done = step + 1
             if done % check_every == 0 or done == setup.total_steps:
-                for member in watch.check(keep_last=True):
-                    logging.error("member %d diverged: non-finite loss or parameters at step %d",
-                                  member, progress.pruned[member])
-                if progress.pruned and rc.on_divergence == "stop":
-                    member = min(progress.pruned, key=progress.pruned.get)
+                reason = _divergence(watch, progress, rc.on_divergence, keep_last=True)
+                if reason:
                     status = "invalid"
-                    reason = (f"member {member} diverged at step {progress.pruned[member]} "
-                              f"(non-finite loss or parameters)")
                     break
             if done % tc.log_every == 0 and last_metrics is not None:
                 median = float(np.median(progress.step_s)) if progress.step_s else 0.0
@@ -194,24 +200,21 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
                              float(np.mean(last_metrics.accuracy)),
                              f"{images_per_step / median:.0f}" if median else "-",
                              format_duration((setup.total_steps - done) * median))
-            stop = (guard.agreed() if jax.process_count() > 1 and done % check_every == 0
-                    else jax.process_count() == 1 and guard.signal_name is not None)
-            if stop and done < setup.total_steps:
+            if done < setup.total_steps and guard.stop_now(done % check_every == 0):
                 status, reason = "partial", f"preempted by {guard.signal_name} at step {done}"
                 break
             if ckpt and ckpt.due(done) and done < setup.total_steps:
                 complete(*inflight)
                 inflight = None
+                save_start = time.perf_counter()
                 ckpt.save(done, state, progress.to_meta())
+                last_done = time.perf_counter()  # the save is booked apart, not as step time
+                progress.checkpoint_s += last_done - save_start
         if inflight is not None:
             complete(*inflight)
-        for member in watch.check(keep_last=False):
-            logging.error("member %d diverged: non-finite loss or parameters at step %d", member,
-                          progress.pruned[member])
-        if progress.pruned and rc.on_divergence == "stop" and status == "complete":
-            member = min(progress.pruned, key=progress.pruned.get)
-            status = "invalid"
-            reason = f"member {member} diverged at step {progress.pruned[member]} (non-finite loss or parameters)"
+        if status == "complete":
+            reason = _divergence(watch, progress, rc.on_divergence, keep_last=False)
+            status = "invalid" if reason else status
     finally:
         prefetch.close()
         guard.restore()
@@ -220,8 +223,12 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
         status, reason = "invalid", "every member diverged"
 
     if ckpt and status != "invalid":
+        save_start = time.perf_counter()
         ckpt.save(progress.step, state, progress.to_meta())
         ckpt.close()
+        progress.checkpoint_s += time.perf_counter() - save_start
+    elif status == "partial":
+        logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")
     quality, eval_s = None, 0.0
     if status == "complete":
         eval_start = time.perf_counter()
