@@ -111,3 +111,18 @@ def test_a_killed_process_stops_the_job(tmp_path):
     assert elapsed < 30, elapsed
     assert "process 1 exited with SIGKILL" in text, text[-2000:]
     assert not list(tmp_path.glob("*.json"))  # no record of a run that did not finish
+
+
+def test_stream_across_two_processes_reports_all_eight_devices(tmp_path):
+    proc = _launch("--num_processes=2", "--devices_per_process=4", "--timeout_s=200", "--",
+                   sys.executable, "-m", "hpcai_jax.main", "--mode=stream", "--stream_devices=all",
+                   "--array_size=1048576", "--num_times=5", f"--results_dir={tmp_path}")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert "[p0] Placement: all 8 devices of 2 process(es)" in out
+    assert "[p0] Figure of merit: Triad" in out and "[p1] Figure of merit" not in out
+    records = list(tmp_path.glob("*.json"))
+    assert len(records) == 1  # process 0 reports
+    record = json.loads(records[0].read_text())
+    assert record["placement"]["num_devices"] == 8 and record["placement"]["process_count"] == 2
+    assert record["status"] == "complete"

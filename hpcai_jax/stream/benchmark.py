@@ -1,0 +1,257 @@
+"""The STREAM run, as BabelStream's main.cpp reads: size, place, init, run, check, report.
+
+`run_stream` measures and validates (tests and benchmarks call it); `run_stream_mode` is what
+`python -m hpcai_jax.main --mode=stream` runs: it also prints BabelStream's output on process 0
+and writes the JSON record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+import time
+from collections.abc import Mapping
+
+import jax
+import numpy as np
+from absl import logging
+
+from hpcai_jax import results
+from hpcai_jax.config import RunConfig, StreamConfig
+from hpcai_jax.errors import UsageError
+from hpcai_jax.stream import report
+from hpcai_jax.stream.cache import SizeCheck, check_size, largest_cache
+from hpcai_jax.stream.config import ArraySize, itemsize, jnp_dtype, resolve_array_size
+from hpcai_jax.stream.kernels import (
+    KERNELS,
+    RUN_ORDERS,
+    CompiledKernel,
+    KernelSpec,
+    compile_kernel,
+    init_arrays,
+)
+from hpcai_jax.stream.placement import (
+    Placement,
+    device_memory_bytes,
+    devices_per_cache,
+    hardware_name,
+    make_placement,
+)
+from hpcai_jax.stream.runner import gather_per_process, run_kernels
+from hpcai_jax.stream.validate import Validation, validate
+
+SCALAR_SLACK_BYTES = 32  # per device: Dot's result and its all-reduce buffers
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamResult:
+    config: StreamConfig
+    size: ArraySize
+    itemsize: int
+    placement: Placement
+    size_check: SizeCheck
+    kernels: tuple[CompiledKernel, ...]
+    figures: list[report.KernelFigures]
+    times_s: dict[str, np.ndarray]  # raw per-call seconds, first iteration included
+    buffer_reused: dict[str, bool | None]
+    validation: Validation
+    compile_s: float
+    init_s: float
+
+    @property
+    def elements(self) -> int:
+        return self.size.elements
+
+    def byte_weight_mismatches(self) -> list[str]:
+        """Kernels whose BabelStream byte count disagrees with XLA's "bytes accessed" by more
+        than a few scalars per device (Dot also writes its sum, and all-reduces it when sharded)."""
+        out = []
+        for k in self.kernels:
+            xla = k.cost.bytes_accessed
+            expected = k.spec.arrays_moved * self.elements * self.itemsize
+            slack = SCALAR_SLACK_BYTES * self.placement.num_devices
+            if xla is not None and abs(xla - expected) > slack:
+                why = (" (on shards under ~64 Ki elements XLA splits Dot into several passes)"
+                       if k.spec.writes is None else "")
+                out.append(f"{k.spec.name}: BabelStream counts {expected} bytes, XLA {xla:.0f}{why}")
+        return out
+
+    def allocation_problems(self) -> list[str]:
+        """Kernels that may allocate per call: output not aliased to the donated buffer."""
+        out = []
+        for k in self.kernels:
+            if k.spec.writes is None:
+                continue
+            if k.allocation.aliased is False or (k.allocation.temp_bytes or 0) > 0:
+                out.append(f"{k.spec.name}: XLA aliases {k.allocation.alias_bytes} of "
+                           f"{k.allocation.output_bytes} output bytes, temp {k.allocation.temp_bytes}")
+            if self.buffer_reused.get(k.spec.key) is False:
+                out.append(f"{k.spec.name}: output landed in a new buffer, not the donated one")
+        return out
+
+
+def _x64(precision: str):
+    """float64 needs JAX's x64 mode; it is switched on for this run only, not process-wide."""
+    return jax.enable_x64(True) if precision == "float64" else contextlib.nullcontext()
+
+
+def run_stream(config: StreamConfig,
+               kernel_specs: Mapping[str, KernelSpec] | None = None) -> StreamResult:
+    """Sizes, places, compiles, runs and validates one STREAM run; prints nothing.
+
+    Args:
+      config: validated STREAM settings.
+      kernel_specs: the kernels by key (default: `KERNELS`); tests substitute a wrong one to
+        see validation fail.
+
+    Raises:
+      UsageError: a size that does not fit the devices, or (with strict_size) one that is
+        smaller than 4x the largest cache.
+    """
+    with _x64(config.precision):
+        placement = make_placement(config.devices)
+        size = resolve_array_size(config, placement.num_devices,
+                                  device_memory_bytes(placement.devices[0]))
+        if size.note:
+            logging.info("STREAM: %s", size.note)
+        nbytes = itemsize(config.precision)
+        size_check = check_size(size.elements // placement.num_devices * nbytes,
+                                devices_per_cache(placement),
+                                largest_cache(placement.platform, placement.device_kind))
+        if not size_check.ok:
+            if config.strict_size:
+                raise UsageError(f"--strict_size: {size_check.message}")
+            logging.warning("STREAM: arrays too small, this measures a cache: %s",
+                            size_check.message)
+        dtype = jnp_dtype(config.precision)
+        kernel_specs = KERNELS if kernel_specs is None else kernel_specs
+        start = time.perf_counter()
+        kernels = tuple(compile_kernel(kernel_specs[key], placement, size.elements, dtype)
+                        for key in RUN_ORDERS[config.kernels])
+        compile_s = time.perf_counter() - start
+        start = time.perf_counter()
+        arrays = init_arrays(placement, size.elements, dtype)
+        jax.block_until_ready(arrays)
+        init_s = time.perf_counter() - start
+        run = run_kernels(kernels, arrays, config.num_times, across_processes=config.devices == "all")
+        del arrays
+        validation = validate(run.arrays, run.dot_sum, config.kernels, config.num_times,
+                              config.precision, placement)
+    figures = [report.kernel_figures(k.spec.key, run.times_s[k.spec.key], size.elements, nbytes,
+                                     placement.num_devices, k.cost.bytes_accessed) for k in kernels]
+    return StreamResult(config=config, size=size, itemsize=nbytes, placement=placement,
+                        size_check=size_check, kernels=kernels, figures=figures,
+                        times_s=run.times_s, buffer_reused=run.buffer_reused,
+                        validation=validation, compile_s=compile_s, init_s=init_s)
+
+
+def implementation_label(placement: Placement) -> str:
+    return f"JAX {jax.__version__} ({placement.platform}: {hardware_name(placement)})"
+
+
+def run_stream_mode(config: RunConfig) -> int:
+    """`--mode=stream`: run, print BabelStream's output (process 0), write the record.
+
+    Returns the process exit code: 0, or 1 when validation failed (BabelStream's non-zero exit).
+    """
+    stream = config.stream
+    results.check_writable(config.results.results_dir)
+    run_id = results.new_run_id(config.results.run_name or "stream")
+    result = run_stream(stream)
+    problems = result.allocation_problems() + result.byte_weight_mismatches()
+    for problem in problems:
+        logging.warning("STREAM: %s", problem)
+    per_process = _per_process_best(result) if stream.devices == "one" else None
+    record = stream_record(config, run_id, result, per_process)
+    path = results.write_record(config.results.results_dir, run_id, record)
+    if jax.process_index() == 0:
+        _print_report(result)
+        for failure in result.validation.failures():
+            print(failure, file=sys.stderr)
+        if path:
+            logging.info("STREAM: record written to %s", path)
+        fom = report.figure_of_merit(result.figures, stream.mibibytes)
+        print(fom, file=sys.stderr if stream.csv else sys.stdout, flush=True)
+    return 0 if result.validation.passed else 1
+
+
+def _print_report(result: StreamResult) -> None:
+    cfg = result.config
+    if cfg.csv:
+        print(report.csv(result.figures, cfg.num_times, result.elements, result.itemsize,
+                         cfg.mibibytes))
+        return
+    print(report.header(implementation=implementation_label(result.placement),
+                        kernels=cfg.kernels, num_times=cfg.num_times, precision=cfg.precision,
+                        elements=result.elements, itemsize=result.itemsize,
+                        mibibytes=cfg.mibibytes, placement=result.placement.describe()))
+    print(report.table(result.figures, cfg.mibibytes))
+    if result.placement.num_devices > 1:
+        print(report.per_device_table(result.figures, cfg.mibibytes))
+    if cfg.kernels == "triad":
+        print(report.triad_only_summary(result.times_s["triad"], result.elements, result.itemsize,
+                                        cfg.num_times, cfg.mibibytes))
+
+
+def _per_process_best(result: StreamResult) -> list[dict[str, float]]:
+    """--stream_devices=one in a multi-process job: every process measured its own first
+    device; gather each one's best rate per kernel (a collective: every process calls it)."""
+    rates = np.array([f.gb_per_s for f in result.figures])
+    gathered = gather_per_process(rates)
+    return [{f.key: float(row[i]) for i, f in enumerate(result.figures)} for row in gathered]
+
+
+def stream_record(config: RunConfig, run_id: str, result: StreamResult,
+                  per_process: list[dict[str, float]] | None) -> dict:
+    """The JSON record: the training runs' conventions (run_id, mode, status, config,
+    provenance, sections, metrics) with STREAM's figures."""
+    placement = result.placement
+    fom = next((f for f in result.figures if f.key == "triad"), result.figures[-1])
+    metrics = report.metrics(result.figures)
+    metrics["stream/figure_of_merit/gb_per_s"] = fom.gb_per_s
+    metrics["stream/validation/passed"] = result.validation.passed
+    return {
+        "run_id": run_id,
+        "mode": "stream",
+        "status": "complete" if result.validation.passed else "validation_failed",
+        "config": config.to_dict(),
+        "provenance": results.provenance(),
+        "array": {
+            "elements": result.elements, "precision": result.config.precision,
+            "itemsize": result.itemsize, "bytes_per_array": result.elements * result.itemsize,
+            "bytes_total": 3 * result.elements * result.itemsize,
+            "size_source": result.size.source, "size_note": result.size.note,
+        },
+        "placement": {
+            "mode": placement.mode, "num_devices": placement.num_devices,
+            "devices": [str(d) for d in placement.devices],
+            "device_kind": placement.device_kind, "platform": placement.platform,
+            "process_count": jax.process_count(),
+        },
+        "cache": {
+            "bytes": result.size_check.cache.bytes, "source": result.size_check.cache.source,
+            "scope": result.size_check.cache.scope,
+            "arrays_bytes_per_cache": result.size_check.arrays_bytes,
+            "size_rule_ok": result.size_check.ok, "message": result.size_check.message,
+        },
+        "run": {
+            "babelstream_version": report.BABELSTREAM_VERSION,
+            "implementation": implementation_label(placement),
+            "kernels": result.config.kernels, "order": list(RUN_ORDERS[result.config.kernels]),
+            "num_times": result.config.num_times, "timing": "per call, blocking, first iteration "
+            "excluded; bandwidth from the fastest call",
+        },
+        "timing": {"compile_s": result.compile_s, "init_s": result.init_s},
+        "kernels": report.figures_record(result.figures),
+        "figure_of_merit": {"kernel": fom.key, "gb_per_s": fom.gb_per_s},
+        "allocation": {k.spec.key: {
+            "donated": k.spec.writes, "output_bytes": k.allocation.output_bytes,
+            "alias_bytes": k.allocation.alias_bytes, "temp_bytes": k.allocation.temp_bytes,
+            "buffer_reused": result.buffer_reused.get(k.spec.key), "note": k.allocation.note,
+        } for k in result.kernels},
+        "byte_weight_mismatches": result.byte_weight_mismatches(),
+        "validation": result.validation.to_dict(),
+        "per_process_gb_per_s": per_process,
+        "metrics": metrics,
+    }

@@ -1,0 +1,109 @@
+"""Where the STREAM arrays live: one local device, or sharded over every device of the job.
+
+Both placements use a one-axis mesh, so the kernels are the same code either way: with one
+device the "shard" is the whole array; with all devices each holds N / devices elements and an
+elementwise kernel runs with no communication (Dot adds one all-reduce of a scalar).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+STREAM_AXIS = "stream"
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    mode: str  # "one" or "all"
+    devices: tuple[jax.Device, ...]
+    mesh: Mesh
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def local_devices(self) -> tuple[jax.Device, ...]:
+        return tuple(d for d in self.devices if d.process_index == jax.process_index())
+
+    @property
+    def platform(self) -> str:
+        return self.devices[0].platform
+
+    @property
+    def device_kind(self) -> str:
+        return self.devices[0].device_kind
+
+    @property
+    def sharded(self) -> NamedSharding:
+        """The arrays: split along their only axis over every device of the placement."""
+        return NamedSharding(self.mesh, P(STREAM_AXIS))
+
+    @property
+    def replicated(self) -> NamedSharding:
+        """Scalars (Dot's sum, validation errors): a copy on every device."""
+        return NamedSharding(self.mesh, P())
+
+    def describe(self) -> str:
+        if self.mode == "one":
+            return f"one device: {self.devices[0]}"
+        return (f"all {self.num_devices} devices of {jax.process_count()} process(es), arrays "
+                f"sharded {self.num_devices} ways")
+
+
+def make_placement(mode: str) -> Placement:
+    """`one`: this process's first local device (every process measures its own); `all`: every
+    device of the job, in `jax.devices()` order."""
+    devices = (jax.local_devices()[0],) if mode == "one" else tuple(jax.devices())
+    mesh = Mesh(np.asarray(devices), (STREAM_AXIS,))
+    return Placement(mode=mode, devices=devices, mesh=mesh)
+
+
+def device_memory_bytes(device: jax.Device) -> int | None:
+    """One device's memory: the allocator's limit on GPUs/TPUs; for CPU devices the host's
+    physical memory divided among the local CPU devices (they share it)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - backends without memory stats raise various errors
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    if device.platform == "cpu":
+        try:
+            host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            return None
+        local_cpus = sum(1 for d in jax.local_devices() if d.platform == "cpu")
+        return host // max(1, local_cpus)
+    return None
+
+
+def devices_per_cache(placement: Placement) -> int:
+    """How many of the placement's devices sit behind one largest cache: all local CPU devices
+    share the host's caches; each accelerator has its own."""
+    if placement.platform == "cpu":
+        return len(placement.local_devices)
+    return 1
+
+
+def hardware_name(placement: Placement) -> str:
+    """The device kind; for CPUs (whose kind is just "cpu") the processor model and core count."""
+    if placement.platform != "cpu":
+        return placement.device_kind
+    model = "unknown CPU"
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return f"{model}, {os.cpu_count()} logical cores"

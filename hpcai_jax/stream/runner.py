@@ -1,0 +1,106 @@
+"""Times the kernels as BabelStream does: every call blocking, on a monotonic clock.
+
+`num_times` iterations of the run order; each kernel call is timed on its own, from dispatch to
+`block_until_ready`. The first iteration is kept in the raw times but excluded from the
+statistics (report.py). In a multi-process job each process times its own calls; afterwards a
+call's time is the slowest process's, because the job has done the call only when every
+process has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+
+from hpcai_jax.stream.kernels import ARRAY_NAMES, CompiledKernel
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    times_s: dict[str, np.ndarray]  # kernel key -> seconds of each call, first iteration included
+    arrays: dict[str, jax.Array]  # a, b, c after the run
+    dot_sum: jax.Array | None  # Dot's last result, for validation
+    buffer_reused: dict[str, bool | None]  # kernel key -> the output took the donated buffer
+
+
+def _buffer_pointers(array: jax.Array) -> tuple[int, ...] | None:
+    """Device addresses of this process's shards; None where the backend does not expose them."""
+    try:
+        return tuple(s.data.unsafe_buffer_pointer() for s in array.addressable_shards)
+    except Exception:  # noqa: BLE001 - not every backend/array kind supports it
+        return None
+
+
+def run_kernels(kernels: Sequence[CompiledKernel], arrays: dict[str, jax.Array],
+                num_times: int, across_processes: bool) -> RunResult:
+    """Runs `num_times` iterations of `kernels` in order over (a, b, c), timing every call.
+
+    `across_processes`: the arrays span every process (--stream_devices=all), so processes
+    start together and a call's time is the slowest process's. Otherwise each process measures
+    its own device independently.
+
+    On the first iteration (excluded from the statistics anyway) the donated input's buffer
+    addresses are compared with the output's: equal addresses prove that the call wrote in
+    place and allocated nothing.
+    """
+    arrays = dict(arrays)
+    times = {k.spec.key: np.zeros(num_times) for k in kernels}
+    reused: dict[str, bool | None] = {k.spec.key: None for k in kernels}
+    dot_sum = None
+    if across_processes:
+        _sync_processes("stream-start")
+    for iteration in range(num_times):
+        for kernel in kernels:
+            a, b, c = (arrays[name] for name in ARRAY_NAMES)
+            donated = None
+            if iteration == 0 and kernel.donate_index is not None:
+                donated = _buffer_pointers((a, b, c)[kernel.donate_index])
+            start = time.perf_counter()
+            out = kernel(a, b, c)
+            out.block_until_ready()
+            times[kernel.spec.key][iteration] = time.perf_counter() - start
+            if kernel.spec.writes is None:
+                dot_sum = out
+            else:
+                arrays[kernel.spec.writes] = out
+                if iteration == 0 and donated is not None:
+                    after = _buffer_pointers(out)
+                    reused[kernel.spec.key] = None if after is None else after == donated
+    if across_processes:
+        times = _slowest_process(times)
+    return RunResult(times_s=times, arrays=arrays, dot_sum=dot_sum,
+                     buffer_reused=reused)
+
+
+def _sync_processes(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _slowest_process(times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per call, the maximum over processes (identity in a single-process run)."""
+    if jax.process_count() == 1:
+        return times
+    from jax.experimental import multihost_utils
+
+    keys = sorted(times)
+    # float32 keeps the all-gather free of x64 concerns; 1e-7 relative is far below timer noise.
+    stacked = np.stack([times[k] for k in keys]).astype(np.float32)
+    gathered = np.asarray(multihost_utils.process_allgather(stacked))  # [processes, K, T]
+    slowest = gathered.max(axis=0)
+    return {k: slowest[i] for i, k in enumerate(keys)}
+
+
+def gather_per_process(values: np.ndarray) -> np.ndarray:
+    """Stacks one array per process on a new leading axis (a no-op stack in one process)."""
+    if jax.process_count() == 1:
+        return np.asarray(values)[None]
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float32)))

@@ -1,0 +1,61 @@
+"""`python -m hpcai_jax.main --mode=stream` end to end: bad values end in one line and exit 2,
+the shipped flagfile runs, and a two-process job shards the arrays over both processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, run_main
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("hpcai_jax: error: ")
+    return last.removeprefix("hpcai_jax: error: ")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--array_size=-8"], "--array_size=-8: expected >= 1 elements per array (or 0 for the "
+                          "default 2^25)"),
+    (["--precision=float16"], "--precision='float16': expected one of float64, float32, bfloat16"),
+    (["--stream_devices=all", "--array_size=1001"],
+     "--array_size=1001: not divisible across 8 devices (--stream_devices=all); use a multiple of 8"),
+    (["--array_size=1024", "--strict_size"], "--strict_size: three arrays 0.0 MiB < 4 x largest cache"),
+])
+def test_bad_values_end_in_one_line(args, message, tmp_path):
+    proc = run_main("--mode=stream", f"--results_dir={tmp_path}", *args, timeout=120)
+    assert _error_line(proc).startswith(message)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_shipped_flagfile_runs(tmp_path):
+    proc = run_main("--flagfile=configs/stream.flags", "--array_size=65536", "--num_times=3",
+                    f"--results_dir={tmp_path}", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "BabelStream" and lines[-1].startswith("Figure of merit: Triad")
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("stream-*.json")]
+    assert record["validation"]["passed"] and record["array"]["elements"] == 65536
+
+
+@pytest.mark.multiprocess
+def test_two_processes_shard_the_arrays_and_process_zero_reports(tmp_path):
+    """launch/local.py: 2 processes x 4 CPU devices, one 8-device job through hpcai_jax.main."""
+    proc = subprocess.run(
+        [sys.executable, "launch/local.py", "--num_processes=2", "--devices_per_process=4",
+         "--timeout_s=120", "--", sys.executable, "-m", "hpcai_jax.main", "--mode=stream",
+         "--array_size=8192", "--num_times=3", "--stream_devices=all",
+         f"--results_dir={tmp_path}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "[p0] BabelStream" in lines and "[p1] BabelStream" not in lines  # process 0 reports
+    assert "[p0] Placement: all 8 devices of 2 process(es), arrays sharded 8 ways" in lines
+    assert [x for x in lines if x.startswith("[p0] ")][-1].startswith("[p0] Figure of merit: Triad")
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("stream-*.json")]
+    assert record["placement"]["num_devices"] == 8 and record["placement"]["process_count"] == 2
+    assert record["validation"]["passed"]

@@ -1,0 +1,88 @@
+"""BabelStream's figures and output, and the record `--mode=stream` writes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from hpcai_jax.config import ResultsConfig, RunConfig, StreamConfig
+from hpcai_jax.stream import report, run_stream_mode
+from hpcai_jax.stream.kernels import KERNELS
+
+N = 1 << 13
+
+
+def test_figures_drop_the_first_call_and_use_the_fastest():
+    times = np.array([0.001, 0.004, 0.002, 0.003])  # the first is fastest, but excluded
+    f = report.kernel_figures("triad", times, 1000, 8, 1, None)
+    assert (f.min_s, f.max_s, f.avg_s) == (0.002, 0.004, pytest.approx(0.003))
+    assert f.bytes_moved == 3 * 1000 * 8
+    assert f.rate(mibibytes=False) == pytest.approx(24000 / 0.002 * 1e-6)
+    assert f.rate(mibibytes=True) == pytest.approx(24000 / 0.002 / 2**20)
+    sharded = report.kernel_figures("copy", times, 1000, 8, 4, None)
+    assert sharded.per_device_gb_per_s == pytest.approx(sharded.gb_per_s / 4)
+
+
+def test_table_and_csv_follow_babelstream():
+    figures = [report.kernel_figures(k, np.array([1.0, 0.5, 0.25]), 2**25, 8, 1, None)
+               for k in ("copy", "triad")]
+    lines = report.table(figures, mibibytes=False).splitlines()
+    assert lines[0] == "Function    MBytes/sec  Min (sec)   Max         Average     "
+    assert lines[2].split() == ["Triad", "3221.225", "0.25000", "0.50000", "0.37500"]
+    assert report.table(figures, mibibytes=True).splitlines()[0].split()[1] == "MiBytes/sec"
+    csv = report.csv(figures, 3, 2**25, 8, mibibytes=False).splitlines()
+    assert csv[0] == ("function,num_times,n_elements,sizeof,max_mbytes_per_sec,min_runtime,"
+                      "max_runtime,avg_runtime")
+    assert csv[1].split(",")[:4] == ["Copy", "3", str(2**25), "8"]
+    assert report.csv(figures, 3, 2**25, 8, mibibytes=True).startswith(
+        "function,num_times,n_elements,sizeof,max_mibytes_per_sec")
+
+
+def _config(tmp_path, **stream) -> RunConfig:
+    return RunConfig(mode="stream", stream=StreamConfig(**{"array_size": N, "num_times": 3, **stream}),
+                     results=ResultsConfig(results_dir=str(tmp_path))).validate()
+
+
+def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, capsys):
+    assert run_stream_mode(_config(tmp_path)) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "BabelStream" and "Precision: double" in out
+    assert [line.split()[0] for line in out[out.index(next(x for x in out if x.startswith(
+        "Function"))) + 1:][:5]] == ["Copy", "Mul", "Add", "Triad", "Dot"]
+    assert out[-1].startswith("Figure of merit: Triad ")  # printed last
+    [path] = tmp_path.glob("stream-*.json")
+    record = json.loads(path.read_text())
+    assert record["mode"] == "stream" and record["status"] == "complete"
+    assert record["array"]["elements"] == N and record["array"]["bytes_per_array"] == 8 * N
+    assert record["placement"]["num_devices"] == 1
+    assert record["validation"]["passed"] is True
+    assert set(record["kernels"]) == {"copy", "mul", "add", "triad", "dot"}
+    assert record["kernels"]["triad"]["xla_bytes_accessed"] == 3 * 8 * N
+    assert all(record["allocation"][k]["buffer_reused"] for k in ("copy", "mul", "add", "triad"))
+    assert record["metrics"]["stream/triad/gb_per_s"] == record["figure_of_merit"]["gb_per_s"] > 0
+    assert record["config"]["stream"]["precision"] == "float64"
+    assert "versions" in record["provenance"]
+
+
+def test_csv_mode_prints_only_csv_on_stdout(tmp_path, capsys):
+    assert run_stream_mode(_config(tmp_path, csv=True, kernels="triad", devices="all",
+                                   precision="float32")) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].endswith(",n_devices,max_mbytes_per_sec_per_device")
+    assert len(lines) == 2 and lines[1].startswith("Triad,3,8192,4,")
+    assert "Figure of merit: Triad" in captured.err
+
+
+def test_validation_failure_exits_one_and_says_why(tmp_path, capsys, monkeypatch):
+    broken = dataclasses.replace(KERNELS["triad"], fn=lambda a, b, c, scalar: 2 * b + scalar * c)
+    monkeypatch.setitem(KERNELS, "triad", broken)
+    assert run_stream_mode(_config(tmp_path, kernels="triad")) == 1
+    assert "Validation failed on a[]" in capsys.readouterr().err
+    [path] = tmp_path.glob("stream-*.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "validation_failed"
+    assert record["validation"]["checks"]["a"]["passed"] is False

@@ -1,0 +1,80 @@
+"""BabelStream's validation: the scalar replay, every run order passing, wrong kernels caught."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from hpcai_jax.config import StreamConfig
+from hpcai_jax.stream import run_stream
+from hpcai_jax.stream.kernels import KERNELS
+from hpcai_jax.stream.validate import gold_values
+
+N = 1 << 13  # divisible by the 8 test devices; 3 x 64 KiB of doubles
+
+
+def test_gold_replays_one_iteration_by_hand():
+    gold = gold_values("all", 1, "float64", N)
+    # c = a = 0.1; b = 0.4 c = 0.04; c = a + b = 0.14; a = b + 0.4 c = 0.096
+    assert (gold.a, gold.b, gold.c) == pytest.approx((0.096, 0.04, 0.14), rel=1e-15)
+    assert gold.dot == pytest.approx(0.096 * 0.04 * N, rel=1e-15)
+    triad = gold_values("triad", 3, "float64", N)
+    assert (triad.a, triad.b, triad.c) == pytest.approx((0.2, 0.2, 0.0))
+    nstream = gold_values("nstream", 2, "float32", N)
+    assert nstream.a == pytest.approx(0.1 + 2 * 0.2, rel=1e-6) and nstream.dot is None
+
+
+@pytest.mark.parametrize("kernels", ["all", "triad", "nstream"])
+@pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16"])
+def test_every_run_order_and_precision_validates_on_one_device(kernels, precision):
+    result = run_stream(StreamConfig(array_size=N, num_times=4, precision=precision,
+                                     kernels=kernels))
+    assert result.validation.passed, result.validation.failures()
+    assert all(result.buffer_reused.values()) or kernels == "all"  # Dot donates nothing
+    assert [f.key for f in result.figures] == {"all": ["copy", "mul", "add", "triad", "dot"],
+                                               "triad": ["triad"], "nstream": ["nstream"]}[kernels]
+
+
+@pytest.mark.parametrize("kernels", ["all", "nstream"])
+def test_sharded_over_eight_devices_validates(kernels):
+    result = run_stream(StreamConfig(array_size=N, num_times=4, kernels=kernels, devices="all"))
+    assert result.placement.num_devices == 8
+    assert result.validation.passed, result.validation.failures()
+    assert result.validation.checks[0].error < 1e-15
+    assert not result.allocation_problems()
+
+
+def _wrong(key: str, fn) -> dict:
+    return {**KERNELS, key: dataclasses.replace(KERNELS[key], fn=fn)}
+
+
+@pytest.mark.parametrize("devices", ["one", "all"])
+def test_a_wrong_kernel_is_caught_per_array(devices):
+    wrong_triad = _wrong("triad", lambda a, b, c, scalar: b - scalar * c)  # sign slip
+    result = run_stream(StreamConfig(array_size=N, num_times=3, devices=devices), wrong_triad)
+    assert not result.validation.passed
+    failed = {c.name for c in result.validation.checks if not c.passed}
+    assert "a" in failed
+    assert any(m.startswith("Validation failed on a[]. Average relative error")
+               for m in result.validation.failures())
+
+
+def test_a_wrong_dot_is_caught_by_the_sum_check():
+    wrong_dot = _wrong("dot", lambda a, b, c, scalar: (a * a).sum())
+    result = run_stream(StreamConfig(array_size=N, num_times=3), wrong_dot)
+    failed = {c.name for c in result.validation.checks if not c.passed}
+    assert failed == {"dot"}
+    assert result.validation.failures()[0].startswith("Validation failed on sum.")
+
+
+def test_one_off_error_in_one_element_is_caught_in_float64():
+    """Tolerance is 100 eps of the mean: a single element off by 1 in 2^13 is far above it."""
+    def nearly_triad(a, b, c, scalar):
+        return (b + scalar * c).at[0].add(1.0)
+
+    result = run_stream(StreamConfig(array_size=N, num_times=2, kernels="triad"),
+                        _wrong("triad", nearly_triad))
+    assert not result.validation.passed
+    assert np.isclose(result.validation.checks[0].error, 1.0 / N / 0.2, rtol=1e-6)
