@@ -1,7 +1,11 @@
 """Bootstrap sampling at the index level: each member's own resample of the training set.
 
-A member's sample for an epoch is a deterministic function of (seed, member, epoch), so every
-process derives the same index stream without communicating, and no copy of the data is made.
+Bagging draws ONE sample per member for the whole run: a member's multiset of training indices
+is a function of (seed, member) only, so about 36.8% of the examples are never seen by that
+member, whatever the number of epochs (that is what makes the members differ; a sample redrawn
+every epoch would show a member 1 − e^−E of the data after E epochs). Each epoch only reshuffles
+the member's fixed sample, with a seed from (seed, member, epoch). Every process derives the
+same streams without communicating, and no copy of the data is made.
 """
 
 from __future__ import annotations
@@ -12,30 +16,40 @@ import functools
 import numpy as np
 
 _STREAM_TAG = 0xB0075  # separates sampler streams from any other use of the run seed
+_SAMPLE, _ORDER = 0, 1  # the draw of a member's sample, and its per-epoch orders
 
 
-def _rng(seed: int, member: int, epoch: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([_STREAM_TAG, seed, member, epoch])))
+def _rng(*key: int) -> np.random.Generator:
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence([_STREAM_TAG, *key])))
+
+
+def member_counts(method: str, num_examples: int, seed: int, member: int) -> np.ndarray:
+    """How many times each example is in the member's sample: int64 [N], fixed for the run.
+
+    with_replacement: N uniform draws from [0, N) (≈63.2% distinct, the classic bootstrap).
+    poisson: Poisson(1) counts per example (the same limit; the sample's length varies around N).
+    none: every example once, for ablations without resampling.
+    """
+    if method == "none":
+        return np.ones(num_examples, np.int64)
+    rng = _rng(_SAMPLE, seed, member)
+    if method == "with_replacement":
+        draws = rng.integers(0, num_examples, size=num_examples, dtype=np.int64)
+        return np.bincount(draws, minlength=num_examples).astype(np.int64)
+    if method == "poisson":
+        return rng.poisson(1.0, size=num_examples).astype(np.int64)
+    raise ValueError(f"unknown bootstrap method {method!r}")
+
+
+def _shuffled(counts: np.ndarray, seed: int, member: int, epoch: int) -> np.ndarray:
+    indices = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    _rng(_ORDER, seed, member, epoch).shuffle(indices)
+    return indices
 
 
 def epoch_indices(method: str, num_examples: int, seed: int, member: int, epoch: int) -> np.ndarray:
-    """The member's ordered training indices for one epoch.
-
-    with_replacement: N uniform draws from [0, N) (≈63.2% distinct, the classic bootstrap).
-    poisson: each example repeated Poisson(1) times, then shuffled; the length varies around N.
-    none: a permutation of [0, N), for ablations without resampling.
-    """
-    rng = _rng(seed, member, epoch)
-    if method == "with_replacement":
-        return rng.integers(0, num_examples, size=num_examples, dtype=np.int64)
-    if method == "poisson":
-        counts = rng.poisson(1.0, size=num_examples)
-        indices = np.repeat(np.arange(num_examples, dtype=np.int64), counts)
-        rng.shuffle(indices)
-        return indices
-    if method == "none":
-        return rng.permutation(num_examples).astype(np.int64)
-    raise ValueError(f"unknown bootstrap method {method!r}")
+    """The member's ordered training indices for one epoch: its fixed sample, reshuffled."""
+    return _shuffled(member_counts(method, num_examples, seed, member), seed, member, epoch)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +57,8 @@ class BootstrapSampler:
     """Per-member index streams cut into fixed-size steps.
 
     Every member takes the same number of steps per epoch, N // batch_size. A Poisson sample
-    shorter than that is topped up by continuing from its own start (a wrap of < 1% of N at
-    ImageNet scale); a longer one is cut. Both are recorded as a property of the method.
+    shorter than that is topped up by continuing from the start of the epoch's order (a wrap of
+    < 1% of N at ImageNet scale); a longer one is cut. Both are a property of the method.
     """
 
     method: str
@@ -56,9 +70,24 @@ class BootstrapSampler:
     def steps_per_epoch(self) -> int:
         return self.num_examples // self.batch_size
 
+    @functools.lru_cache(maxsize=64)  # noqa: B019 - a few members' samples, reused every epoch
+    def counts(self, member: int) -> np.ndarray:
+        """The member's sample as counts per example (see `member_counts`)."""
+        counts = member_counts(self.method, self.num_examples, self.seed, member)
+        counts.flags.writeable = False
+        return counts
+
+    def distinct_fraction(self, member: int) -> float:
+        """Share of the training set the member ever sees (≈ 0.632 with replacement)."""
+        return float(np.count_nonzero(self.counts(member))) / self.num_examples
+
+    def out_of_bag(self, member: int, indices: np.ndarray) -> np.ndarray:
+        """bool per index: the member never trains on that example."""
+        return self.counts(member)[indices] == 0
+
     @functools.lru_cache(maxsize=64)  # noqa: B019 - a few (member, epoch) streams, reused per step
     def _epoch(self, member: int, epoch: int) -> np.ndarray:
-        indices = epoch_indices(self.method, self.num_examples, self.seed, member, epoch)
+        indices = _shuffled(self.counts(member), self.seed, member, epoch)
         need = self.steps_per_epoch * self.batch_size
         if len(indices) < need:
             indices = np.resize(indices, need)  # np.resize repeats from the start
