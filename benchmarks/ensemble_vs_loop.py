@@ -32,7 +32,8 @@ def _runner(members: int, strategy: str, batch_size: int, device, seed: int):
                           member_strategy=strategy),
         data=C.DataConfig(train_examples=batch_size * 16),
         train=C.TrainConfig(batch_size=batch_size, steps=1000, seed=seed),
-        optim=C.OptimConfig(lr_schedule="constant")).validate()
+        optim=C.OptimConfig(lr_schedule="constant"),
+        results=C.ResultsConfig(target_quality=0.9)).validate()
     setup = assemble(config, devices=[device])
     state = setup.init_state()
     compiled, _ = compile_step(setup.train_step, state, setup.mesh, setup.layout, batch_size,

@@ -9,6 +9,7 @@ import dataclasses
 
 from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
+from hpcai_jax.targets import QualityTarget, resolve_target
 
 MODES = ("train", "flops", "stream")
 WORKLOADS = ("image_classification",)
@@ -20,9 +21,7 @@ MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
 BUILTIN_DATASETS = ("fashion_mnist", "synthetic")
 DTYPES = ("float32", "bfloat16")
 ON_DIVERGENCE = ("stop", "prune")
-
-# Target quality and exponent n per workload (SPEC.md: HPC AI500 V2.0/V3.0 targets, Eq. 8).
-WORKLOAD_TARGETS = {"image_classification": (0.763, 5.0)}
+FLOPS_SOURCES = ("auto", "xla", "analytic")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -64,6 +63,7 @@ class DataConfig:
     data_dir: str = ""
     train_examples: int = 0  # 0: the whole training split
     eval_examples: int = 0  # 0: the whole held-out split
+    oob_examples: int = 10_000  # training examples scored out of bag (0: no estimate)
     image_size: int = 224  # tfds and synthetic images are this size square
     num_classes: int = 1000  # synthetic only; real sets carry their own
     prefetch: int = 2
@@ -76,6 +76,7 @@ class DataConfig:
         _require(bool(self.dataset), "--dataset: expected fashion_mnist, synthetic or a tfds name")
         _require(self.train_examples >= 0, f"--train_examples={self.train_examples}: expected >= 0")
         _require(self.eval_examples >= 0, f"--eval_examples={self.eval_examples}: expected >= 0")
+        _require(self.oob_examples >= 0, f"--oob_examples={self.oob_examples}: expected >= 0")
         _require(self.image_size >= 8, f"--image_size={self.image_size}: expected >= 8")
         _require(self.num_classes >= 2, f"--num_classes={self.num_classes}: expected >= 2")
         _require(self.prefetch >= 1, f"--prefetch={self.prefetch}: expected >= 1")
@@ -147,17 +148,19 @@ class ResultsConfig:
     results_dir: str = "results"
     run_name: str = ""  # the run id when set; else <mode>-<UTC time>-<pid>
     overwrite: bool = False
-    target_quality: float = 0.0  # 0: the workload's target (SPEC.md)
-    quality_exponent: float = 0.0  # 0: the workload's n
+    target_quality: float = 0.0  # 0: the official target of (workload, model, data set)
+    quality_exponent: float = -1.0  # -1: the workload's n; 0 means 0
+    flops_source: str = "auto"  # which count FLOPS uses (flops/report.py: choose_flops)
 
     def validate(self) -> None:
         _require(bool(self.results_dir), "--results_dir: expected a directory path")
         _require("/" not in self.run_name and self.run_name not in (".", ".."),
                  f"--run_name={self.run_name}: expected a file-name-safe id (no '/')")
         _require(0 <= self.target_quality <= 1,
-                 f"--target_quality={self.target_quality}: expected in (0, 1]")
-        _require(self.quality_exponent >= 0,
-                 f"--quality_exponent={self.quality_exponent}: expected > 0")
+                 f"--target_quality={self.target_quality}: expected in (0, 1] (0: the official target)")
+        _require(self.quality_exponent >= 0 or self.quality_exponent == -1,
+                 f"--quality_exponent={self.quality_exponent}: expected >= 0 (-1: the workload's n)")
+        _one_of("flops_source", self.flops_source, FLOPS_SOURCES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,18 +223,22 @@ class RunConfig:
     stream: StreamConfig = StreamConfig()
 
     @property
-    def target_quality(self) -> float:
-        return self.results.target_quality or WORKLOAD_TARGETS[self.model.workload][0]
+    def scored(self) -> bool:
+        """A training run on real data has a quality, hence a target and a VFLOPS figure."""
+        return self.mode == "train" and self.data.dataset != "synthetic"
 
-    @property
-    def quality_exponent(self) -> float:
-        return self.results.quality_exponent or WORKLOAD_TARGETS[self.model.workload][1]
+    def quality_target(self) -> QualityTarget:
+        """Raises UsageError when the run has no official target and none was given."""
+        return resolve_target(self.model.workload, self.model.model, self.data.dataset,
+                              self.results.target_quality, self.results.quality_exponent)
 
     def validate(self) -> RunConfig:
         _one_of("mode", self.mode, MODES)
         for part in (self.mesh, self.data, self.model, self.optim, self.train, self.results,
                      self.reliability, self.distributed):
             part.validate()
+        if self.scored:
+            self.quality_target()
         if self.mode == "stream":
             from hpcai_jax.stream.config import validate_stream_config
 

@@ -42,6 +42,9 @@ flags.DEFINE_integer("train_examples", _D.data.train_examples,
                      "Use the first N training examples (0: all).")
 flags.DEFINE_integer("eval_examples", _D.data.eval_examples,
                      "Evaluate on the first N held-out examples (0: all).")
+flags.DEFINE_integer("oob_examples", _D.data.oob_examples,
+                     "Out-of-bag estimate on the first N training examples: each is predicted by "
+                     "the members that never trained on it (0: no estimate).")
 flags.DEFINE_integer("image_size", _D.data.image_size, "Square image size for tfds and synthetic data.")
 flags.DEFINE_integer("num_classes", _D.data.num_classes, "Number of classes of synthetic data.")
 flags.DEFINE_integer("prefetch", _D.data.prefetch, "Batches prepared ahead on the devices.")
@@ -77,9 +80,15 @@ flags.DEFINE_string("run_name", _D.results.run_name,
 flags.DEFINE_bool("overwrite", _D.results.overwrite,
                   "Replace an existing record of the same run id instead of refusing to start.")
 flags.DEFINE_float("target_quality", _D.results.target_quality,
-                   "Target quality for VFLOPS (0: the workload's target, 0.763 for ResNet-50).")
+                   "Target quality for VFLOPS. 0: the official target of (workload, model, data "
+                   "set), e.g. 0.763 for ResNet-50 on imagenet2012; any other run must set it.")
 flags.DEFINE_float("quality_exponent", _D.results.quality_exponent,
-                   "n of the VFLOPS penalty (0: the workload's, 5 for image classification).")
+                   "n of the VFLOPS penalty (Eq. 8). -1: the workload's (5 for image "
+                   "classification); 0 means 0 (no penalty).")
+flags.DEFINE_enum("flops_source", _D.results.flops_source, cfg.FLOPS_SOURCES,
+                  "Which FLOP count of the compiled step FLOPS uses: xla (cost analysis), "
+                  "analytic (the jaxpr walk under XLA's rules), or auto (XLA when it agrees with "
+                  "the analytic count within the cross-check tolerance, else analytic).")
 
 # --- reliability ---------------------------------------------------------------------
 flags.DEFINE_string("checkpoint_dir", _D.reliability.checkpoint_dir,
@@ -132,7 +141,8 @@ def config_from_flags(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
         mesh=cfg.MeshConfig(ensemble_size=v.ensemble_size, members_per_device=v.members_per_device,
                             parallel_degree=v.parallel_degree, member_strategy=v.member_strategy),
         data=cfg.DataConfig(dataset=v.dataset, data_dir=v.data_dir, train_examples=v.train_examples,
-                            eval_examples=v.eval_examples, image_size=v.image_size,
+                            eval_examples=v.eval_examples, oob_examples=v.oob_examples,
+                            image_size=v.image_size,
                             num_classes=v.num_classes, prefetch=v.prefetch),
         model=cfg.ModelConfig(workload=v.workload, model=v.model, dtype=v.dtype),
         optim=cfg.OptimConfig(optimizer=v.optimizer, learning_rate=v.learning_rate,
@@ -144,7 +154,8 @@ def config_from_flags(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
                               log_every=v.log_every, timing_warmup_steps=v.timing_warmup_steps),
         results=cfg.ResultsConfig(results_dir=v.results_dir, run_name=v.run_name,
                                   overwrite=v.overwrite, target_quality=v.target_quality,
-                                  quality_exponent=v.quality_exponent),
+                                  quality_exponent=v.quality_exponent,
+                                  flops_source=v.flops_source),
         reliability=cfg.ReliabilityConfig(checkpoint_dir=v.checkpoint_dir,
                                           checkpoint_every=v.checkpoint_every,
                                           keep_checkpoints=v.keep_checkpoints,

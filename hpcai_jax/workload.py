@@ -28,8 +28,6 @@ class ClassificationWorkload:
     spec: ImageSpec
     model: nn.Module  # BatchNorm statistics averaged over the mesh's data axis
     local_model: nn.Module  # the same parameters, for a batch that lives on one device
-    target_quality: float
-    quality_exponent: float
 
     def preprocess(self, images: jnp.ndarray) -> jnp.ndarray:
         """uint8 [.., H, W, C] → normalised float32, on the device."""
@@ -51,6 +49,4 @@ def make_workload(config: RunConfig, spec: ImageSpec) -> ClassificationWorkload:
         spec=spec,
         model=make_resnet(config.model.model, spec.num_classes, dtype, bn_axis_name=DATA),
         local_model=make_resnet(config.model.model, spec.num_classes, dtype, bn_axis_name=None),
-        target_quality=config.target_quality,
-        quality_exponent=config.quality_exponent,
     )

@@ -45,15 +45,51 @@ def test_command_line_overrides_flagfile(parse, monkeypatch):
     assert config.model.model == "resnet_small"
 
 
-def test_workload_defaults_for_vflops():
-    config = C.RunConfig().validate()
-    assert (config.target_quality, config.quality_exponent) == (0.763, 5.0)
+def _scored(dataset="imagenet2012", model="resnet50", **results):
+    return C.RunConfig(data=C.DataConfig(dataset=dataset), model=C.ModelConfig(model=model),
+                       results=C.ResultsConfig(**results)).validate()
+
+
+def test_official_target_belongs_to_resnet50_on_imagenet():
+    target = _scored().quality_target()
+    assert (target.target, target.exponent, target.metric) == (0.763, 5.0, "top1_accuracy")
+    assert target.target_is_official and target.exponent_is_official
+    assert _scored(dataset="imagenet2012:5.1.0").quality_target().target_is_official
+    assert _scored(target_quality=0.763).quality_target().target_is_official
+    other = _scored(target_quality=0.7).quality_target()
+    assert other.target == 0.7 and not other.target_is_official
+
+
+@pytest.mark.parametrize("dataset,model", [("fashion_mnist", "resnet_small"),
+                                           ("imagenet2012", "resnet18"),
+                                           ("cifar10", "resnet50")])
+def test_any_other_run_must_name_its_target(dataset, model):
+    with pytest.raises(UsageError, match=f"--target_quality: no official target for "
+                                         f"--workload=image_classification --model={model} "
+                                         f"--dataset={dataset}"):
+        _scored(dataset=dataset, model=model)
+    target = _scored(dataset=dataset, model=model, target_quality=0.9).quality_target()
+    assert (target.target, target.exponent, target.target_is_official) == (0.9, 5.0, False)
+
+
+def test_unscored_runs_need_no_target():
+    C.RunConfig(data=C.DataConfig(dataset="synthetic")).validate()
+    C.RunConfig(mode="flops").validate()
+    C.RunConfig(mode="stream").validate()
+
+
+def test_quality_exponent_zero_means_zero():
+    target = _scored(quality_exponent=0.0).quality_target()
+    assert target.exponent == 0.0 and not target.exponent_is_official
+    assert _scored(quality_exponent=-1).quality_target().exponent == 5.0
 
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(train=C.TrainConfig(epochs=0, steps=0)), "expected epochs > 0 or steps > 0"),
     (dict(optim=C.OptimConfig(momentum=1.0)), r"--momentum=1.0: expected in \[0, 1\)"),
     (dict(results=C.ResultsConfig(target_quality=1.5)), "--target_quality=1.5"),
+    (dict(results=C.ResultsConfig(quality_exponent=-2)), "--quality_exponent=-2"),
+    (dict(results=C.ResultsConfig(flops_source="guess")), "--flops_source='guess'"),
     (dict(mesh=C.MeshConfig(ensemble_size=0)), "--ensemble_size=0"),
 ])
 def test_validation_messages(kwargs, message):

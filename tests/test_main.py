@@ -11,7 +11,8 @@ from helpers import run_main
 
 TINY = ["--ensemble_size=4", "--members_per_device=2", "--parallel_degree=4", "--batch_size=16",
         "--steps=4", "--train_examples=512", "--eval_examples=300", "--eval_batch_size=128",
-        "--log_every=2", "--lr_schedule=constant", "--model=resnet_small"]
+        "--log_every=2", "--lr_schedule=constant", "--model=resnet_small",
+        "--target_quality=0.9"]
 
 
 _LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")

@@ -40,7 +40,7 @@ def test_bad_values_are_one_line_errors_naming_the_flag(change, flag):
 
 def test_run_config_validates_stream_settings_only_in_stream_mode():
     bad = StreamConfig(precision="float16")
-    RunConfig(mode="train", stream=bad).validate()
+    RunConfig(mode="flops", stream=bad).validate()
     with pytest.raises(UsageError, match="--precision"):
         RunConfig(mode="stream", stream=bad).validate()
 

@@ -37,7 +37,7 @@ def test_local_tradeoff_sweep(tmp_path):
          "--devices_per_node=2", f"--results_dir={tmp_path}",
          "--launcher=python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --",
          "--", "--batch_size=16", "--steps=2", "--train_examples=256", "--eval_examples=100",
-         "--eval_batch_size=50", "--model=resnet_small"],
+         "--eval_batch_size=50", "--model=resnet_small", "--target_quality=0.9"],
         cwd=ROOT, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     names = sorted(p.name for p in tmp_path.glob("*.json"))
