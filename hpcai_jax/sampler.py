@@ -73,7 +73,8 @@ class BootstrapSampler:
     @functools.lru_cache(maxsize=64)  # noqa: B019 - a few members' samples, reused every epoch
     def counts(self, member: int) -> np.ndarray:
         """The member's sample as counts per example (see `member_counts`)."""
-        counts = member_counts(self.method, self.num_examples, self.seed, member)
+        # uint16: a count never nears 65,535, and 1.28 M ImageNet counts take 2.5 MB a member.
+        counts = member_counts(self.method, self.num_examples, self.seed, member).astype(np.uint16)
         counts.flags.writeable = False
         return counts
 

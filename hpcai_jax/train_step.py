@@ -53,6 +53,15 @@ class StepMetrics(struct.PyTreeNode):
     finite: jax.Array  # [M] bool: loss and updated parameters all finite
 
 
+class EvalCounts(struct.PyTreeNode):
+    """One eval batch's counts, replicated on every device."""
+
+    member_correct: jax.Array  # [M]: each member's correct predictions, every labelled row
+    ensemble_correct: jax.Array  # scored rows the ensemble predicts right
+    scored: jax.Array  # rows with at least one voter
+    votes: jax.Array  # votes cast on those rows (÷ scored: voters per example)
+
+
 def member_train_step(workload: ClassificationWorkload, tx: optax.GradientTransformation,
                       axis_name: str | None, state: EnsembleState, images: jax.Array,
                       labels: jax.Array) -> tuple[EnsembleState, jax.Array, jax.Array, jax.Array]:
@@ -109,20 +118,25 @@ def build_train_step(workload: ClassificationWorkload, tx: optax.GradientTransfo
         loss, accuracy, finite = (gather_members(f) for f in figures)
         return new_state, StepMetrics(loss, accuracy, finite.astype(jnp.int32) > 0)
 
+    # check_vma=True is load-bearing, not a default left alone: with it, shard_map knows the
+    # parameters are invariant over `data` and the gradient of the pmean'ed loss comes back
+    # psum'ed over `data` (the exact global-batch gradient). Without it the gradient is each
+    # device's local one, silently wrong.
     sharded = jax.shard_map(local_step, mesh=mesh, in_specs=(MEMBER_SPEC, BATCH_SPEC, BATCH_SPEC),
-                            out_specs=(MEMBER_SPEC, P()))
+                            out_specs=(MEMBER_SPEC, P()), check_vma=True)
     return jax.jit(sharded, donate_argnums=0)
 
 
 def build_eval_step(workload: ClassificationWorkload, mesh: Mesh, strategy: str):
-    """(state, images [E], labels [E], member_weights [M]) → (correct per member [M], correct of
-    the ensemble), both replicated.
+    """(state, images [E], labels [E], votes [M, E]) → EvalCounts, replicated.
 
-    The ensemble predicts the argmax of the mean softmax probabilities of the members whose weight
-    is 1 (pruned members weigh 0). Padding rows carry label -1 and so are never correct.
+    The ensemble predicts an example by the argmax of the mean softmax probabilities of the
+    members that vote on it (votes 1): every kept member on held-out data; on training data, the
+    kept members that never trained on the example (the out-of-bag estimate). An example without
+    a voter is not scored. Padding rows carry label -1 and no votes, so they never count.
     """
 
-    def local_eval(state, images, labels, weights):
+    def local_eval(state, images, labels, votes):
         x = workload.preprocess(images)
 
         def member_probs(s):
@@ -132,16 +146,20 @@ def build_eval_step(workload: ClassificationWorkload, mesh: Mesh, strategy: str)
 
         probs = map_members(member_probs, strategy, state)  # [m_local, e, C]
         member_correct = jnp.sum(jnp.argmax(probs, -1) == labels[None], axis=1)
-        # where(), not a product: a pruned member's probabilities may be NaN.
-        kept = jnp.where(weights[:, None, None] > 0, probs, 0.0)
-        mean_probs = lax.psum(jnp.sum(kept, axis=0), ENSEMBLE) / lax.psum(jnp.sum(weights), ENSEMBLE)
-        ensemble_correct = jnp.sum(jnp.argmax(mean_probs, -1) == labels)
+        # where(), not a product: a pruned member's probabilities may be NaN. The argmax of the
+        # voters' sum is that of their mean.
+        summed = lax.psum(jnp.sum(jnp.where(votes[..., None] > 0, probs, 0.0), axis=0), ENSEMBLE)
+        voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
+        scored = voters > 0
+        ensemble_correct = jnp.sum(scored & (jnp.argmax(summed, -1) == labels))
         member_correct = gather_members(lax.psum(member_correct, DATA))
-        return member_correct, lax.psum(ensemble_correct, DATA)
+        return EvalCounts(member_correct, lax.psum(ensemble_correct, DATA),
+                          lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
+                          lax.psum(jnp.sum(voters), DATA))
 
     sharded = jax.shard_map(local_eval, mesh=mesh,
-                            in_specs=(MEMBER_SPEC, EVAL_SPEC, EVAL_SPEC, MEMBER_SPEC),
-                            out_specs=(P(), P()))
+                            in_specs=(MEMBER_SPEC, EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
+                            out_specs=P(), check_vma=True)
     return jax.jit(sharded)
 
 

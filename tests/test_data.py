@@ -3,6 +3,8 @@
 import gzip
 import io
 import struct
+import threading
+import time
 
 import jax
 import numpy as np
@@ -74,22 +76,53 @@ def test_train_batch_reads_each_devices_rows_once():
 
 def test_eval_batches_pad_with_minus_one():
     setup = assemble(tiny_config())
-    source = ArraySource(setup.datasets.eval.spec, setup.datasets.eval.images[:130],
-                         setup.datasets.eval.labels[:130])
+    source = ArraySource(
+        setup.datasets.eval.spec, setup.datasets.eval.images[:130], setup.datasets.eval.labels[:130]
+    )
     batches = list(eval_batches(source, setup.mesh, 63))  # rounded up to 64 (data axis of 2)
-    assert [b.labels.shape[0] for b in batches] == [64, 64, 64]
-    labels = np.concatenate([np.asarray(b.labels) for b in batches])
+    assert [b.labels.shape[0] for _, b in batches] == [64, 64, 64]
+    labels = np.concatenate([np.asarray(b.labels) for _, b in batches])
+    rows = np.concatenate([r for r, _ in batches])
     np.testing.assert_array_equal(labels[:130], source.labels)
-    assert np.all(labels[130:] == -1)
+    np.testing.assert_array_equal(rows[:130], np.arange(130))
+    assert np.all(labels[130:] == -1) and np.all(rows[130:] == -1)
+    # A chosen subset, in the order given: what the out-of-bag estimate reads.
+    subset = np.array([7, 3, 120, 3])
+    ((rows, batch),) = eval_batches(source, setup.mesh, 8, subset)
+    np.testing.assert_array_equal(rows, [7, 3, 120, 3, -1, -1, -1, -1])
+    np.testing.assert_array_equal(np.asarray(batch.labels)[:4], source.labels[subset])
 
 
 def test_prefetcher_counts_waits_and_propagates_errors():
-    prefetch = Prefetcher(lambda step: step * 10, 0, 3, depth=2)
+    def slow(step):
+        time.sleep(0.1)
+        return step * 10
+
+    prefetch = Prefetcher(slow, 0, 3, depth=4)
     assert [prefetch.next() for _ in range(3)] == [0, 10, 20]
     with pytest.raises(StopIteration):
         prefetch.next()
-    assert prefetch.wait_s >= 0
     prefetch.close()
+    slow_wait = prefetch.wait_s
+    # Asking at once for each batch, the consumer waited ~0.1 s for every one; a lower bound only,
+    # since the consumer's own moments between asks let the producer get ahead.
+    assert slow_wait >= 0.2
+
+    made = threading.Event()
+
+    def fast(step):
+        if step == 2:
+            made.set()
+        return step * 10
+
+    prefetch = Prefetcher(fast, 0, 3, depth=4)  # room for every batch and the end marker
+    assert made.wait(timeout=10)
+    time.sleep(0.2)  # busy elsewhere while the last batch and the end marker go in
+    assert [prefetch.next() for _ in range(3)] == [0, 10, 20]
+    with pytest.raises(StopIteration):
+        prefetch.next()
+    prefetch.close()
+    assert prefetch.wait_s < slow_wait / 3  # batches already queued cost (almost) no wait
 
     def fail(step):
         raise OSError("disk gone")
@@ -106,9 +139,15 @@ class TinyImages(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self):
-        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(None, None, 3), encoding_format="png"),
-            "label": tfds.features.ClassLabel(num_classes=3)}))
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Image(shape=(None, None, 3), encoding_format="png"),
+                    "label": tfds.features.ClassLabel(num_classes=3),
+                }
+            ),
+        )
 
     def _split_generators(self, dl_manager):
         return {"train": self._generate_examples(64, 0), "test": self._generate_examples(24, 1)}
@@ -135,8 +174,9 @@ def tiny_tfds(tmp_path_factory):
 def test_tfds_source_reads_and_resizes(tiny_tfds):
     from hpcai_jax.data.datasets import open_datasets
 
-    datasets = open_datasets(C.DataConfig(dataset="tiny_images", data_dir=str(tiny_tfds),
-                                          image_size=16))
+    datasets = open_datasets(
+        C.DataConfig(dataset="tiny_images", data_dir=str(tiny_tfds), image_size=16)
+    )
     assert (len(datasets.train), len(datasets.eval)) == (64, 24)
     assert datasets.spec.num_classes == 3 and datasets.spec.image_shape == (16, 16, 3)
     images, labels = datasets.train.read(np.array([0, 5, 5, 63]))
@@ -148,9 +188,19 @@ def test_tfds_source_reads_and_resizes(tiny_tfds):
 
 def test_main_trains_on_a_tfds_set(tiny_tfds, tmp_path):
     """A fresh process finds the set from its files alone (no builder class registered)."""
-    proc = run_main("--dataset=tiny_images", f"--data_dir={tiny_tfds}", "--image_size=16",
-                    "--ensemble_size=2", "--members_per_device=1", "--parallel_degree=4",
-                    "--batch_size=8", "--steps=3", "--eval_batch_size=8", "--model=resnet_small",
-                    f"--results_dir={tmp_path}")
+    proc = run_main(
+        "--dataset=tiny_images",
+        f"--data_dir={tiny_tfds}",
+        "--image_size=16",
+        "--ensemble_size=2",
+        "--members_per_device=1",
+        "--parallel_degree=4",
+        "--batch_size=8",
+        "--steps=3",
+        "--eval_batch_size=8",
+        "--model=resnet_small",
+        "--target_quality=0.5",
+        f"--results_dir={tmp_path}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ensemble accuracy" in proc.stdout

@@ -7,11 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import tiny_config
+from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
 from hpcai_jax.assemble import assemble
-from hpcai_jax.data.pipeline import train_batch
+from hpcai_jax.data.pipeline import eval_batches, train_batch
 from hpcai_jax.ensemble import init_member, member_keys
+from hpcai_jax.mesh import BATCH_SPEC
 from hpcai_jax.train_step import member_train_step, resolve_member_strategy
 
 STEPS = 3
@@ -75,24 +77,32 @@ def test_one_member_per_device_needs_no_strategy():
     assert resolve_member_strategy("vmap", "gpu", 2) == ("vmap", "--member_strategy")
 
 
-def test_eval_step_averages_member_probabilities():
-    """The ensemble's prediction is the argmax of the mean of the members' softmax outputs."""
+def test_eval_step_averages_the_voting_members_probabilities():
+    """An example's prediction is the argmax of the mean softmax of the members voting on it (all
+    kept members on held-out data, the out-of-bag members on training data); an example without
+    a voter is not scored."""
     setup = assemble(tiny_config())
     state = setup.init_state()
     images, labels = setup.datasets.eval.read(np.arange(100))
-    from hpcai_jax.data.pipeline import eval_batches
-    batch = next(eval_batches(setup.datasets.eval, setup.mesh, 100))
-    weights = jax.device_put(np.ones(4, np.float32))
-    member_correct, ensemble_correct = setup.eval_step(state, batch.images, batch.labels, weights)
+    rows, batch = next(eval_batches(setup.datasets.eval, setup.mesh, 100))
+    np.testing.assert_array_equal(rows, np.arange(100))
+    votes = (np.random.default_rng(0).random((4, 100)) < 0.4).astype(np.float32)
+    votes[:, :5] = 0  # five examples nobody may score
+    sharded = jax.device_put(votes, NamedSharding(setup.mesh, BATCH_SPEC))
+    counts = setup.eval_step(state, batch.images, batch.labels, sharded)
     x = setup.workload.preprocess(jnp.asarray(images))
     probs = []
     for m in range(4):
         v = jax.tree.map(lambda a, m=m: a[m], {"params": state.params, "batch_stats": state.batch_stats})
         probs.append(jax.nn.softmax(setup.workload.local_model.apply(v, x, train=False), -1))
     probs = np.asarray(probs)
-    np.testing.assert_array_equal(np.asarray(member_correct),
+    np.testing.assert_array_equal(np.asarray(counts.member_correct),
                                   (probs.argmax(-1) == labels[None]).sum(1))
-    assert int(ensemble_correct) == int((probs.mean(0).argmax(-1) == labels).sum())
+    scored = votes.sum(0) > 0
+    mean = (probs * votes[..., None]).sum(0) / np.maximum(votes.sum(0), 1)[:, None]
+    assert int(counts.scored) == int(scored.sum()) <= 95
+    assert int(counts.ensemble_correct) == int((scored & (mean.argmax(-1) == labels)).sum())
+    assert float(counts.votes) == votes.sum()
 
 
 def test_bfloat16_compute_runs():

@@ -85,25 +85,33 @@ def synthetic_batch(spec: ImageSpec, mesh: Mesh, ensemble_size: int, batch_size:
     return Batch(images, labels)
 
 
-def eval_batches(source: ImageSource, mesh: Mesh, batch_size: int) -> Iterator[Batch]:
-    """Held-out batches [E, ...] split over `data` and replicated over `ensemble`; the last one is
-    padded with label -1. E is batch_size rounded up to a multiple of the data-axis size."""
+def eval_batches(source: ImageSource, mesh: Mesh, batch_size: int,
+                 indices: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Batch]]:
+    """Batches [E, ...] of `indices` (default: the whole source, in order) split over `data` and
+    replicated over `ensemble`. Yields (rows, batch): rows holds each row's example index, -1 for
+    the padding of the last batch, whose label is -1 too. E is batch_size rounded up to a
+    multiple of the data-axis size."""
     data_size = mesh.shape[EVAL_SPEC[0]]
     size = -(-batch_size // data_size) * data_size
     sharding = NamedSharding(mesh, EVAL_SPEC)
-    n, spec = len(source), source.spec
-    for start in range(0, n, size):
+    spec = source.spec
+    indices = np.arange(len(source)) if indices is None else np.asarray(indices, np.int64)
+    for start in range(0, len(indices), size):
+        rows = np.full(size, -1, np.int64)
+        chunk = indices[start:start + size]
+        rows[:len(chunk)] = chunk
 
-        def read(key, start=start):
+        def read(key, rows=rows):
             ((r0, r1),) = key
-            idx = np.arange(start + r0, start + r1)
-            valid = idx < n
+            idx = rows[r0:r1]
+            valid = idx >= 0
             images, labels = source.read(np.where(valid, idx, 0))
             return images, np.where(valid, labels, -1).astype(np.int32)
 
         blocks: dict = {}
-        yield Batch(_global_array((size, *spec.image_shape), sharding, jnp.uint8, blocks, read, 0, 1),
-                    _global_array((size,), sharding, jnp.int32, blocks, read, 1, 1))
+        yield rows, Batch(_global_array((size, *spec.image_shape), sharding, jnp.uint8, blocks,
+                                        read, 0, 1),
+                          _global_array((size,), sharding, jnp.int32, blocks, read, 1, 1))
 
 
 class Prefetcher:
