@@ -1,17 +1,26 @@
-"""The benchmark's headline figures: FLOPS (Eq. 6) and VFLOPS (Eq. 7–8)."""
+"""The benchmark's arithmetic, in one place: APC (Eq. 3–4), FLOPS (Eq. 6), the quality penalty
+and VFLOPS (Eq. 7–8), and MFU. The run record and `--mode=flops` call these and nothing else.
+"""
 
 from __future__ import annotations
 
 
-def flops_per_s(flops_per_step: float | None, steps: int, seconds: float) -> float | None:
-    """Eq. 6: all members' training FLOPs over the wall time that trained them."""
-    if flops_per_step is None or seconds <= 0:
+def apc(train_flops_per_example: float, batch_size: int, ensemble_size: int = 1) -> float:
+    """Eq. 3–4: parallel computation of one iteration, Σ over M members and |B| examples."""
+    return ensemble_size * batch_size * train_flops_per_example
+
+
+def per_second(per_member_step: float | None, member_steps: int, seconds: float) -> float | None:
+    """Eq. 6 when the amount is FLOPs (Σ APC / T): the training FLOPs of the member-steps done
+    over the wall time that did them; images/s when it is the batch size. A member-step is one
+    member's training step; an ensemble step is M of them."""
+    if per_member_step is None or seconds <= 0:
         return None
-    return flops_per_step * steps / seconds
+    return per_member_step * member_steps / seconds
 
 
 def penalty(achieved_quality: float, target_quality: float, exponent: float) -> float:
-    """Eq. 8: (achieved / target)^n."""
+    """Eq. 8: (achieved / target)^n. Above the target it rewards (> 1), as the paper defines it."""
     return (achieved_quality / target_quality) ** exponent
 
 
@@ -21,3 +30,11 @@ def vflops_per_s(flops: float | None, achieved_quality: float | None, target_qua
     if flops is None or achieved_quality is None:
         return None
     return flops * penalty(achieved_quality, target_quality, exponent)
+
+
+def mfu(flops_per_s_per_device: float | None, peak_per_device: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved over peak FLOP/s, both per device; None when either is
+    unknown."""
+    if not flops_per_s_per_device or not peak_per_device:
+        return None
+    return flops_per_s_per_device / peak_per_device

@@ -16,20 +16,23 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
           reason: str = "") -> dict:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
-    `cross` is flops.report.crosscheck's dict: its train_step_flops (XLA's, or the analytic count
-    when XLA has none) is what FLOPS uses. `peaks` holds the per-device peak FLOP/s figures.
+    `cross` is flops.report.crosscheck's dict: its train_step_flops is what FLOPS uses (the
+    source and why are beside it). `peaks` holds the per-device peak FLOP/s figures. Every
+    figure is computed by `metrics`; this function only gathers them.
     """
     config, layout, tc = setup.config, setup.layout, setup.config.train
-    m = layout.ensemble_size
+    m, b = layout.ensemble_size, tc.batch_size
     timed = len(progress.step_s)
     wall = progress.train_wall_s
     valid = status != "invalid"
     useful = progress.useful_member_steps(m)
     step_flops = cross.get("train_step_flops")
     per_member_step = step_flops / m if step_flops else None
-    flops = metrics.flops_per_s(per_member_step, useful, wall) if valid else None
+    flops = metrics.per_second(per_member_step, useful, wall) if valid else None
     per_device = flops / layout.num_devices if flops else None
     achieved = quality.ensemble if quality else None
+    target = config.quality_target() if config.scored else None
+    kept = [i for i in range(m) if i not in progress.pruned]
     return {
         "run_id": progress.run_id,
         "mode": "train",
@@ -50,6 +53,8 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
             "eval_examples": quality.examples if quality else 0,
             "bootstrap": tc.bootstrap, "steps_per_epoch": setup.sampler.steps_per_epoch,
             "epochs_trained": progress.step / setup.sampler.steps_per_epoch,
+            # Per member: the share of the training set its one sample holds (≈ 0.632).
+            "distinct_fraction": [setup.sampler.distinct_fraction(i) for i in range(m)],
         },
         "timing": {
             "compile_s": float(sum(progress.compile_s)), "steps": progress.step,
@@ -67,32 +72,40 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
         },
         "flops": {
             "per_step": step_flops, "source": cross.get("train_step_flops_source"),
+            "source_reason": cross.get("source_reason"),
+            "crosscheck_ok": cross.get("crosscheck_ok"),
             "xla_per_step": cost.flops, "xla_per_step_per_device": cost.flops_per_device,
             "xla_note": cost.note, "useful_member_steps": useful,
+            "timed_member_steps": timed * m,
             "crosscheck": cross,
         },
         "metrics": {
             "flops_per_s": flops,
-            "vflops_per_s": metrics.vflops_per_s(flops, achieved, config.target_quality,
-                                                 config.quality_exponent),
-            "penalty": (metrics.penalty(achieved, config.target_quality, config.quality_exponent)
-                        if achieved is not None else None),
-            "images_per_s": m * tc.batch_size * timed / wall if wall else None,
-            "images_per_s_per_member": tc.batch_size * timed / wall if wall else None,
+            "vflops_per_s": (metrics.vflops_per_s(flops, achieved, target.target, target.exponent)
+                             if target else None),
+            "penalty": (metrics.penalty(achieved, target.target, target.exponent)
+                        if target and achieved is not None else None),
+            # Every member's images, and those of members still healthy (what FLOPS counts).
+            "images_per_s": metrics.per_second(b, timed * m, wall),
+            "useful_images_per_s": metrics.per_second(b, useful, wall),
+            "images_per_s_per_member": metrics.per_second(b, timed, wall),
             "flops_per_s_per_device": per_device,
-            "mfu_datasheet": (per_device / peaks["datasheet_per_device"]
-                              if per_device and peaks.get("datasheet_per_device") else None),
-            "mfu_measured": (per_device / peaks["measured_per_device"]
-                             if per_device and peaks.get("measured_per_device") else None),
+            "mfu_datasheet": metrics.mfu(per_device, peaks.get("datasheet_per_device")),
+            "mfu_measured": metrics.mfu(per_device, peaks.get("measured_per_device")),
         },
         "peak_flops": peaks,
         "quality": {
-            "metric": "top1_accuracy", "target": config.target_quality,
-            "exponent": config.quality_exponent,
+            "metric": target.metric if target else None,
+            "target": target.target if target else None,
+            "exponent": target.exponent if target else None,
+            "target_is_official": target.target_is_official if target else None,
+            "exponent_is_official": target.exponent_is_official if target else None,
             "members": quality.members if quality else None,
+            "kept_members": kept if quality else None,
             "member_mean": quality.member_mean if quality else None,
             "ensemble": achieved,
-            "ensemble_members": (m - len(progress.pruned)) if quality else None,
+            "ensemble_members": len(kept) if quality else None,
+            "oob": quality.oob.to_dict() if quality and quality.oob else None,
         },
         "train": {
             "final_loss": None if last_metrics is None else np.asarray(last_metrics.loss).tolist(),
@@ -105,6 +118,7 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
 def summary(record: dict) -> str:
     """A short human-readable table of the record's headline figures."""
     m, q, t, mesh = record["metrics"], record["quality"], record["timing"], record["mesh"]
+    f, oob = record["flops"], record["quality"]["oob"]
 
     def num(value, fmt="{:.4g}"):
         return "n/a" if value is None else fmt.format(value)
@@ -116,16 +130,27 @@ def summary(record: dict) -> str:
         ("steps (timed)", f"{t['steps']}/{t['planned_steps']} ({t['timed_steps']})"),
         ("step time median [s]", num(t["step_s"]["median_s"])),
         ("compile / data wait [s]", f"{t['compile_s']:.1f} / {t['data_wait_s']:.2f}"),
-        ("images/s", num(m["images_per_s"], "{:.1f}")),
-        ("FLOPS [FLOP/s]", f"{num(m['flops_per_s'])} (from {record['flops']['source']}; XLA/analytic "
-                           f"{num(record['flops']['crosscheck'].get('xla_over_analytic'), '{:.3f}')})"),
+        ("images/s (all / healthy members)", f"{num(m['images_per_s'], '{:.1f}')} / "
+                                             f"{num(m['useful_images_per_s'], '{:.1f}')}"),
+        ("FLOPS [FLOP/s]", f"{num(m['flops_per_s'])} (from {f['source']}; XLA/analytic "
+                           f"{num(f['crosscheck'].get('xla_over_analytic'), '{:.3f}')}"
+                           f"{'' if f['crosscheck_ok'] is not False else ': CROSS-CHECK FAILED'})"),
         ("MFU datasheet / measured", f"{num(m['mfu_datasheet'], '{:.3f}')} / "
                                      f"{num(m['mfu_measured'], '{:.3f}')}"),
         ("member accuracies", "n/a" if q["members"] is None
-         else " ".join(f"{a:.4f}" for a in q["members"])),
+         else " ".join(f"{a:.4f}" + ("" if i in q["kept_members"] else " (pruned)")
+                       for i, a in enumerate(q["members"]))),
+        ("member mean (kept members)", num(q["member_mean"], "{:.4f}")),
         ("ensemble accuracy", num(q["ensemble"], "{:.4f}")),
-        ("VFLOPS [FLOP/s]", f"{num(m['vflops_per_s'])} (target {q['target']}, n={q['exponent']:g})"),
-        ("record", str(record.get("path"))),
+        ("out-of-bag accuracy", "n/a" if not oob else
+         f"{num(oob['accuracy'], '{:.4f}')} ({oob['scored']} of {oob['subset']} training examples, "
+         f"{oob['mean_voters']:.2f} members each)"),
     ]
+    if q["target"] is not None:
+        rows.append(("VFLOPS [FLOP/s]",
+                     f"{num(m['vflops_per_s'])} = FLOPS × {num(m['penalty'], '{:.4f}')} "
+                     f"(({num(q['ensemble'], '{:.4f}')} / {q['target']})^{q['exponent']:g}; target "
+                     f"{'official' if q['target_is_official'] else 'not official'})"))
+    rows.append(("record", str(record.get("path"))))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -26,7 +26,7 @@ from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batch
 from hpcai_jax.distributed import barrier
 from hpcai_jax.errors import UsageError
 from hpcai_jax.evaluate import evaluate
-from hpcai_jax.flops.peaks import measure_matmul_peak, peak_flops_per_device
+from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
 from hpcai_jax.flops.report import crosscheck
 from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
@@ -64,11 +64,15 @@ def _claim_record_path(config: RunConfig, run_id: str, resuming: bool) -> None:
 
 def _peak_flops(dtype: str) -> dict:
     """Per-device peak FLOP/s for MFU: the datasheet figure where the device is in the table, and
-    a measured large-matmul figure on this process's first device (the only one on a CPU)."""
+    a large-matmul figure measured with all local devices at once, as the step runs them (on a
+    CPU the devices share the cores, so one device alone would overstate each one's share)."""
     kind = jax.local_devices()[0].device_kind
+    measured = measure_matmul_peak_all(dtype)
     return {"device_kind": kind, "dtype": dtype,
             "datasheet_per_device": peak_flops_per_device(kind, dtype),
-            "measured_per_device": measure_matmul_peak(dtype)}
+            "measured_per_device": measured.per_device,
+            "measured_aggregate": measured.aggregate,
+            "measured_method": measured.method}
 
 
 def _poison(state, member: int):
@@ -145,10 +149,13 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     progress.compile_s.append(compile_s)
     cost = xla_cost(compiled, layout.num_devices)
     cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
-    logging.info("compiled the ensemble step in %.1f s; %s FLOPs per step from %s; XLA/analytic %s%s",
+    logging.info("compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",
                  compile_s, f"{cross['train_step_flops']:.4g}", cross["train_step_flops_source"],
-                 f"{cross['xla_over_analytic']:.3f}" if cross["xla_over_analytic"] else "n/a",
-                 f" ({cost.note})" if cost.note else "")
+                 cross["source_reason"], f"; {cost.note}" if cost.note else "")
+    if cross["crosscheck_ok"] is False:
+        logging.warning("FLOP CROSS-CHECK FAILED: %s. FLOPS use %s; the record says so "
+                        "(flops.crosscheck_ok = false)", cross["source_reason"],
+                        cross["train_step_flops_source"])
     peaks = _peak_flops(config.model.dtype)
 
     guard = PreemptionGuard()

@@ -10,7 +10,8 @@ import pytest
 
 from hpcai_jax.flops.analytic import count_fn
 from hpcai_jax.flops.model import count_model
-from hpcai_jax.flops.report import PAPER_RESNET50_APC_GFLOPS, PAPER_RESNET50_BATCH, apc
+from hpcai_jax.flops.report import PAPER_RESNET50_APC_GFLOPS, PAPER_RESNET50_BATCH
+from hpcai_jax.metrics import apc
 from hpcai_jax.models.resnet import BottleneckResNetBlock, ResNet
 
 # torchvision's published figure for ResNet-50 (v1.5), 224×224: 4.09 G multiply-adds.

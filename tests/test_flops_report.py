@@ -1,4 +1,4 @@
-"""APC and FLOPS (Eq. 4, 6), the per-operator tables, and `--mode=flops` end to end."""
+"""Which FLOP count a run uses, the per-operator tables, and `--mode=flops` end to end."""
 
 from __future__ import annotations
 
@@ -10,19 +10,29 @@ from helpers import run_main
 
 from hpcai_jax.flops.analytic import KINDS
 from hpcai_jax.flops.model import count_model
-from hpcai_jax.flops.report import apc, flops_eq6, forward_table, train_table
+from hpcai_jax.flops.report import (
+    SOURCE_ANALYTIC,
+    SOURCE_XLA,
+    choose_flops,
+    forward_table,
+    train_table,
+)
 
 
-def test_apc_and_flops_equations():
-    per_example = 23.0e9
-    one = apc(per_example, 512)
-    assert one == 512 * per_example
-    assert apc(per_example, 512, ensemble_size=8) == 8 * one  # Eq. 4 sums over the members
-    # Eq. 6: N/|B| iterations of APC each, over the epoch's wall time.
-    assert flops_eq6(one, iterations_per_epoch=2502, epoch_s=1000.0) == pytest.approx(
-        one * 2502 / 1000.0)
-    with pytest.raises(ValueError):
-        flops_eq6(one, 10, 0.0)
+@pytest.mark.parametrize("requested,xla,ratio,want", [
+    ("auto", 1.01e9, 1.01, (1.01e9, SOURCE_XLA, True)),
+    ("auto", 5.0e9, 5.0, (1.0e9, SOURCE_ANALYTIC, False)),  # e.g. a cost-analysis bug
+    ("auto", None, None, (1.0e9, SOURCE_ANALYTIC, None)),
+    ("xla", 5.0e9, 5.0, (5.0e9, SOURCE_XLA, False)),  # asked for: used, but flagged
+    ("xla", None, None, (1.0e9, SOURCE_ANALYTIC, None)),
+    ("analytic", 1.01e9, 1.01, (1.0e9, SOURCE_ANALYTIC, True)),
+])
+def test_flops_source_rules(requested, xla, ratio, want):
+    flops, source, ok, why = choose_flops(requested, xla, 1.0e9, ratio)
+    assert (flops, source, ok) == want
+    assert why
+    if ok is False:
+        assert "OUTSIDE ±10%" in why
 
 
 def test_tables_list_every_counted_operator_and_shares_add_up():

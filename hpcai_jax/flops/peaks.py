@@ -2,8 +2,10 @@
 
 MFU (model FLOPs utilisation) = achieved FLOP/s per device / peak FLOP/s per device. Two peaks
 are offered: the vendor's datasheet figure for the device kind and dtype (dense, no structured
-sparsity), and one measured here with a large matmul (the only one on a CPU, and a check of
-the datasheet figure elsewhere).
+sparsity), and one measured here with large matmuls (the only one on a CPU, and a check of
+the datasheet figure elsewhere). The measured peak for MFU is taken with all of the process's
+devices computing at once, as the training step runs them: 8 forced CPU devices on 2 cores each
+get a fraction of what one device alone gets.
 
 Which datasheet column applies to "float32": JAX computes float32 matmuls and convolutions at
 its default precision with reduced-precision arithmetic where the hardware has it (TF32 tensor
@@ -15,12 +17,15 @@ full-precision FP32 figure.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 T = 1e12
 
@@ -36,9 +41,10 @@ PEAKS: dict[str, dict[str, float]] = {
     "a100": {"fp32": 19.5 * T, "tf32": 156 * T, "bf16": 312 * T, "fp16": 312 * T},
     # NVIDIA H100 Tensor Core GPU datasheet (nvidia.com, 2023); the tensor-core figures there are
     # with sparsity, dense = half. SXM: 67 FP32, 494.5 TF32, 989.5 BF16/FP16.
-    # PCIe: 51 FP32, 378 TF32, 756 BF16/FP16. NVL: 60 FP32, 417.5 TF32, 835.5 BF16/FP16.
+    # PCIe: 51 FP32, 378 TF32, 756.5 BF16/FP16 (1,513 sparse).
+    # NVL: 60 FP32, 417.5 TF32, 835.5 BF16/FP16.
     "h100-sxm": {"fp32": 67 * T, "tf32": 494.5 * T, "bf16": 989.5 * T, "fp16": 989.5 * T},
-    "h100-pcie": {"fp32": 51 * T, "tf32": 378 * T, "bf16": 756 * T, "fp16": 756 * T},
+    "h100-pcie": {"fp32": 51 * T, "tf32": 378 * T, "bf16": 756.5 * T, "fp16": 756.5 * T},
     "h100-nvl": {"fp32": 60 * T, "tf32": 417.5 * T, "bf16": 835.5 * T, "fp16": 835.5 * T},
     # NVIDIA H200 Tensor Core GPU datasheet (nvidia.com, 2024), sparse figures halved as above.
     # SXM: 67 FP32, 494.5 TF32, 989.5 BF16/FP16; NVL: 60 FP32, 417.5 TF32, 835.5 BF16/FP16.
@@ -99,47 +105,81 @@ def peak_flops_per_device(device_kind: str, dtype: str) -> float | None:
     return None
 
 
-_DTYPES = {"float32": jnp.float32, "float32_highest": jnp.float32, "bfloat16": jnp.bfloat16,
-           "float16": jnp.float16}
+_DTYPES = {
+    "float32": jnp.float32,
+    "float32_highest": jnp.float32,
+    "bfloat16": jnp.bfloat16,
+    "float16": jnp.float16,
+}
 
 
-def measure_matmul_peak(dtype: str, device=None, size: int | None = None,
-                        budget_s: float = 1.0) -> float:
-    """FLOP/s of the best of a few timed runs of chained n×n matmuls on one device.
+@dataclasses.dataclass(frozen=True)
+class MatmulPeak:
+    """A matmul peak measured with several devices computing at once, as a sharded step runs them:
+    on a CPU the devices share the cores, so one device alone overstates what each gets."""
 
-    n defaults to 1024 on a CPU and 8192 on an accelerator; each timed call runs `reps`
-    matmuls inside one jitted loop so dispatch does not count. Compile and a warm-up call are
-    excluded; timed calls stop after about `budget_s` seconds (at least 3 calls).
+    per_device: float  # FLOP/s: aggregate / num_devices
+    aggregate: float  # FLOP/s of all the devices together
+    num_devices: int
+    size: int  # n of the n×n matrices
+    method: str  # how it was measured, for the run record
+
+
+def measure_matmul_peak_all(
+    dtype: str, devices=None, size: int | None = None, budget_s: float = 1.0
+) -> MatmulPeak:
+    """Best of a few timed calls in which every device runs the same chained n×n matmuls on its
+    own block (one jitted shard_map over a 1-D mesh of `devices`, default this process's).
+
+    n defaults to 1024 on a CPU and 8192 on an accelerator. Each call chains the matmuls in one
+    jitted loop so dispatch does not count; on a CPU the devices share the cores, so the chain is
+    shortened as devices are added to keep a call's total work, and the time, about constant.
+    Compile and a warm-up call are excluded; timed calls stop after about `budget_s` seconds (at
+    least 3 calls). FLOPs: 2 n³ per matmul, XLA's count.
     """
-    device = device or jax.local_devices()[0]
-    n = size or (1024 if device.platform == "cpu" else 8192)
-    reps = 4 if device.platform == "cpu" else 20
+    local = jax.local_devices()
+    devices = list(devices or local)
+    k, platform = len(devices), devices[0].platform
+    n = size or (1024 if platform == "cpu" else 8192)
+    reps = max(1, 4 // k) if platform == "cpu" else 20
     jdtype = _DTYPES[dtype]
     precision = jax.lax.Precision.HIGHEST if dtype == "float32_highest" else None
+    mesh = Mesh(np.asarray(devices), ("d",))
+    sharding = NamedSharding(mesh, P("d"))
     rng = np.random.default_rng(0)
     # Scaled so that a chain of products neither overflows nor underflows.
-    a = jax.device_put(rng.standard_normal((n, n), np.float32).astype(jdtype), device)
-    b = jax.device_put((rng.standard_normal((n, n), np.float32) / np.sqrt(n)).astype(jdtype), device)
+    blocks = (
+        rng.standard_normal((n, n), np.float32).astype(jdtype),
+        (rng.standard_normal((n, n), np.float32) / np.sqrt(n)).astype(jdtype),
+    )
+    a, b = (jax.make_array_from_callback((k * n, n), sharding, lambda _, x=x: x) for x in blocks)
 
-    @jax.jit
     def chain(a, b):
         return jax.lax.fori_loop(0, reps, lambda _, x: jnp.dot(x, b, precision=precision), a)
 
-    chain(a, b).block_until_ready()  # compile + warm-up
+    run = jax.jit(jax.shard_map(chain, mesh=mesh, in_specs=(P("d"), P("d")), out_specs=P("d")))
+    run(a, b).block_until_ready()  # compile + warm-up
     best = float("inf")
     start = time.perf_counter()
     calls = 0
     while calls < 3 or time.perf_counter() - start < budget_s:
         t0 = time.perf_counter()
-        chain(a, b).block_until_ready()
+        run(a, b).block_until_ready()
         best = min(best, time.perf_counter() - t0)
         calls += 1
-    return 2.0 * n**3 * reps / best
+    aggregate = 2.0 * n**3 * reps * k / best
+    scope = f"{'all ' if set(devices) == set(local) else ''}{k} device{'s' if k > 1 else ''}"
+    method = (
+        f"{scope} at once, {reps} chained {n}×{n} {dtype} matmul(s) per device per call, "
+        f"best of {calls} calls; per device = aggregate / {k}"
+    )
+    return MatmulPeak(aggregate / k, aggregate, k, n, method)
 
 
-def mfu(flops_per_step: float | None, step_s: float, num_devices: int,
-        peak_per_device: float | None) -> float | None:
-    """Achieved FLOP/s per device over peak FLOP/s per device; None when a figure is missing."""
-    if not flops_per_step or not peak_per_device or step_s <= 0:
-        return None
-    return flops_per_step / step_s / num_devices / peak_per_device
+def measure_matmul_peak(
+    dtype: str, device=None, size: int | None = None, budget_s: float = 1.0
+) -> float:
+    """FLOP/s of one device computing alone (default this process's first), as `--mode=flops`
+    reports it; devices that share a CPU each get less (`measure_matmul_peak_all`)."""
+    device = device or jax.local_devices()[0]
+    return measure_matmul_peak_all(dtype, [device], size, budget_s).aggregate

@@ -1,0 +1,33 @@
+"""The benchmark's arithmetic: APC (Eq. 4), FLOPS (Eq. 6), penalty and VFLOPS (Eq. 7–8), MFU."""
+
+import pytest
+
+from hpcai_jax.metrics import apc, mfu, penalty, per_second, vflops_per_s
+
+
+def test_apc_sums_over_members_and_examples():
+    per_example = 23.0e9
+    one = apc(per_example, 512)
+    assert one == 512 * per_example
+    assert apc(per_example, 512, ensemble_size=8) == 8 * one  # Eq. 4 sums over the members
+
+
+def test_flops_are_the_work_done_over_the_time_it_took():
+    # Eq. 6: N/|B| iterations of APC each, over the epoch's wall time; here per member-step.
+    assert per_second(2e9, 2502 * 4, 1000.0) == pytest.approx(2e9 * 2502 * 4 / 1000.0)
+    assert per_second(None, 10, 1.0) is None
+    assert per_second(1e9, 10, 0.0) is None
+
+
+def test_penalty_rewards_above_the_target_and_exponent_zero_is_neutral():
+    assert penalty(0.70, 0.763, 5) == pytest.approx(0.6500, abs=1e-4)
+    assert penalty(0.80, 0.763, 5) > 1  # Eq. 8 awards, as the paper defines it
+    assert penalty(0.50, 0.9, 0) == 1.0
+    assert vflops_per_s(1e12, 0.70, 0.763, 5) == pytest.approx(1e12 * (0.70 / 0.763) ** 5)
+    assert vflops_per_s(None, 0.7, 0.763, 5) is None and vflops_per_s(1e12, None, 0.763, 5) is None
+
+
+def test_mfu():
+    assert mfu(1e12, 1e12) == pytest.approx(1.0)
+    assert mfu(2.5e11, 1e12) == pytest.approx(0.25)
+    assert mfu(None, 1e12) is None and mfu(1e12, None) is None

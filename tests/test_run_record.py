@@ -1,0 +1,120 @@
+"""The record's arithmetic on a fake clock: FLOPS, MFU, VFLOPS, useful member-steps, pruned
+members, and what a failed FLOP cross-check does to the record."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from helpers import tiny_config
+
+from hpcai_jax import config as C
+from hpcai_jax import run_record
+from hpcai_jax.assemble import assemble
+from hpcai_jax.evaluate import EnsembleQuality, OutOfBag
+from hpcai_jax.flops.report import SOURCE_ANALYTIC, SOURCE_XLA, crosscheck
+from hpcai_jax.flops.xla import XlaCost
+from hpcai_jax.progress import Progress
+
+M, B, DEVICES = 4, 16, 8
+STEP_S = [0.4, 0.5, 0.6, 0.5, 0.5]  # the fake clock: timed steps 1..5 (step 0 is warm-up)
+WALL = sum(STEP_S)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    return assemble(tiny_config())
+
+
+def _progress(pruned: dict[int, int]) -> Progress:
+    progress = Progress(run_id="fake", step=6, pruned=dict(pruned))
+    for step, seconds in enumerate(STEP_S, start=1):
+        progress.time_step(step, seconds)
+    return progress
+
+
+def _quality(kept: list[bool]) -> EnsembleQuality:
+    return EnsembleQuality(members=[0.80, 0.10, 0.82, 0.84], kept=kept, ensemble=0.86,
+                           examples=200, oob=OutOfBag(0.83, 180, 512, 1.47))
+
+
+def _cross(flops: float, source: str = SOURCE_XLA, ok: bool | None = True) -> dict:
+    return {"train_step_flops": flops, "train_step_flops_source": source,
+            "source_reason": "fake", "crosscheck_ok": ok, "xla_over_analytic": 1.0}
+
+
+def _build(setup, progress, cross, quality, status="complete", peaks=None):
+    cost = XlaCost(cross["train_step_flops"] / DEVICES, None, DEVICES)
+    peaks = peaks or {"datasheet_per_device": 2e9, "measured_per_device": 1e9}
+    return run_record.build(setup, progress, cost, cross, peaks, status, quality, None, 1.0, 9.0)
+
+
+def test_flops_mfu_vflops_from_the_clock(setup):
+    record = _build(setup, _progress({}), _cross(M * 1e9), _quality([True] * 4))
+    m = record["metrics"]
+    assert record["flops"]["useful_member_steps"] == 5 * M == record["flops"]["timed_member_steps"]
+    flops = M * 1e9 * len(STEP_S) / WALL  # per-step FLOPs × timed steps / timed seconds
+    assert m["flops_per_s"] == pytest.approx(flops)
+    assert m["flops_per_s_per_device"] == pytest.approx(flops / DEVICES)
+    assert m["mfu_measured"] == pytest.approx(flops / DEVICES / 1e9)
+    assert m["mfu_datasheet"] == pytest.approx(flops / DEVICES / 2e9)
+    assert m["penalty"] == pytest.approx((0.86 / 0.9) ** 5)
+    assert m["vflops_per_s"] == pytest.approx(flops * (0.86 / 0.9) ** 5)
+    assert m["images_per_s"] == m["useful_images_per_s"] == pytest.approx(M * B * 5 / WALL)
+    q = record["quality"]
+    assert (q["target"], q["exponent"], q["target_is_official"]) == (0.9, 5.0, False)
+    assert q["member_mean"] == pytest.approx((0.80 + 0.10 + 0.82 + 0.84) / 4)
+    assert q["oob"]["accuracy"] == 0.83
+    assert len(record["data"]["distinct_fraction"]) == M
+    assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
+    text = run_record.summary(record)
+    assert "out-of-bag accuracy" in text and "not official" in text and "FAILED" not in text
+
+
+def test_a_pruned_member_counts_only_while_healthy(setup):
+    # Member 1 went non-finite at step 3: its timed steps 1 and 2 were useful work, 3..5 were not.
+    record = _build(setup, _progress({1: 3}), _cross(M * 1e9),
+                    _quality([True, False, True, True]))
+    m, q = record["metrics"], record["quality"]
+    useful = 3 * 5 + 2
+    assert record["flops"]["useful_member_steps"] == useful
+    assert m["flops_per_s"] == pytest.approx(1e9 * useful / WALL)
+    assert m["useful_images_per_s"] == pytest.approx(B * useful / WALL)
+    assert m["images_per_s"] == pytest.approx(B * M * 5 / WALL)  # every member's, all the time
+    assert q["member_mean"] == pytest.approx((0.80 + 0.82 + 0.84) / 3)  # kept members only
+    assert q["members"] == [0.80, 0.10, 0.82, 0.84]  # the pruned one still listed
+    assert q["kept_members"] == [0, 2, 3] and q["ensemble_members"] == 3
+    assert "0.1000 (pruned)" in run_record.summary(record)
+
+
+def test_an_invalid_run_has_no_flops(setup):
+    record = _build(setup, _progress({1: 3}), _cross(M * 1e9), None, status="invalid")
+    assert record["metrics"]["flops_per_s"] is None and record["metrics"]["vflops_per_s"] is None
+
+
+def test_exponent_zero_means_no_penalty(setup):
+    config = dataclasses.replace(setup.config, results=C.ResultsConfig(target_quality=0.9,
+                                                                       quality_exponent=0.0))
+    record = _build(dataclasses.replace(setup, config=config), _progress({}), _cross(M * 1e9),
+                    _quality([True] * 4))
+    assert record["metrics"]["penalty"] == 1.0
+    assert record["metrics"]["vflops_per_s"] == record["metrics"]["flops_per_s"]
+
+
+def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
+    """A fake XLA cost 3× the analytic count: auto mode must not trust it, and say so."""
+    analytic = crosscheck(setup.config, None)["analytic"]["train_step"]["xla_rules"]
+    cross = crosscheck(setup.config, 3 * analytic)
+    assert cross["crosscheck_ok"] is False and cross["xla_over_analytic"] == pytest.approx(3)
+    assert cross["train_step_flops_source"] == SOURCE_ANALYTIC
+    record = _build(setup, _progress({}), cross, _quality([True] * 4))
+    f = record["flops"]
+    assert f["crosscheck_ok"] is False and f["source"] == SOURCE_ANALYTIC
+    assert f["per_step"] == analytic and "OUTSIDE" in f["source_reason"]
+    assert record["metrics"]["flops_per_s"] == pytest.approx(analytic * len(STEP_S) / WALL)
+    assert "CROSS-CHECK FAILED" in run_record.summary(record)
+    # --flops_source=xla uses XLA's figure anyway, still flagged.
+    forced = dataclasses.replace(setup.config, results=C.ResultsConfig(target_quality=0.9,
+                                                                       flops_source="xla"))
+    cross = crosscheck(forced, 3 * analytic)
+    assert (cross["train_step_flops"], cross["crosscheck_ok"]) == (3 * analytic, False)
