@@ -1,4 +1,4 @@
-"""Builds everything a run needs from its configuration, in the order of DESIGN.md's data path:
+"""Builds everything a run needs from its configuration, in the order of docs/design.md's data path:
 mesh, data, workload, sampler, optimizer, compiled-step builders."""
 
 from __future__ import annotations

@@ -195,7 +195,7 @@ class ReliabilityConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StreamConfig:
-    """BabelStream-style bandwidth run (SPEC.md §2). Exactly one size setting is non-zero."""
+    """BabelStream-style bandwidth run (docs/design.md §2). Exactly one size setting is non-zero."""
 
     array_size: int = 0  # elements per array
     array_mib: float = 0.0  # MiB per array

@@ -1,4 +1,4 @@
-"""Multi-process start-up with JAX's own runtime (DESIGN.md facts 5, 6).
+"""Multi-process start-up with JAX's own runtime (docs/design.md, facts 5, 6).
 
 Order of precedence: explicit flags; then a cluster JAX detects by itself (a SLURM step, Open MPI,
 a TPU pod); then a single process. Every process logs which path it took, its index, the process

@@ -1,5 +1,5 @@
 """The compiled ensemble steps: `shard_map` over the (ensemble, data) mesh, members mapped
-inside (DESIGN.md facts 1, 2, 10).
+inside (docs/design.md, facts 1, 2, 10).
 
 Inside shard_map each device sees its local members' state [m_local, ...] and their batch
 rows [m_local, B / P_degree, ...]. The loss is averaged over `data` with `pmean` (under shard_map's
@@ -30,7 +30,7 @@ MEMBER_STRATEGY_DEFAULTS = {
     "cpu": ("unroll", "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (BUILD_NOTES.md): "
                       "vmap turns the members' convolutions into slow grouped convolutions"),
     "gpu": ("unroll", "not measured on a GPU yet; grouped convolutions from vmap are reported slow "
-                      "on cuDNN (DESIGN.md fact 10), so the CPU measurement's choice is kept"),
+                      "on cuDNN (docs/design.md, fact 10), so the CPU measurement's choice is kept"),
     "tpu": ("unroll", "not measured on a TPU yet; the CPU measurement's choice is kept"),
 }
 

@@ -5,7 +5,7 @@
 
 Process i runs the command with `--coordinator_address=127.0.0.1:PORT --num_processes=N
 --process_id=i` appended, `JAX_PLATFORMS=cpu` and K forced host devices, so N processes make one
-N×K-device global mesh (DESIGN.md fact 5). It is for tests and demos; clusters use launch/slurm/.
+N×K-device global mesh (docs/design.md, fact 5). It is for tests and demos; clusters use launch/slurm/.
 
 Each output line of process i is prefixed `[p<i>] `. The launcher watches the processes like a
 scheduler would: the first one that fails (exit code other than 0) gets the others stopped

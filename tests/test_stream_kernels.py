@@ -91,7 +91,7 @@ def test_donated_kernels_allocate_nothing_per_call(devices):
 
 
 def test_without_keep_unused_the_donation_is_lost():
-    """Why keep_unused=True matters (DESIGN.md fact 4): JAX prunes the unused donated argument,
+    """Why keep_unused=True matters (docs/design.md, fact 4): JAX prunes the unused donated argument,
     and the output is a fresh allocation."""
     with jax.enable_x64(True):
         a = jax.numpy.full((N,), 0.1)

@@ -1,6 +1,6 @@
 """Fashion-MNIST from the IDX files that Debian's `dataset-fashion-mnist` package installs.
 
-Real data that installs offline (DESIGN.md fact 8): 60,000 training and 10,000 test images,
+Real data that installs offline (docs/design.md, fact 8): 60,000 training and 10,000 test images,
 28×28 grey, 10 classes, MIT licence.
 """
 

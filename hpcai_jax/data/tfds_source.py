@@ -1,5 +1,5 @@
 """Any tensorflow-datasets image-classification set prepared in array_record format, read by
-random access with `tfds.data_source` (no TensorFlow needed; DESIGN.md fact 7).
+random access with `tfds.data_source` (no TensorFlow needed; docs/design.md, fact 7).
 
 ImageNet (`imagenet2012`) is the production target. Images are decoded by tfds, then resized
 (shorter side to size/0.875) and centre-cropped to `image_size` on host threads.

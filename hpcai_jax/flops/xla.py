@@ -1,4 +1,4 @@
-"""XLA's own count of a compiled program's FLOPs and bytes (DESIGN.md fact 3).
+"""XLA's own count of a compiled program's FLOPs and bytes (docs/design.md, fact 3).
 
 Figures of a sharded program are per device; the global figure is per device × devices. A
 missing or negative figure is reported as None with a note, never as a number.

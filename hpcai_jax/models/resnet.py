@@ -1,7 +1,7 @@
 """ResNet v1.5 (stride on the 3×3 convolution of the bottleneck), after flax examples/imagenet.
 
 `bn_axis_name` names the mesh axis over which BatchNorm statistics are averaged inside one
-member (DESIGN.md fact 2); None for a model that sees its whole batch on one device.
+member (docs/design.md, fact 2); None for a model that sees its whole batch on one device.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""BabelStream-style memory-bandwidth benchmark in JAX (`--mode=stream`, SPEC.md §2).
+"""BabelStream-style memory-bandwidth benchmark in JAX (`--mode=stream`, docs/design.md §2).
 
 Modules, one job each: config (flag checks, array size), placement (devices and sharding),
 cache (the 4x-cache size rule), kernels (compiled donated kernels), runner (timing), validate
