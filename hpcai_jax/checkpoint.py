@@ -8,9 +8,12 @@ fingerprint (other M, model, data, batch, seed, mesh, ...) refuses it instead of
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
+import time
 
 import jax
 import orbax.checkpoint as ocp
@@ -26,10 +29,16 @@ def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
     return {
         "mesh": dataclasses.asdict(layout),
         "model": dataclasses.asdict(config.model),
-        "data": {k: v for k, v in dataclasses.asdict(config.data).items() if k != "prefetch"},
+        "data": {
+            k: v
+            for k, v in dataclasses.asdict(config.data).items()
+            if k not in ("prefetch", "oob_examples")
+        },  # neither changes the trajectory
         "optim": dataclasses.asdict(config.optim),
-        "train": {k: getattr(config.train, k) for k in ("batch_size", "epochs", "steps", "seed",
-                                                          "bootstrap")},
+        "train": {
+            k: getattr(config.train, k)
+            for k in ("batch_size", "epochs", "steps", "seed", "bootstrap")
+        },
     }
 
 
@@ -48,6 +57,42 @@ def _differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
     return out
 
 
+class _DrainingLoop(asyncio.SelectorEventLoop):
+    """orbax restores on a fresh event loop and closes it as soon as one read fails, with the
+    other reads still in flight: they later call back into the closed loop, and their abandoned
+    coroutines are closed at exit, each printing a traceback after our one-line error. Letting
+    them finish first (bounded, so a read that never ends cannot hang the exit) keeps it quiet."""
+
+    drain_s = 60.0
+
+    def close(self) -> None:
+        deadline = time.monotonic() + self.drain_s
+        while not (self.is_closed() or self.is_running()) and (tasks := asyncio.all_tasks(self)):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            done, _ = self.run_until_complete(asyncio.wait(tasks, timeout=left))
+            for task in done:
+                if not task.cancelled():
+                    task.exception()  # the restore has already reported why it failed
+        super().close()
+
+
+class _DrainingPolicy(asyncio.DefaultEventLoopPolicy):
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _DrainingLoop()
+
+
+@contextlib.contextmanager
+def _draining_event_loops():
+    previous = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_DrainingPolicy())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(previous)
+
+
 class Checkpointer:
     """Saves every `every` steps (and when asked), keeps the last `keep`, restores the latest."""
 
@@ -59,9 +104,11 @@ class Checkpointer:
             path = epath.Path(directory).absolute()
             path.mkdir(parents=True, exist_ok=True)
             self._manager = ocp.CheckpointManager(
-                path, options=ocp.CheckpointManagerOptions(max_to_keep=keep,
-                                                           enable_async_checkpointing=True,
-                                                           create=True))
+                path,
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=keep, enable_async_checkpointing=True, create=True
+                ),
+            )
         except (OSError, ValueError) as e:
             raise UsageError(f"--checkpoint_dir={directory}: cannot use it ({e})") from None
 
@@ -69,26 +116,44 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def restore(self, abstract_state) -> tuple[object, dict]:
-        """Restores the latest checkpoint; raises UsageError if it is unreadable or foreign."""
+        """Restores the latest checkpoint. If it is unreadable or foreign, closes this checkpointer
+        (the caller exits next, and nothing of orbax's may still be running then) and raises
+        UsageError."""
+        try:
+            with _draining_event_loops():
+                return self._restore(abstract_state)
+        except UsageError:
+            self.close()
+            raise
+
+    def _restore(self, abstract_state) -> tuple[object, dict]:
         step = self.latest_step()
         try:
-            meta = self._manager.restore(step, args=ocp.args.Composite(
-                meta=ocp.args.JsonRestore()))["meta"]
+            meta = self._manager.restore(
+                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
+            )["meta"]
         except Exception as e:  # noqa: BLE001 - orbax raises many types for damaged files
-            raise UsageError(f"--checkpoint_dir={self.directory}: checkpoint of step {step} is "
-                             f"unreadable ({type(e).__name__}); move it away to start afresh") from None
+            raise UsageError(
+                f"--checkpoint_dir={self.directory}: checkpoint of step {step} is "
+                f"unreadable ({type(e).__name__}); move it away to start afresh"
+            ) from None
         if meta.get("fingerprint_digest") != _digest(self._fingerprint):
             diff = _differences(meta.get("fingerprint", {}), self._fingerprint)
-            raise UsageError(f"--checkpoint_dir={self.directory}: checkpoint of step {step} was "
-                             f"written by another configuration ({'; '.join(diff[:4]) or 'unknown'}); "
-                             f"use another --checkpoint_dir")
+            raise UsageError(
+                f"--checkpoint_dir={self.directory}: checkpoint of step {step} was "
+                f"written by another configuration ({'; '.join(diff[:4]) or 'unknown'}); "
+                f"use another --checkpoint_dir"
+            )
         try:
-            state = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore(abstract_state)))["state"]
+            state = self._manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
+            )["state"]
         except Exception as e:  # noqa: BLE001
-            raise UsageError(f"--checkpoint_dir={self.directory}: state of step {step} is "
-                             f"unreadable ({type(e).__name__}: {str(e)[:120]}); move it away to "
-                             f"start afresh") from None
+            raise UsageError(
+                f"--checkpoint_dir={self.directory}: state of step {step} is "
+                f"unreadable ({type(e).__name__}: {str(e)[:120]}); move it away to "
+                f"start afresh"
+            ) from None
         return state, meta
 
     def due(self, step: int) -> bool:
@@ -96,15 +161,23 @@ class Checkpointer:
 
     def save(self, step: int, state, meta: dict) -> None:
         """Asynchronous where orbax allows: returns once the arrays are copied off the devices."""
-        meta = dict(meta, fingerprint=self._fingerprint,
-                    fingerprint_digest=_digest(self._fingerprint))
-        self._manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                         meta=ocp.args.JsonSave(meta)), force=True)
+        meta = dict(
+            meta, fingerprint=self._fingerprint, fingerprint_digest=_digest(self._fingerprint)
+        )
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+            ),
+            force=True,
+        )
 
     def close(self) -> None:
-        """Waits for pending writes; a checkpoint is only complete after this."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Waits for pending writes (a checkpoint is only complete after this); safe to repeat, so
+        that an error path may close it too."""
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            manager.close()  # waits for pending writes first
 
 
 def gather_params(state) -> dict:

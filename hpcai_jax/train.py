@@ -124,9 +124,19 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     wall_start = time.perf_counter()
     results.check_writable(config.results.results_dir)
     setup = assemble(config)
-    layout, tc, rc = setup.layout, config.train, config.reliability
+    rc = config.reliability
     ckpt = (Checkpointer(rc.checkpoint_dir, rc.checkpoint_every, rc.keep_checkpoints,
-                         fingerprint(config, layout)) if rc.checkpoint_dir else None)
+                         fingerprint(config, setup.layout)) if rc.checkpoint_dir else None)
+    try:
+        return _train(setup, ckpt, wall_start)
+    finally:
+        if ckpt:  # waits for pending saves on every path, errors and divergence included
+            ckpt.close()
+
+
+def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tuple[dict, int]:
+    config = setup.config
+    layout, tc, rc = setup.layout, config.train, config.reliability
     resuming = ckpt is not None and ckpt.latest_step() is not None
     if resuming:
         state, meta = ckpt.restore(setup.abstract_state)
@@ -232,7 +242,7 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     if ckpt and status != "invalid":
         save_start = time.perf_counter()
         ckpt.save(progress.step, state, progress.to_meta())
-        ckpt.close()
+        ckpt.close()  # the record may only say "resumable" once the save is complete
         progress.checkpoint_s += time.perf_counter() - save_start
     elif status == "partial":
         logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")

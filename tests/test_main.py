@@ -68,6 +68,14 @@ def test_end_to_end_record(tmp_path):
         record["quality"]["ensemble"] / record["quality"]["target"]) ** record["quality"]["exponent"]
     assert record["metrics"]["vflops_per_s"] == pytest.approx(expected_vflops)
     assert "ensemble accuracy" in proc.stdout
+    # The score's provenance: bagging, the out-of-bag estimate, the target, the FLOP source.
+    assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
+    oob = record["quality"]["oob"]
+    assert oob["subset"] == 512 and 0 < oob["scored"] < 512 and 0 <= oob["accuracy"] <= 1
+    assert 1 <= oob["mean_voters"] < 4
+    assert record["quality"]["target_is_official"] is False and record["quality"]["target"] == 0.9
+    assert record["flops"]["crosscheck_ok"] is True
+    assert "all 8 devices at once" in record["peak_flops"]["measured_method"]
 
 
 @pytest.mark.parametrize("args,fragments", [
@@ -84,6 +92,11 @@ def test_end_to_end_record(tmp_path):
     (["--dataset=imagenet2012", "--data_dir=/nonexistent/tfds"],
      ["--dataset=imagenet2012", "not found or not prepared", "tfds build imagenet2012"]),
     (["--flagfile=/nonexistent.flags"], ["/nonexistent.flags"]),
+    (["--target_quality=0"], ["--target_quality: no official target for",
+                              "--model=resnet_small --dataset=fashion_mnist",
+                              "give --target_quality explicitly"]),
+    (["--quality_exponent=-2"], ["--quality_exponent=-2.0: expected >= 0"]),
+    (["--flops_source=guess"], ["--flops_source", "guess"]),
     (["--batch_size=15", "--parallel_degree=2", "--members_per_device=1"],
      ["--batch_size=15 must be divisible by P_degree=2"]),
 ])
