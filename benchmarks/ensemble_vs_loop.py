@@ -37,12 +37,12 @@ def _runner(members: int, strategy: str, batch_size: int, device, seed: int):
     setup = assemble(config, devices=[device])
     state = setup.init_state()
     compiled, _ = compile_step(setup.train_step, state, setup.mesh, setup.layout, batch_size,
-                               setup.workload.spec.image_shape)
+                               setup.workload.spec.fields)
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, members, 0)
     holder = [state]
 
     def step():
-        holder[0], metrics = compiled(holder[0], batch.images, batch.labels)
+        holder[0], metrics = compiled(holder[0], batch)
         jax.block_until_ready(metrics)
 
     step()  # warm-up

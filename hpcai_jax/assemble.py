@@ -12,17 +12,18 @@ from jax.sharding import Mesh
 
 from hpcai_jax import ensemble
 from hpcai_jax.config import RunConfig
-from hpcai_jax.data import fashion_mnist
-from hpcai_jax.data.datasets import Datasets, open_datasets, synthetic_spec
-from hpcai_jax.data.source import ImageSpec
+from hpcai_jax.data import friedman
+from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets
 from hpcai_jax.errors import UsageError
 from hpcai_jax.mesh import MEMBER_SPEC, MeshLayout, make_mesh, resolve_layout, sharding
 from hpcai_jax.sampler import BootstrapSampler
 from hpcai_jax.train_step import build_eval_step, build_train_step, resolve_member_strategy
-from hpcai_jax.workload import ClassificationWorkload, make_workload
+from hpcai_jax.workloads import Workload, make_workload
 
 # Synthetic data has no size of its own; an "epoch" of it is one ImageNet-1k training epoch.
 SYNTHETIC_EPOCH_EXAMPLES = 1_281_167
+# Built-in sets' training sizes, for a step compiled without loading them (FLOP accounting).
+_TRAIN_SIZES = {"fashion_mnist": 60_000, "friedman1": friedman.TRAIN_EXAMPLES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,14 +32,14 @@ class RunSetup:
     layout: MeshLayout
     mesh: Mesh
     datasets: Datasets | None  # None when only compiling
-    workload: ClassificationWorkload
+    workload: Workload
     sampler: BootstrapSampler
     total_steps: int
     tx: optax.GradientTransformation
     member_strategy: str
     member_strategy_why: str
-    train_step: object  # jitted (state, images, labels) -> (state, StepMetrics)
-    eval_step: object  # jitted (state, images, labels, weights) -> (member_correct, ensemble_correct)
+    train_step: object  # jitted (state, batch) -> (state, StepMetrics)
+    eval_step: object  # jitted (state, batch, valid, votes) -> EvalCounts
 
     @property
     def abstract_state(self):
@@ -54,14 +55,6 @@ class RunSetup:
                                    self.config.train.seed)
 
 
-def _spec_without_loading(config: RunConfig) -> ImageSpec:
-    if config.data.dataset == "synthetic":
-        return synthetic_spec(config.data)
-    if config.data.dataset == "fashion_mnist":
-        return fashion_mnist.SPEC
-    return open_datasets(config.data).spec  # tfds: opening reads only the metadata
-
-
 def assemble(config: RunConfig, devices: list | None = None, open_data: bool = True) -> RunSetup:
     """Raises UsageError for impossible meshes or missing data, before anything is compiled."""
     devices = jax.devices() if devices is None else list(devices)
@@ -73,11 +66,11 @@ def assemble(config: RunConfig, devices: list | None = None, open_data: bool = T
                          f"{layout.parallel_degree} (each member's batch is split over its devices)")
     mesh = make_mesh(layout, devices)
     datasets = open_datasets(config.data) if open_data else None
-    spec = datasets.spec if datasets else _spec_without_loading(config)
-    if datasets is None or datasets.synthetic:
-        num_examples = config.data.train_examples or SYNTHETIC_EPOCH_EXAMPLES
-        if config.data.dataset == "fashion_mnist" and not config.data.train_examples:
-            num_examples = 60_000
+    spec = datasets.spec if datasets else data_spec(config.data)
+    if datasets is None or datasets.synthetic:  # only compiling, or synthetic data
+        size = _TRAIN_SIZES.get(config.data.dataset)
+        num_examples = config.data.train_examples or size or SYNTHETIC_EPOCH_EXAMPLES
+        num_examples = min(num_examples, size) if size else num_examples
     else:
         num_examples = len(datasets.train)
     if num_examples < tc.batch_size:

@@ -12,13 +12,22 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.targets import QualityTarget, resolve_target
 
 MODES = ("train", "flops", "stream")
-WORKLOADS = ("image_classification",)
-MODELS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet_small")
+# The models each workload trains; `regression` is the small second workload that proves the
+# workload protocol (hpcai_jax/workloads/).
+WORKLOAD_MODELS = {
+    "image_classification": ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
+                             "resnet_small"),
+    "regression": ("mlp",),
+}
+WORKLOADS = tuple(WORKLOAD_MODELS)
+MODELS = tuple(m for models in WORKLOAD_MODELS.values() for m in models)
+# Built-in data sets and the workload each serves; any other name is a tfds image set.
+BUILTIN_DATASETS = {"fashion_mnist": "image_classification", "synthetic": "image_classification",
+                    "friedman1": "regression"}
 BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
 OPTIMIZERS = ("sgd",)
 LR_SCHEDULES = ("constant", "warmup_cosine")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
-BUILTIN_DATASETS = ("fashion_mnist", "synthetic")
 DTYPES = ("float32", "bfloat16")
 ON_DIVERGENCE = ("stop", "prune")
 FLOPS_SOURCES = ("auto", "xla", "analytic")
@@ -68,10 +77,6 @@ class DataConfig:
     num_classes: int = 1000  # synthetic only; real sets carry their own
     prefetch: int = 2
 
-    @property
-    def is_tfds(self) -> bool:
-        return self.dataset not in BUILTIN_DATASETS
-
     def validate(self) -> None:
         _require(bool(self.dataset), "--dataset: expected fashion_mnist, synthetic or a tfds name")
         _require(self.train_examples >= 0, f"--train_examples={self.train_examples}: expected >= 0")
@@ -91,6 +96,9 @@ class ModelConfig:
     def validate(self) -> None:
         _one_of("workload", self.workload, WORKLOADS)
         _one_of("model", self.model, MODELS)
+        _require(self.model in WORKLOAD_MODELS[self.workload],
+                 f"--model={self.model}: not a model of --workload={self.workload} (expected one "
+                 f"of {', '.join(WORKLOAD_MODELS[self.workload])})")
         _one_of("dtype", self.dtype, DTYPES)
 
 
@@ -237,6 +245,10 @@ class RunConfig:
         for part in (self.mesh, self.data, self.model, self.optim, self.train, self.results,
                      self.reliability, self.distributed):
             part.validate()
+        serves = BUILTIN_DATASETS.get(self.data.dataset, "image_classification")
+        _require(serves == self.model.workload,
+                 f"--dataset={self.data.dataset}: a data set of --workload={serves}, not of "
+                 f"--workload={self.model.workload}")
         if self.scored:
             self.quality_target()
         if self.mode == "stream":

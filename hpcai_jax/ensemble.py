@@ -14,13 +14,13 @@ from jax.sharding import Mesh
 
 from hpcai_jax.config import OptimConfig
 from hpcai_jax.mesh import MEMBER_SPEC, sharding
-from hpcai_jax.workload import ClassificationWorkload
+from hpcai_jax.workloads.base import Workload
 
 
 class EnsembleState(struct.PyTreeNode):
     step: jax.Array  # [M] int32
     params: dict
-    batch_stats: dict
+    model_state: dict  # the model's other collections (BatchNorm's "batch_stats"); may be empty
     opt_state: optax.OptState
 
 
@@ -51,16 +51,23 @@ def member_keys(seed: int, ensemble_size: int) -> jax.Array:
     return jax.random.split(jax.random.key(seed), ensemble_size)
 
 
-def init_member(workload: ClassificationWorkload, tx: optax.GradientTransformation,
+def dummy_batch(workload: Workload, rows: int = 1) -> dict:
+    """Zeros of every field, [rows, ...]: what init traces the model with."""
+    return {name: jnp.zeros((rows, *shape), dtype)
+            for name, (shape, dtype) in workload.spec.fields.items()}
+
+
+def init_member(workload: Workload, tx: optax.GradientTransformation,
                 key: jax.Array) -> EnsembleState:
     """One member's state, unstacked (step is a scalar): used under vmap, and by references."""
-    variables = workload.local_model.init(key, workload.dummy_input(), train=False)
-    params = variables["params"]
-    return EnsembleState(step=jnp.zeros((), jnp.int32), params=params,
-                         batch_stats=variables["batch_stats"], opt_state=tx.init(params))
+    variables = dict(workload.model(None).init(key, workload.inputs(dummy_batch(workload)),
+                                               train=False))
+    params = variables.pop("params")
+    return EnsembleState(step=jnp.zeros((), jnp.int32), params=params, model_state=variables,
+                         opt_state=tx.init(params))
 
 
-def init_state(workload: ClassificationWorkload, tx: optax.GradientTransformation, mesh: Mesh,
+def init_state(workload: Workload, tx: optax.GradientTransformation, mesh: Mesh,
                ensemble_size: int, seed: int) -> EnsembleState:
     """Stacked state, born sharded over the ensemble axis (no host copy of all members)."""
 

@@ -95,7 +95,7 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
         },
         "peak_flops": peaks,
         "quality": {
-            "metric": target.metric if target else None,
+            "metric": setup.workload.metric,
             "target": target.target if target else None,
             "exponent": target.exponent if target else None,
             "target_is_official": target.target_is_official if target else None,
@@ -109,8 +109,8 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
         },
         "train": {
             "final_loss": None if last_metrics is None else np.asarray(last_metrics.loss).tolist(),
-            "final_batch_accuracy": (None if last_metrics is None
-                                     else np.asarray(last_metrics.accuracy).tolist()),
+            "final_metrics": (None if last_metrics is None else
+                              {k: np.asarray(v).tolist() for k, v in last_metrics.metrics.items()}),
         },
     }
 
@@ -118,7 +118,7 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
 def summary(record: dict) -> str:
     """A short human-readable table of the record's headline figures."""
     m, q, t, mesh = record["metrics"], record["quality"], record["timing"], record["mesh"]
-    f, oob = record["flops"], record["quality"]["oob"]
+    f, oob, metric = record["flops"], record["quality"]["oob"], record["quality"]["metric"]
 
     def num(value, fmt="{:.4g}"):
         return "n/a" if value is None else fmt.format(value)
@@ -137,13 +137,13 @@ def summary(record: dict) -> str:
                            f"{'' if f['crosscheck_ok'] is not False else ': CROSS-CHECK FAILED'})"),
         ("MFU datasheet / measured", f"{num(m['mfu_datasheet'], '{:.3f}')} / "
                                      f"{num(m['mfu_measured'], '{:.3f}')}"),
-        ("member accuracies", "n/a" if q["members"] is None
-         else " ".join(f"{a:.4f}" + ("" if i in q["kept_members"] else " (pruned)")
+        (f"member {metric}", "n/a" if q["members"] is None
+         else " ".join(num(a, "{:.4f}") + ("" if i in q["kept_members"] else " (pruned)")
                        for i, a in enumerate(q["members"]))),
         ("member mean (kept members)", num(q["member_mean"], "{:.4f}")),
-        ("ensemble accuracy", num(q["ensemble"], "{:.4f}")),
-        ("out-of-bag accuracy", "n/a" if not oob else
-         f"{num(oob['accuracy'], '{:.4f}')} ({oob['scored']} of {oob['subset']} training examples, "
+        (f"ensemble {metric}", num(q["ensemble"], "{:.4f}")),
+        (f"out-of-bag {metric}", "n/a" if not oob else
+         f"{num(oob['quality'], '{:.4f}')} ({oob['scored']} of {oob['subset']} training examples, "
          f"{oob['mean_voters']:.2f} members each)"),
     ]
     if q["target"] is not None:

@@ -39,7 +39,7 @@ def _batches(setup: RunSetup):
     """A function step → Batch."""
     tc = setup.config.train
     if setup.datasets.synthetic:
-        batch = synthetic_batch(setup.workload.spec, setup.mesh, setup.layout.ensemble_size,
+        batch = synthetic_batch(setup.workload.synthetic, setup.mesh, setup.layout.ensemble_size,
                                 tc.batch_size, tc.seed)
         return lambda step: batch
     return functools.partial(train_batch, setup.datasets.train, setup.sampler, setup.mesh,
@@ -155,7 +155,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
                  setup.member_strategy_why)
 
     compiled, compile_s = compile_step(setup.train_step, state, setup.mesh, layout, tc.batch_size,
-                                       setup.workload.spec.image_shape)
+                                       setup.workload.spec.fields)
     progress.compile_s.append(compile_s)
     cost = xla_cost(compiled, layout.num_devices)
     cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
@@ -198,7 +198,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
             batch = prefetch.next()
             if injection and injection[1] == step:
                 state = _poison(state, injection[0])
-            state, metrics = compiled(state, batch.images, batch.labels)
+            state, metrics = compiled(state, batch)
             watch.add(step, metrics.finite)
             if inflight is not None:
                 complete(*inflight)
@@ -211,10 +211,11 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
                     break
             if done % tc.log_every == 0 and last_metrics is not None:
                 median = float(np.median(progress.step_s)) if progress.step_s else 0.0
-                logging.info("step %d/%d  loss %.4f  train acc %.3f  %s img/s  ETA %s",
+                logging.info("step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
                              progress.step, setup.total_steps,
                              float(np.nanmean(last_metrics.loss)),
-                             float(np.mean(last_metrics.accuracy)),
+                             "  ".join(f"train {k} {float(np.nanmean(v)):.3f}"
+                                       for k, v in last_metrics.metrics.items()),
                              f"{images_per_step / median:.0f}" if median else "-",
                              format_duration((setup.total_steps - done) * median))
             if done < setup.total_steps and guard.stop_now(done % check_every == 0):

@@ -21,9 +21,10 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from hpcai_jax.data.source import Fields
 from hpcai_jax.ensemble import EnsembleState
 from hpcai_jax.mesh import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC, MeshLayout
-from hpcai_jax.workload import ClassificationWorkload
+from hpcai_jax.workloads.base import Workload
 
 # How a device runs its several members when --member_strategy=auto, per backend, and why.
 MEMBER_STRATEGY_DEFAULTS = {
@@ -49,44 +50,51 @@ class StepMetrics(struct.PyTreeNode):
     """Per-member figures of one step, replicated on every device (readable by any process)."""
 
     loss: jax.Array  # [M]
-    accuracy: jax.Array  # [M], on the training batch
     finite: jax.Array  # [M] bool: loss and updated parameters all finite
+    metrics: dict  # name → [M]: the workload's training metrics on the step's batch
 
 
 class EvalCounts(struct.PyTreeNode):
     """One eval batch's counts, replicated on every device."""
 
-    member_correct: jax.Array  # [M]: each member's correct predictions, every labelled row
-    ensemble_correct: jax.Array  # scored rows the ensemble predicts right
+    members: jax.Array  # [M, K]: the workload's counts of each member's prediction, valid rows
+    ensemble: jax.Array  # [K]: of the voters' mean prediction, on rows with a voter
     scored: jax.Array  # rows with at least one voter
     votes: jax.Array  # votes cast on those rows (÷ scored: voters per example)
 
 
-def member_train_step(workload: ClassificationWorkload, tx: optax.GradientTransformation,
-                      axis_name: str | None, state: EnsembleState, images: jax.Array,
-                      labels: jax.Array) -> tuple[EnsembleState, jax.Array, jax.Array, jax.Array]:
-    """One member's SGD step on its (local part of the) batch.
+def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train: bool):
+    """(outputs, updated model state) of one member; the state is returned unchanged in eval."""
+    variables = {"params": state.params, **state.model_state}
+    if not (train and state.model_state):
+        return model.apply(variables, x, train=train), state.model_state
+    return model.apply(variables, x, train=True, mutable=list(state.model_state))
+
+
+def member_train_step(workload: Workload, tx: optax.GradientTransformation,
+                      axis_name: str | None, state: EnsembleState,
+                      batch: dict) -> tuple[EnsembleState, jax.Array, dict, jax.Array]:
+    """One member's step on its (local part of the) batch: (state, loss, metrics, finite).
 
     axis_name=None trains on a batch that lives on one device: the reference for equivalence.
     """
-    model = workload.model if axis_name else workload.local_model
+    model = workload.model(axis_name)
     mean = (lambda v: lax.pmean(v, axis_name)) if axis_name else (lambda v: v)
-    x = workload.preprocess(images)
+    x = workload.inputs(batch)
 
     def loss_fn(params):
-        logits, updates = model.apply({"params": params, "batch_stats": state.batch_stats}, x,
-                                      train=True, mutable=["batch_stats"])
-        return mean(workload.loss(logits, labels)), (updates["batch_stats"], logits)
+        outputs, model_state = _apply(workload, model, state.replace(params=params), x, True)
+        loss, metrics = workload.loss(outputs, batch)
+        return mean(loss), (model_state, metrics)
 
-    (loss, (batch_stats, logits)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (loss, (model_state, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    accuracy = mean(jnp.mean((jnp.argmax(logits, -1) == labels).astype(jnp.float32)))
     params = optax.apply_updates(state.params, updates)
     # One reduction over the parameters: cheap next to the step, and catches inf/NaN anywhere.
     finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(params))
-    new_state = state.replace(step=state.step + 1, params=params, batch_stats=batch_stats,
+    new_state = state.replace(step=state.step + 1, params=params, model_state=model_state,
                               opt_state=opt_state)
-    return new_state, loss, accuracy, finite
+    return new_state, loss, jax.tree.map(mean, metrics), finite
 
 
 def map_members(fn: Callable, strategy: str, *stacked):
@@ -107,53 +115,53 @@ def gather_members(local: jax.Array) -> jax.Array:
     return lax.psum(full, ENSEMBLE)
 
 
-def build_train_step(workload: ClassificationWorkload, tx: optax.GradientTransformation,
-                     mesh: Mesh, strategy: str):
-    """jit(shard_map(step)) with the state donated: (state, images, labels) → (state, metrics)."""
+def build_train_step(workload: Workload, tx: optax.GradientTransformation, mesh: Mesh,
+                     strategy: str):
+    """jit(shard_map(step)) with the state donated: (state, batch) → (state, StepMetrics)."""
 
-    def local_step(state, images, labels):
-        step = lambda s, x, y: member_train_step(workload, tx, DATA, s, x, y)  # noqa: E731
-        new_state, loss, accuracy, finite = map_members(step, strategy, state, images, labels)
-        figures = (loss, accuracy, finite.astype(jnp.int32))
-        loss, accuracy, finite = (gather_members(f) for f in figures)
-        return new_state, StepMetrics(loss, accuracy, finite.astype(jnp.int32) > 0)
+    def local_step(state, batch):
+        step = lambda s, b: member_train_step(workload, tx, DATA, s, b)  # noqa: E731
+        new_state, loss, metrics, finite = map_members(step, strategy, state, batch)
+        metrics = jax.tree.map(gather_members, metrics)
+        finite = gather_members(finite.astype(jnp.int32)) > 0
+        return new_state, StepMetrics(gather_members(loss), finite, metrics)
 
     # check_vma=True is load-bearing, not a default left alone: with it, shard_map knows the
     # parameters are invariant over `data` and the gradient of the pmean'ed loss comes back
     # psum'ed over `data` (the exact global-batch gradient). Without it the gradient is each
     # device's local one, silently wrong.
-    sharded = jax.shard_map(local_step, mesh=mesh, in_specs=(MEMBER_SPEC, BATCH_SPEC, BATCH_SPEC),
+    sharded = jax.shard_map(local_step, mesh=mesh, in_specs=(MEMBER_SPEC, BATCH_SPEC),
                             out_specs=(MEMBER_SPEC, P()), check_vma=True)
     return jax.jit(sharded, donate_argnums=0)
 
 
-def build_eval_step(workload: ClassificationWorkload, mesh: Mesh, strategy: str):
-    """(state, images [E], labels [E], votes [M, E]) → EvalCounts, replicated.
+def build_eval_step(workload: Workload, mesh: Mesh, strategy: str):
+    """(state, batch [E], valid [E], votes [M, E]) → EvalCounts, replicated.
 
-    The ensemble predicts an example by the argmax of the mean softmax probabilities of the
-    members that vote on it (votes 1): every kept member on held-out data; on training data, the
-    kept members that never trained on the example (the out-of-bag estimate). An example without
-    a voter is not scored. Padding rows carry label -1 and no votes, so they never count.
+    The ensemble predicts an example by the mean of the predictions of the members that vote on
+    it (votes 1): every kept member on held-out data; on training data, the kept members that
+    never trained on the example (the out-of-bag estimate). An example without a voter is not
+    scored; padding rows (valid false) have no votes and count for no member.
     """
+    model = workload.model(None)
 
-    def local_eval(state, images, labels, votes):
-        x = workload.preprocess(images)
+    def local_eval(state, batch, valid, votes):
+        x = workload.inputs(batch)
 
-        def member_probs(s):
-            logits = workload.local_model.apply({"params": s.params, "batch_stats": s.batch_stats},
-                                                x, train=False)
-            return jax.nn.softmax(logits, axis=-1)
+        def member_prediction(s):
+            return workload.predict(_apply(workload, model, s, x, False)[0])
 
-        probs = map_members(member_probs, strategy, state)  # [m_local, e, C]
-        member_correct = jnp.sum(jnp.argmax(probs, -1) == labels[None], axis=1)
-        # where(), not a product: a pruned member's probabilities may be NaN. The argmax of the
-        # voters' sum is that of their mean.
-        summed = lax.psum(jnp.sum(jnp.where(votes[..., None] > 0, probs, 0.0), axis=0), ENSEMBLE)
+        preds = map_members(member_prediction, strategy, state)  # [m_local, e, ...]
+        weight = valid.astype(jnp.float32)
+        members = jnp.stack([workload.counts(p, batch, weight) for p in preds])
+        # where(), not a product: a pruned member's predictions may be NaN.
+        mask = votes.reshape(votes.shape + (1,) * (preds.ndim - 2)) > 0
+        summed = lax.psum(jnp.sum(jnp.where(mask, preds, 0.0), axis=0), ENSEMBLE)
         voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
         scored = voters > 0
-        ensemble_correct = jnp.sum(scored & (jnp.argmax(summed, -1) == labels))
-        member_correct = gather_members(lax.psum(member_correct, DATA))
-        return EvalCounts(member_correct, lax.psum(ensemble_correct, DATA),
+        mean = summed / jnp.maximum(voters, 1.0).reshape(voters.shape + (1,) * (summed.ndim - 1))
+        ensemble = workload.counts(mean, batch, scored.astype(jnp.float32))
+        return EvalCounts(gather_members(lax.psum(members, DATA)), lax.psum(ensemble, DATA),
                           lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
                           lax.psum(jnp.sum(voters), DATA))
 
@@ -174,19 +182,19 @@ class CompiledTrainStep:
     compile_s: float
 
 
-def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int,
-                   image_shape: tuple[int, ...]) -> tuple[jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]:
+def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fields) -> dict:
+    """The training batch's shapes, dtypes and shardings: [M, B, ...] per field."""
     sh = jax.sharding.NamedSharding(mesh, BATCH_SPEC)
-    m = layout.ensemble_size
-    return (jax.ShapeDtypeStruct((m, batch_size, *image_shape), jnp.uint8, sharding=sh),
-            jax.ShapeDtypeStruct((m, batch_size), jnp.int32, sharding=sh))
+    lead = (layout.ensemble_size, batch_size)
+    return {name: jax.ShapeDtypeStruct((*lead, *shape), dtype, sharding=sh)
+            for name, (shape, dtype) in fields.items()}
 
 
 def compile_step(step_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int,
-                 image_shape: tuple[int, ...]) -> tuple[jax.stages.Compiled, float]:
+                 fields: Fields) -> tuple[jax.stages.Compiled, float]:
     """Compiles ahead of timing; state may be concrete or abstract. Returns (compiled, seconds)."""
     start = time.perf_counter()
-    compiled = step_fn.lower(state, *abstract_batch(mesh, layout, batch_size, image_shape)).compile()
+    compiled = step_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields)).compile()
     return compiled, time.perf_counter() - start
 
 
@@ -198,7 +206,7 @@ def compile_train_step(config, devices=None) -> CompiledTrainStep:
     setup = assemble(config, devices=devices, open_data=False)
     compiled, seconds = compile_step(setup.train_step, setup.abstract_state, setup.mesh,
                                      setup.layout, config.train.batch_size,
-                                     setup.workload.spec.image_shape)
+                                     setup.workload.spec.fields)
     return CompiledTrainStep(compiled=compiled, layout=setup.layout, mesh=setup.mesh,
                              num_devices=setup.layout.num_devices,
                              member_strategy=setup.member_strategy,

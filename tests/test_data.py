@@ -17,7 +17,6 @@ from hpcai_jax import config as C
 from hpcai_jax.assemble import assemble
 from hpcai_jax.data import fashion_mnist
 from hpcai_jax.data.pipeline import Prefetcher, eval_batches, train_batch
-from hpcai_jax.data.source import ArraySource
 from hpcai_jax.errors import UsageError
 
 
@@ -44,8 +43,9 @@ def test_fashion_mnist_from_debian_package():
     train = fashion_mnist.load_split("", "train")
     test = fashion_mnist.load_split("", "test")
     assert (len(train), len(test)) == (60_000, 10_000)
-    assert train.images.shape[1:] == (28, 28, 1) and train.images.dtype == np.uint8
-    assert set(np.unique(test.labels)) == set(range(10))
+    image = train.arrays["image"]
+    assert image.shape[1:] == (28, 28, 1) and image.dtype == np.uint8
+    assert set(np.unique(test.arrays["label"])) == set(range(10))
 
 
 class _CountingSource:
@@ -68,29 +68,31 @@ def test_train_batch_reads_each_devices_rows_once():
     assert len(source.reads) == 8 and all(len(r) == 8 for r in source.reads)
     expected = np.stack([setup.sampler.step_indices(m, 5) for m in range(4)])
     np.testing.assert_array_equal(np.sort(np.concatenate(source.reads)), np.sort(expected.ravel()))
-    images, labels = setup.datasets.train.read(expected.ravel())
-    np.testing.assert_array_equal(np.asarray(batch.images), images.reshape(4, 16, 28, 28, 1))
-    np.testing.assert_array_equal(np.asarray(batch.labels), labels.reshape(4, 16))
-    assert batch.images.sharding.spec == jax.sharding.PartitionSpec("ensemble", "data")
+    read = setup.datasets.train.read(expected.ravel())
+    np.testing.assert_array_equal(np.asarray(batch["image"]), read["image"].reshape(4, 16, 28, 28, 1))
+    np.testing.assert_array_equal(np.asarray(batch["label"]), read["label"].reshape(4, 16))
+    assert batch["image"].sharding.spec == jax.sharding.PartitionSpec("ensemble", "data")
 
 
-def test_eval_batches_pad_with_minus_one():
+def test_eval_batches_mark_padding_and_follow_the_given_order():
     setup = assemble(tiny_config())
-    source = ArraySource(
-        setup.datasets.eval.spec, setup.datasets.eval.images[:130], setup.datasets.eval.labels[:130]
-    )
+    held_out = setup.datasets.eval
+    source = held_out.head(130)
     batches = list(eval_batches(source, setup.mesh, 63))  # rounded up to 64 (data axis of 2)
-    assert [b.labels.shape[0] for _, b in batches] == [64, 64, 64]
-    labels = np.concatenate([np.asarray(b.labels) for _, b in batches])
-    rows = np.concatenate([r for r, _ in batches])
-    np.testing.assert_array_equal(labels[:130], source.labels)
+    assert [b.batch["label"].shape[0] for b in batches] == [64, 64, 64]
+    labels = np.concatenate([np.asarray(b.batch["label"]) for b in batches])
+    rows = np.concatenate([b.rows for b in batches])
+    valid = np.concatenate([np.asarray(b.valid) for b in batches])
+    np.testing.assert_array_equal(labels[:130], source.arrays["label"])
     np.testing.assert_array_equal(rows[:130], np.arange(130))
-    assert np.all(labels[130:] == -1) and np.all(rows[130:] == -1)
+    assert np.all(rows[130:] == -1) and valid.tolist() == [True] * 130 + [False] * 62
+    assert batches[0].valid.sharding.spec == jax.sharding.PartitionSpec("data")
     # A chosen subset, in the order given: what the out-of-bag estimate reads.
     subset = np.array([7, 3, 120, 3])
-    ((rows, batch),) = eval_batches(source, setup.mesh, 8, subset)
-    np.testing.assert_array_equal(rows, [7, 3, 120, 3, -1, -1, -1, -1])
-    np.testing.assert_array_equal(np.asarray(batch.labels)[:4], source.labels[subset])
+    (only,) = eval_batches(source, setup.mesh, 8, subset)
+    np.testing.assert_array_equal(only.rows, [7, 3, 120, 3, -1, -1, -1, -1])
+    np.testing.assert_array_equal(np.asarray(only.batch["label"])[:4],
+                                  source.arrays["label"][subset])
 
 
 def test_prefetcher_counts_waits_and_propagates_errors():
@@ -179,7 +181,8 @@ def test_tfds_source_reads_and_resizes(tiny_tfds):
     )
     assert (len(datasets.train), len(datasets.eval)) == (64, 24)
     assert datasets.spec.num_classes == 3 and datasets.spec.image_shape == (16, 16, 3)
-    images, labels = datasets.train.read(np.array([0, 5, 5, 63]))
+    read = datasets.train.read(np.array([0, 5, 5, 63]))
+    images, labels = read["image"], read["label"]
     assert images.shape == (4, 16, 16, 3) and images.dtype == np.uint8
     # tfds shuffles examples when it writes them: check each label against its image's content.
     np.testing.assert_array_equal(labels, images.mean(axis=(1, 2)).argmax(-1))
@@ -203,4 +206,4 @@ def test_main_trains_on_a_tfds_set(tiny_tfds, tmp_path):
         f"--results_dir={tmp_path}",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ensemble accuracy" in proc.stdout
+    assert "ensemble top1_accuracy" in proc.stdout

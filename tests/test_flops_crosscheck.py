@@ -86,7 +86,7 @@ def test_missing_xla_figure_falls_back_to_the_analytic_count():
         assert check["train_step_flops_source"] == SOURCE_ANALYTIC
         assert check["train_step_flops"] == check["analytic"]["train_step"]["xla_rules"] > 0
         assert check["xla_over_analytic"] is None and check["xla_train_step_flops"] is None
-        assert any("XLA gave no FLOP figure" in n for n in check["notes"])
+        assert "XLA gave no FLOP figure" in check["source_reason"]
 
 
 class _FakeCompiled:

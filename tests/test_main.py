@@ -67,11 +67,11 @@ def test_end_to_end_record(tmp_path):
     expected_vflops = record["metrics"]["flops_per_s"] * (
         record["quality"]["ensemble"] / record["quality"]["target"]) ** record["quality"]["exponent"]
     assert record["metrics"]["vflops_per_s"] == pytest.approx(expected_vflops)
-    assert "ensemble accuracy" in proc.stdout
+    assert "ensemble top1_accuracy" in proc.stdout
     # The score's provenance: bagging, the out-of-bag estimate, the target, the FLOP source.
     assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
     oob = record["quality"]["oob"]
-    assert oob["subset"] == 512 and 0 < oob["scored"] < 512 and 0 <= oob["accuracy"] <= 1
+    assert oob["subset"] == 512 and 0 < oob["scored"] < 512 and 0 <= oob["quality"] <= 1
     assert 1 <= oob["mean_voters"] < 4
     assert record["quality"]["target_is_official"] is False and record["quality"]["target"] == 0.9
     assert record["flops"]["crosscheck_ok"] is True

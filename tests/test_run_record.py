@@ -64,11 +64,11 @@ def test_flops_mfu_vflops_from_the_clock(setup):
     q = record["quality"]
     assert (q["target"], q["exponent"], q["target_is_official"]) == (0.9, 5.0, False)
     assert q["member_mean"] == pytest.approx((0.80 + 0.10 + 0.82 + 0.84) / 4)
-    assert q["oob"]["accuracy"] == 0.83
+    assert q["oob"]["quality"] == 0.83
     assert len(record["data"]["distinct_fraction"]) == M
     assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
     text = run_record.summary(record)
-    assert "out-of-bag accuracy" in text and "not official" in text and "FAILED" not in text
+    assert "out-of-bag top1_accuracy" in text and "not official" in text and "FAILED" not in text
 
 
 def test_a_pruned_member_counts_only_while_healthy(setup):

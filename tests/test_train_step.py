@@ -19,23 +19,29 @@ from hpcai_jax.train_step import member_train_step, resolve_member_strategy
 STEPS = 3
 
 
+REGRESSION = dict(model=C.ModelConfig(workload="regression", model="mlp"),
+                  data=C.DataConfig(dataset="friedman1", train_examples=512, eval_examples=200))
+WORKLOADS = {"image_classification": {}, "regression": REGRESSION}
+
+
 def _reference_member(setup, member: int):
-    """Member `member` trained alone on one device: plain jit, BatchNorm over its whole batch."""
+    """Member `member` trained alone on one device: plain jit, statistics over its whole batch."""
     wl, tx = setup.workload, setup.tx
     state = jax.jit(lambda k: init_member(wl, tx, k))(member_keys(setup.config.train.seed,
                                                                   setup.layout.ensemble_size)[member])
-    step = jax.jit(lambda s, x, y: member_train_step(wl, tx, None, s, x, y))
+    step = jax.jit(lambda s, b: member_train_step(wl, tx, None, s, b))
     source = setup.datasets.train
     for t in range(STEPS):
-        images, labels = source.read(setup.sampler.step_indices(member, t))
-        state, *_ = step(state, images, labels)
+        state, *_ = step(state, source.read(setup.sampler.step_indices(member, t)))
     return state
 
 
-@pytest.fixture(scope="module")
-def references():
-    setup = assemble(tiny_config(mesh=C.MeshConfig(4, 1, 2)))
-    return [_reference_member(setup, m) for m in range(4)]
+@pytest.fixture(scope="module", params=list(WORKLOADS))
+def workload(request):
+    """(name, config overrides, each member trained alone)."""
+    overrides = WORKLOADS[request.param]
+    setup = assemble(tiny_config(mesh=C.MeshConfig(4, 1, 2), **overrides))
+    return request.param, overrides, [_reference_member(setup, m) for m in range(4)]
 
 
 @pytest.mark.parametrize("mesh_config", [
@@ -43,21 +49,26 @@ def references():
     C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="unroll"),  # 2×4
     C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="vmap"),
 ], ids=["mesh4x2", "mesh2x4-unroll", "mesh2x4-vmap"])
-def test_ensemble_matches_members_trained_alone(mesh_config, references):
-    setup = assemble(tiny_config(mesh=mesh_config))
-    assert setup.layout.num_devices == 8
+def test_ensemble_matches_members_trained_alone(mesh_config, workload):
+    """The same engine step, for image classification (BatchNorm state) and the regression
+    workload that proves the protocol (no model state, float inputs)."""
+    name, overrides, references = workload
+    setup = assemble(tiny_config(mesh=mesh_config, **overrides))
+    assert setup.layout.num_devices == 8 and setup.workload.name == name
     state = setup.init_state()
     for t in range(STEPS):
         batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, t)
-        state, _ = setup.train_step(state, batch.images, batch.labels)
+        state, metrics = setup.train_step(state, batch)
     assert np.all(np.asarray(state.step) == STEPS)
+    assert np.all(np.asarray(metrics.finite)) and set(metrics.metrics) == (
+        {"accuracy"} if name == "image_classification" else {"mse"})
     for m, ref in enumerate(references):
-        got = jax.tree.map(lambda x, m=m: np.asarray(x[m]), (state.params, state.batch_stats))
-        want = jax.tree.map(np.asarray, (ref.params, ref.batch_stats))
+        got = jax.tree.map(lambda x, m=m: np.asarray(x[m]), (state.params, state.model_state))
+        want = jax.tree.map(np.asarray, (ref.params, ref.model_state))
         jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-5), got, want)
     # Members differ from each other: their keys and bootstrap samples differ.
-    kernel = np.asarray(state.params["conv_init"]["kernel"])
-    assert not np.allclose(kernel[0], kernel[1])
+    first = jax.tree.leaves(state.params)[0]
+    assert not np.allclose(first[0], first[1])
 
 
 def test_state_is_sharded_over_the_ensemble_axis():
@@ -83,25 +94,28 @@ def test_eval_step_averages_the_voting_members_probabilities():
     a voter is not scored."""
     setup = assemble(tiny_config())
     state = setup.init_state()
-    images, labels = setup.datasets.eval.read(np.arange(100))
-    rows, batch = next(eval_batches(setup.datasets.eval, setup.mesh, 100))
-    np.testing.assert_array_equal(rows, np.arange(100))
+    read = setup.datasets.eval.read(np.arange(100))
+    images, labels = read["image"], read["label"]
+    item = next(eval_batches(setup.datasets.eval, setup.mesh, 100))
+    np.testing.assert_array_equal(item.rows, np.arange(100))
     votes = (np.random.default_rng(0).random((4, 100)) < 0.4).astype(np.float32)
     votes[:, :5] = 0  # five examples nobody may score
     sharded = jax.device_put(votes, NamedSharding(setup.mesh, BATCH_SPEC))
-    counts = setup.eval_step(state, batch.images, batch.labels, sharded)
-    x = setup.workload.preprocess(jnp.asarray(images))
+    counts = setup.eval_step(state, item.batch, item.valid, sharded)
+    x = setup.workload.inputs({"image": jnp.asarray(images)})
     probs = []
     for m in range(4):
-        v = jax.tree.map(lambda a, m=m: a[m], {"params": state.params, "batch_stats": state.batch_stats})
-        probs.append(jax.nn.softmax(setup.workload.local_model.apply(v, x, train=False), -1))
+        v = jax.tree.map(lambda a, m=m: a[m], {"params": state.params, **state.model_state})
+        probs.append(jax.nn.softmax(setup.workload.model(None).apply(v, x, train=False), -1))
     probs = np.asarray(probs)
-    np.testing.assert_array_equal(np.asarray(counts.member_correct),
+    np.testing.assert_array_equal(np.asarray(counts.members)[:, 0],
                                   (probs.argmax(-1) == labels[None]).sum(1))
+    assert np.all(np.asarray(counts.members)[:, 1] == 100)
     scored = votes.sum(0) > 0
     mean = (probs * votes[..., None]).sum(0) / np.maximum(votes.sum(0), 1)[:, None]
     assert int(counts.scored) == int(scored.sum()) <= 95
-    assert int(counts.ensemble_correct) == int((scored & (mean.argmax(-1) == labels)).sum())
+    assert np.asarray(counts.ensemble).tolist() == [(scored & (mean.argmax(-1) == labels)).sum(),
+                                                    scored.sum()]
     assert float(counts.votes) == votes.sum()
 
 
@@ -109,6 +123,6 @@ def test_bfloat16_compute_runs():
     setup = assemble(dataclasses.replace(tiny_config(), model=C.ModelConfig(dtype="bfloat16")))
     state = setup.init_state()
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
-    state, metrics = setup.train_step(state, batch.images, batch.labels)
+    state, metrics = setup.train_step(state, batch)
     assert np.all(np.isfinite(np.asarray(metrics.loss)))
     assert state.params["conv_init"]["kernel"].dtype == jnp.float32

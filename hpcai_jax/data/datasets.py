@@ -5,15 +5,15 @@ from __future__ import annotations
 import dataclasses
 
 from hpcai_jax.config import DataConfig
-from hpcai_jax.data import fashion_mnist
-from hpcai_jax.data.source import ImageSource, ImageSpec
+from hpcai_jax.data import fashion_mnist, friedman
+from hpcai_jax.data.source import DataSpec, ImageSpec, Source
 
 
 @dataclasses.dataclass(frozen=True)
 class Datasets:
-    spec: ImageSpec
-    train: ImageSource | None  # None: synthetic data generated on the devices
-    eval: ImageSource | None
+    spec: DataSpec
+    train: Source | None  # None: synthetic data generated on the devices
+    eval: Source | None
 
     @property
     def synthetic(self) -> bool:
@@ -25,6 +25,13 @@ def synthetic_spec(config: DataConfig) -> ImageSpec:
                      num_classes=config.num_classes, mean=(127.5,) * 3, std=(64.0,) * 3)
 
 
+def data_spec(config: DataConfig) -> DataSpec:
+    """The data set's fields without loading it (a tfds set's metadata is read)."""
+    fixed = {"synthetic": lambda: synthetic_spec(config), "fashion_mnist": lambda: fashion_mnist.SPEC,
+             "friedman1": lambda: friedman.SPEC}
+    return fixed[config.dataset]() if config.dataset in fixed else open_datasets(config).spec
+
+
 def open_datasets(config: DataConfig) -> Datasets:
     """Raises UsageError with a how-to-get-it hint when a data set is missing or corrupt."""
     if config.dataset == "synthetic":
@@ -32,6 +39,8 @@ def open_datasets(config: DataConfig) -> Datasets:
     if config.dataset == "fashion_mnist":
         train = fashion_mnist.load_split(config.data_dir, "train")
         held_out = fashion_mnist.load_split(config.data_dir, "test")
+    elif config.dataset == "friedman1":
+        train, held_out = friedman.load()
     else:
         from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
 

@@ -58,4 +58,4 @@ def load_split(data_dir: str, split: str) -> ArraySource:
     if images.ndim != 3 or images.shape[1:] != (28, 28) or len(images) != len(labels):
         raise UsageError(f"{directory}: Fashion-MNIST {split} files have shapes {images.shape} and "
                          f"{labels.shape}; expected [N, 28, 28] and [N]")
-    return ArraySource(SPEC, images[..., None], labels)
+    return ArraySource(SPEC, {"image": images[..., None], "label": labels})

@@ -1,9 +1,10 @@
 """Turns bootstrap indices into sharded device batches, reading only local rows, ahead of use.
 
-The global training batch is [M, B, H, W, C], sharded P('ensemble', 'data'). Each device's block
-is built by `jax.make_array_from_callback`, so a process reads exactly the rows of the members
-and batch slices its own devices hold, and nothing else (multi-host included). A background
-thread keeps `prefetch` batches on the devices ahead of the step.
+A batch is a dict of the workload's fields; the training batch has a leading [M, B] on every
+field, sharded P('ensemble', 'data'). Each device's block is built by
+`jax.make_array_from_callback`, so a process reads exactly the rows of the members and batch
+slices its own devices hold, and nothing else (multi-host included). A background thread keeps
+`prefetch` batches on the devices ahead of the step.
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ import time
 from collections.abc import Iterator
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from hpcai_jax.data.source import ImageSource, ImageSpec
+from hpcai_jax.data.source import Fields, Source
 from hpcai_jax.mesh import BATCH_SPEC, EVAL_SPEC
 from hpcai_jax.sampler import BootstrapSampler
 
+Batch = dict[str, jax.Array]  # a workload's fields, each with a leading [M, B] or [E] shape
+_VALID = "__valid__"  # the padding mask travels with the fields, then leaves the batch
+
 
 @dataclasses.dataclass(frozen=True)
-class Batch:
-    images: jax.Array  # uint8
-    labels: jax.Array  # int32; -1 marks padding in held-out batches
+class EvalBatch:
+    rows: np.ndarray  # each row's example index; -1 marks the padding of the last batch
+    batch: Batch  # [E, ...] per field
+    valid: jax.Array  # bool [E]: rows >= 0, sharded like the batch
 
 
 def _bounds(index: tuple, dim: int, size: int) -> tuple[int, int]:
@@ -35,67 +39,57 @@ def _bounds(index: tuple, dim: int, size: int) -> tuple[int, int]:
     return start, stop
 
 
-def _global_array(shape: tuple[int, ...], sharding: NamedSharding, dtype, blocks: dict, read,
-                  part: int, key_dims: int):
-    """Builds one array from per-device blocks, reading each distinct block once (`blocks` caches
-    the (images, labels) pair of a block, keyed by its bounds on the first key_dims axes)."""
+def _global_batch(lead: tuple[int, ...], fields: Fields, sharding: NamedSharding, read) -> Batch:
+    """One global array per field from per-device blocks; read(bounds) returns every field of the
+    block whose bounds on the leading axes are `bounds`, and is called once per distinct block."""
+    blocks: dict = {}
 
-    def callback(index):
-        key = tuple(_bounds(index, d, shape[d]) for d in range(key_dims))
-        if key not in blocks:
-            blocks[key] = read(key)
-        return blocks[key][part]
+    def callback(name):
+        def fill(index):
+            key = tuple(_bounds(index, d, lead[d]) for d in range(len(lead)))
+            if key not in blocks:
+                blocks[key] = read(key)
+            return blocks[key][name]
 
-    return jax.make_array_from_callback(shape, sharding, callback, dtype=dtype)
+        return fill
+
+    return {name: jax.make_array_from_callback((*lead, *shape), sharding, callback(name),
+                                               dtype=np.dtype(dtype))
+            for name, (shape, dtype) in fields.items()}
 
 
-def train_batch(source: ImageSource, sampler: BootstrapSampler, mesh: Mesh, ensemble_size: int,
+def train_batch(source: Source, sampler: BootstrapSampler, mesh: Mesh, ensemble_size: int,
                 step: int) -> Batch:
     """The global batch of `step`: member m's rows are its bootstrap indices for that step."""
-    spec = source.spec
-    shape = (ensemble_size, sampler.batch_size)
-    sharding = NamedSharding(mesh, BATCH_SPEC)
 
     def read(key):
         (m0, m1), (r0, r1) = key
         idx = sampler.block(range(m0, m1), step, slice(r0, r1))
-        images, labels = source.read(idx.reshape(-1))
-        return images.reshape(*idx.shape, *spec.image_shape), labels.reshape(idx.shape)
+        arrays = source.read(idx.reshape(-1))
+        return {name: a.reshape(*idx.shape, *a.shape[1:]) for name, a in arrays.items()}
 
-    blocks: dict = {}
-    images = _global_array((*shape, *spec.image_shape), sharding, jnp.uint8, blocks, read, 0, 2)
-    labels = _global_array(shape, sharding, jnp.int32, blocks, read, 1, 2)
-    return Batch(images, labels)
+    return _global_batch((ensemble_size, sampler.batch_size), source.spec.fields,
+                         NamedSharding(mesh, BATCH_SPEC), read)
 
 
-def synthetic_batch(spec: ImageSpec, mesh: Mesh, ensemble_size: int, batch_size: int,
-                    seed: int) -> Batch:
-    """Random images and labels generated on the devices once, reused every step (throughput runs:
-    no host work, no transfers)."""
+def synthetic_batch(make, mesh: Mesh, ensemble_size: int, batch_size: int, seed: int) -> Batch:
+    """make(key, (M, B)) → a batch, generated on the devices once and reused every step
+    (throughput runs: no host work, no transfers)."""
     sharding = NamedSharding(mesh, BATCH_SPEC)
-
-    def make(key):
-        k1, k2 = jax.random.split(key)
-        images = jax.random.randint(k1, (ensemble_size, batch_size, *spec.image_shape), 0, 256,
-                                    jnp.int32).astype(jnp.uint8)
-        labels = jax.random.randint(k2, (ensemble_size, batch_size), 0, spec.num_classes, jnp.int32)
-        return images, labels
-
-    images, labels = jax.jit(make, out_shardings=(sharding, sharding))(jax.random.key(seed))
-    return Batch(images, labels)
+    lead = (ensemble_size, batch_size)
+    return jax.jit(lambda key: make(key, lead), out_shardings=sharding)(jax.random.key(seed))
 
 
-def eval_batches(source: ImageSource, mesh: Mesh, batch_size: int,
-                 indices: np.ndarray | None = None) -> Iterator[tuple[np.ndarray, Batch]]:
+def eval_batches(source: Source, mesh: Mesh, batch_size: int,
+                 indices: np.ndarray | None = None) -> Iterator[EvalBatch]:
     """Batches [E, ...] of `indices` (default: the whole source, in order) split over `data` and
-    replicated over `ensemble`. Yields (rows, batch): rows holds each row's example index, -1 for
-    the padding of the last batch, whose label is -1 too. E is batch_size rounded up to a
-    multiple of the data-axis size."""
+    replicated over `ensemble`; the last one is padded with example 0, marked not valid. E is
+    batch_size rounded up to a multiple of the data-axis size."""
     data_size = mesh.shape[EVAL_SPEC[0]]
     size = -(-batch_size // data_size) * data_size
     sharding = NamedSharding(mesh, EVAL_SPEC)
-    spec = source.spec
     indices = np.arange(len(source)) if indices is None else np.asarray(indices, np.int64)
+    fields = {**source.spec.fields, _VALID: ((), "bool")}
     for start in range(0, len(indices), size):
         rows = np.full(size, -1, np.int64)
         chunk = indices[start:start + size]
@@ -104,14 +98,11 @@ def eval_batches(source: ImageSource, mesh: Mesh, batch_size: int,
         def read(key, rows=rows):
             ((r0, r1),) = key
             idx = rows[r0:r1]
-            valid = idx >= 0
-            images, labels = source.read(np.where(valid, idx, 0))
-            return images, np.where(valid, labels, -1).astype(np.int32)
+            return {**source.read(np.where(idx >= 0, idx, 0)), _VALID: idx >= 0}
 
-        blocks: dict = {}
-        yield rows, Batch(_global_array((size, *spec.image_shape), sharding, jnp.uint8, blocks,
-                                        read, 0, 1),
-                          _global_array((size,), sharding, jnp.int32, blocks, read, 1, 1))
+        batch = _global_batch((size,), fields, sharding, read)
+        valid = batch.pop(_VALID)
+        yield EvalBatch(rows, batch, valid)
 
 
 class Prefetcher:

@@ -84,11 +84,11 @@ class TfdsSource:
         out = np.asarray(pil.crop((left, top, left + self._size, top + self._size)), np.uint8)
         return out.reshape(self.spec.image_shape)
 
-    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         records = self._source.__getitems__([int(i) for i in indices])
         images = list(self._pool.map(lambda r: self._resize(np.asarray(r["image"])), records))
         labels = np.asarray([r["label"] for r in records], dtype=np.int32)
-        return np.stack(images), labels
+        return {"image": np.stack(images), "label": labels}
 
     def head(self, n: int) -> TfdsSource | _Head:
         return self if n == 0 or n >= len(self) else _Head(self, n)
@@ -103,7 +103,7 @@ class _Head:
     def __len__(self) -> int:
         return self._n
 
-    def read(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         return self._source.read(indices)
 
 

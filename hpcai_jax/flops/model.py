@@ -1,9 +1,10 @@
 """The computations we count: one member's forward pass and training step, and the whole
-ensemble's training step, each traced to a jaxpr and counted by `analytic.count_jaxpr`.
+ensemble's training step, each traced to a jaxpr and counted by `analytic.count_fn`.
 
 The training step traced here is the engine's own (`train_step.member_train_step` for one member
-on one device, `assemble(...).train_step` for the sharded ensemble), so the analytic count and
-XLA's cost analysis look at the same program. Counts are cached: tracing ResNet-50 takes ~1 s.
+on one device, `assemble(...).train_step` for the sharded ensemble), for any workload, so the
+analytic count and XLA's cost analysis look at the same program. Counts are cached: tracing
+ResNet-50 takes ~1 s.
 """
 
 from __future__ import annotations
@@ -12,17 +13,16 @@ import dataclasses
 import functools
 
 import jax
-import jax.numpy as jnp
 
 from hpcai_jax import ensemble
 from hpcai_jax.assemble import assemble
-from hpcai_jax.config import DataConfig, ModelConfig, OptimConfig, RunConfig
-from hpcai_jax.data import fashion_mnist
-from hpcai_jax.data.datasets import open_datasets, synthetic_spec
+from hpcai_jax.config import OptimConfig, RunConfig
+from hpcai_jax.data.datasets import data_spec
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.flops.analytic import FlopCount, count_fn
 from hpcai_jax.train_step import abstract_batch, member_train_step
-from hpcai_jax.workload import make_workload
+from hpcai_jax.workloads import Workload, make_workload
+from hpcai_jax.workloads.classification import ClassificationWorkload
 
 # Per-channel statistics used to normalise images when a count is asked for by shape only; they
 # change no FLOP figure.
@@ -33,13 +33,19 @@ _NEUTRAL_STATS = (127.5, 64.0)
 class ModelFlops:
     """One member's counts at a given batch size."""
 
-    model: str
-    image_shape: tuple[int, int, int]
-    num_classes: int
+    workload: Workload
     batch: int
-    dtype: str
-    forward: FlopCount  # the forward pass in training mode (batch statistics), float input
-    train_step: FlopCount  # preprocess + forward + backward + optimizer update, as compiled
+    forward: FlopCount  # the model's forward pass in training mode, on the model's input
+    train_step: FlopCount  # inputs + forward + loss + backward + optimizer update, as compiled
+
+    @property
+    def model(self) -> str:
+        return getattr(self.workload, "model_name", self.workload.name)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """One example's model input (H, W, C for an image)."""
+        return tuple(_abstract_inputs(self.workload, 1).shape[1:])
 
     @property
     def train_step_3x_forward(self) -> FlopCount:
@@ -47,69 +53,61 @@ class ModelFlops:
         return self.forward.scaled(3)
 
 
-def _workload(model: str, image_shape: tuple[int, int, int], num_classes: int, dtype: str):
-    mean, std = _NEUTRAL_STATS
-    channels = image_shape[-1]
-    spec = ImageSpec(name="shape-only", image_shape=tuple(image_shape), num_classes=num_classes,
-                     mean=(mean,) * channels, std=(std,) * channels)
-    config = RunConfig(model=ModelConfig(model=model, dtype=dtype),
-                       data=DataConfig(dataset="synthetic", num_classes=num_classes))
-    return make_workload(config, spec)
+def _abstract_batch(workload: Workload, rows: int) -> dict:
+    return {name: jax.ShapeDtypeStruct((rows, *shape), dtype)
+            for name, (shape, dtype) in workload.spec.fields.items()}
 
 
-@functools.lru_cache(maxsize=32)
-def count_model(model: str, image_shape: tuple[int, int, int], num_classes: int, batch: int,
-                dtype: str = "float32", optim: OptimConfig | None = None) -> ModelFlops:
-    """Counts one member of `model` (config.MODELS) on `batch` images of shape H×W×C; `optim`
-    (default: OptimConfig()) shapes the optimizer update counted in the training step."""
-    image_shape = tuple(image_shape)
-    workload = _workload(model, image_shape, num_classes, dtype)
-    tx = ensemble.make_optimizer(optim or OptimConfig(), batch, steps_per_epoch=1, total_steps=1)
-    state = jax.eval_shape(lambda: ensemble.init_member(workload, tx, jax.random.key(0)))
-    images = jax.ShapeDtypeStruct((batch, *image_shape), jnp.uint8)
-    labels = jax.ShapeDtypeStruct((batch,), jnp.int32)
-    x = jax.ShapeDtypeStruct((batch, *image_shape), jnp.float32)
-    variables = {"params": state.params, "batch_stats": state.batch_stats}
-    forward = count_fn(forward_fn(workload.local_model), variables, x, batch=batch)
-    step = functools.partial(member_train_step, workload, tx, None)
-    train = count_fn(step, state, images, labels, batch=batch)
-    return ModelFlops(model=model, image_shape=image_shape, num_classes=num_classes, batch=batch,
-                      dtype=dtype, forward=forward, train_step=train)
+def _abstract_inputs(workload: Workload, rows: int) -> jax.ShapeDtypeStruct:
+    return jax.eval_shape(workload.inputs, _abstract_batch(workload, rows))
 
 
-def forward_fn(model):
-    """The forward pass of a training step: batch statistics, updated running averages."""
+def forward_fn(workload: Workload):
+    """The forward pass of a training step: batch statistics, updated model state."""
+    model = workload.model(None)
 
     def forward(variables, x):
-        return model.apply(variables, x, train=True, mutable=["batch_stats"])
+        mutable = [k for k in variables if k != "params"]
+        return model.apply(variables, x, train=True, mutable=mutable or False)
 
     return forward
 
 
 def forward_args(model_flops: ModelFlops):
     """Abstract (variables, x) for `forward_fn`, e.g. to compile it for XLA's figure."""
-    workload = _workload(model_flops.model, model_flops.image_shape, model_flops.num_classes,
-                         model_flops.dtype)
-    variables = jax.eval_shape(lambda: workload.local_model.init(
-        jax.random.key(0), workload.dummy_input(), train=False))
-    x = jax.ShapeDtypeStruct((model_flops.batch, *model_flops.image_shape), jnp.float32)
-    return workload.local_model, variables, x
+    workload = model_flops.workload
+    variables = jax.eval_shape(lambda: workload.model(None).init(
+        jax.random.key(0), workload.inputs(ensemble.dummy_batch(workload)), train=False))
+    return variables, _abstract_inputs(workload, model_flops.batch)
+
+
+@functools.lru_cache(maxsize=32)
+def count_workload(workload: Workload, batch: int, optim: OptimConfig | None = None) -> ModelFlops:
+    """Counts one member of `workload` on `batch` examples; `optim` (default: OptimConfig())
+    shapes the optimizer update counted in the training step."""
+    tx = ensemble.make_optimizer(optim or OptimConfig(), batch, steps_per_epoch=1, total_steps=1)
+    state = jax.eval_shape(lambda: ensemble.init_member(workload, tx, jax.random.key(0)))
+    variables, x = {"params": state.params, **state.model_state}, _abstract_inputs(workload, batch)
+    forward = count_fn(forward_fn(workload), variables, x, batch=batch)
+    step = functools.partial(member_train_step, workload, tx, None)
+    train = count_fn(step, state, _abstract_batch(workload, batch), batch=batch)
+    return ModelFlops(workload=workload, batch=batch, forward=forward, train_step=train)
+
+
+def count_model(model: str, image_shape: tuple[int, int, int], num_classes: int, batch: int,
+                dtype: str = "float32", optim: OptimConfig | None = None) -> ModelFlops:
+    """Counts one image classifier (config.MODELS) on `batch` images of shape H×W×C."""
+    mean, std = _NEUTRAL_STATS
+    channels = image_shape[-1]
+    spec = ImageSpec(name="shape-only", image_shape=tuple(image_shape), num_classes=num_classes,
+                     mean=(mean,) * channels, std=(std,) * channels)
+    return count_workload(ClassificationWorkload(spec, model, dtype), batch, optim)
 
 
 def count_config(config: RunConfig) -> ModelFlops:
-    """One member's counts for a run's model, data shape and batch size."""
-    spec = image_spec(config)
-    return count_model(config.model.model, tuple(spec.image_shape), spec.num_classes,
-                       config.train.batch_size, config.model.dtype, config.optim)
-
-
-def image_spec(config: RunConfig) -> ImageSpec:
-    """The run's image shape and classes; for a tfds data set this reads its metadata only."""
-    if config.data.dataset == "synthetic":
-        return synthetic_spec(config.data)
-    if config.data.dataset == "fashion_mnist":
-        return fashion_mnist.SPEC
-    return open_datasets(config.data).spec
+    """One member's counts for a run's workload, data shape and batch size."""
+    workload = make_workload(config, data_spec(config.data))
+    return count_workload(workload, config.train.batch_size, config.optim)
 
 
 @functools.lru_cache(maxsize=8)
@@ -122,5 +120,5 @@ def count_ensemble_step(config: RunConfig, device_ids: tuple[int, ...] | None = 
         devices = [by_id[i] for i in device_ids]
     setup = assemble(config, devices=devices, open_data=False)
     m, b = setup.layout.ensemble_size, config.train.batch_size
-    images, labels = abstract_batch(setup.mesh, setup.layout, b, setup.workload.spec.image_shape)
-    return count_fn(setup.train_step, setup.abstract_state, images, labels, batch=m * b)
+    batch = abstract_batch(setup.mesh, setup.layout, b, setup.workload.spec.fields)
+    return count_fn(setup.train_step, setup.abstract_state, batch, batch=m * b)

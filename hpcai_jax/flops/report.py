@@ -110,7 +110,7 @@ def crosscheck(config: RunConfig, xla_train_step_flops: float | None,
     flops, source, ok, why = choose_flops(config.results.flops_source, xla, float(walk), ratio)
     return {
         "model": config.model.model,
-        "image_shape": list(member.image_shape),
+        "input_shape": list(member.input_shape),
         "batch_size": b,
         "ensemble_size": m,
         "analytic": {
@@ -236,10 +236,9 @@ def run_flops_mode(config: RunConfig) -> int:
     results.check_writable(config.results.results_dir)
     member = count_config(config)
     m, b = config.mesh.ensemble_size, config.train.batch_size
-    h, w, c = member.image_shape
 
-    model, variables, x = forward_args(member)
-    fwd_cost = xla_cost(jax.jit(forward_fn(model)).lower(variables, x).compile(), 1)
+    variables, x = forward_args(member)
+    fwd_cost = xla_cost(jax.jit(forward_fn(member.workload)).lower(variables, x).compile(), 1)
     step = compile_train_step(config)
     step_cost = xla_cost(step.compiled, step.num_devices)
     check = crosscheck(config, step_cost.flops)
@@ -252,7 +251,7 @@ def run_flops_mode(config: RunConfig) -> int:
     fwd = member.forward
     fwd_xla_ex = None if fwd_cost.flops is None else fwd_cost.flops / b
     lines = [
-        f"FLOP accounting: {config.model.model}, {h}×{w}×{c}, |B| = {b}, M = {m}, dtype {dtype}, "
+        f"FLOP accounting: {config.model.model}, {'×'.join(map(str, member.input_shape))}, |B| = {b}, M = {m}, dtype {dtype}, "
         f"{step.num_devices} device(s) ({device.device_kind})",
         "",
         f"Forward pass (one member, training mode), per example; "

@@ -1,0 +1,61 @@
+"""Image classification (HPC AI500's first workload): softmax cross-entropy, top-1 accuracy.
+
+The ensemble predicts the argmax of its members' mean softmax probabilities.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from hpcai_jax.data.source import ImageSpec
+from hpcai_jax.models.resnet import make_resnet
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationWorkload:
+    spec: ImageSpec
+    model_name: str
+    dtype: str = "float32"
+    name: str = "image_classification"
+    metric: str = "top1_accuracy"
+
+    def model(self, axis_name: str | None) -> nn.Module:
+        dtype: Any = DTYPES[self.dtype]
+        return make_resnet(self.model_name, self.spec.num_classes, dtype, bn_axis_name=axis_name)
+
+    def inputs(self, batch) -> jax.Array:
+        mean = jnp.asarray(self.spec.mean, jnp.float32)
+        std = jnp.asarray(self.spec.std, jnp.float32)
+        return (batch["image"].astype(jnp.float32) - mean) / std
+
+    def loss(self, outputs, batch):
+        labels = batch["label"]
+        loss = optax.softmax_cross_entropy_with_integer_labels(outputs, labels).mean()
+        accuracy = jnp.mean((jnp.argmax(outputs, -1) == labels).astype(jnp.float32))
+        return loss, {"accuracy": accuracy}
+
+    def predict(self, outputs) -> jax.Array:
+        return jax.nn.softmax(outputs.astype(jnp.float32), axis=-1)
+
+    def counts(self, prediction, batch, weight) -> jax.Array:
+        """[correct, scored]."""
+        correct = (jnp.argmax(prediction, -1) == batch["label"]).astype(jnp.float32)
+        return jnp.stack([jnp.sum(correct * weight), jnp.sum(weight)])
+
+    def quality(self, counts) -> float | None:
+        correct, scored = counts
+        return float(correct / scored) if scored else None
+
+    def synthetic(self, key, lead):
+        k1, k2 = jax.random.split(key)
+        image = jax.random.randint(k1, (*lead, *self.spec.image_shape), 0, 256, jnp.int32)
+        label = jax.random.randint(k2, lead, 0, self.spec.num_classes, jnp.int32)
+        return {"image": image.astype(jnp.uint8), "label": label}
