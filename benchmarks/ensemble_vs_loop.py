@@ -20,9 +20,9 @@ import jax
 import numpy as np
 
 from hpcai_jax import config as C
-from hpcai_jax.assemble import assemble
 from hpcai_jax.data.pipeline import train_batch
-from hpcai_jax.train_step import MEMBER_STRATEGY_DEFAULTS, compile_step
+from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS, compile_step
 
 
 def _runner(members: int, strategy: str, batch_size: int, device, seed: int):
@@ -34,7 +34,7 @@ def _runner(members: int, strategy: str, batch_size: int, device, seed: int):
         train=C.TrainConfig(batch_size=batch_size, steps=1000, seed=seed),
         optim=C.OptimConfig(lr_schedule="constant"),
         results=C.ResultsConfig(target_quality=0.9)).validate()
-    setup = assemble(config, devices=[device])
+    setup = build_setup(config, devices=[device])
     state = setup.init_state()
     compiled, _ = compile_step(setup.train_step, state, setup.mesh, setup.layout, batch_size,
                                setup.workload.spec.fields)

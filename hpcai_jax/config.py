@@ -30,6 +30,9 @@ LR_SCHEDULES = ("constant", "warmup_cosine")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
 DTYPES = ("float32", "bfloat16")
 ON_DIVERGENCE = ("stop", "prune")
+PRECISIONS = ("float64", "float32", "bfloat16")  # STREAM
+KERNEL_SETS = ("all", "triad", "nstream")
+PLACEMENTS = ("one", "all")
 FLOPS_SOURCES = ("auto", "xla", "analytic")
 
 
@@ -158,7 +161,7 @@ class ResultsConfig:
     overwrite: bool = False
     target_quality: float = 0.0  # 0: the official target of (workload, model, data set)
     quality_exponent: float = -1.0  # -1: the workload's n; 0 means 0
-    flops_source: str = "auto"  # which count FLOPS uses (flops/report.py: choose_flops)
+    flops_source: str = "auto"  # which count FLOPS uses (engine/flop_count.py: choose_flops)
 
     def validate(self) -> None:
         _require(bool(self.results_dir), "--results_dir: expected a directory path")
@@ -216,6 +219,29 @@ class StreamConfig:
     mibibytes: bool = False
     strict_size: bool = False
 
+    def validate(self) -> None:
+        """Checks every STREAM flag on its own; raises UsageError with a one-line message naming it."""
+        _require(self.precision in PRECISIONS,
+                 f"--precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        _require(self.kernels in KERNEL_SETS,
+                 f"--stream_kernels={self.kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
+        _require(self.devices in PLACEMENTS,
+                 f"--stream_devices={self.devices!r}: expected one of {', '.join(PLACEMENTS)}")
+        # BabelStream drops the first iteration from the statistics, so it needs two.
+        _require(self.num_times >= 2, f"--num_times={self.num_times}: expected >= 2 (the first "
+                 "iteration is excluded from the statistics)")
+        _require(self.array_size >= 0, f"--array_size={self.array_size}: expected >= 1 elements "
+                 f"per array (or 0 for the default 2^25)")
+        _require(self.array_mib >= 0, f"--array_mib={self.array_mib}: expected > 0 MiB per array "
+                 "(or 0 to leave unset)")
+        _require(0 <= self.array_fraction < 1, f"--array_fraction={self.array_fraction}: expected "
+                 "a fraction of device memory in (0, 1) for the three arrays (or 0 to leave unset)")
+        given = [f"--{name}={value}" for name, value in (
+            ("array_size", self.array_size), ("array_mib", self.array_mib),
+            ("array_fraction", self.array_fraction)) if value]
+        _require(len(given) <= 1, f"{' and '.join(given)}: set at most one of --array_size, "
+                 "--array_mib, --array_fraction")
+
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
@@ -252,9 +278,7 @@ class RunConfig:
         if self.scored:
             self.quality_target()
         if self.mode == "stream":
-            from hpcai_jax.stream.config import validate_stream_config
-
-            validate_stream_config(self.stream)
+            self.stream.validate()
         return self
 
     def to_dict(self) -> dict:

@@ -39,10 +39,11 @@ def main(argv: list[str]) -> None:
 
             sys.exit(run_stream_mode(config))
         if config.mode == "flops":
-            from hpcai_jax.flops.report import run_flops_mode
+            from hpcai_jax.engine.flops_mode import run_flops
 
-            sys.exit(run_flops_mode(config))
-        from hpcai_jax import run_record, train
+            sys.exit(run_flops(config))
+        from hpcai_jax.engine import loop as train
+        from hpcai_jax.engine import record as run_record
 
         logging.info("hpcai_jax train: %s", config)
         record, exit_code = train.train_and_evaluate(config)

@@ -14,9 +14,9 @@ from helpers import run_main, tiny_config
 from PIL import Image
 
 from hpcai_jax import config as C
-from hpcai_jax.assemble import assemble
 from hpcai_jax.data import fashion_mnist
 from hpcai_jax.data.pipeline import Prefetcher, eval_batches, train_batch
+from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
 
 
@@ -61,7 +61,7 @@ class _CountingSource:
 
 
 def test_train_batch_reads_each_devices_rows_once():
-    setup = assemble(tiny_config(mesh=C.MeshConfig(4, 2, 4)))
+    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4)))
     source = _CountingSource(setup.datasets.train)
     batch = train_batch(source, setup.sampler, setup.mesh, 4, step=5)
     # 8 devices, each holding 2 members × 4 rows: 8 reads of 8 rows, 64 = M × B rows in all.
@@ -75,7 +75,7 @@ def test_train_batch_reads_each_devices_rows_once():
 
 
 def test_eval_batches_mark_padding_and_follow_the_given_order():
-    setup = assemble(tiny_config())
+    setup = build_setup(tiny_config())
     held_out = setup.datasets.eval
     source = held_out.head(130)
     batches = list(eval_batches(source, setup.mesh, 63))  # rounded up to 64 (data axis of 2)

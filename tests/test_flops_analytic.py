@@ -8,9 +8,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from hpcai_jax.engine.flop_count import count_model
 from hpcai_jax.flops.analytic import count_fn
-from hpcai_jax.flops.model import count_model
-from hpcai_jax.flops.report import PAPER_RESNET50_APC_GFLOPS, PAPER_RESNET50_BATCH
+from hpcai_jax.flops.tables import PAPER_RESNET50_APC_GFLOPS, PAPER_RESNET50_BATCH
 from hpcai_jax.metrics import apc
 from hpcai_jax.models.resnet import BottleneckResNetBlock, ResNet
 

@@ -3,9 +3,10 @@
 import jax
 import pytest
 
+from hpcai_jax.axes import DATA, ENSEMBLE
 from hpcai_jax.config import MeshConfig
+from hpcai_jax.engine.mesh import make_mesh, resolve_layout
 from hpcai_jax.errors import UsageError
-from hpcai_jax.mesh import DATA, ENSEMBLE, make_mesh, resolve_layout
 
 
 @pytest.mark.parametrize("m,mpd,p,expected", [

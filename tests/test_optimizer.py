@@ -11,7 +11,7 @@ import optax
 import pytest
 
 from hpcai_jax.config import OptimConfig
-from hpcai_jax.ensemble import make_optimizer
+from hpcai_jax.engine.optimizer import make_optimizer
 
 
 def _params():

@@ -13,7 +13,7 @@ import pytest
 from helpers import ROOT, run_main
 from test_main import _assert_one_line_error
 
-from hpcai_jax.checkpoint import Checkpointer
+from hpcai_jax.engine.checkpoint import Checkpointer
 
 RUN = [
     "--ensemble_size=4",

@@ -9,12 +9,12 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
-from hpcai_jax import run_record
-from hpcai_jax.assemble import assemble
-from hpcai_jax.evaluate import EnsembleQuality, OutOfBag
-from hpcai_jax.flops.report import SOURCE_ANALYTIC, SOURCE_XLA, crosscheck
+from hpcai_jax.engine import record as run_record
+from hpcai_jax.engine.evaluate import EnsembleQuality, OutOfBag
+from hpcai_jax.engine.flop_count import SOURCE_ANALYTIC, SOURCE_XLA, crosscheck
+from hpcai_jax.engine.progress import Progress
+from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.flops.xla import XlaCost
-from hpcai_jax.progress import Progress
 
 M, B, DEVICES = 4, 16, 8
 STEP_S = [0.4, 0.5, 0.6, 0.5, 0.5]  # the fake clock: timed steps 1..5 (step 0 is warm-up)
@@ -23,7 +23,7 @@ WALL = sum(STEP_S)
 
 @pytest.fixture(scope="module")
 def setup():
-    return assemble(tiny_config())
+    return build_setup(tiny_config())
 
 
 def _progress(pruned: dict[int, int]) -> Progress:

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from hpcai_jax.sampler import BootstrapSampler, epoch_indices, member_counts
+from hpcai_jax.data.sampler import BootstrapSampler, epoch_indices, member_counts
 
 N = 100_000
 ONE_MINUS_1_OVER_E = 1 - np.exp(-1)  # 0.632

@@ -7,18 +7,14 @@ import pytest
 from hpcai_jax.config import RunConfig, StreamConfig
 from hpcai_jax.errors import UsageError
 from hpcai_jax.stream.cache import CacheInfo, check_size, cpu_cache
-from hpcai_jax.stream.config import (
-    DEFAULT_ARRAY_SIZE,
-    resolve_array_size,
-    validate_stream_config,
-)
+from hpcai_jax.stream.config import DEFAULT_ARRAY_SIZE, resolve_array_size
 
 MIB = 1 << 20
 
 
 def _error(config: StreamConfig) -> str:
     with pytest.raises(UsageError) as info:
-        validate_stream_config(config)
+        config.validate()
     message = str(info.value)
     assert "\n" not in message
     return message

@@ -10,11 +10,11 @@ from helpers import tiny_config
 from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
-from hpcai_jax.assemble import assemble
+from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import eval_batches, train_batch
-from hpcai_jax.ensemble import init_member, member_keys
-from hpcai_jax.mesh import BATCH_SPEC
-from hpcai_jax.train_step import member_train_step, resolve_member_strategy
+from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.engine.state import init_member, member_keys
+from hpcai_jax.engine.step import member_train_step, resolve_member_strategy
 
 STEPS = 3
 
@@ -40,7 +40,7 @@ def _reference_member(setup, member: int):
 def workload(request):
     """(name, config overrides, each member trained alone)."""
     overrides = WORKLOADS[request.param]
-    setup = assemble(tiny_config(mesh=C.MeshConfig(4, 1, 2), **overrides))
+    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 1, 2), **overrides))
     return request.param, overrides, [_reference_member(setup, m) for m in range(4)]
 
 
@@ -53,7 +53,7 @@ def test_ensemble_matches_members_trained_alone(mesh_config, workload):
     """The same engine step, for image classification (BatchNorm state) and the regression
     workload that proves the protocol (no model state, float inputs)."""
     name, overrides, references = workload
-    setup = assemble(tiny_config(mesh=mesh_config, **overrides))
+    setup = build_setup(tiny_config(mesh=mesh_config, **overrides))
     assert setup.layout.num_devices == 8 and setup.workload.name == name
     state = setup.init_state()
     for t in range(STEPS):
@@ -72,7 +72,7 @@ def test_ensemble_matches_members_trained_alone(mesh_config, workload):
 
 
 def test_state_is_sharded_over_the_ensemble_axis():
-    setup = assemble(tiny_config(mesh=C.MeshConfig(4, 2, 4)))
+    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4)))
     state = setup.init_state()
     leaf = state.params["conv_init"]["kernel"]
     assert leaf.shape[0] == 4
@@ -92,7 +92,7 @@ def test_eval_step_averages_the_voting_members_probabilities():
     """An example's prediction is the argmax of the mean softmax of the members voting on it (all
     kept members on held-out data, the out-of-bag members on training data); an example without
     a voter is not scored."""
-    setup = assemble(tiny_config())
+    setup = build_setup(tiny_config())
     state = setup.init_state()
     read = setup.datasets.eval.read(np.arange(100))
     images, labels = read["image"], read["label"]
@@ -120,7 +120,7 @@ def test_eval_step_averages_the_voting_members_probabilities():
 
 
 def test_bfloat16_compute_runs():
-    setup = assemble(dataclasses.replace(tiny_config(), model=C.ModelConfig(dtype="bfloat16")))
+    setup = build_setup(dataclasses.replace(tiny_config(), model=C.ModelConfig(dtype="bfloat16")))
     state = setup.init_state()
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
     state, metrics = setup.train_step(state, batch)

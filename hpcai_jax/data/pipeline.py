@@ -19,9 +19,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from hpcai_jax.axes import BATCH_SPEC, EVAL_SPEC
+from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.source import Fields, Source
-from hpcai_jax.mesh import BATCH_SPEC, EVAL_SPEC
-from hpcai_jax.sampler import BootstrapSampler
 
 Batch = dict[str, jax.Array]  # a workload's fields, each with a leading [M, B] or [E] shape
 _VALID = "__valid__"  # the padding mask travels with the fields, then leaves the batch

@@ -1,7 +1,5 @@
-"""STREAM settings: the flag checks that need no device, and the array size that needs one.
-
-`validate_stream_config` runs inside `RunConfig.validate()` (no JAX device touched); the size
-in elements is resolved later, once the placement (device count, device memory) is known.
+"""STREAM's array size, resolved once the placement (device count, device memory) is known. The
+flag checks that need no device are `config.StreamConfig.validate()`.
 """
 
 from __future__ import annotations
@@ -13,10 +11,6 @@ import numpy as np
 from hpcai_jax.config import StreamConfig
 from hpcai_jax.errors import UsageError
 
-PRECISIONS = ("float64", "float32", "bfloat16")
-KERNEL_SETS = ("all", "triad", "nstream")
-PLACEMENTS = ("one", "all")
-
 # BabelStream's default: 2^25 elements per array (256 MiB of doubles, 768 MiB for all three).
 DEFAULT_ARRAY_SIZE = 1 << 25
 MIB = 1 << 20
@@ -24,35 +18,6 @@ MIB = 1 << 20
 
 def itemsize(precision: str) -> int:
     return {"float64": 8, "float32": 4, "bfloat16": 2}[precision]
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise UsageError(message)
-
-
-def validate_stream_config(config: StreamConfig) -> None:
-    """Checks every STREAM flag on its own; raises UsageError with a one-line message naming it."""
-    _require(config.precision in PRECISIONS,
-             f"--precision={config.precision!r}: expected one of {', '.join(PRECISIONS)}")
-    _require(config.kernels in KERNEL_SETS,
-             f"--stream_kernels={config.kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
-    _require(config.devices in PLACEMENTS,
-             f"--stream_devices={config.devices!r}: expected one of {', '.join(PLACEMENTS)}")
-    # BabelStream drops the first iteration from the statistics, so it needs two.
-    _require(config.num_times >= 2, f"--num_times={config.num_times}: expected >= 2 (the first "
-             "iteration is excluded from the statistics)")
-    _require(config.array_size >= 0, f"--array_size={config.array_size}: expected >= 1 elements "
-             f"per array (or 0 for the default 2^25)")
-    _require(config.array_mib >= 0, f"--array_mib={config.array_mib}: expected > 0 MiB per array "
-             "(or 0 to leave unset)")
-    _require(0 <= config.array_fraction < 1, f"--array_fraction={config.array_fraction}: expected "
-             "a fraction of device memory in (0, 1) for the three arrays (or 0 to leave unset)")
-    given = [f"--{name}={value}" for name, value in (
-        ("array_size", config.array_size), ("array_mib", config.array_mib),
-        ("array_fraction", config.array_fraction)) if value]
-    _require(len(given) <= 1, f"{' and '.join(given)}: set at most one of --array_size, "
-             "--array_mib, --array_fraction")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,8 +84,9 @@ def _flag_of(config: StreamConfig, source: str) -> str:
     return f"--{source}={getattr(config, source)}"
 
 
-def bytes_per_array(elements: int, precision: str) -> int:
-    return elements * itemsize(precision)
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise UsageError(message)
 
 
 def jnp_dtype(precision: str) -> np.dtype:

@@ -1,6 +1,6 @@
 """The device mesh: axis names and Eq. 5, (M / members_per_device) × P_degree = devices.
 
-Axis names live here only; models and data code take them from this module.
+Axis names and partition specs live in hpcai_jax/axes.py.
 """
 
 from __future__ import annotations
@@ -12,15 +12,9 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hpcai_jax.axes import DATA, ENSEMBLE
 from hpcai_jax.config import MeshConfig
 from hpcai_jax.errors import UsageError
-
-ENSEMBLE = "ensemble"
-DATA = "data"
-
-MEMBER_SPEC = P(ENSEMBLE)  # stacked member state: leading axis over the ensemble axis
-BATCH_SPEC = P(ENSEMBLE, DATA)  # [M, B, ...]: members over ensemble, each batch over data
-EVAL_SPEC = P(DATA)  # held-out examples: split over data, every member sees them all
 
 
 @dataclasses.dataclass(frozen=True)

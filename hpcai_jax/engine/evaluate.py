@@ -16,8 +16,8 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
+from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import eval_batches
-from hpcai_jax.mesh import BATCH_SPEC
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,14 +10,21 @@ import jax
 import optax
 from jax.sharding import Mesh
 
-from hpcai_jax import ensemble
+from hpcai_jax.axes import MEMBER_SPEC
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets
+from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.engine import state as ensemble
+from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout, sharding
+from hpcai_jax.engine.optimizer import make_optimizer
+from hpcai_jax.engine.step import (
+    build_eval_step,
+    build_train_step,
+    compile_step,
+    resolve_member_strategy,
+)
 from hpcai_jax.errors import UsageError
-from hpcai_jax.mesh import MEMBER_SPEC, MeshLayout, make_mesh, resolve_layout, sharding
-from hpcai_jax.sampler import BootstrapSampler
-from hpcai_jax.train_step import build_eval_step, build_train_step, resolve_member_strategy
 from hpcai_jax.workloads import Workload, make_workload
 
 # Synthetic data has no size of its own; an "epoch" of it is one ImageNet-1k training epoch.
@@ -55,7 +62,7 @@ class RunSetup:
                                    self.config.train.seed)
 
 
-def assemble(config: RunConfig, devices: list | None = None, open_data: bool = True) -> RunSetup:
+def build_setup(config: RunConfig, devices: list | None = None, open_data: bool = True) -> RunSetup:
     """Raises UsageError for impossible meshes or missing data, before anything is compiled."""
     devices = jax.devices() if devices is None else list(devices)
     local = sum(d.process_index == jax.process_index() for d in devices)
@@ -78,7 +85,7 @@ def assemble(config: RunConfig, devices: list | None = None, open_data: bool = T
     sampler = BootstrapSampler(tc.bootstrap, num_examples, tc.batch_size, tc.seed)
     total_steps = tc.steps or max(1, math.ceil(tc.epochs * sampler.steps_per_epoch))
     workload = make_workload(config, spec)
-    tx = ensemble.make_optimizer(config.optim, tc.batch_size, sampler.steps_per_epoch, total_steps)
+    tx = make_optimizer(config.optim, tc.batch_size, sampler.steps_per_epoch, total_steps)
     strategy, why = resolve_member_strategy(config.mesh.member_strategy, jax.default_backend(),
                                             layout.members_per_device)
     return RunSetup(
@@ -88,3 +95,27 @@ def assemble(config: RunConfig, devices: list | None = None, open_data: bool = T
         train_step=build_train_step(workload, tx, mesh, strategy),
         eval_step=build_eval_step(workload, mesh, strategy),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledTrainStep:
+    compiled: jax.stages.Compiled
+    layout: MeshLayout
+    mesh: Mesh
+    num_devices: int
+    member_strategy: str
+    member_strategy_why: str
+    compile_s: float
+
+
+def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
+    """The whole-ensemble training step for `config`, compiled without initialising any state
+    (for FLOP accounting)."""
+    setup = build_setup(config, devices=devices, open_data=False)
+    compiled, seconds = compile_step(setup.train_step, setup.abstract_state, setup.mesh,
+                                     setup.layout, config.train.batch_size,
+                                     setup.workload.spec.fields)
+    return CompiledTrainStep(compiled=compiled, layout=setup.layout, mesh=setup.mesh,
+                             num_devices=setup.layout.num_devices,
+                             member_strategy=setup.member_strategy,
+                             member_strategy_why=setup.member_strategy_why, compile_s=seconds)

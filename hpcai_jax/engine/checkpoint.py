@@ -20,8 +20,8 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from hpcai_jax.config import RunConfig
+from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
-from hpcai_jax.mesh import MeshLayout
 
 
 def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:

@@ -18,21 +18,22 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from hpcai_jax import results, run_record
-from hpcai_jax.assemble import RunSetup, assemble
-from hpcai_jax.checkpoint import Checkpointer, fingerprint
+from hpcai_jax import results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batch
 from hpcai_jax.distributed import barrier
+from hpcai_jax.engine import record as run_record
+from hpcai_jax.engine.checkpoint import Checkpointer, fingerprint
+from hpcai_jax.engine.evaluate import evaluate
+from hpcai_jax.engine.flop_count import crosscheck
+from hpcai_jax.engine.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
+from hpcai_jax.engine.progress import Progress
+from hpcai_jax.engine.setup import RunSetup, build_setup
+from hpcai_jax.engine.step import compile_step
+from hpcai_jax.engine.timing import format_duration
 from hpcai_jax.errors import UsageError
-from hpcai_jax.evaluate import evaluate
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
-from hpcai_jax.flops.report import crosscheck
 from hpcai_jax.flops.xla import xla_cost
-from hpcai_jax.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
-from hpcai_jax.progress import Progress
-from hpcai_jax.timing import format_duration
-from hpcai_jax.train_step import compile_step
 
 
 def _batches(setup: RunSetup):
@@ -123,7 +124,7 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     """Runs the bagged-ensemble benchmark; returns its record (also written) and the exit code."""
     wall_start = time.perf_counter()
     results.check_writable(config.results.results_dir)
-    setup = assemble(config)
+    setup = build_setup(config)
     rc = config.reliability
     ckpt = (Checkpointer(rc.checkpoint_dir, rc.checkpoint_every, rc.keep_checkpoints,
                          fingerprint(config, setup.layout)) if rc.checkpoint_dir else None)

@@ -9,7 +9,6 @@ and BatchNorm statistics are averaged over `data` inside one member, never acros
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 
@@ -21,9 +20,10 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
+from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC
 from hpcai_jax.data.source import Fields
-from hpcai_jax.ensemble import EnsembleState
-from hpcai_jax.mesh import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC, MeshLayout
+from hpcai_jax.engine.mesh import MeshLayout
+from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.workloads.base import Workload
 
 # How a device runs its several members when --member_strategy=auto, per backend, and why.
@@ -171,17 +171,6 @@ def build_eval_step(workload: Workload, mesh: Mesh, strategy: str):
     return jax.jit(sharded)
 
 
-@dataclasses.dataclass(frozen=True)
-class CompiledTrainStep:
-    compiled: jax.stages.Compiled
-    layout: MeshLayout
-    mesh: Mesh
-    num_devices: int
-    member_strategy: str
-    member_strategy_why: str
-    compile_s: float
-
-
 def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fields) -> dict:
     """The training batch's shapes, dtypes and shardings: [M, B, ...] per field."""
     sh = jax.sharding.NamedSharding(mesh, BATCH_SPEC)
@@ -196,18 +185,3 @@ def compile_step(step_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int
     start = time.perf_counter()
     compiled = step_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields)).compile()
     return compiled, time.perf_counter() - start
-
-
-def compile_train_step(config, devices=None) -> CompiledTrainStep:
-    """The whole-ensemble training step for `config`, compiled without initialising any state
-    (for FLOP accounting)."""
-    from hpcai_jax.assemble import assemble
-
-    setup = assemble(config, devices=devices, open_data=False)
-    compiled, seconds = compile_step(setup.train_step, setup.abstract_state, setup.mesh,
-                                     setup.layout, config.train.batch_size,
-                                     setup.workload.spec.fields)
-    return CompiledTrainStep(compiled=compiled, layout=setup.layout, mesh=setup.mesh,
-                             num_devices=setup.layout.num_devices,
-                             member_strategy=setup.member_strategy,
-                             member_strategy_why=setup.member_strategy_why, compile_s=seconds)

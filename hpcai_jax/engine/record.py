@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from hpcai_jax import metrics, results
-from hpcai_jax.evaluate import EnsembleQuality
+from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.engine.progress import Progress
+from hpcai_jax.engine.timing import StepTimes
 from hpcai_jax.flops.xla import XlaCost
-from hpcai_jax.progress import Progress
-from hpcai_jax.timing import StepTimes
 
 
 def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, status: str,
@@ -16,7 +16,7 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
           reason: str = "") -> dict:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
-    `cross` is flops.report.crosscheck's dict: its train_step_flops is what FLOPS uses (the
+    `cross` is engine.flop_count.crosscheck's dict: its train_step_flops is what FLOPS uses (the
     source and why are beside it). `peaks` holds the per-device peak FLOP/s figures. Every
     figure is computed by `metrics`; this function only gathers them.
     """
