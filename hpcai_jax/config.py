@@ -1,11 +1,13 @@
 """Typed, frozen run configuration: built once from flags (or in code by tests) and validated.
 
-No module but `flags.py` reads absl FLAGS; everything else takes these objects.
+No module but `flags.py` reads absl FLAGS; everything else takes these objects. Every setting is
+described once, here, on its field (`_field`); `flags.py` derives each command-line flag from it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TypeVar
 
 from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
@@ -45,6 +47,29 @@ def _one_of(flag: str, value: str, allowed: tuple[str, ...]) -> None:
     _require(value in allowed, f"--{flag}={value!r}: expected one of {', '.join(allowed)}")
 
 
+_T = TypeVar("_T")
+
+
+def _field(
+    default: _T, help: str, *, flag: str | None = None, choices: tuple[str, ...] | None = None
+) -> _T:
+    """A setting with its one description; `flags.py` makes a --flag of it.
+
+    Args:
+      default: the field's default, also the flag's.
+      help: what the setting means; the flag's help text.
+      flag: the flag's name where it is not the field's name.
+      choices: the allowed values: an enum flag, which absl checks when it parses. Without them a
+        str field is a string flag (checked, if at all, by `validate`).
+    """
+    metadata: dict = {"help": help}
+    if flag is not None:
+        metadata["flag"] = flag
+    if choices is not None:
+        metadata["choices"] = choices
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
     """Eq. 5 generalised: (ensemble_size / members_per_device) × parallel_degree = devices.
@@ -53,10 +78,23 @@ class MeshConfig:
     members_per_device from the other three numbers.
     """
 
-    ensemble_size: int = 4
-    members_per_device: int = 0
-    parallel_degree: int = 0
-    member_strategy: str = "auto"
+    ensemble_size: int = _field(4, "M: number of bagged base models.")
+    members_per_device: int = _field(
+        0,
+        "Members held by one device (>1: several members per device). 0: derive from M, "
+        "P_degree and the device count.",
+    )
+    parallel_degree: int = _field(
+        0,
+        "P_degree: devices that data-parallel-train one member. 0: the local device count "
+        "(the paper's acc_num).",
+    )
+    member_strategy: str = _field(
+        "auto",
+        "How a device runs its several members: vmap, unroll (a loop inside the step), or auto "
+        "(the measured default for the backend).",
+        choices=MEMBER_STRATEGIES,
+    )
 
     def validate(self) -> None:
         _require(self.ensemble_size >= 1, f"--ensemble_size={self.ensemble_size}: expected >= 1")
@@ -71,14 +109,29 @@ class MeshConfig:
 class DataConfig:
     """Where examples come from. Any dataset name that is not built in is a tfds name."""
 
-    dataset: str = "fashion_mnist"
-    data_dir: str = ""
-    train_examples: int = 0  # 0: the whole training split
-    eval_examples: int = 0  # 0: the whole held-out split
-    oob_examples: int = 10_000  # training examples scored out of bag (0: no estimate)
-    image_size: int = 224  # tfds and synthetic images are this size square
-    num_classes: int = 1000  # synthetic only; real sets carry their own
-    prefetch: int = 2
+    dataset: str = _field(
+        "fashion_mnist",
+        "fashion_mnist (Debian IDX files), synthetic (generated on device), friedman1 (generated "
+        "regression data, for --workload=regression), or any tensorflow-datasets name prepared "
+        "in array_record format (e.g. imagenet2012).",
+    )
+    data_dir: str = _field(
+        "",
+        "Data directory. Default: /usr/share/datasets/fashion-mnist for fashion_mnist, "
+        "~/tensorflow_datasets for tfds data sets.",
+    )
+    train_examples: int = _field(0, "Use the first N training examples (0: all).")
+    eval_examples: int = _field(0, "Evaluate on the first N held-out examples (0: all).")
+    oob_examples: int = _field(
+        10_000,
+        "Out-of-bag estimate on the first N training examples: each is predicted by the members "
+        "that never trained on it (0: no estimate).",
+    )
+    image_size: int = _field(224, "Square image size for tfds and synthetic data.")
+    num_classes: int = _field(
+        1000, "Number of classes of synthetic data (real data sets carry their own)."
+    )
+    prefetch: int = _field(2, "Batches prepared ahead on the devices.")
 
     def validate(self) -> None:
         _require(bool(self.dataset), "--dataset: expected fashion_mnist, synthetic or a tfds name")
@@ -92,9 +145,9 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-    workload: str = "image_classification"
-    model: str = "resnet_small"
-    dtype: str = "float32"
+    workload: str = _field("image_classification", "HPC AI500 workload.", choices=WORKLOADS)
+    model: str = _field("resnet_small", "Base model of every member.", choices=MODELS)
+    dtype: str = _field("float32", "Compute dtype (parameters stay float32).", choices=DTYPES)
 
     def validate(self) -> None:
         _one_of("workload", self.workload, WORKLOADS)
@@ -112,13 +165,15 @@ class OptimConfig:
     The peak learning rate is learning_rate × batch_size / lr_reference_batch.
     """
 
-    optimizer: str = "sgd"
-    learning_rate: float = 0.1
-    lr_reference_batch: int = 256
-    momentum: float = 0.9
-    weight_decay: float = 5e-5
-    lr_schedule: str = "warmup_cosine"
-    warmup_epochs: float = 0.0
+    optimizer: str = _field("sgd", "Optimizer of every member.", choices=OPTIMIZERS)
+    learning_rate: float = _field(
+        0.1, "Base learning rate at --lr_reference_batch (linear scaling rule)."
+    )
+    lr_reference_batch: int = _field(256, "Batch size at which --learning_rate applies unscaled.")
+    momentum: float = _field(0.9, "SGD momentum.")
+    weight_decay: float = _field(5e-5, "Decoupled L2 weight decay.")
+    lr_schedule: str = _field("warmup_cosine", "Learning-rate schedule.", choices=LR_SCHEDULES)
+    warmup_epochs: float = _field(0.0, "Linear warm-up length in epochs.")
 
     def validate(self) -> None:
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
@@ -133,14 +188,21 @@ class OptimConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    batch_size: int = 128  # per member: the paper's |B|
-    epochs: float = 1.0
-    steps: int = 0  # overrides epochs when > 0
-    seed: int = 0
-    bootstrap: str = "with_replacement"
-    eval_batch_size: int = 1000
-    log_every: int = 50
-    timing_warmup_steps: int = 1  # trained, but excluded from step-time statistics and FLOPS
+    batch_size: int = _field(128, "|B|: batch size of one member.")
+    epochs: float = _field(1.0, "Training epochs (fractions allowed).")
+    steps: int = _field(0, "Training steps; overrides --epochs when > 0.")
+    seed: int = _field(0, "Run seed: members' keys and bootstrap samples.")
+    bootstrap: str = _field(
+        "with_replacement",
+        "Per-member resampling: with_replacement (N draws), poisson (Poisson(1) counts), none "
+        "(plain shuffling, for ablations).",
+        choices=BOOTSTRAP_METHODS,
+    )
+    eval_batch_size: int = _field(1000, "Held-out examples per eval step.")
+    log_every: int = _field(50, "Steps between progress lines.")
+    timing_warmup_steps: int = _field(
+        1, "First steps trained but excluded from step-time statistics and FLOPS."
+    )
 
     def validate(self) -> None:
         _require(self.batch_size >= 1, f"--batch_size={self.batch_size}: expected >= 1")
@@ -156,12 +218,29 @@ class TrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ResultsConfig:
-    results_dir: str = "results"
-    run_name: str = ""  # the run id when set; else <mode>-<UTC time>-<pid>
-    overwrite: bool = False
-    target_quality: float = 0.0  # 0: the official target of (workload, model, data set)
-    quality_exponent: float = -1.0  # -1: the workload's n; 0 means 0
-    flops_source: str = "auto"  # which count FLOPS uses (engine/flop_count.py: choose_flops)
+    results_dir: str = _field("results", "Directory for JSON results records.")
+    run_name: str = _field("", "Run id, the record's file name (default: <mode>-<UTC time>-<pid>).")
+    overwrite: bool = _field(
+        False, "Replace an existing record of the same run id instead of refusing to start."
+    )
+    target_quality: float = _field(
+        0.0,
+        "Target quality for VFLOPS. 0: the official target of (workload, model, data set), "
+        "e.g. 0.763 for ResNet-50 on imagenet2012; any other run must set it.",
+    )
+    quality_exponent: float = _field(
+        -1.0,
+        "n of the VFLOPS penalty (Eq. 8). -1: the workload's (5 for image classification); "
+        "0 means 0 (no penalty).",
+    )
+    # Applied by engine/flop_count.py: choose_flops.
+    flops_source: str = _field(
+        "auto",
+        "Which FLOP count of the compiled step FLOPS uses: xla (cost analysis), analytic (the "
+        "jaxpr walk under XLA's rules), or auto (XLA when it agrees with the analytic count "
+        "within the cross-check tolerance, else analytic).",
+        choices=FLOPS_SOURCES,
+    )
 
     def validate(self) -> None:
         _require(bool(self.results_dir), "--results_dir: expected a directory path")
@@ -178,12 +257,27 @@ class ResultsConfig:
 class ReliabilityConfig:
     """Checkpoints (orbax), resume, and what to do when a member diverges."""
 
-    checkpoint_dir: str = ""  # "" : no checkpoints; an existing one is resumed
-    checkpoint_every: int = 0  # steps between checkpoints (0: only at the end and on preemption)
-    keep_checkpoints: int = 2
-    on_divergence: str = "stop"  # stop | prune
-    divergence_check_every: int = 0  # steps between host checks of the on-device flags (0: log_every)
-    inject_nan: str = ""  # test hook "MEMBER@STEP": poison that member's parameters before that step
+    checkpoint_dir: str = _field(
+        "",
+        "Orbax checkpoint directory (empty: no checkpoints); a run started with an existing one "
+        "resumes from it.",
+    )
+    checkpoint_every: int = _field(
+        0, "Steps between checkpoints (0: only at the end and on preemption)."
+    )
+    keep_checkpoints: int = _field(2, "Checkpoints kept.")
+    on_divergence: str = _field(
+        "stop",
+        "A member with a non-finite loss or parameter: stop the run (record marked invalid), or "
+        "prune it from the ensemble and go on.",
+        choices=ON_DIVERGENCE,
+    )
+    divergence_check_every: int = _field(
+        0, "Steps between host checks of the on-device divergence flags (0: --log_every)."
+    )
+    inject_nan: str = _field(
+        "", "Test hook: MEMBER@STEP sets that member's parameters to NaN before that step."
+    )
 
     @property
     def nan_injection(self) -> tuple[int, int] | None:
@@ -208,16 +302,26 @@ class ReliabilityConfig:
 class StreamConfig:
     """BabelStream-style bandwidth run (docs/design.md §2). Exactly one size setting is non-zero."""
 
-    array_size: int = 0  # elements per array
-    array_mib: float = 0.0  # MiB per array
-    array_fraction: float = 0.0  # of one device's memory, for the three arrays together
-    num_times: int = 100
-    precision: str = "float64"
-    kernels: str = "all"  # all | triad | nstream
-    devices: str = "one"  # one | all
-    csv: bool = False
-    mibibytes: bool = False
-    strict_size: bool = False
+    array_size: int = _field(0, "STREAM: elements per array.")
+    array_mib: float = _field(0.0, "STREAM: MiB per array.")
+    array_fraction: float = _field(
+        0.0, "STREAM: fraction of one device's memory for the three arrays."
+    )
+    num_times: int = _field(100, "STREAM: repetitions of each kernel.")
+    # precision, kernels and devices are string flags, not enums: validate() checks them, and only
+    # in stream mode.
+    precision: str = _field("float64", "STREAM: float64, float32 or bfloat16.")
+    kernels: str = _field("all", "STREAM: all, triad or nstream.", flag="stream_kernels")
+    devices: str = _field(
+        "one",
+        "STREAM: one (first local device) or all (sharded over every device).",
+        flag="stream_devices",
+    )
+    csv: bool = _field(False, "STREAM: print CSV instead of the table.")
+    mibibytes: bool = _field(False, "STREAM: report MiB/s instead of MB/s.")
+    strict_size: bool = _field(
+        False, "STREAM: arrays smaller than 4x the largest cache are an error, not a warning."
+    )
 
     def validate(self) -> None:
         """Checks every STREAM flag on its own; raises UsageError with a one-line message naming it."""
@@ -245,7 +349,12 @@ class StreamConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
-    mode: str = "train"
+    mode: str = _field(
+        "train",
+        "train: bagged-ensemble training; flops: FLOP accounting report; stream: "
+        "memory-bandwidth benchmark.",
+        choices=MODES,
+    )
     mesh: MeshConfig = MeshConfig()
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()

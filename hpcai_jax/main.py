@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import jax
 from absl import app, flags, logging
 
 from hpcai_jax import distributed
@@ -34,24 +33,33 @@ def main(argv: list[str]) -> None:
     try:
         config = hflags.config_from_flags()
         distributed.initialize(config.distributed)
-        if config.mode == "stream":
-            from hpcai_jax.stream import run_stream_mode
-
-            sys.exit(run_stream_mode(config))
-        if config.mode == "flops":
-            from hpcai_jax.engine.flops_mode import run_flops
-
-            sys.exit(run_flops(config))
-        from hpcai_jax.engine import loop as train
-        from hpcai_jax.engine import record as run_record
-
-        logging.info("hpcai_jax train: %s", config)
-        record, exit_code = train.train_and_evaluate(config)
-        if jax.process_index() == 0:
-            print(run_record.summary(record))
-        sys.exit(exit_code)
+        logging.info("hpcai_jax %s: %s", config.mode, config)
+        sys.exit(_MODES[config.mode]()(config))
     except UsageError as e:
         _fail(str(e), e.exit_code)
+
+
+def _run_train():
+    from hpcai_jax.engine.loop import run_train
+
+    return run_train
+
+
+def _run_flops():
+    from hpcai_jax.engine.flops_mode import run_flops
+
+    return run_flops
+
+
+def _run_stream():
+    from hpcai_jax.stream import run_stream
+
+    return run_stream
+
+
+# Every mode is run_<mode>(config) -> exit code: it prints its own summary and writes one record
+# (results.envelope). Imported on use: a STREAM run needs none of the engine.
+_MODES = {"train": _run_train, "flops": _run_flops, "stream": _run_stream}
 
 
 def run() -> None:

@@ -1,6 +1,8 @@
-"""Results records: one JSON document per run, written atomically by process 0 only.
+"""Results records: one JSON document per run of any mode, written atomically by process 0 only.
 
-Every record carries what makes it reproducible (provenance) next to its figures.
+Every record has the same envelope: run_id (the file's name: --run_name, or <mode>-<UTC>-<pid>),
+mode, status (complete | partial | invalid), reason, config and provenance (what makes it
+reproducible), then the mode's own sections.
 """
 
 from __future__ import annotations
@@ -78,9 +80,42 @@ def provenance() -> dict:
     }
 
 
-def new_run_id(prefix: str) -> str:
+STATUSES = ("complete", "partial", "invalid")
+
+
+def new_run_id(mode: str) -> str:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-    return f"{prefix}-{stamp}-{os.getpid()}"
+    return f"{mode}-{stamp}-{os.getpid()}"
+
+
+def run_id(config, mode: str) -> str:
+    """--run_name, the same in every mode: the record's exact id; else a fresh one."""
+    return config.results.run_name or new_run_id(mode)
+
+
+def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False) -> None:
+    """Refuses, before any compute, to overwrite another run's record (process 0 checks). A
+    resumed run may replace its own partial record; --overwrite replaces any."""
+    path = check_writable(results_dir) / f"{run_id}.json"
+    if not path.exists() or overwrite or jax.process_index() != 0:
+        return
+    try:
+        existing = json.loads(path.read_text())
+    except (OSError, ValueError):
+        existing = {}
+    if resuming and existing.get("run_id") == run_id and existing.get("status") == "partial":
+        return
+    raise UsageError(f"--results_dir={results_dir} already holds a record of run id {run_id}: "
+                     f"choose another --run_name, or pass --overwrite to replace it")
+
+
+def envelope(mode: str, run_id: str, status: str, config, reason: str = "", **sections) -> dict:
+    """A record: the common envelope, then the mode's sections. Every process must call it (the
+    provenance gathers host names)."""
+    if status not in STATUSES:
+        raise ValueError(f"status {status!r}: expected one of {STATUSES}")
+    return {"run_id": run_id, "mode": mode, "status": status, "reason": reason,
+            "config": config.to_dict(), "provenance": provenance(), **sections}
 
 
 def check_writable(results_dir: str) -> Path:

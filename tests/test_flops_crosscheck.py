@@ -37,18 +37,18 @@ def _check_train_step_ratio(model: str):
     member = count_model(model, (224, 224, 3), 1000, 8)
     gap = "\n  ".join(explain_gap(member))
     message = (f"{model}: XLA {xla / 8 / 1e9:.4f} GFLOP/image, analytic (XLA rules) "
-               f"{check['analytic']['train_step']['xla_rules'] / 8 / 1e9:.4f}, 3×fwd Table 3 "
-               f"{check['apc_table3'] / 8 / 1e9:.4f}; XLA/analytic {check['xla_over_analytic']:.4f}, "
-               f"XLA/Table 3 {check['xla_over_table3']:.4f} (compile {seconds:.1f} s). "
+               f"{check.analytic['train_step']['xla_rules'] / 8 / 1e9:.4f}, 3×fwd Table 3 "
+               f"{check.apc_table3 / 8 / 1e9:.4f}; XLA/analytic {check.xla_over_analytic:.4f}, "
+               f"XLA/Table 3 {check.xla_over_table3:.4f} (compile {seconds:.1f} s). "
                f"Per operator, 3×fwd Table 3 vs the step under XLA rules:\n  {gap}")
     print("\n" + message)
-    assert check["train_step_flops_source"] == SOURCE_XLA
-    assert abs(check["xla_over_analytic"] - 1) < 0.05, message
+    assert check.train_step_flops_source == SOURCE_XLA
+    assert abs(check.xla_over_analytic - 1) < 0.05, message
     # Against the paper's rule (3 × forward, Table 3) XLA counts 3–9% less; the per-operator
     # walk above explains that gap (padding taps, no input gradient for the first layer,
     # BatchNorm op by op) to within 2 points.
-    explained = check["analytic"]["train_step"]["xla_rules"] / check["apc_table3"]
-    assert abs(check["xla_over_table3"] - explained) < 0.02, message
+    explained = check.analytic["train_step"]["xla_rules"] / check.apc_table3
+    assert abs(check.xla_over_table3 - explained) < 0.02, message
 
 
 def test_resnet18_train_step_xla_matches_analytic():
@@ -75,18 +75,18 @@ def test_sharded_ensemble_counts_m_times_one_member():
           f"devices: {m * single / 1e9:.4f} GFLOP; ratio {ensemble / (m * single):.5f}")
     assert abs(ensemble / (m * single) - 1) < 0.01, (ensemble, m * single)
     check = crosscheck(config, ensemble)
-    assert check["analytic"]["train_step"]["xla_rules"] > 0
-    assert abs(check["xla_over_analytic"] - 1) < 0.05, check
+    assert check.analytic["train_step"]["xla_rules"] > 0
+    assert abs(check.xla_over_analytic - 1) < 0.05, check
 
 
 def test_missing_xla_figure_falls_back_to_the_analytic_count():
     config = _config("resnet_small", 28, 16, C.MeshConfig(ensemble_size=2, parallel_degree=4))
     for figure in (None, -1.0):
         check = crosscheck(config, figure)
-        assert check["train_step_flops_source"] == SOURCE_ANALYTIC
-        assert check["train_step_flops"] == check["analytic"]["train_step"]["xla_rules"] > 0
-        assert check["xla_over_analytic"] is None and check["xla_train_step_flops"] is None
-        assert "XLA gave no FLOP figure" in check["source_reason"]
+        assert check.train_step_flops_source == SOURCE_ANALYTIC
+        assert check.train_step_flops == check.analytic["train_step"]["xla_rules"] > 0
+        assert check.xla_over_analytic is None and check.xla_train_step_flops is None
+        assert "XLA gave no FLOP figure" in check.source_reason
 
 
 class _FakeCompiled:

@@ -11,7 +11,7 @@ from helpers import tiny_config
 from hpcai_jax import config as C
 from hpcai_jax.engine import record as run_record
 from hpcai_jax.engine.evaluate import EnsembleQuality, OutOfBag
-from hpcai_jax.engine.flop_count import SOURCE_ANALYTIC, SOURCE_XLA, crosscheck
+from hpcai_jax.engine.flop_count import SOURCE_ANALYTIC, SOURCE_XLA, FlopFigures, crosscheck
 from hpcai_jax.engine.progress import Progress
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.flops.xla import XlaCost
@@ -27,7 +27,7 @@ def setup():
 
 
 def _progress(pruned: dict[int, int]) -> Progress:
-    progress = Progress(run_id="fake", step=6, pruned=dict(pruned))
+    progress = Progress(run_id="fake", step=6, diverged=dict(pruned))
     for step, seconds in enumerate(STEP_S, start=1):
         progress.time_step(step, seconds)
     return progress
@@ -38,13 +38,16 @@ def _quality(kept: list[bool]) -> EnsembleQuality:
                            examples=200, oob=OutOfBag(0.83, 180, 512, 1.47))
 
 
-def _cross(flops: float, source: str = SOURCE_XLA, ok: bool | None = True) -> dict:
-    return {"train_step_flops": flops, "train_step_flops_source": source,
-            "source_reason": "fake", "crosscheck_ok": ok, "xla_over_analytic": 1.0}
+def _cross(flops: float, source: str = SOURCE_XLA, ok: bool | None = True) -> FlopFigures:
+    return FlopFigures(model="m", input_shape=[1], batch_size=B, ensemble_size=M, analytic={},
+                       xla_train_step_flops=flops, xla_over_analytic=1.0, xla_over_table3=1.0,
+                       tolerance=0.1, crosscheck_ok=ok, train_step_flops=flops,
+                       train_step_flops_source=source, source_reason="fake", apc=flops,
+                       apc_table3=flops, notes=[])
 
 
 def _build(setup, progress, cross, quality, status="complete", peaks=None):
-    cost = XlaCost(cross["train_step_flops"] / DEVICES, None, DEVICES)
+    cost = XlaCost(cross.train_step_flops / DEVICES, None, DEVICES)
     peaks = peaks or {"datasheet_per_device": 2e9, "measured_per_device": 1e9}
     return run_record.build(setup, progress, cost, cross, peaks, status, quality, None, 1.0, 9.0)
 
@@ -103,10 +106,10 @@ def test_exponent_zero_means_no_penalty(setup):
 
 def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     """A fake XLA cost 3× the analytic count: auto mode must not trust it, and say so."""
-    analytic = crosscheck(setup.config, None)["analytic"]["train_step"]["xla_rules"]
+    analytic = crosscheck(setup.config, None).analytic["train_step"]["xla_rules"]
     cross = crosscheck(setup.config, 3 * analytic)
-    assert cross["crosscheck_ok"] is False and cross["xla_over_analytic"] == pytest.approx(3)
-    assert cross["train_step_flops_source"] == SOURCE_ANALYTIC
+    assert cross.crosscheck_ok is False and cross.xla_over_analytic == pytest.approx(3)
+    assert cross.train_step_flops_source == SOURCE_ANALYTIC
     record = _build(setup, _progress({}), cross, _quality([True] * 4))
     f = record["flops"]
     assert f["crosscheck_ok"] is False and f["source"] == SOURCE_ANALYTIC
@@ -117,4 +120,4 @@ def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     forced = dataclasses.replace(setup.config, results=C.ResultsConfig(target_quality=0.9,
                                                                        flops_source="xla"))
     cross = crosscheck(forced, 3 * analytic)
-    assert (cross["train_step_flops"], cross["crosscheck_ok"]) == (3 * analytic, False)
+    assert (cross.train_step_flops, cross.crosscheck_ok) == (3 * analytic, False)

@@ -40,6 +40,21 @@ def test_shipped_flagfile_runs(tmp_path):
     assert lines[0] == "BabelStream" and lines[-1].startswith("Figure of merit: Triad")
     [record] = [json.loads(p.read_text()) for p in tmp_path.glob("stream-*.json")]
     assert record["validation"]["passed"] and record["array"]["elements"] == 65536
+    assert (record["mode"], record["status"], record["reason"]) == ("stream", "complete", "")
+
+
+def test_run_name_is_the_record_id_in_every_mode(tmp_path):
+    """--run_name means the same in every mode: the record's exact id, never overwritten."""
+    args = ["--mode=stream", "--array_size=4096", "--num_times=2", "--run_name=bw",
+            f"--results_dir={tmp_path}"]
+    first = run_main(*args, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["bw.json"]
+    original = (tmp_path / "bw.json").read_text()
+    again = run_main(*args, timeout=120)
+    assert _error_line(again).startswith(f"--results_dir={tmp_path} already holds a record of "
+                                         "run id bw")
+    assert (tmp_path / "bw.json").read_text() == original
 
 
 @pytest.mark.multiprocess

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hpcai_jax.config import ResultsConfig, RunConfig, StreamConfig
-from hpcai_jax.stream import report, run_stream_mode
+from hpcai_jax.stream import report, run_stream
 from hpcai_jax.stream.kernels import KERNELS
 
 N = 1 << 13
@@ -47,7 +47,7 @@ def _config(tmp_path, **stream) -> RunConfig:
 
 
 def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, capsys):
-    assert run_stream_mode(_config(tmp_path)) == 0
+    assert run_stream(_config(tmp_path)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "BabelStream" and "Precision: double" in out
     assert [line.split()[0] for line in out[out.index(next(x for x in out if x.startswith(
@@ -68,7 +68,7 @@ def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, c
 
 
 def test_csv_mode_prints_only_csv_on_stdout(tmp_path, capsys):
-    assert run_stream_mode(_config(tmp_path, csv=True, kernels="triad", devices="all",
+    assert run_stream(_config(tmp_path, csv=True, kernels="triad", devices="all",
                                    precision="float32")) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
@@ -80,9 +80,9 @@ def test_csv_mode_prints_only_csv_on_stdout(tmp_path, capsys):
 def test_validation_failure_exits_one_and_says_why(tmp_path, capsys, monkeypatch):
     broken = dataclasses.replace(KERNELS["triad"], fn=lambda a, b, c, scalar: 2 * b + scalar * c)
     monkeypatch.setitem(KERNELS, "triad", broken)
-    assert run_stream_mode(_config(tmp_path, kernels="triad")) == 1
+    assert run_stream(_config(tmp_path, kernels="triad")) == 1
     assert "Validation failed on a[]" in capsys.readouterr().err
     [path] = tmp_path.glob("stream-*.json")
     record = json.loads(path.read_text())
-    assert record["status"] == "validation_failed"
+    assert record["status"] == "invalid" and record["reason"].startswith("validation failed: ")
     assert record["validation"]["checks"]["a"]["passed"] is False

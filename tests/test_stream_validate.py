@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hpcai_jax.config import StreamConfig
-from hpcai_jax.stream import run_stream
+from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.kernels import KERNELS
 from hpcai_jax.stream.validate import gold_values
 
@@ -29,7 +29,7 @@ def test_gold_replays_one_iteration_by_hand():
 @pytest.mark.parametrize("kernels", ["all", "triad", "nstream"])
 @pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16"])
 def test_every_run_order_and_precision_validates_on_one_device(kernels, precision):
-    result = run_stream(
+    result = measure_bandwidth(
         StreamConfig(array_size=N, num_times=4, precision=precision, kernels=kernels)
     )
     assert result.validation.passed, result.validation.failures()
@@ -46,7 +46,7 @@ def test_every_run_order_and_precision_validates_on_one_device(kernels, precisio
 
 @pytest.mark.parametrize("kernels", ["all", "nstream"])
 def test_sharded_over_eight_devices_validates(kernels):
-    result = run_stream(StreamConfig(array_size=N, num_times=4, kernels=kernels, devices="all"))
+    result = measure_bandwidth(StreamConfig(array_size=N, num_times=4, kernels=kernels, devices="all"))
     assert result.placement.num_devices == 8
     assert result.validation.passed, result.validation.failures()
     assert result.validation.checks[0].error < 1e-15
@@ -60,7 +60,7 @@ def _wrong(key: str, fn) -> dict:
 @pytest.mark.parametrize("devices", ["one", "all"])
 def test_a_wrong_kernel_is_caught_per_array(devices):
     wrong_triad = _wrong("triad", lambda a, b, c, scalar: b - scalar * c)  # sign slip
-    result = run_stream(StreamConfig(array_size=N, num_times=3, devices=devices), wrong_triad)
+    result = measure_bandwidth(StreamConfig(array_size=N, num_times=3, devices=devices), wrong_triad)
     assert not result.validation.passed
     failed = {c.name for c in result.validation.checks if not c.passed}
     assert "a" in failed
@@ -72,7 +72,7 @@ def test_a_wrong_kernel_is_caught_per_array(devices):
 
 def test_a_wrong_dot_is_caught_by_the_sum_check():
     wrong_dot = _wrong("dot", lambda a, b, c, scalar: (a * a).sum())
-    result = run_stream(StreamConfig(array_size=N, num_times=3), wrong_dot)
+    result = measure_bandwidth(StreamConfig(array_size=N, num_times=3), wrong_dot)
     failed = {c.name for c in result.validation.checks if not c.passed}
     assert failed == {"dot"}
     assert result.validation.failures()[0].startswith("Validation failed on sum.")
@@ -84,7 +84,7 @@ def test_one_off_error_in_one_element_is_caught_in_float64():
     def nearly_triad(a, b, c, scalar):
         return (b + scalar * c).at[0].add(1.0)
 
-    result = run_stream(
+    result = measure_bandwidth(
         StreamConfig(array_size=N, num_times=2, kernels="triad"), _wrong("triad", nearly_triad)
     )
     assert not result.validation.passed

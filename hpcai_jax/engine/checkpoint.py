@@ -1,6 +1,6 @@
 """Checkpoints of the whole ensemble run with orbax: the stacked state (params, BatchNorm
 statistics, optimizer state, step) plus a JSON document with everything else a resume needs
-(sampler position is the step; timing accumulators; resumes; pruned members; the run id).
+(sampler position is the step; timing accumulators; resumes; diverged members; the run id).
 
 A checkpoint carries the fingerprint of the configuration that wrote it; a run with another
 fingerprint (other M, model, data, batch, seed, mesh, ...) refuses it instead of loading it.

@@ -176,8 +176,34 @@ def choose_flops(requested: str, xla: float | None, analytic: float,
     return analytic, SOURCE_ANALYTIC, ok, f"--flops_source=auto; {verdict}: XLA's count is not trusted"
 
 
+@dataclasses.dataclass(frozen=True)
+class FlopFigures:
+    """A run's FLOP accounting: the count FLOPS uses (train_step_flops, its source and why) and
+    the cross-check behind it. `to_dict()` is the record's `flops.crosscheck`."""
+
+    model: str
+    input_shape: list[int]
+    batch_size: int
+    ensemble_size: int
+    analytic: dict  # per example and per step: Table 3, Table 3 with 2·MAC, the walk (XLA rules)
+    xla_train_step_flops: float | None
+    xla_over_analytic: float | None
+    xla_over_table3: float | None
+    tolerance: float
+    crosscheck_ok: bool | None  # None: XLA gave no figure to check
+    train_step_flops: float
+    train_step_flops_source: str
+    source_reason: str
+    apc: float  # Eq. 4: the whole ensemble's computation in one iteration
+    apc_table3: float
+    notes: list[str]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 def crosscheck(config: RunConfig, xla_train_step_flops: float | None,
-               devices: list | None = None) -> dict:
+               devices: list | None = None) -> FlopFigures:
     """XLA's count of the whole ensemble's training step against the analytic counts.
 
     Args:
@@ -187,7 +213,7 @@ def crosscheck(config: RunConfig, xla_train_step_flops: float | None,
       devices: the devices the step runs on (default: all, as the engine uses).
 
     Returns:
-      A JSON-ready dict: analytic counts per example and per step (Table 3 as written and with
+      FlopFigures: analytic counts per example and per step (Table 3 as written and with
       2·MAC, both by the paper's 3 × forward rule, and the walk of the step under XLA's rules),
       XLA's figure, the ratios, whether they agree (`crosscheck_ok`), the training-step FLOPs to
       use for FLOPS with their source and why, and APC (Eq. 4) under both counts. Cached: a
@@ -206,12 +232,12 @@ def crosscheck(config: RunConfig, xla_train_step_flops: float | None,
     xla = float(xla_train_step_flops) if xla_train_step_flops and xla_train_step_flops > 0 else None
     ratio = xla / walk if xla is not None and walk else None
     flops, source, ok, why = choose_flops(config.results.flops_source, xla, float(walk), ratio)
-    return {
-        "model": config.model.model,
-        "input_shape": list(member.input_shape),
-        "batch_size": b,
-        "ensemble_size": m,
-        "analytic": {
+    return FlopFigures(
+        model=config.model.model,
+        input_shape=list(member.input_shape),
+        batch_size=b,
+        ensemble_size=m,
+        analytic={
             "forward_macs_per_example": fwd.macs / fwd.batch,
             "forward_per_example": {c: fwd.per_example(c) for c in ("table3", "table3_2mac", "xla")},
             "train_step_per_example": {
@@ -222,15 +248,15 @@ def crosscheck(config: RunConfig, xla_train_step_flops: float | None,
             "train_step": {"table3_3x_forward": paper, "table3_2mac_3x_forward": paper_2mac,
                            "xla_rules": walk},
         },
-        "xla_train_step_flops": xla,
-        "xla_over_analytic": ratio,
-        "xla_over_table3": xla / paper if xla is not None and paper else None,
-        "tolerance": CROSSCHECK_TOLERANCE,
-        "crosscheck_ok": ok,
-        "train_step_flops": flops,
-        "train_step_flops_source": source,
-        "source_reason": why,
-        "apc": flops,  # Eq. 4: the whole ensemble's computation in one iteration
-        "apc_table3": paper,
-        "notes": notes,
-    }
+        xla_train_step_flops=xla,
+        xla_over_analytic=ratio,
+        xla_over_table3=xla / paper if xla is not None and paper else None,
+        tolerance=CROSSCHECK_TOLERANCE,
+        crosscheck_ok=ok,
+        train_step_flops=flops,
+        train_step_flops_source=source,
+        source_reason=why,
+        apc=flops,
+        apc_table3=paper,
+        notes=notes,
+    )

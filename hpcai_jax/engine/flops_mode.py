@@ -34,7 +34,8 @@ def run_flops(config: RunConfig) -> int:
     Returns 0, or 1 when XLA's and the analytic count of the training step disagree by more
     than CROSSCHECK_TOLERANCE.
     """
-    results.check_writable(config.results.results_dir)
+    run_id = results.run_id(config, "flops")
+    results.claim(config.results.results_dir, run_id, config.results.overwrite)
     member = count_config(config)
     m, b = config.mesh.ensemble_size, config.train.batch_size
 
@@ -71,15 +72,15 @@ def run_flops(config: RunConfig) -> int:
         "  XLA cost analysis      "
         + (f"{step_cost.flops / 1e9:14.3f} GFLOP" if step_cost.flops is not None
            else f"unavailable ({step_cost.note})"),
-        f"  analytic, XLA rules    {check['analytic']['train_step']['xla_rules'] / 1e9:14.3f} GFLOP"
-        f"   XLA / analytic = {_fmt_ratio(check['xla_over_analytic'])}",
-        f"  analytic, 3×fwd Table 3 {check['apc_table3'] / 1e9:13.3f} GFLOP"
-        f"   XLA / Table 3  = {_fmt_ratio(check['xla_over_table3'])}",
+        f"  analytic, XLA rules    {check.analytic['train_step']['xla_rules'] / 1e9:14.3f} GFLOP"
+        f"   XLA / analytic = {_fmt_ratio(check.xla_over_analytic)}",
+        f"  analytic, 3×fwd Table 3 {check.apc_table3 / 1e9:13.3f} GFLOP"
+        f"   XLA / Table 3  = {_fmt_ratio(check.xla_over_table3)}",
         "  per operator, 3×fwd Table 3 vs the step under XLA's rules (GFLOP/example):",
         *(f"    {line}" for line in explain_gap(member)),
         "",
-        f"APC (Eq. 4, one iteration of the ensemble): {check['apc'] / 1e9:.3f} GFLOP "
-        f"[{check['train_step_flops_source']}]; {check['apc_table3'] / 1e9:.3f} GFLOP by the "
+        f"APC (Eq. 4, one iteration of the ensemble): {check.apc / 1e9:.3f} GFLOP "
+        f"[{check.train_step_flops_source}]; {check.apc_table3 / 1e9:.3f} GFLOP by the "
         "paper's rule (3 × forward, Table 3)",
     ]
     if config.model.model == "resnet50":
@@ -93,32 +94,29 @@ def run_flops(config: RunConfig) -> int:
         f"Peak FLOP/s per device ({dtype}): datasheet "
         + (f"{datasheet / 1e12:.1f} TFLOP/s" if datasheet else f"unknown for {device.device_kind!r}")
         + f"; measured matmul {measured / 1e12:.4f} TFLOP/s",
-        *(f"note: {n}" for n in check["notes"] + [fwd_cost.note, step_cost.note] if n),
+        *(f"note: {n}" for n in check.notes + [fwd_cost.note, step_cost.note] if n),
     ]
-    ok = check["crosscheck_ok"] is not False
+    ok = check.crosscheck_ok is not False
     if not ok:
-        lines.append(f"CROSS-CHECK FAILED: {check['source_reason']}")
+        lines.append(f"CROSS-CHECK FAILED: {check.source_reason}")
     if jax.process_index() == 0:
         print("\n".join(lines))
 
-    record = {
-        "mode": "flops",
-        "config": config.to_dict(),
-        "provenance": results.provenance(),
-        "flops": {
-            **check,
+    status, reason = ("complete", "") if ok else ("invalid", check.source_reason)
+    record = results.envelope(
+        "flops", run_id, status, config, reason,
+        flops={
+            **check.to_dict(),
             "forward": fwd.to_dict(),
             "train_step_member": member.train_step.to_dict(),
             "xla_forward_flops_per_example": fwd_xla_ex,
             "xla_notes": [n for n in (fwd_cost.note, step_cost.note) if n],
             "gap_by_operator": explain_gap(member),
         },
-        "peaks": {"device_kind": device.device_kind, "dtype": dtype,
-                  "datasheet_flops_per_s": datasheet, "measured_matmul_flops_per_s": measured},
-        "compile_s": step.compile_s,
-    }
-    run_id = results.new_run_id(config.results.run_name or "flops")
-    record["run_id"] = run_id
+        peaks={"device_kind": device.device_kind, "dtype": dtype,
+               "datasheet_flops_per_s": datasheet, "measured_matmul_flops_per_s": measured},
+        compile_s=step.compile_s,
+    )
     path = results.write_record(config.results.results_dir, run_id, record)
     if path is not None:
         print(f"record: {path}")

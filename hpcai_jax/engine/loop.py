@@ -8,10 +8,10 @@ device every step and read every few steps.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import json
 import time
-from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,15 +25,14 @@ from hpcai_jax.distributed import barrier
 from hpcai_jax.engine import record as run_record
 from hpcai_jax.engine.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.engine.evaluate import evaluate
-from hpcai_jax.engine.flop_count import crosscheck
+from hpcai_jax.engine.flop_count import FlopFigures, crosscheck
 from hpcai_jax.engine.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
-from hpcai_jax.engine.progress import Progress
+from hpcai_jax.engine.progress import DivergenceWatch, Progress
 from hpcai_jax.engine.setup import RunSetup, build_setup
-from hpcai_jax.engine.step import compile_step
+from hpcai_jax.engine.step import StepMetrics, compile_step
 from hpcai_jax.engine.timing import format_duration
-from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
-from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.flops.xla import XlaCost, xla_cost
 
 
 def _batches(setup: RunSetup):
@@ -45,22 +44,6 @@ def _batches(setup: RunSetup):
         return lambda step: batch
     return functools.partial(train_batch, setup.datasets.train, setup.sampler, setup.mesh,
                              setup.layout.ensemble_size)
-
-
-def _claim_record_path(config: RunConfig, run_id: str, resuming: bool) -> None:
-    """Refuses, before any compute, to overwrite another run's record. A resumed run may replace
-    its own partial record."""
-    path = Path(config.results.results_dir) / f"{run_id}.json"
-    if not path.exists() or config.results.overwrite or jax.process_index() != 0:
-        return
-    try:
-        existing = json.loads(path.read_text())
-    except (OSError, ValueError):
-        existing = {}
-    if resuming and existing.get("run_id") == run_id and existing.get("status") == "partial":
-        return
-    raise UsageError(f"--results_dir={config.results.results_dir} already holds a record of run id "
-                     f"{run_id}: choose another --run_name, or pass --overwrite to replace it")
 
 
 def _peak_flops(dtype: str) -> dict:
@@ -86,38 +69,116 @@ def _poison(state, member: int):
     return jax.jit(set_nan, out_shardings=shardings, donate_argnums=0)(state)
 
 
-def _divergence(watch, progress: Progress, policy: str, keep_last: bool) -> str:
-    """Logs newly diverged members; returns why the run must stop ('' to go on)."""
-    for member in watch.check(keep_last):
-        logging.error("member %d diverged: non-finite loss or parameters at step %d", member,
-                      progress.pruned[member])
-    if not progress.pruned or policy != "stop":
-        return ""
-    member = min(progress.pruned, key=progress.pruned.get)
-    return f"member {member} diverged at step {progress.pruned[member]} (non-finite loss or parameters)"
+class StepClock:
+    """Books each step's time one step late: the host blocks on step k-1 only after dispatching
+    step k, so the device always has work queued and the timer adds no bubble. Steps before
+    `timed_from` (warm-up) are trained but not timed; a checkpoint save is booked apart."""
+
+    def __init__(self, progress: Progress, timed_from: int, prefetch: Prefetcher):
+        self._progress, self._timed_from, self._prefetch = progress, timed_from, prefetch
+        self._inflight: tuple[int, StepMetrics] | None = None
+        self._last_done = time.perf_counter()
+        self._wait_mark = 0.0  # the prefetcher's wait before the first timed step
+        self.last_metrics: StepMetrics | None = None
+
+    def dispatched(self, step: int, metrics: StepMetrics) -> None:
+        """Step `step` was dispatched: complete the one before it."""
+        self.flush()
+        self._inflight = (step, metrics)
+
+    def flush(self) -> None:
+        """Blocks on the step in flight, if any, and books its time."""
+        if self._inflight is None:
+            return
+        step, metrics = self._inflight
+        self._inflight = None
+        jax.block_until_ready(metrics)
+        now = time.perf_counter()
+        if step >= self._timed_from:
+            self._progress.time_step(step, now - self._last_done)
+        elif step == self._timed_from - 1:
+            self._wait_mark = self._prefetch.wait_s
+        self._last_done, self.last_metrics = now, metrics
+        self._progress.step = step + 1
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Time spent inside (a checkpoint save) is booked as checkpoint time, not step time."""
+        self.flush()
+        start = time.perf_counter()
+        yield
+        self._last_done = time.perf_counter()
+        self._progress.checkpoint_s += self._last_done - start
+
+    @property
+    def data_wait_s(self) -> float:
+        """How long the timed steps waited for data."""
+        return self._prefetch.wait_s - self._wait_mark
 
 
-class _Watch:
-    """Reads the on-device finite flags of completed steps, a few steps at a time."""
+def _memory(compiled) -> dict:
+    """The compiled step's memory per device (bytes): on an accelerator, the first thing to
+    check. Empty where the backend gives no analysis."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not every backend implements it
+        return {}
+    if m is None:
+        return {}
+    return {"argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
+            "alias_bytes": m.alias_size_in_bytes, "temp_bytes": m.temp_size_in_bytes,
+            "generated_code_bytes": m.generated_code_size_in_bytes}
 
-    def __init__(self, progress: Progress):
-        self._pending: list[tuple[int, jax.Array]] = []
-        self._progress = progress
 
-    def add(self, step: int, finite: jax.Array) -> None:
-        self._pending.append((step, finite))
+def _log_progress(progress: Progress, total: int, metrics: StepMetrics, examples_per_step: int):
+    median = float(np.median(progress.step_s)) if progress.step_s else 0.0
+    logging.info("step %d/%d  loss %.4f  %s  %s examples/s  ETA %s", progress.step, total,
+                 float(np.nanmean(metrics.loss)),
+                 "  ".join(f"train {k} {float(np.nanmean(v)):.3f}"
+                           for k, v in metrics.metrics.items()),
+                 f"{examples_per_step / median:.0f}" if median else "-",
+                 format_duration((total - progress.step) * median))
 
-    def check(self, keep_last: bool) -> list[int]:
-        """Newly non-finite members (first bad step recorded in progress.pruned)."""
-        ready = self._pending[:-1] if keep_last else self._pending
-        self._pending = self._pending[-1:] if keep_last else []
-        new = []
-        for step, finite in ready:
-            for member in np.flatnonzero(~np.asarray(finite)):
-                if int(member) not in self._progress.pruned:
-                    self._progress.pruned[int(member)] = step
-                    new.append(int(member))
-        return new
+
+class CompiledStep(NamedTuple):
+    compiled: jax.stages.Compiled
+    cost: XlaCost
+    flops: FlopFigures
+    memory: dict
+    peaks: dict
+
+
+def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
+    """Compiles the step ahead of timing and gathers what the record says about it: XLA's and the
+    analytic FLOP counts (warning loudly when they disagree), memory per device, peak FLOP/s."""
+    config, layout = setup.config, setup.layout
+    compiled, compile_s = compile_step(setup.train_step, state, setup.mesh, layout,
+                                       config.train.batch_size, setup.workload.spec.fields)
+    progress.compile_s.append(compile_s)
+    cost = xla_cost(compiled, layout.num_devices)
+    cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
+    logging.info("compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",
+                 compile_s, f"{cross.train_step_flops:.4g}", cross.train_step_flops_source,
+                 cross.source_reason, f"; {cost.note}" if cost.note else "")
+    if cross.crosscheck_ok is False:
+        logging.warning("FLOP CROSS-CHECK FAILED: %s. FLOPS use %s; the record says so "
+                        "(flops.crosscheck_ok = false)", cross.source_reason,
+                        cross.train_step_flops_source)
+    memory = _memory(compiled)
+    if memory:
+        logging.info("compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
+                     "temporaries %.1f MiB", memory["argument_bytes"] / 2**20,
+                     memory["output_bytes"] / 2**20, memory["temp_bytes"] / 2**20)
+    peaks = _peak_flops(config.model.dtype)
+    return CompiledStep(compiled, cost, cross, memory, peaks)
+
+
+def run_train(config: RunConfig) -> int:
+    """`--mode=train`: the benchmark run; prints the summary (process 0), returns the exit code."""
+    record, exit_code = train_and_evaluate(config)
+    if jax.process_index() == 0:
+        print(run_record.summary(record))
+    return exit_code
 
 
 def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
@@ -146,8 +207,8 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         logging.info("resumed run %s from step %d of %d (%s)", progress.run_id, progress.step,
                      setup.total_steps, rc.checkpoint_dir)
     else:
-        progress = Progress(run_id=config.results.run_name or results.new_run_id("train"))
-    _claim_record_path(config, progress.run_id, resuming)
+        progress = Progress(run_id=results.run_id(config, "train"))
+    results.claim(config.results.results_dir, progress.run_id, config.results.overwrite, resuming)
     if not resuming:
         state = setup.init_state()
     logging.info("mesh %s: M=%d members, %d per device, P_degree=%d, %d devices; strategy %s (%s)",
@@ -155,45 +216,19 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
                  layout.parallel_degree, layout.num_devices, setup.member_strategy,
                  setup.member_strategy_why)
 
-    compiled, compile_s = compile_step(setup.train_step, state, setup.mesh, layout, tc.batch_size,
-                                       setup.workload.spec.fields)
-    progress.compile_s.append(compile_s)
-    cost = xla_cost(compiled, layout.num_devices)
-    cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
-    logging.info("compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",
-                 compile_s, f"{cross['train_step_flops']:.4g}", cross["train_step_flops_source"],
-                 cross["source_reason"], f"; {cost.note}" if cost.note else "")
-    if cross["crosscheck_ok"] is False:
-        logging.warning("FLOP CROSS-CHECK FAILED: %s. FLOPS use %s; the record says so "
-                        "(flops.crosscheck_ok = false)", cross["source_reason"],
-                        cross["train_step_flops_source"])
-    peaks = _peak_flops(config.model.dtype)
+    built = _compile(setup, state, progress)
+    compiled = built.compiled
 
     guard = PreemptionGuard()
-    watch = _Watch(progress)
+    watch = DivergenceWatch(progress, rc.on_divergence)
     check_every = rc.divergence_check_every or tc.log_every
-    images_per_step = layout.ensemble_size * tc.batch_size
     first = progress.step
     timed_from = first + min(tc.timing_warmup_steps, max(0, setup.total_steps - first - 1))
     injection = rc.nan_injection
     status, reason = "complete", ""
-    last_metrics = inflight = None
     barrier("before-timing")
     prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
-    last_done, wait_mark = time.perf_counter(), 0.0
-
-    def complete(step, metrics):
-        """Blocks on `step` (dispatched earlier) and books its time."""
-        nonlocal last_done, wait_mark, last_metrics
-        jax.block_until_ready(metrics)
-        now = time.perf_counter()
-        if step >= timed_from:
-            progress.time_step(step, now - last_done)
-        elif step == timed_from - 1:
-            wait_mark = prefetch.wait_s
-        last_done, last_metrics = now, metrics
-        progress.step = step + 1
-
+    clock = StepClock(progress, timed_from, prefetch)
     try:
         for step in range(first, setup.total_steps):
             batch = prefetch.next()
@@ -201,44 +236,32 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
                 state = _poison(state, injection[0])
             state, metrics = compiled(state, batch)
             watch.add(step, metrics.finite)
-            if inflight is not None:
-                complete(*inflight)
-            inflight = (step, metrics)
+            clock.dispatched(step, metrics)
             done = step + 1
             if done % check_every == 0 or done == setup.total_steps:
-                reason = _divergence(watch, progress, rc.on_divergence, keep_last=True)
+                reason = watch.check(keep_last=True)
                 if reason:
                     status = "invalid"
                     break
-            if done % tc.log_every == 0 and last_metrics is not None:
-                median = float(np.median(progress.step_s)) if progress.step_s else 0.0
-                logging.info("step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
-                             progress.step, setup.total_steps,
-                             float(np.nanmean(last_metrics.loss)),
-                             "  ".join(f"train {k} {float(np.nanmean(v)):.3f}"
-                                       for k, v in last_metrics.metrics.items()),
-                             f"{images_per_step / median:.0f}" if median else "-",
-                             format_duration((setup.total_steps - done) * median))
+            if done % tc.log_every == 0 and clock.last_metrics is not None:
+                _log_progress(progress, setup.total_steps, clock.last_metrics,
+                              layout.ensemble_size * tc.batch_size)
             if done < setup.total_steps and guard.stop_now(done % check_every == 0):
                 status, reason = "partial", f"preempted by {guard.signal_name} at step {done}"
                 break
             if ckpt and ckpt.due(done) and done < setup.total_steps:
-                complete(*inflight)
-                inflight = None
-                save_start = time.perf_counter()
-                ckpt.save(done, state, progress.to_meta())
-                last_done = time.perf_counter()  # the save is booked apart, not as step time
-                progress.checkpoint_s += last_done - save_start
-        if inflight is not None:
-            complete(*inflight)
+                with clock.paused():
+                    ckpt.save(done, state, progress.to_meta())
+        clock.flush()
         if status == "complete":
-            reason = _divergence(watch, progress, rc.on_divergence, keep_last=False)
+            reason = watch.check(keep_last=False)
             status = "invalid" if reason else status
     finally:
         prefetch.close()
         guard.restore()
-    progress.data_wait_s += prefetch.wait_s - wait_mark
-    if progress.pruned and rc.on_divergence == "prune" and len(progress.pruned) == layout.ensemble_size:
+    progress.data_wait_s += clock.data_wait_s
+    diverged = progress.diverged
+    if diverged and rc.on_divergence == "prune" and len(diverged) == layout.ensemble_size:
         status, reason = "invalid", "every member diverged"
 
     if ckpt and status != "invalid":
@@ -251,10 +274,11 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
     quality, eval_s = None, 0.0
     if status == "complete":
         eval_start = time.perf_counter()
-        quality = evaluate(setup, state, frozenset(progress.pruned))
+        quality = evaluate(setup, state, frozenset(progress.diverged))
         eval_s = time.perf_counter() - eval_start
-    record = run_record.build(setup, progress, cost, cross, peaks, status, quality, last_metrics,
-                              eval_s, time.perf_counter() - wall_start, reason)
+    record = run_record.build(setup, progress, built.cost, built.flops, built.peaks, status,
+                              quality, clock.last_metrics, eval_s,
+                              time.perf_counter() - wall_start, reason, built.memory)
     path = results.write_record(config.results.results_dir, progress.run_id, record)
     barrier("exit")
     record["path"] = str(path) if path else None

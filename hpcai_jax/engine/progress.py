@@ -1,11 +1,16 @@
-"""What a run has done so far, beyond its device state: timing accumulators, resumes, pruned
-members. It travels in every checkpoint, so a resumed run reports the time that trained it and
-nothing of the time lost to the interruption."""
+"""What a run has done so far, beyond its device state: timing accumulators, resumes, members
+that diverged. It travels in every checkpoint, so a resumed run reports the time that trained it
+and nothing of the time lost to the interruption. The divergence watch that fills it sits here
+too."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+
+import jax
+import numpy as np
+from absl import logging
 
 
 @dataclasses.dataclass
@@ -18,18 +23,20 @@ class Progress:
     compile_s: list[float] = dataclasses.field(default_factory=list)  # one per segment
     checkpoint_s: float = 0.0  # blocking part of checkpoint saves, kept out of step times
     resumes: list[dict] = dataclasses.field(default_factory=list)
-    pruned: dict[int, int] = dataclasses.field(default_factory=dict)  # member -> first bad step
+    # Member → its first step with a non-finite loss or parameter. Under --on_divergence=prune
+    # these members are pruned from the ensemble; under stop, the first one ends the run.
+    diverged: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def to_meta(self) -> dict:
         meta = dataclasses.asdict(self)
-        meta["pruned"] = {str(k): v for k, v in self.pruned.items()}
+        meta["diverged"] = {str(k): v for k, v in self.diverged.items()}
         return meta
 
     @classmethod
     def from_meta(cls, meta: dict) -> Progress:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in meta.items() if k in fields}
-        values["pruned"] = {int(k): v for k, v in meta.get("pruned", {}).items()}
+        values["diverged"] = {int(k): v for k, v in meta.get("diverged", {}).items()}
         return cls(**values)
 
     def note_resume(self) -> None:
@@ -54,6 +61,36 @@ class Progress:
         total = 0
         for first, last in self.timed_ranges:
             for member in range(ensemble_size):
-                end = min(last, self.pruned.get(member, last))
+                end = min(last, self.diverged.get(member, last))
                 total += max(0, end - first)
         return total
+
+
+class DivergenceWatch:
+    """Reads the on-device finite flags of completed steps a few steps at a time (no host sync
+    per step) and records each member's first non-finite step in `progress.diverged`."""
+
+    def __init__(self, progress: Progress, policy: str):
+        self._pending: list[tuple[int, jax.Array]] = []
+        self._progress = progress
+        self._policy = policy
+
+    def add(self, step: int, finite: jax.Array) -> None:
+        self._pending.append((step, finite))
+
+    def check(self, keep_last: bool) -> str:
+        """Reads the pending flags (all but the newest when keep_last, whose step may still run)
+        and returns why the run must stop under --on_divergence=stop ('' to go on)."""
+        diverged = self._progress.diverged
+        ready = self._pending[:-1] if keep_last else self._pending
+        self._pending = self._pending[-1:] if keep_last else []
+        for step, finite in ready:
+            for member in map(int, np.flatnonzero(~np.asarray(finite))):
+                if member not in diverged:
+                    diverged[member] = step
+                    logging.error("member %d diverged: non-finite loss or parameters at step %d",
+                                  member, step)
+        if not diverged or self._policy != "stop":
+            return ""
+        member = min(diverged, key=diverged.get)
+        return f"member {member} diverged at step {diverged[member]} (non-finite loss or parameters)"

@@ -6,17 +6,18 @@ import numpy as np
 
 from hpcai_jax import metrics, results
 from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.engine.flop_count import FlopFigures
 from hpcai_jax.engine.progress import Progress
 from hpcai_jax.engine.timing import StepTimes
 from hpcai_jax.flops.xla import XlaCost
 
 
-def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, status: str,
+def build(setup, progress: Progress, cost: XlaCost, cross: FlopFigures, peaks: dict, status: str,
           quality: EnsembleQuality | None, last_metrics, eval_s: float, total_wall_s: float,
-          reason: str = "") -> dict:
+          reason: str = "", memory: dict | None = None) -> dict:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
-    `cross` is engine.flop_count.crosscheck's dict: its train_step_flops is what FLOPS uses (the
+    `cross` is engine.flop_count.crosscheck's figures: train_step_flops is what FLOPS uses (the
     source and why are beside it). `peaks` holds the per-device peak FLOP/s figures. Every
     figure is computed by `metrics`; this function only gathers them.
     """
@@ -26,28 +27,23 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
     wall = progress.train_wall_s
     valid = status != "invalid"
     useful = progress.useful_member_steps(m)
-    step_flops = cross.get("train_step_flops")
+    step_flops = cross.train_step_flops
     per_member_step = step_flops / m if step_flops else None
     flops = metrics.per_second(per_member_step, useful, wall) if valid else None
     per_device = flops / layout.num_devices if flops else None
     achieved = quality.ensemble if quality else None
     target = config.quality_target() if config.scored else None
-    kept = [i for i in range(m) if i not in progress.pruned]
-    return {
-        "run_id": progress.run_id,
-        "mode": "train",
-        "status": status,
-        "reason": reason,
-        "config": config.to_dict(),
-        "provenance": results.provenance(),
-        "mesh": {
+    kept = [i for i in range(m) if i not in progress.diverged]
+    return results.envelope(
+        "train", progress.run_id, status, config, reason,
+        mesh={
             "shape": dict(setup.mesh.shape), "ensemble_size": m,
             "members_per_device": layout.members_per_device,
             "parallel_degree": layout.parallel_degree, "num_devices": layout.num_devices,
             "member_strategy": setup.member_strategy,
             "member_strategy_why": setup.member_strategy_why,
         },
-        "data": {
+        data={
             "dataset": config.data.dataset, "synthetic": setup.datasets.synthetic,
             "train_examples": setup.sampler.num_examples,
             "eval_examples": quality.examples if quality else 0,
@@ -56,7 +52,7 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
             # Per member: the share of the training set its one sample holds (≈ 0.632).
             "distinct_fraction": [setup.sampler.distinct_fraction(i) for i in range(m)],
         },
-        "timing": {
+        timing={
             "compile_s": float(sum(progress.compile_s)), "steps": progress.step,
             "planned_steps": setup.total_steps, "timed_steps": timed,
             "step_s": StepTimes.of(progress.step_s).__dict__,
@@ -64,22 +60,22 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
             "checkpoint_s": progress.checkpoint_s,
             "total_wall_s": total_wall_s,
         },
-        "resumes": progress.resumes,
-        "divergence": {
+        resumes=progress.resumes,
+        divergence={
             "policy": config.reliability.on_divergence,
-            "nonfinite_first_step": {str(k): v for k, v in sorted(progress.pruned.items())},
-            "pruned_members": sorted(progress.pruned) if config.reliability.on_divergence == "prune" else [],
+            "nonfinite_first_step": {str(k): v for k, v in sorted(progress.diverged.items())},
+            "pruned_members": sorted(progress.diverged) if config.reliability.on_divergence == "prune" else [],
         },
-        "flops": {
-            "per_step": step_flops, "source": cross.get("train_step_flops_source"),
-            "source_reason": cross.get("source_reason"),
-            "crosscheck_ok": cross.get("crosscheck_ok"),
+        flops={
+            "per_step": step_flops, "source": cross.train_step_flops_source,
+            "source_reason": cross.source_reason,
+            "crosscheck_ok": cross.crosscheck_ok,
             "xla_per_step": cost.flops, "xla_per_step_per_device": cost.flops_per_device,
             "xla_note": cost.note, "useful_member_steps": useful,
             "timed_member_steps": timed * m,
-            "crosscheck": cross,
+            "crosscheck": cross.to_dict(),
         },
-        "metrics": {
+        metrics={
             "flops_per_s": flops,
             "vflops_per_s": (metrics.vflops_per_s(flops, achieved, target.target, target.exponent)
                              if target else None),
@@ -93,8 +89,9 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
             "mfu_datasheet": metrics.mfu(per_device, peaks.get("datasheet_per_device")),
             "mfu_measured": metrics.mfu(per_device, peaks.get("measured_per_device")),
         },
-        "peak_flops": peaks,
-        "quality": {
+        peak_flops=peaks,
+        memory_per_device=memory or {},
+        quality={
             "metric": setup.workload.metric,
             "target": target.target if target else None,
             "exponent": target.exponent if target else None,
@@ -107,12 +104,12 @@ def build(setup, progress: Progress, cost: XlaCost, cross: dict, peaks: dict, st
             "ensemble_members": len(kept) if quality else None,
             "oob": quality.oob.to_dict() if quality and quality.oob else None,
         },
-        "train": {
+        train={
             "final_loss": None if last_metrics is None else np.asarray(last_metrics.loss).tolist(),
             "final_metrics": (None if last_metrics is None else
                               {k: np.asarray(v).tolist() for k, v in last_metrics.metrics.items()}),
         },
-    }
+    )
 
 
 def summary(record: dict) -> str:

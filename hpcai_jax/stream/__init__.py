@@ -5,6 +5,6 @@ cache (the 4x-cache size rule), kernels (compiled donated kernels), runner (timi
 (BabelStream's check), report (table, CSV, record), benchmark (the run, end to end).
 """
 
-from hpcai_jax.stream.benchmark import StreamResult, run_stream, run_stream_mode
+from hpcai_jax.stream.benchmark import StreamResult, measure_bandwidth, run_stream
 
-__all__ = ["StreamResult", "run_stream", "run_stream_mode"]
+__all__ = ["StreamResult", "measure_bandwidth", "run_stream"]

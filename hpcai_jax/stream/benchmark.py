@@ -1,6 +1,6 @@
 """The STREAM run, as BabelStream's main.cpp reads: size, place, init, run, check, report.
 
-`run_stream` measures and validates (tests and benchmarks call it); `run_stream_mode` is what
+`measure_bandwidth` measures and validates (tests and benchmarks call it); `run_stream` is what
 `python -m hpcai_jax.main --mode=stream` runs: it also prints BabelStream's output on process 0
 and writes the JSON record.
 """
@@ -96,7 +96,7 @@ def _x64(precision: str):
     return jax.enable_x64(True) if precision == "float64" else contextlib.nullcontext()
 
 
-def run_stream(config: StreamConfig,
+def measure_bandwidth(config: StreamConfig,
                kernel_specs: Mapping[str, KernelSpec] | None = None) -> StreamResult:
     """Sizes, places, compiles, runs and validates one STREAM run; prints nothing.
 
@@ -150,15 +150,15 @@ def implementation_label(placement: Placement) -> str:
     return f"JAX {jax.__version__} ({placement.platform}: {hardware_name(placement)})"
 
 
-def run_stream_mode(config: RunConfig) -> int:
+def run_stream(config: RunConfig) -> int:
     """`--mode=stream`: run, print BabelStream's output (process 0), write the record.
 
     Returns the process exit code: 0, or 1 when validation failed (BabelStream's non-zero exit).
     """
     stream = config.stream
-    results.check_writable(config.results.results_dir)
-    run_id = results.new_run_id(config.results.run_name or "stream")
-    result = run_stream(stream)
+    run_id = results.run_id(config, "stream")
+    results.claim(config.results.results_dir, run_id, config.results.overwrite)
+    result = measure_bandwidth(stream)
     problems = result.allocation_problems() + result.byte_weight_mismatches()
     for problem in problems:
         logging.warning("STREAM: %s", problem)
@@ -211,47 +211,45 @@ def stream_record(config: RunConfig, run_id: str, result: StreamResult,
     metrics = report.metrics(result.figures)
     metrics["stream/figure_of_merit/gb_per_s"] = fom.gb_per_s
     metrics["stream/validation/passed"] = result.validation.passed
-    return {
-        "run_id": run_id,
-        "mode": "stream",
-        "status": "complete" if result.validation.passed else "validation_failed",
-        "config": config.to_dict(),
-        "provenance": results.provenance(),
-        "array": {
+    failed = "" if result.validation.passed else "validation failed: " + "; ".join(
+        result.validation.failures())
+    return results.envelope(
+        "stream", run_id, "invalid" if failed else "complete", config, failed,
+        array={
             "elements": result.elements, "precision": result.config.precision,
             "itemsize": result.itemsize, "bytes_per_array": result.elements * result.itemsize,
             "bytes_total": 3 * result.elements * result.itemsize,
             "size_source": result.size.source, "size_note": result.size.note,
         },
-        "placement": {
+        placement={
             "mode": placement.mode, "num_devices": placement.num_devices,
             "devices": [str(d) for d in placement.devices],
             "device_kind": placement.device_kind, "platform": placement.platform,
             "process_count": jax.process_count(),
         },
-        "cache": {
+        cache={
             "bytes": result.size_check.cache.bytes, "source": result.size_check.cache.source,
             "scope": result.size_check.cache.scope,
             "arrays_bytes_per_cache": result.size_check.arrays_bytes,
             "size_rule_ok": result.size_check.ok, "message": result.size_check.message,
         },
-        "run": {
+        run={
             "babelstream_version": report.BABELSTREAM_VERSION,
             "implementation": implementation_label(placement),
             "kernels": result.config.kernels, "order": list(RUN_ORDERS[result.config.kernels]),
             "num_times": result.config.num_times, "timing": "per call, blocking, first iteration "
             "excluded; bandwidth from the fastest call",
         },
-        "timing": {"compile_s": result.compile_s, "init_s": result.init_s},
-        "kernels": report.figures_record(result.figures),
-        "figure_of_merit": {"kernel": fom.key, "gb_per_s": fom.gb_per_s},
-        "allocation": {k.spec.key: {
+        timing={"compile_s": result.compile_s, "init_s": result.init_s},
+        kernels=report.figures_record(result.figures),
+        figure_of_merit={"kernel": fom.key, "gb_per_s": fom.gb_per_s},
+        allocation={k.spec.key: {
             "donated": k.spec.writes, "output_bytes": k.allocation.output_bytes,
             "alias_bytes": k.allocation.alias_bytes, "temp_bytes": k.allocation.temp_bytes,
             "buffer_reused": result.buffer_reused.get(k.spec.key), "note": k.allocation.note,
         } for k in result.kernels},
-        "byte_weight_mismatches": result.byte_weight_mismatches(),
-        "validation": result.validation.to_dict(),
-        "per_process_gb_per_s": per_process,
-        "metrics": metrics,
-    }
+        byte_weight_mismatches=result.byte_weight_mismatches(),
+        validation=result.validation.to_dict(),
+        per_process_gb_per_s=per_process,
+        metrics=metrics,
+    )

@@ -1,0 +1,145 @@
+"""The flags are the config's fields: one flag per field, same defaults, the field's help."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+
+import pytest
+from absl import flags
+
+from hpcai_jax import config as C
+from hpcai_jax import flags as hflags
+from hpcai_jax.errors import UsageError
+
+FLAGS = hflags.FLAGS
+
+# Flag names that differ from their field's name; users' flagfiles spell them so.
+RENAMED = {
+    "stream_kernels": ("stream", "kernels"),
+    "stream_devices": ("stream", "devices"),
+    "distributed_timeout_s": ("distributed", "timeout_s"),
+}
+ENUMS = {
+    "mode": C.MODES,
+    "member_strategy": C.MEMBER_STRATEGIES,
+    "workload": C.WORKLOADS,
+    "model": C.MODELS,
+    "dtype": C.DTYPES,
+    "optimizer": C.OPTIMIZERS,
+    "lr_schedule": C.LR_SCHEDULES,
+    "bootstrap": C.BOOTSTRAP_METHODS,
+    "flops_source": C.FLOPS_SOURCES,
+    "on_divergence": C.ON_DIVERGENCE,
+}
+FLAG_TYPE = {bool: "bool", int: "int", float: "float", str: "string"}
+
+
+def settings(cls=C.RunConfig, path=()):
+    """(path, owning class, field) of every leaf field of RunConfig, recursively."""
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[field.name]):
+            yield from settings(hints[field.name], (*path, field.name))
+        else:
+            yield (*path, field.name), cls, field
+
+
+SETTINGS = list(settings())
+
+
+def module_flags() -> set[str]:
+    return {flag.name for flag in FLAGS.flags_by_module_dict()["hpcai_jax.flags"]}
+
+
+@functools.cache
+def rendered_help() -> str:
+    """The module's --helpfull section, whitespace-normalised (absl wraps lines)."""
+    return " ".join(FLAGS.module_help("hpcai_jax.flags").split())
+
+
+def default_of(path):
+    value = C.RunConfig()
+    for name in path:
+        value = getattr(value, name)
+    return value
+
+
+@pytest.fixture
+def parse():
+    def _parse(*argv):
+        FLAGS.unparse_flags()
+        FLAGS(["hpcai_jax", *argv])
+
+    yield _parse
+    FLAGS.unparse_flags()
+
+
+def test_every_field_has_exactly_one_flag_and_every_flag_a_field():
+    paths = [path for path, _, _ in SETTINGS]
+    assert len(paths) == len(set(paths)) > 50
+    assert sorted(hflags.FLAG_FIELDS.values()) == sorted(paths)  # one flag per field
+    assert set(hflags.FLAG_FIELDS) == module_flags()  # and nothing else defined by the module
+
+
+def test_metadata_kept_in_flags_py_names_real_fields():
+    for owner, described in hflags._METADATA_OF.items():
+        assert set(described) <= {field.name for field in dataclasses.fields(owner)}
+
+
+def test_flag_names_are_field_names_except_the_renamed():
+    for name, path in hflags.FLAG_FIELDS.items():
+        assert name == path[-1] or RENAMED.get(name) == path, name
+    for name, path in RENAMED.items():
+        assert hflags.FLAG_FIELDS[name] == path
+
+
+@pytest.mark.parametrize("path,owner,field", SETTINGS, ids=[".".join(s[0]) for s in SETTINGS])
+def test_flag_kind_default_and_help_come_from_the_field(path, owner, field):
+    name = next(n for n, p in hflags.FLAG_FIELDS.items() if p == path)
+    flag = FLAGS[name]
+    assert flag.default == default_of(path)
+    if name in ENUMS:
+        assert isinstance(flag, flags.EnumFlag) and tuple(flag.parser.enum_values) == ENUMS[name]
+    else:
+        assert flag.flag_type() == FLAG_TYPE[typing.get_type_hints(owner)[field.name]]
+    help_text = hflags.field_metadata(owner, field)["help"]
+    assert help_text and help_text in flag.help
+    assert " ".join(help_text.split()) in rendered_help()
+
+
+def test_stream_settings_stay_string_flags():
+    """STREAM validates these itself, in stream mode only; an enum would reject them earlier."""
+    for name in ("precision", "stream_kernels", "stream_devices"):
+        assert FLAGS[name].flag_type() == "string"
+
+
+def test_default_flags_give_the_default_config(parse):
+    parse()
+    assert hflags.build_config() == C.RunConfig()
+    # The default is a scored run on fashion_mnist, which has no official target.
+    with pytest.raises(UsageError, match="--target_quality"):
+        hflags.config_from_flags()
+    parse("--target_quality=0.9")
+    expected = C.RunConfig(results=C.ResultsConfig(target_quality=0.9))
+    assert hflags.config_from_flags() == expected
+
+
+def test_renamed_flags_set_their_fields(parse):
+    parse(
+        "--mode=stream",
+        "--stream_kernels=triad",
+        "--stream_devices=all",
+        "--distributed_timeout_s=7",
+        "--csv",
+    )
+    config = hflags.config_from_flags()
+    assert config.stream.kernels == "triad" and config.stream.devices == "all"
+    assert config.stream.csv and config.distributed.timeout_s == 7
+
+
+def test_bad_values_raise_usage_error(parse):
+    parse("--mode=stream", "--stream_kernels=copy")
+    with pytest.raises(UsageError, match="--stream_kernels='copy'"):
+        hflags.config_from_flags()

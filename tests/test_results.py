@@ -1,0 +1,44 @@
+"""The record envelope every mode writes, and the claim on a run id."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import tiny_config
+
+from hpcai_jax import results
+from hpcai_jax.errors import UsageError
+
+
+def test_envelope_is_the_same_for_every_mode():
+    config = tiny_config()
+    record = results.envelope("flops", "x", "invalid", config, "why", flops={"a": 1})
+    assert list(record)[:6] == ["run_id", "mode", "status", "reason", "config", "provenance"]
+    assert (record["run_id"], record["mode"], record["status"], record["reason"]) == (
+        "x", "flops", "invalid", "why")
+    assert record["flops"] == {"a": 1} and record["provenance"]["device_count"] == 8
+    with pytest.raises(ValueError, match="status 'done'"):
+        results.envelope("train", "x", "done", config)
+
+
+def test_run_id_is_the_run_name_or_a_fresh_one():
+    assert results.run_id(tiny_config(), "stream").startswith("stream-")
+    import dataclasses
+
+    from hpcai_jax import config as C
+    named = dataclasses.replace(tiny_config(), results=C.ResultsConfig(run_name="mine",
+                                                                       target_quality=0.9))
+    assert results.run_id(named, "flops") == "mine"
+
+
+def test_a_record_is_claimed_once(tmp_path):
+    results.claim(str(tmp_path), "a", overwrite=False)  # nothing there yet
+    (tmp_path / "a.json").write_text(json.dumps({"run_id": "a", "status": "partial"}))
+    with pytest.raises(UsageError, match="already holds a record of run id a"):
+        results.claim(str(tmp_path), "a", overwrite=False)
+    results.claim(str(tmp_path), "a", overwrite=True)
+    results.claim(str(tmp_path), "a", overwrite=False, resuming=True)  # its own partial record
+    (tmp_path / "a.json").write_text(json.dumps({"run_id": "a", "status": "complete"}))
+    with pytest.raises(UsageError):
+        results.claim(str(tmp_path), "a", overwrite=False, resuming=True)
