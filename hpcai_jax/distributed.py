@@ -12,6 +12,7 @@ import logging as std_logging
 import os
 
 import jax
+import numpy as np
 from absl import logging
 
 from hpcai_jax.errors import UsageError
@@ -126,3 +127,14 @@ def barrier(name: str) -> None:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(name)
+
+
+def allgather(values) -> np.ndarray:
+    """Every process's `values` (same shape and dtype everywhere), stacked in process order on a
+    new leading axis; [1, ...] in a single process. A collective: every process must call it."""
+    values = np.asarray(values)
+    if jax.process_count() == 1:
+        return values[None]
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(values))

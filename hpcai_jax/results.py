@@ -18,7 +18,9 @@ from importlib import metadata
 from pathlib import Path
 
 import jax
+import numpy as np
 
+from hpcai_jax.distributed import allgather
 from hpcai_jax.errors import UsageError
 
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "tensorflow-datasets", "orbax-checkpoint")
@@ -50,14 +52,8 @@ def git_commit() -> str:
 def hostnames() -> list[str]:
     """Every process's host name, in process order (a collective when there are several)."""
     name = socket.gethostname()
-    if jax.process_count() == 1:
-        return [name]
-    import numpy as np
-    from jax.experimental import multihost_utils
-
     raw = np.frombuffer(name.encode()[:64].ljust(64, b"\0"), np.uint8)
-    gathered = multihost_utils.process_allgather(raw)
-    return [bytes(row).rstrip(b"\0").decode() for row in np.asarray(gathered)]
+    return [bytes(row).rstrip(b"\0").decode() for row in allgather(raw)]
 
 
 def provenance() -> dict:
@@ -81,6 +77,11 @@ def provenance() -> dict:
 
 
 STATUSES = ("complete", "partial", "invalid")
+
+
+def cell(value, fmt: str = "{:.4g}") -> str:
+    """A figure for a summary table: formatted, or n/a when the record has none."""
+    return "n/a" if value is None else fmt.format(value)
 
 
 def new_run_id(mode: str) -> str:

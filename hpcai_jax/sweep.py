@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hpcai_jax import results
+
 
 @dataclasses.dataclass(frozen=True)
 class Point:
@@ -58,8 +60,7 @@ def command(point: Point, launcher: str, devices_per_node: int, run_name: str,
 
 
 def table(records: list[dict]) -> str:
-    def num(v, fmt="{:.4g}"):
-        return "n/a" if v is None else fmt.format(v)
+    num = results.cell
 
     lines = [f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
              f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}"]

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from hpcai_jax.stream.config import jnp_dtype
+from hpcai_jax.dtypes import dtype as jnp_dtype
 from hpcai_jax.stream.kernels import (
     ARRAY_NAMES,
     KERNELS,

@@ -15,7 +15,6 @@ import hashlib
 import json
 import time
 
-import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
@@ -178,10 +177,3 @@ class Checkpointer:
         manager, self._manager = self._manager, None
         if manager is not None:
             manager.close()  # waits for pending writes first
-
-
-def gather_params(state) -> dict:
-    """All members' parameters on every process, as numpy (for tests and comparisons)."""
-    from jax.experimental import multihost_utils
-
-    return jax.tree.map(lambda x: multihost_utils.process_allgather(x, tiled=True), state.params)

@@ -25,7 +25,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _fmt_ratio(r: float | None) -> str:
-    return "n/a" if r is None else f"{r:.4f}"
+    return results.cell(r, "{:.4f}")
 
 
 def run_flops(config: RunConfig) -> int:

@@ -13,6 +13,8 @@ import signal
 import jax
 import numpy as np
 
+from hpcai_jax.distributed import allgather
+
 PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later" - the launch scripts requeue on it
 FAILED_EXIT_CODE = 1
 
@@ -43,9 +45,7 @@ class PreemptionGuard:
         local = self._requested is not None
         if jax.process_count() == 1:
             return local
-        from jax.experimental import multihost_utils
-
-        flags = multihost_utils.process_allgather(np.asarray([local], np.int32))
+        flags = allgather(np.asarray([local], np.int32))
         if flags.any() and self._requested is None:
             self._requested = "peer"
         return bool(flags.any())

@@ -117,9 +117,7 @@ def summary(record: dict) -> str:
     m, q, t, mesh = record["metrics"], record["quality"], record["timing"], record["mesh"]
     f, oob, metric = record["flops"], record["quality"]["oob"], record["quality"]["metric"]
 
-    def num(value, fmt="{:.4g}"):
-        return "n/a" if value is None else fmt.format(value)
-
+    num = results.cell
     rows = [
         ("status", record["status"] + (f" ({record['reason']})" if record["reason"] else "")),
         ("mesh (ensemble x data)", f"{mesh['shape']}  M={mesh['ensemble_size']} "

@@ -27,6 +27,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from hpcai_jax import dtypes
+
 T = 1e12
 
 # Dense peak FLOP/s per device (one GPU, one TPU chip), by datasheet column:
@@ -105,14 +107,6 @@ def peak_flops_per_device(device_kind: str, dtype: str) -> float | None:
     return None
 
 
-_DTYPES = {
-    "float32": jnp.float32,
-    "float32_highest": jnp.float32,
-    "bfloat16": jnp.bfloat16,
-    "float16": jnp.float16,
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class MatmulPeak:
     """A matmul peak measured with several devices computing at once, as a sharded step runs them:
@@ -142,7 +136,7 @@ def measure_matmul_peak_all(
     k, platform = len(devices), devices[0].platform
     n = size or (1024 if platform == "cpu" else 8192)
     reps = max(1, 4 // k) if platform == "cpu" else 20
-    jdtype = _DTYPES[dtype]
+    jdtype = dtypes.dtype(dtype)
     precision = jax.lax.Precision.HIGHEST if dtype == "float32_highest" else None
     mesh = Mesh(np.asarray(devices), ("d",))
     sharding = NamedSharding(mesh, P("d"))

@@ -19,10 +19,13 @@ from absl import logging
 
 from hpcai_jax import results
 from hpcai_jax.config import RunConfig, StreamConfig
+from hpcai_jax.distributed import allgather
+from hpcai_jax.dtypes import dtype as jnp_dtype
+from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 from hpcai_jax.stream import report
 from hpcai_jax.stream.cache import SizeCheck, check_size, largest_cache
-from hpcai_jax.stream.config import ArraySize, itemsize, jnp_dtype, resolve_array_size
+from hpcai_jax.stream.config import ArraySize, resolve_array_size
 from hpcai_jax.stream.kernels import (
     KERNELS,
     RUN_ORDERS,
@@ -38,7 +41,7 @@ from hpcai_jax.stream.placement import (
     hardware_name,
     make_placement,
 )
-from hpcai_jax.stream.runner import gather_per_process, run_kernels
+from hpcai_jax.stream.runner import run_kernels
 from hpcai_jax.stream.validate import Validation, validate
 
 SCALAR_SLACK_BYTES = 32  # per device: Dot's result and its all-reduce buffers
@@ -198,7 +201,7 @@ def _per_process_best(result: StreamResult) -> list[dict[str, float]]:
     """--stream_devices=one in a multi-process job: every process measured its own first
     device; gather each one's best rate per kernel (a collective: every process calls it)."""
     rates = np.array([f.gb_per_s for f in result.figures])
-    gathered = gather_per_process(rates)
+    gathered = allgather(rates.astype(np.float32))
     return [{f.key: float(row[i]) for i, f in enumerate(result.figures)} for row in gathered]
 
 
@@ -207,7 +210,7 @@ def stream_record(config: RunConfig, run_id: str, result: StreamResult,
     """The JSON record: the training runs' conventions (run_id, mode, status, config,
     provenance, sections, metrics) with STREAM's figures."""
     placement = result.placement
-    fom = next((f for f in result.figures if f.key == "triad"), result.figures[-1])
+    fom = report.merit_kernel(result.figures)
     metrics = report.metrics(result.figures)
     metrics["stream/figure_of_merit/gb_per_s"] = fom.gb_per_s
     metrics["stream/validation/passed"] = result.validation.passed

@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
-
 from hpcai_jax.config import StreamConfig
+from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 
 # BabelStream's default: 2^25 elements per array (256 MiB of doubles, 768 MiB for all three).
 DEFAULT_ARRAY_SIZE = 1 << 25
 MIB = 1 << 20
-
-
-def itemsize(precision: str) -> int:
-    return {"float64": 8, "float32": 4, "bfloat16": 2}[precision]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +82,3 @@ def _flag_of(config: StreamConfig, source: str) -> str:
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise UsageError(message)
-
-
-def jnp_dtype(precision: str) -> np.dtype:
-    """The array dtype (bfloat16 comes from ml_dtypes, which JAX installs)."""
-    import jax.numpy as jnp
-
-    return np.dtype(getattr(jnp, precision))

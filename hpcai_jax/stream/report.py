@@ -139,9 +139,14 @@ def triad_only_summary(times_s: np.ndarray, elements: int, itemsize: int, num_ti
             f"Bandwidth ({'GiB/s' if mibibytes else 'GB/s'}):  {bandwidth:.3f}")
 
 
+def merit_kernel(figures: list[KernelFigures]) -> KernelFigures:
+    """The figure of merit: Triad (BabelStream's), or Nstream when it runs alone."""
+    return next((f for f in figures if f.key == "triad"), figures[-1])
+
+
 def figure_of_merit(figures: list[KernelFigures], mibibytes: bool) -> str:
-    """The closing line: Triad's rate (Nstream's when it runs alone)."""
-    fom = next((f for f in figures if f.key == "triad"), figures[-1])
+    """The closing line: the figure of merit's rate."""
+    fom = merit_kernel(figures)
     unit = "MiBytes/sec" if mibibytes else "MBytes/sec"
     return (f"Figure of merit: {fom.label} {fom.rate(mibibytes):.3f} {unit} "
             f"(= {fom.gb_per_s:.3f} GB/s)")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from hpcai_jax.distributed import allgather, barrier
 from hpcai_jax.stream.kernels import ARRAY_NAMES, CompiledKernel
 
 
@@ -52,7 +53,7 @@ def run_kernels(kernels: Sequence[CompiledKernel], arrays: dict[str, jax.Array],
     reused: dict[str, bool | None] = {k.spec.key: None for k in kernels}
     dot_sum = None
     if across_processes:
-        _sync_processes("stream-start")
+        barrier("stream-start")
     for iteration in range(num_times):
         for kernel in kernels:
             a, b, c = (arrays[name] for name in ARRAY_NAMES)
@@ -76,31 +77,12 @@ def run_kernels(kernels: Sequence[CompiledKernel], arrays: dict[str, jax.Array],
                      buffer_reused=reused)
 
 
-def _sync_processes(name: str) -> None:
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(name)
-
-
 def _slowest_process(times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per call, the maximum over processes (identity in a single-process run)."""
     if jax.process_count() == 1:
         return times
-    from jax.experimental import multihost_utils
-
     keys = sorted(times)
     # float32 keeps the all-gather free of x64 concerns; 1e-7 relative is far below timer noise.
-    stacked = np.stack([times[k] for k in keys]).astype(np.float32)
-    gathered = np.asarray(multihost_utils.process_allgather(stacked))  # [processes, K, T]
+    gathered = allgather(np.stack([times[k] for k in keys]).astype(np.float32))  # [P, K, T]
     slowest = gathered.max(axis=0)
     return {k: slowest[i] for i, k in enumerate(keys)}
-
-
-def gather_per_process(values: np.ndarray) -> np.ndarray:
-    """Stacks one array per process on a new leading axis (a no-op stack in one process)."""
-    if jax.process_count() == 1:
-        return np.asarray(values)[None]
-    from jax.experimental import multihost_utils
-
-    return np.asarray(multihost_utils.process_allgather(np.asarray(values, np.float32)))

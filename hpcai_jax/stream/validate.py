@@ -17,10 +17,9 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from hpcai_jax import dtypes
 from hpcai_jax.stream.kernels import ARRAY_NAMES, START_A, START_B, START_C, START_SCALAR
 from hpcai_jax.stream.placement import Placement
-
-SCALAR_TYPES = {"float64": np.float64, "float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 
 # BabelStream: mean error per array below 100 x machine epsilon of the precision. For bfloat16
 # (eps = 2^-7) that would allow 78% error, so we use 8 x eps (6.25%); see `gold_values` for the
@@ -54,7 +53,7 @@ def gold_values(kernels: str, num_times: int, precision: str, elements: int,
     bfloat16 when it allows excess precision (the default on GPUs). For float32 and float64
     the two are the same replay.
     """
-    t = SCALAR_TYPES[precision]
+    t = dtypes.dtype(precision).type
     w = t if rounding == "operation" or precision != "bfloat16" else np.float32
     a, b, c, scalar = t(START_A), t(START_B), t(START_C), t(START_SCALAR)
     s = w(scalar)

@@ -6,17 +6,15 @@ The ensemble predicts the argmax of its members' mean softmax probabilities.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
+from hpcai_jax import dtypes
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.models.resnet import make_resnet
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,8 +26,8 @@ class ClassificationWorkload:
     metric: str = "top1_accuracy"
 
     def model(self, axis_name: str | None) -> nn.Module:
-        dtype: Any = DTYPES[self.dtype]
-        return make_resnet(self.model_name, self.spec.num_classes, dtype, bn_axis_name=axis_name)
+        return make_resnet(self.model_name, self.spec.num_classes, dtypes.dtype(self.dtype),
+                           bn_axis_name=axis_name)
 
     def inputs(self, batch) -> jax.Array:
         mean = jnp.asarray(self.spec.mean, jnp.float32)
