@@ -28,16 +28,22 @@ from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS, compile_step
 def _runner(members: int, strategy: str, batch_size: int, device, seed: int):
     """A closure that runs one training step of `members` members; compiled and warmed up."""
     config = C.RunConfig(
-        mesh=C.MeshConfig(ensemble_size=members, members_per_device=members, parallel_degree=1,
-                          member_strategy=strategy),
+        mesh=C.MeshConfig(
+            ensemble_size=members,
+            members_per_device=members,
+            parallel_degree=1,
+            member_strategy=strategy,
+        ),
         data=C.DataConfig(train_examples=batch_size * 16),
         train=C.TrainConfig(batch_size=batch_size, steps=1000, seed=seed),
         optim=C.OptimConfig(lr_schedule="constant"),
-        results=C.ResultsConfig(target_quality=0.9)).validate()
+        results=C.ResultsConfig(target_quality=0.9),
+    ).validate()
     setup = build_setup(config, devices=[device])
     state = setup.init_state()
-    compiled, _ = compile_step(setup.train_step, state, setup.mesh, setup.layout, batch_size,
-                               setup.workload.spec.fields)
+    compiled, _ = compile_step(
+        setup.train_step, state, setup.mesh, setup.layout, batch_size, setup.workload.spec.fields
+    )
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, members, 0)
     holder = [state]
 
@@ -61,8 +67,10 @@ def main() -> None:
 
     ensemble = {s: _runner(m, s, b, device, seed=0) for s in ("vmap", "unroll")}
     singles = [_runner(1, "unroll", b, device, seed=i) for i in range(m)]
-    variants = {**{s: (lambda f=f: f()) for s, f in ensemble.items()},
-                "separate": lambda: [f() for f in singles]}
+    variants = {
+        **{s: (lambda f=f: f()) for s, f in ensemble.items()},
+        "separate": lambda: [f() for f in singles],
+    }
 
     rates: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
@@ -74,16 +82,22 @@ def main() -> None:
 
     backend = jax.default_backend()
     default = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])[0]
-    print(f"{m} members of resnet_small, batch {b} each, on one {backend} device "
-          f"({device.device_kind}); {args.rounds} interleaved rounds of {args.steps} steps")
+    print(
+        f"{m} members of resnet_small, batch {b} each, on one {backend} device "
+        f"({device.device_kind}); {args.rounds} interleaved rounds of {args.steps} steps"
+    )
     print(f"{'strategy':<10} {'img/s per member (median)':>26} {'min':>8} {'max':>8}")
     for name, values in rates.items():
-        print(f"{name:<10} {statistics.median(values):>26.1f} {min(values):>8.1f} {max(values):>8.1f}")
+        print(
+            f"{name:<10} {statistics.median(values):>26.1f} {min(values):>8.1f} {max(values):>8.1f}"
+        )
     base = statistics.median(rates["separate"])
     for name in ("vmap", "unroll"):
         print(f"ratio {name}/separate: {statistics.median(rates[name]) / base:.2f}")
-    print(f"default strategy on {backend}: {default} "
-          f"({statistics.median(rates[default]) / base:.2f}x separate)")
+    print(
+        f"default strategy on {backend}: {default} "
+        f"({statistics.median(rates[default]) / base:.2f}x separate)"
+    )
     if not np.isfinite(base):
         raise SystemExit("no measurement")
 

@@ -89,8 +89,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--array_size", type=int, default=1 << 25, help="float64 elements per array")
     p.add_argument("--num_times", type=int, default=100, help="iterations per round")
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--host_devices", type=int, default=0,
-                   help="CPU devices to force (--xla_force_host_platform_device_count); 0: leave")
+    p.add_argument(
+        "--host_devices",
+        type=int,
+        default=0,
+        help="CPU devices to force (--xla_force_host_platform_device_count); 0: leave",
+    )
     p.add_argument("--stream_devices", default="one", choices=("one", "all"))
     p.add_argument("--xla_flags", default="", help="extra XLA_FLAGS for this run")
     p.add_argument("--no_c", action="store_true", help="skip the C/OpenMP baseline")
@@ -117,20 +121,28 @@ def main() -> int:
         contenders["numpy_blocked"] = NumpyStream(args.array_size, blocked=True)
         if not args.no_c and (lib := build_c(Path(tmp))) is not None:
             contenders["c_omp"] = CStream(lib, args.array_size)
-        print(f"# {args.array_size} float64 elements per array "
-              f"({args.array_size * 8 / 2**20:.0f} MiB), {args.num_times} iterations x "
-              f"{args.rounds} rounds, jax {jax.__version__}, {len(jax.devices())} JAX device(s), "
-              f"--stream_devices={args.stream_devices}, XLA_FLAGS={os.environ['XLA_FLAGS']!r}, "
-              f"{os.cpu_count()} cores, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}")
+        print(
+            f"# {args.array_size} float64 elements per array "
+            f"({args.array_size * 8 / 2**20:.0f} MiB), {args.num_times} iterations x "
+            f"{args.rounds} rounds, jax {jax.__version__}, {len(jax.devices())} JAX device(s), "
+            f"--stream_devices={args.stream_devices}, XLA_FLAGS={os.environ['XLA_FLAGS']!r}, "
+            f"{os.cpu_count()} cores, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
+        )
         rounds = []
         for r in range(args.rounds):
             figures = paired_round(contenders, args.num_times, args.array_size)
             if not args.no_loop:
                 figures["jax_loop"] = {"triad_avg": contenders["jax"].loop_triad(args.num_times)}
             rounds.append(figures)
-            print(f"round {r}: " + " | ".join(
-                f"{name} " + " ".join(f"{k}={v:.1f}" for k, v in fig.items())
-                for name, fig in figures.items()) + "  (GB/s)", flush=True)
+            print(
+                f"round {r}: "
+                + " | ".join(
+                    f"{name} " + " ".join(f"{k}={v:.1f}" for k, v in fig.items())
+                    for name, fig in figures.items()
+                )
+                + "  (GB/s)",
+                flush=True,
+            )
         failures = contenders["jax"].validate(args.num_times * args.rounds)
         for contender in contenders.values():
             contender.close()
@@ -139,8 +151,11 @@ def main() -> int:
     if failures:
         print("JAX validation FAILED: " + "; ".join(failures))
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "rounds": rounds,
-                                               "ratios": summary["ratios"]}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {"args": vars(args), "rounds": rounds, "ratios": summary["ratios"]}, indent=2
+            )
+        )
     return 1 if failures else 0
 
 
@@ -158,11 +173,15 @@ def paired_round(contenders: dict, num_times: int, n: int) -> dict[str, dict[str
                 start = time.perf_counter()
                 call()
                 times[name][kernel].append(time.perf_counter() - start)
-    figures = {name: {k: WEIGHTS[k] * n * 8 / min(ts[1:]) * 1e-9 for k, ts in per.items()}
-               for name, per in times.items()}
+    figures = {
+        name: {k: WEIGHTS[k] * n * 8 / min(ts[1:]) * 1e-9 for k, ts in per.items()}
+        for name, per in times.items()
+    }
     for name, per in times.items():  # the average call, to set beside jax_loop's average
         if "triad" in per:
-            figures[name]["triad_avg"] = 3 * n * 8 / (sum(per["triad"][1:]) / (num_times - 1)) * 1e-9
+            figures[name]["triad_avg"] = (
+                3 * n * 8 / (sum(per["triad"][1:]) / (num_times - 1)) * 1e-9
+            )
     return figures
 
 
@@ -182,8 +201,9 @@ class JaxStream:
         self.placement = make_placement(args.stream_devices)
         self.n = args.array_size
         dtype = jnp_dtype("float64")
-        self.compiled = {k: compile_kernel(SPECS[k], self.placement, self.n, dtype)
-                         for k in KERNELS}
+        self.compiled = {
+            k: compile_kernel(SPECS[k], self.placement, self.n, dtype) for k in KERNELS
+        }
         self.arrays = init_arrays(self.placement, self.n, dtype)
         jax.block_until_ready(self.arrays)
         self.dot_sum = None
@@ -205,8 +225,9 @@ class JaxStream:
         import jax
 
         def loop(a, b, c):
-            return jax.lax.fori_loop(0, num_times,
-                                     lambda i, a: b + (SCALAR * (1.0 + 1e-30 * i)) * c, a)
+            return jax.lax.fori_loop(
+                0, num_times, lambda i, a: b + (SCALAR * (1.0 + 1e-30 * i)) * c, a
+            )
 
         from hpcai_jax.stream.kernels import init_arrays
 
@@ -243,11 +264,13 @@ class NumpyStream:
         if blocked:
             self.kernels = {"triad": self._triad_blocked}
         else:
-            self.kernels = {"copy": lambda: np.copyto(self.c, self.a),
-                            "mul": lambda: np.multiply(self.c, SCALAR, out=self.b),
-                            "add": lambda: np.add(self.a, self.b, out=self.c),
-                            "triad": self._triad,
-                            "dot": lambda: np.dot(self.a, self.b)}
+            self.kernels = {
+                "copy": lambda: np.copyto(self.c, self.a),
+                "mul": lambda: np.multiply(self.c, SCALAR, out=self.b),
+                "add": lambda: np.add(self.a, self.b, out=self.c),
+                "triad": self._triad,
+                "dot": lambda: np.dot(self.a, self.b),
+            }
 
     def _triad(self):
         self.np.multiply(self.c, SCALAR, out=self.a)
@@ -271,15 +294,26 @@ def build_c(tmp: Path) -> ctypes.CDLL | None:
         return None
     src, lib = tmp / "stream.c", tmp / "libstream.so"
     src.write_text(C_SOURCE)
-    cmd = [compiler, "-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", str(src), "-o",
-           str(lib)]
+    cmd = [
+        compiler,
+        "-O3",
+        "-march=native",
+        "-fopenmp",
+        "-shared",
+        "-fPIC",
+        str(src),
+        "-o",
+        str(lib),
+    ]
     built = subprocess.run(cmd, capture_output=True, text=True)
     if built.returncode:
         print(f"# C/OpenMP baseline did not build: {built.stderr.strip()}")
         return None
-    print(f"# C/OpenMP baseline: {Path(compiler).name} -O3 -march=native -fopenmp; "
-          f"OMP_PROC_BIND={os.environ['OMP_PROC_BIND']}, "
-          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
+    print(
+        f"# C/OpenMP baseline: {Path(compiler).name} -O3 -march=native -fopenmp; "
+        f"OMP_PROC_BIND={os.environ['OMP_PROC_BIND']}, "
+        f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}"
+    )
     return ctypes.CDLL(str(lib))
 
 
@@ -302,20 +336,27 @@ def summarize(rounds: list[dict]) -> dict:
     lines = ["", "best round, GB/s:", "".join(h.ljust(15) for h in ["kernel", *names])]
     for k in ROWS:
         cells = [max((r[n][k] for r in rounds if k in r[n]), default=None) for n in names]
-        lines.append("".join(s.ljust(15) for s in
-                             [k, *("-" if c is None else f"{c:.1f}" for c in cells)]))
+        lines.append(
+            "".join(s.ljust(15) for s in [k, *("-" if c is None else f"{c:.1f}" for c in cells)])
+        )
     ratios = {}
-    pairs = [("jax", "c_omp", "triad"), ("jax", "c_omp", "copy"), ("jax", "numpy", "triad"),
-             ("jax", "numpy_blocked", "triad"), ("jax", "numpy", "copy"),
-             ("jax_loop", "jax", "triad_avg")]
+    pairs = [
+        ("jax", "c_omp", "triad"),
+        ("jax", "c_omp", "copy"),
+        ("jax", "numpy", "triad"),
+        ("jax", "numpy_blocked", "triad"),
+        ("jax", "numpy", "copy"),
+        ("jax_loop", "jax", "triad_avg"),
+    ]
     lines.append("")
     for num, den, k in pairs:
         if num not in names or den not in names:
             continue
         per_round = [r[num][k] / r[den][k] for r in rounds]
         ratios[f"{num}/{den} {k}"] = per_round
-        lines.append(f"{num}/{den} {k}: " + ", ".join(f"{x:.2f}" for x in per_round)
-                     + "  (per round)")
+        lines.append(
+            f"{num}/{den} {k}: " + ", ".join(f"{x:.2f}" for x in per_round) + "  (per round)"
+        )
     return {"text": "\n".join(lines), "ratios": ratios}
 
 

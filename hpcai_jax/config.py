@@ -17,15 +17,24 @@ MODES = ("train", "flops", "stream")
 # The models each workload trains; `regression` is the small second workload that proves the
 # workload protocol (hpcai_jax/workloads/).
 WORKLOAD_MODELS = {
-    "image_classification": ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152",
-                             "resnet_small"),
+    "image_classification": (
+        "resnet18",
+        "resnet34",
+        "resnet50",
+        "resnet101",
+        "resnet152",
+        "resnet_small",
+    ),
     "regression": ("mlp",),
 }
 WORKLOADS = tuple(WORKLOAD_MODELS)
 MODELS = tuple(m for models in WORKLOAD_MODELS.values() for m in models)
 # Built-in data sets and the workload each serves; any other name is a tfds image set.
-BUILTIN_DATASETS = {"fashion_mnist": "image_classification", "synthetic": "image_classification",
-                    "friedman1": "regression"}
+BUILTIN_DATASETS = {
+    "fashion_mnist": "image_classification",
+    "synthetic": "image_classification",
+    "friedman1": "regression",
+}
 BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
 OPTIMIZERS = ("sgd",)
 LR_SCHEDULES = ("constant", "warmup_cosine")
@@ -98,10 +107,14 @@ class MeshConfig:
 
     def validate(self) -> None:
         _require(self.ensemble_size >= 1, f"--ensemble_size={self.ensemble_size}: expected >= 1")
-        _require(self.members_per_device >= 0,
-                 f"--members_per_device={self.members_per_device}: expected >= 1 (or 0 to derive)")
-        _require(self.parallel_degree >= 0,
-                 f"--parallel_degree={self.parallel_degree}: expected >= 1 (or 0 for the local device count)")
+        _require(
+            self.members_per_device >= 0,
+            f"--members_per_device={self.members_per_device}: expected >= 1 (or 0 to derive)",
+        )
+        _require(
+            self.parallel_degree >= 0,
+            f"--parallel_degree={self.parallel_degree}: expected >= 1 (or 0 for the local device count)",
+        )
         _one_of("member_strategy", self.member_strategy, MEMBER_STRATEGIES)
 
 
@@ -152,9 +165,11 @@ class ModelConfig:
     def validate(self) -> None:
         _one_of("workload", self.workload, WORKLOADS)
         _one_of("model", self.model, MODELS)
-        _require(self.model in WORKLOAD_MODELS[self.workload],
-                 f"--model={self.model}: not a model of --workload={self.workload} (expected one "
-                 f"of {', '.join(WORKLOAD_MODELS[self.workload])})")
+        _require(
+            self.model in WORKLOAD_MODELS[self.workload],
+            f"--model={self.model}: not a model of --workload={self.workload} (expected one "
+            f"of {', '.join(WORKLOAD_MODELS[self.workload])})",
+        )
         _one_of("dtype", self.dtype, DTYPES)
 
 
@@ -179,8 +194,10 @@ class OptimConfig:
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
         _one_of("lr_schedule", self.lr_schedule, LR_SCHEDULES)
         _require(self.learning_rate > 0, f"--learning_rate={self.learning_rate}: expected > 0")
-        _require(self.lr_reference_batch >= 1,
-                 f"--lr_reference_batch={self.lr_reference_batch}: expected >= 1")
+        _require(
+            self.lr_reference_batch >= 1,
+            f"--lr_reference_batch={self.lr_reference_batch}: expected >= 1",
+        )
         _require(0 <= self.momentum < 1, f"--momentum={self.momentum}: expected in [0, 1)")
         _require(self.weight_decay >= 0, f"--weight_decay={self.weight_decay}: expected >= 0")
         _require(self.warmup_epochs >= 0, f"--warmup_epochs={self.warmup_epochs}: expected >= 0")
@@ -206,14 +223,20 @@ class TrainConfig:
 
     def validate(self) -> None:
         _require(self.batch_size >= 1, f"--batch_size={self.batch_size}: expected >= 1")
-        _require(self.epochs > 0 or self.steps > 0,
-                 f"--epochs={self.epochs}, --steps={self.steps}: expected epochs > 0 or steps > 0")
+        _require(
+            self.epochs > 0 or self.steps > 0,
+            f"--epochs={self.epochs}, --steps={self.steps}: expected epochs > 0 or steps > 0",
+        )
         _require(self.steps >= 0, f"--steps={self.steps}: expected >= 0")
         _one_of("bootstrap", self.bootstrap, BOOTSTRAP_METHODS)
-        _require(self.eval_batch_size >= 1, f"--eval_batch_size={self.eval_batch_size}: expected >= 1")
+        _require(
+            self.eval_batch_size >= 1, f"--eval_batch_size={self.eval_batch_size}: expected >= 1"
+        )
         _require(self.log_every >= 1, f"--log_every={self.log_every}: expected >= 1")
-        _require(self.timing_warmup_steps >= 0,
-                 f"--timing_warmup_steps={self.timing_warmup_steps}: expected >= 0")
+        _require(
+            self.timing_warmup_steps >= 0,
+            f"--timing_warmup_steps={self.timing_warmup_steps}: expected >= 0",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,12 +267,18 @@ class ResultsConfig:
 
     def validate(self) -> None:
         _require(bool(self.results_dir), "--results_dir: expected a directory path")
-        _require("/" not in self.run_name and self.run_name not in (".", ".."),
-                 f"--run_name={self.run_name}: expected a file-name-safe id (no '/')")
-        _require(0 <= self.target_quality <= 1,
-                 f"--target_quality={self.target_quality}: expected in (0, 1] (0: the official target)")
-        _require(self.quality_exponent >= 0 or self.quality_exponent == -1,
-                 f"--quality_exponent={self.quality_exponent}: expected >= 0 (-1: the workload's n)")
+        _require(
+            "/" not in self.run_name and self.run_name not in (".", ".."),
+            f"--run_name={self.run_name}: expected a file-name-safe id (no '/')",
+        )
+        _require(
+            0 <= self.target_quality <= 1,
+            f"--target_quality={self.target_quality}: expected in (0, 1] (0: the official target)",
+        )
+        _require(
+            self.quality_exponent >= 0 or self.quality_exponent == -1,
+            f"--quality_exponent={self.quality_exponent}: expected >= 0 (-1: the workload's n)",
+        )
         _one_of("flops_source", self.flops_source, FLOPS_SOURCES)
 
 
@@ -289,13 +318,21 @@ class ReliabilityConfig:
     def validate(self) -> None:
         if self.inject_nan:
             parts = self.inject_nan.split("@")
-            _require(len(parts) == 2 and all(p.isdigit() for p in parts),
-                     f"--inject_nan={self.inject_nan}: expected MEMBER@STEP, e.g. 1@3")
-        _require(self.checkpoint_every >= 0, f"--checkpoint_every={self.checkpoint_every}: expected >= 0")
-        _require(self.keep_checkpoints >= 1, f"--keep_checkpoints={self.keep_checkpoints}: expected >= 1")
+            _require(
+                len(parts) == 2 and all(p.isdigit() for p in parts),
+                f"--inject_nan={self.inject_nan}: expected MEMBER@STEP, e.g. 1@3",
+            )
+        _require(
+            self.checkpoint_every >= 0, f"--checkpoint_every={self.checkpoint_every}: expected >= 0"
+        )
+        _require(
+            self.keep_checkpoints >= 1, f"--keep_checkpoints={self.keep_checkpoints}: expected >= 1"
+        )
         _one_of("on_divergence", self.on_divergence, ON_DIVERGENCE)
-        _require(self.divergence_check_every >= 0,
-                 f"--divergence_check_every={self.divergence_check_every}: expected >= 0")
+        _require(
+            self.divergence_check_every >= 0,
+            f"--divergence_check_every={self.divergence_check_every}: expected >= 0",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,26 +362,52 @@ class StreamConfig:
 
     def validate(self) -> None:
         """Checks every STREAM flag on its own; raises UsageError with a one-line message naming it."""
-        _require(self.precision in PRECISIONS,
-                 f"--precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}")
-        _require(self.kernels in KERNEL_SETS,
-                 f"--stream_kernels={self.kernels!r}: expected one of {', '.join(KERNEL_SETS)}")
-        _require(self.devices in PLACEMENTS,
-                 f"--stream_devices={self.devices!r}: expected one of {', '.join(PLACEMENTS)}")
+        _require(
+            self.precision in PRECISIONS,
+            f"--precision={self.precision!r}: expected one of {', '.join(PRECISIONS)}",
+        )
+        _require(
+            self.kernels in KERNEL_SETS,
+            f"--stream_kernels={self.kernels!r}: expected one of {', '.join(KERNEL_SETS)}",
+        )
+        _require(
+            self.devices in PLACEMENTS,
+            f"--stream_devices={self.devices!r}: expected one of {', '.join(PLACEMENTS)}",
+        )
         # BabelStream drops the first iteration from the statistics, so it needs two.
-        _require(self.num_times >= 2, f"--num_times={self.num_times}: expected >= 2 (the first "
-                 "iteration is excluded from the statistics)")
-        _require(self.array_size >= 0, f"--array_size={self.array_size}: expected >= 1 elements "
-                 f"per array (or 0 for the default 2^25)")
-        _require(self.array_mib >= 0, f"--array_mib={self.array_mib}: expected > 0 MiB per array "
-                 "(or 0 to leave unset)")
-        _require(0 <= self.array_fraction < 1, f"--array_fraction={self.array_fraction}: expected "
-                 "a fraction of device memory in (0, 1) for the three arrays (or 0 to leave unset)")
-        given = [f"--{name}={value}" for name, value in (
-            ("array_size", self.array_size), ("array_mib", self.array_mib),
-            ("array_fraction", self.array_fraction)) if value]
-        _require(len(given) <= 1, f"{' and '.join(given)}: set at most one of --array_size, "
-                 "--array_mib, --array_fraction")
+        _require(
+            self.num_times >= 2,
+            f"--num_times={self.num_times}: expected >= 2 (the first "
+            "iteration is excluded from the statistics)",
+        )
+        _require(
+            self.array_size >= 0,
+            f"--array_size={self.array_size}: expected >= 1 elements "
+            f"per array (or 0 for the default 2^25)",
+        )
+        _require(
+            self.array_mib >= 0,
+            f"--array_mib={self.array_mib}: expected > 0 MiB per array (or 0 to leave unset)",
+        )
+        _require(
+            0 <= self.array_fraction < 1,
+            f"--array_fraction={self.array_fraction}: expected "
+            "a fraction of device memory in (0, 1) for the three arrays (or 0 to leave unset)",
+        )
+        given = [
+            f"--{name}={value}"
+            for name, value in (
+                ("array_size", self.array_size),
+                ("array_mib", self.array_mib),
+                ("array_fraction", self.array_fraction),
+            )
+            if value
+        ]
+        _require(
+            len(given) <= 1,
+            f"{' and '.join(given)}: set at most one of --array_size, "
+            "--array_mib, --array_fraction",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -372,18 +435,33 @@ class RunConfig:
 
     def quality_target(self) -> QualityTarget:
         """Raises UsageError when the run has no official target and none was given."""
-        return resolve_target(self.model.workload, self.model.model, self.data.dataset,
-                              self.results.target_quality, self.results.quality_exponent)
+        return resolve_target(
+            self.model.workload,
+            self.model.model,
+            self.data.dataset,
+            self.results.target_quality,
+            self.results.quality_exponent,
+        )
 
     def validate(self) -> RunConfig:
         _one_of("mode", self.mode, MODES)
-        for part in (self.mesh, self.data, self.model, self.optim, self.train, self.results,
-                     self.reliability, self.distributed):
+        for part in (
+            self.mesh,
+            self.data,
+            self.model,
+            self.optim,
+            self.train,
+            self.results,
+            self.reliability,
+            self.distributed,
+        ):
             part.validate()
         serves = BUILTIN_DATASETS.get(self.data.dataset, "image_classification")
-        _require(serves == self.model.workload,
-                 f"--dataset={self.data.dataset}: a data set of --workload={serves}, not of "
-                 f"--workload={self.model.workload}")
+        _require(
+            serves == self.model.workload,
+            f"--dataset={self.data.dataset}: a data set of --workload={serves}, not of "
+            f"--workload={self.model.workload}",
+        )
         if self.scored:
             self.quality_target()
         if self.mode == "stream":

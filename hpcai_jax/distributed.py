@@ -31,22 +31,36 @@ class DistributedConfig:
             raise UsageError(f"--distributed_timeout_s={self.timeout_s}: expected >= 1")
         explicit = (bool(self.coordinator_address), self.num_processes > 0, self.process_id >= 0)
         if any(explicit) and not all(explicit):
-            raise UsageError("--coordinator_address, --num_processes and --process_id go together: "
-                             "give all three, or none for auto-detection")
+            raise UsageError(
+                "--coordinator_address, --num_processes and --process_id go together: "
+                "give all three, or none for auto-detection"
+            )
         if self.num_processes and not 0 <= self.process_id < self.num_processes:
-            raise UsageError(f"--process_id={self.process_id}: expected 0 <= id < "
-                             f"--num_processes={self.num_processes}")
+            raise UsageError(
+                f"--process_id={self.process_id}: expected 0 <= id < "
+                f"--num_processes={self.num_processes}"
+            )
         if self.coordinator_address and ":" not in self.coordinator_address:
-            raise UsageError(f"--coordinator_address={self.coordinator_address}: expected HOST:PORT")
+            raise UsageError(
+                f"--coordinator_address={self.coordinator_address}: expected HOST:PORT"
+            )
         ids = self.local_device_ids
         if ids and ids != "all" and not all(p.strip().isdigit() for p in ids.split(",")):
-            raise UsageError(f"--local_device_ids={ids}: expected comma-separated integers or 'all'")
+            raise UsageError(
+                f"--local_device_ids={ids}: expected comma-separated integers or 'all'"
+            )
 
 
 def detect_cluster(env: dict | None = None) -> str | None:
     """The multi-process launcher JAX can auto-detect, or None (a single process)."""
     env = os.environ if env is None else env
-    slurm_vars = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
+    slurm_vars = (
+        "SLURM_JOB_ID",
+        "SLURM_STEP_NODELIST",
+        "SLURM_NTASKS",
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+    )
     if all(v in env for v in slurm_vars) and int(env["SLURM_NTASKS"]) > 1:
         return "slurm"
     if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
@@ -72,7 +86,9 @@ def local_device_ids(config: DistributedConfig, cluster: str | None, env: dict |
     """
     env = os.environ if env is None else env
     ids = config.local_device_ids
-    one_task_per_node = cluster == "slurm" and env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] == "1"
+    one_task_per_node = (
+        cluster == "slurm" and env.get("SLURM_NTASKS_PER_NODE", "").split("(")[0] == "1"
+    )
     if ids == "all" or (not ids and one_task_per_node):
         count = _gpus_on_node(env)
         return list(range(count)) if count else None
@@ -99,12 +115,20 @@ def initialize(config: DistributedConfig) -> str:
     ids = local_device_ids(config, cluster)
     if config.coordinator_address:
         path = "flags"
-        logging.info("jax.distributed: process %d of %d, coordinator %s, waiting up to %d s for peers",
-                     config.process_id, config.num_processes, config.coordinator_address,
-                     config.timeout_s)
-        jax.distributed.initialize(coordinator_address=config.coordinator_address,
-                                   num_processes=config.num_processes, process_id=config.process_id,
-                                   local_device_ids=ids, initialization_timeout=config.timeout_s)
+        logging.info(
+            "jax.distributed: process %d of %d, coordinator %s, waiting up to %d s for peers",
+            config.process_id,
+            config.num_processes,
+            config.coordinator_address,
+            config.timeout_s,
+        )
+        jax.distributed.initialize(
+            coordinator_address=config.coordinator_address,
+            num_processes=config.num_processes,
+            process_id=config.process_id,
+            local_device_ids=ids,
+            initialization_timeout=config.timeout_s,
+        )
     elif cluster:
         path = f"auto-detected {cluster}"
         logging.info("jax.distributed: %s, waiting up to %d s for peers", path, config.timeout_s)
@@ -114,10 +138,16 @@ def initialize(config: DistributedConfig) -> str:
     index, count = jax.process_index(), jax.process_count()
     if count > 1:
         logging.get_absl_logger().addFilter(_ProcessTag(f"[p{index}/{count}]"))
-    logging.info("start-up: %s; process %d of %d; %d local devices %s; %d global devices (%s)",
-                 path, index, count, jax.local_device_count(),
-                 [d.id for d in jax.local_devices()], jax.device_count(),
-                 jax.devices()[0].device_kind)
+    logging.info(
+        "start-up: %s; process %d of %d; %d local devices %s; %d global devices (%s)",
+        path,
+        index,
+        count,
+        jax.local_device_count(),
+        [d.id for d in jax.local_devices()],
+        jax.device_count(),
+        jax.devices()[0].device_kind,
+    )
     return path
 
 

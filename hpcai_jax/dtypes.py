@@ -6,8 +6,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32),
-          "bfloat16": np.dtype(ml_dtypes.bfloat16), "float16": np.dtype(np.float16)}
+DTYPES = {
+    "float64": np.dtype(np.float64),
+    "float32": np.dtype(np.float32),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float16": np.dtype(np.float16),
+}
 
 
 def dtype(name: str) -> np.dtype:

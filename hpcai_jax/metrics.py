@@ -24,8 +24,9 @@ def penalty(achieved_quality: float, target_quality: float, exponent: float) -> 
     return (achieved_quality / target_quality) ** exponent
 
 
-def vflops_per_s(flops: float | None, achieved_quality: float | None, target_quality: float,
-                 exponent: float) -> float | None:
+def vflops_per_s(
+    flops: float | None, achieved_quality: float | None, target_quality: float, exponent: float
+) -> float | None:
     """Eq. 7: FLOPS × penalty; None when either figure is unknown (e.g. synthetic data)."""
     if flops is None or achieved_quality is None:
         return None

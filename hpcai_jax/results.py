@@ -40,10 +40,19 @@ def git_commit() -> str:
     """The project's commit (with '+dirty' for uncommitted changes), or 'unknown'."""
     root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return commit + ("+dirty" if dirty else "")
@@ -106,8 +115,10 @@ def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False
         existing = {}
     if resuming and existing.get("run_id") == run_id and existing.get("status") == "partial":
         return
-    raise UsageError(f"--results_dir={results_dir} already holds a record of run id {run_id}: "
-                     f"choose another --run_name, or pass --overwrite to replace it")
+    raise UsageError(
+        f"--results_dir={results_dir} already holds a record of run id {run_id}: "
+        f"choose another --run_name, or pass --overwrite to replace it"
+    )
 
 
 def envelope(mode: str, run_id: str, status: str, config, reason: str = "", **sections) -> dict:
@@ -115,8 +126,15 @@ def envelope(mode: str, run_id: str, status: str, config, reason: str = "", **se
     provenance gathers host names)."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r}: expected one of {STATUSES}")
-    return {"run_id": run_id, "mode": mode, "status": status, "reason": reason,
-            "config": config.to_dict(), "provenance": provenance(), **sections}
+    return {
+        "run_id": run_id,
+        "mode": mode,
+        "status": status,
+        "reason": reason,
+        "config": config.to_dict(),
+        "provenance": provenance(),
+        **sections,
+    }
 
 
 def check_writable(results_dir: str) -> Path:
@@ -125,7 +143,9 @@ def check_writable(results_dir: str) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"--results_dir={results_dir}: cannot create directory ({e.strerror})") from None
+        raise UsageError(
+            f"--results_dir={results_dir}: cannot create directory ({e.strerror})"
+        ) from None
     if not os.access(path, os.W_OK):
         raise UsageError(f"--results_dir={results_dir}: directory is not writable")
     return path

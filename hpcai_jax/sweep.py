@@ -36,8 +36,9 @@ class Point:
         return self.ensemble_size * self.parallel_degree
 
 
-def plan(experiment: str, parallel_degree: int = 0, max_ensemble: int = 0,
-         sys_scale: int = 0) -> list[Point]:
+def plan(
+    experiment: str, parallel_degree: int = 0, max_ensemble: int = 0, sys_scale: int = 0
+) -> list[Point]:
     if experiment == "scalability":
         if parallel_degree < 1 or max_ensemble < 1:
             raise ValueError("scalability needs --parallel_degree >= 1 and --max_ensemble >= 1")
@@ -49,34 +50,52 @@ def plan(experiment: str, parallel_degree: int = 0, max_ensemble: int = 0,
     raise ValueError(f"--experiment={experiment!r}: expected scalability or tradeoff")
 
 
-def command(point: Point, launcher: str, devices_per_node: int, run_name: str,
-            main_args: list[str]) -> list[str]:
+def command(
+    point: Point, launcher: str, devices_per_node: int, run_name: str, main_args: list[str]
+) -> list[str]:
     nodes = -(-point.devices // devices_per_node)
-    prefix = launcher.format(devices=point.devices, nodes=nodes,
-                             devices_per_node=min(devices_per_node, point.devices))
-    return [*shlex.split(prefix), sys.executable, "-m", "hpcai_jax.main", *main_args,
-            f"--ensemble_size={point.ensemble_size}", f"--parallel_degree={point.parallel_degree}",
-            "--members_per_device=1", f"--run_name={run_name}"]
+    prefix = launcher.format(
+        devices=point.devices, nodes=nodes, devices_per_node=min(devices_per_node, point.devices)
+    )
+    return [
+        *shlex.split(prefix),
+        sys.executable,
+        "-m",
+        "hpcai_jax.main",
+        *main_args,
+        f"--ensemble_size={point.ensemble_size}",
+        f"--parallel_degree={point.parallel_degree}",
+        "--members_per_device=1",
+        f"--run_name={run_name}",
+    ]
 
 
 def table(records: list[dict]) -> str:
     num = results.cell
 
-    lines = [f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
-             f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}"]
+    lines = [
+        f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
+        f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}"
+    ]
     for r in records:
         mesh, m, q = r["mesh"], r["metrics"], r["quality"]
-        lines.append(f"{mesh['ensemble_size']:>4} {mesh['parallel_degree']:>8} {mesh['num_devices']:>9} "
-                     f"{num(m['flops_per_s']):>11} {num(m['vflops_per_s']):>11} "
-                     f"{num(q['ensemble'], '{:.4f}'):>12} {num(q['member_mean'], '{:.4f}'):>11} "
-                     f"{r['status']:>9}")
+        lines.append(
+            f"{mesh['ensemble_size']:>4} {mesh['parallel_degree']:>8} {mesh['num_devices']:>9} "
+            f"{num(m['flops_per_s']):>11} {num(m['vflops_per_s']):>11} "
+            f"{num(q['ensemble'], '{:.4f}'):>12} {num(q['member_mean'], '{:.4f}'):>11} "
+            f"{r['status']:>9}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    own, main_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="python -m hpcai_jax.sweep", description=__doc__.split("\n")[0])
+    own, main_args = (
+        (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    )
+    parser = argparse.ArgumentParser(
+        prog="python -m hpcai_jax.sweep", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--experiment", required=True, choices=["scalability", "tradeoff"])
     parser.add_argument("--parallel_degree", type=int, default=0)
     parser.add_argument("--max_ensemble", type=int, default=0)
@@ -94,8 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     records, failed = [], 0
     for point in points:
         run_name = f"{args.name}-{args.experiment}-M{point.ensemble_size}-P{point.parallel_degree}"
-        cmd = command(point, args.launcher, args.devices_per_node, run_name,
-                      [*main_args, f"--results_dir={args.results_dir}"])
+        cmd = command(
+            point,
+            args.launcher,
+            args.devices_per_node,
+            run_name,
+            [*main_args, f"--results_dir={args.results_dir}"],
+        )
         print("+ " + shlex.join(cmd), flush=True)
         if args.dry_run:
             continue

@@ -23,14 +23,21 @@ class OfficialTarget:
 
 # (workload, model, tfds/data set name) → the official target.
 OFFICIAL_TARGETS: dict[tuple[str, str, str], OfficialTarget] = {
-    ("image_classification", "resnet50", "imagenet2012"): OfficialTarget(0.763, "top1_accuracy", 90),
-    ("extreme_weather", "faster_rcnn_resnet50", "extremeweather"): OfficialTarget(0.35, "map_iou50", 50),
+    ("image_classification", "resnet50", "imagenet2012"): OfficialTarget(
+        0.763, "top1_accuracy", 90
+    ),
+    ("extreme_weather", "faster_rcnn_resnet50", "extremeweather"): OfficialTarget(
+        0.35, "map_iou50", 50
+    ),
 }
 # Eq. 8's n per workload: 5 for image classification, 10 for extreme-weather analytics (the
 # paper's); 1 for the regression workload that proves the protocol (ours: it has no official n).
 QUALITY_EXPONENTS = {"image_classification": 5.0, "extreme_weather": 10.0, "regression": 1.0}
-QUALITY_METRICS = {"image_classification": "top1_accuracy", "extreme_weather": "map_iou50",
-                   "regression": "r2"}
+QUALITY_METRICS = {
+    "image_classification": "top1_accuracy",
+    "extreme_weather": "map_iou50",
+    "regression": "r2",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,22 +55,35 @@ def _dataset_name(dataset: str) -> str:
     return dataset.split(":")[0].split("/")[0]  # tfds "imagenet2012:5.1.0" → "imagenet2012"
 
 
-def resolve_target(workload: str, model: str, dataset: str, target_quality: float,
-                   quality_exponent: float) -> QualityTarget:
+def resolve_target(
+    workload: str, model: str, dataset: str, target_quality: float, quality_exponent: float
+) -> QualityTarget:
     """target_quality 0 means the official target; quality_exponent < 0 the workload's n.
 
     Raises UsageError when no official target exists for the run and none was given.
     """
     official = OFFICIAL_TARGETS.get((workload, model, _dataset_name(dataset)))
     if target_quality <= 0 and official is None:
-        known = "; ".join(f"{m} on {d}: {t.quality}" for (w, m, d), t in OFFICIAL_TARGETS.items()
-                          if w == workload) or "none"
-        raise UsageError(f"--target_quality: no official target for --workload={workload} "
-                         f"--model={model} --dataset={dataset} (official: {known}); give "
-                         f"--target_quality explicitly")
+        known = (
+            "; ".join(
+                f"{m} on {d}: {t.quality}"
+                for (w, m, d), t in OFFICIAL_TARGETS.items()
+                if w == workload
+            )
+            or "none"
+        )
+        raise UsageError(
+            f"--target_quality: no official target for --workload={workload} "
+            f"--model={model} --dataset={dataset} (official: {known}); give "
+            f"--target_quality explicitly"
+        )
     target = target_quality if target_quality > 0 else official.quality
     n = QUALITY_EXPONENTS[workload]
     exponent = quality_exponent if quality_exponent >= 0 else n
-    return QualityTarget(metric=QUALITY_METRICS[workload], target=target, exponent=exponent,
-                         target_is_official=official is not None and target == official.quality,
-                         exponent_is_official=exponent == n)
+    return QualityTarget(
+        metric=QUALITY_METRICS[workload],
+        target=target,
+        exponent=exponent,
+        target_is_official=official is not None and target == official.quality,
+        exponent_is_official=exponent == n,
+    )

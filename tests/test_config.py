@@ -34,8 +34,9 @@ def test_flagfile_parses_and_validates(path: Path, parse, monkeypatch):
     config = parse(f"--flagfile={path}")
     assert isinstance(config, C.RunConfig)
     lines = path.read_text().splitlines()
-    assert lines[0].startswith("#") and any("python -m hpcai_jax.main" in line for line in lines
-                                            if line.startswith("#"))
+    assert lines[0].startswith("#") and any(
+        "python -m hpcai_jax.main" in line for line in lines if line.startswith("#")
+    )
 
 
 def test_command_line_overrides_flagfile(parse, monkeypatch):
@@ -46,8 +47,11 @@ def test_command_line_overrides_flagfile(parse, monkeypatch):
 
 
 def _scored(dataset="imagenet2012", model="resnet50", **results):
-    return C.RunConfig(data=C.DataConfig(dataset=dataset), model=C.ModelConfig(model=model),
-                       results=C.ResultsConfig(**results)).validate()
+    return C.RunConfig(
+        data=C.DataConfig(dataset=dataset),
+        model=C.ModelConfig(model=model),
+        results=C.ResultsConfig(**results),
+    ).validate()
 
 
 def test_official_target_belongs_to_resnet50_on_imagenet():
@@ -60,13 +64,17 @@ def test_official_target_belongs_to_resnet50_on_imagenet():
     assert other.target == 0.7 and not other.target_is_official
 
 
-@pytest.mark.parametrize("dataset,model", [("fashion_mnist", "resnet_small"),
-                                           ("imagenet2012", "resnet18"),
-                                           ("cifar10", "resnet50")])
+@pytest.mark.parametrize(
+    "dataset,model",
+    [("fashion_mnist", "resnet_small"), ("imagenet2012", "resnet18"), ("cifar10", "resnet50")],
+)
 def test_any_other_run_must_name_its_target(dataset, model):
-    with pytest.raises(UsageError, match=f"--target_quality: no official target for "
-                                         f"--workload=image_classification --model={model} "
-                                         f"--dataset={dataset}"):
+    with pytest.raises(
+        UsageError,
+        match=f"--target_quality: no official target for "
+        f"--workload=image_classification --model={model} "
+        f"--dataset={dataset}",
+    ):
         _scored(dataset=dataset, model=model)
     target = _scored(dataset=dataset, model=model, target_quality=0.9).quality_target()
     assert (target.target, target.exponent, target.target_is_official) == (0.9, 5.0, False)
@@ -84,14 +92,17 @@ def test_quality_exponent_zero_means_zero():
     assert _scored(quality_exponent=-1).quality_target().exponent == 5.0
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(train=C.TrainConfig(epochs=0, steps=0)), "expected epochs > 0 or steps > 0"),
-    (dict(optim=C.OptimConfig(momentum=1.0)), r"--momentum=1.0: expected in \[0, 1\)"),
-    (dict(results=C.ResultsConfig(target_quality=1.5)), "--target_quality=1.5"),
-    (dict(results=C.ResultsConfig(quality_exponent=-2)), "--quality_exponent=-2"),
-    (dict(results=C.ResultsConfig(flops_source="guess")), "--flops_source='guess'"),
-    (dict(mesh=C.MeshConfig(ensemble_size=0)), "--ensemble_size=0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(train=C.TrainConfig(epochs=0, steps=0)), "expected epochs > 0 or steps > 0"),
+        (dict(optim=C.OptimConfig(momentum=1.0)), r"--momentum=1.0: expected in \[0, 1\)"),
+        (dict(results=C.ResultsConfig(target_quality=1.5)), "--target_quality=1.5"),
+        (dict(results=C.ResultsConfig(quality_exponent=-2)), "--quality_exponent=-2"),
+        (dict(results=C.ResultsConfig(flops_source="guess")), "--flops_source='guess'"),
+        (dict(mesh=C.MeshConfig(ensemble_size=0)), "--ensemble_size=0"),
+    ],
+)
 def test_validation_messages(kwargs, message):
     with pytest.raises(UsageError, match=message):
         C.RunConfig(**kwargs).validate()

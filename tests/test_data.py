@@ -69,7 +69,9 @@ def test_train_batch_reads_each_devices_rows_once():
     expected = np.stack([setup.sampler.step_indices(m, 5) for m in range(4)])
     np.testing.assert_array_equal(np.sort(np.concatenate(source.reads)), np.sort(expected.ravel()))
     read = setup.datasets.train.read(expected.ravel())
-    np.testing.assert_array_equal(np.asarray(batch["image"]), read["image"].reshape(4, 16, 28, 28, 1))
+    np.testing.assert_array_equal(
+        np.asarray(batch["image"]), read["image"].reshape(4, 16, 28, 28, 1)
+    )
     np.testing.assert_array_equal(np.asarray(batch["label"]), read["label"].reshape(4, 16))
     assert batch["image"].sharding.spec == jax.sharding.PartitionSpec("ensemble", "data")
 
@@ -91,8 +93,9 @@ def test_eval_batches_mark_padding_and_follow_the_given_order():
     subset = np.array([7, 3, 120, 3])
     (only,) = eval_batches(source, setup.mesh, 8, subset)
     np.testing.assert_array_equal(only.rows, [7, 3, 120, 3, -1, -1, -1, -1])
-    np.testing.assert_array_equal(np.asarray(only.batch["label"])[:4],
-                                  source.arrays["label"][subset])
+    np.testing.assert_array_equal(
+        np.asarray(only.batch["label"])[:4], source.arrays["label"][subset]
+    )
 
 
 def test_prefetcher_counts_waits_and_propagates_errors():

@@ -38,7 +38,9 @@ def _valid_taps(size_in: int, out: int, kernel: int, stride: int, pad_lo: int) -
 
 def test_conv_valid_matches_hand_formula_and_xla():
     n, h, cin, cout, k = 2, 9, 4, 6, 3
-    count, xla = _module_count(nn.Conv(cout, (k, k), padding="VALID", use_bias=False), (n, h, h, cin))
+    count, xla = _module_count(
+        nn.Conv(cout, (k, k), padding="VALID", use_bias=False), (n, h, h, cin)
+    )
     ho = h - k + 1
     hand = 2 * k * k * cin * ho * ho * cout * n
     row = count.row("convolution")
@@ -48,8 +50,9 @@ def test_conv_valid_matches_hand_formula_and_xla():
 
 def test_conv_same_counts_all_taps_for_table3_and_non_padded_taps_for_xla():
     n, h, cin, cout, k, s = 2, 10, 4, 6, 3, 2
-    count, xla = _module_count(nn.Conv(cout, (k, k), (s, s), padding="SAME", use_bias=False),
-                               (n, h, h, cin))
+    count, xla = _module_count(
+        nn.Conv(cout, (k, k), (s, s), padding="SAME", use_bias=False), (n, h, h, cin)
+    )
     ho = -(-h // s)
     pad_lo = max((ho - 1) * s + k - h, 0) // 2  # SAME: the extra padding goes high
     valid = _valid_taps(h, ho, k, s, pad_lo) ** 2
@@ -61,8 +64,9 @@ def test_conv_same_counts_all_taps_for_table3_and_non_padded_taps_for_xla():
 
 def test_depthwise_conv():
     n, h, c, k = 2, 8, 6, 3
-    count, xla = _module_count(nn.Conv(c, (k, k), padding="VALID", feature_group_count=c,
-                                       use_bias=False), (n, h, h, c))
+    count, xla = _module_count(
+        nn.Conv(c, (k, k), padding="VALID", feature_group_count=c, use_bias=False), (n, h, h, c)
+    )
     ho = h - k + 1
     row = count.row("depthwise_convolution")
     assert row.ops == 1 and count.row("convolution").ops == 0
@@ -71,8 +75,10 @@ def test_depthwise_conv():
 
 def test_group_conv():
     n, h, cin, cout, groups, k = 2, 8, 8, 12, 4, 3
-    count, xla = _module_count(nn.Conv(cout, (k, k), padding="VALID", feature_group_count=groups,
-                                       use_bias=False), (n, h, h, cin))
+    count, xla = _module_count(
+        nn.Conv(cout, (k, k), padding="VALID", feature_group_count=groups, use_bias=False),
+        (n, h, h, cin),
+    )
     ho = h - k + 1
     row = count.row("group_convolution")
     assert row.ops == 1
@@ -127,8 +133,9 @@ def test_dead_code_is_not_counted():
     w = jax.ShapeDtypeStruct((3, 3, 4, 6), jnp.float32)
 
     def conv(x, w):
-        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
-                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
 
     grad = jax.grad(lambda x, w: conv(x, w).sum(), argnums=(0, 1))
     count = count_fn(grad, x, w, batch=2)
@@ -167,12 +174,16 @@ def test_resnet50_apc_against_the_paper():
     v1 = ResNet(stage_sizes=(3, 4, 6, 3), block_cls=_BottleneckV1, num_classes=1000)
     x = jax.ShapeDtypeStruct((1, 224, 224, 3), jnp.float32)
     v = jax.eval_shape(lambda: v1.init(jax.random.key(0), jnp.zeros((1, 224, 224, 3))))
-    v1_gmac = count_fn(lambda v, x: v1.apply(v, x, mutable=["batch_stats"]), v, x, batch=1).macs / 1e9
+    v1_gmac = (
+        count_fn(lambda v, x: v1.apply(v, x, mutable=["batch_stats"]), v, x, batch=1).macs / 1e9
+    )
     v1_apc = apc(3 * 2 * v1_gmac * 1e9, b) / 1e9
-    print(f"\nAPC, ResNet-50, |B| = {b}, GFLOPs: paper {PAPER_RESNET50_APC_GFLOPS:,}; "
-          f"ours (v1.5) 3×fwd Table 3 {ours_3x:,.0f} ({ours_3x / b:.2f}/image), step under XLA "
-          f"rules {ours_walk:,.0f} ({ours_walk / b:.2f}/image); v1 at 3 × 2 × {v1_gmac:.3f} GMAC "
-          f"{v1_apc:,.0f}")
+    print(
+        f"\nAPC, ResNet-50, |B| = {b}, GFLOPs: paper {PAPER_RESNET50_APC_GFLOPS:,}; "
+        f"ours (v1.5) 3×fwd Table 3 {ours_3x:,.0f} ({ours_3x / b:.2f}/image), step under XLA "
+        f"rules {ours_walk:,.0f} ({ours_walk / b:.2f}/image); v1 at 3 × 2 × {v1_gmac:.3f} GMAC "
+        f"{v1_apc:,.0f}"
+    )
     # The paper's figure is the v1 network's conv/FC MACs × 2 × 3: within 1% of ours for v1.
     assert abs(v1_apc / PAPER_RESNET50_APC_GFLOPS - 1) < 0.01
     # v1.5 moves the stride to the 3×3 convolution: ~6% more MACs, hence a larger APC.

@@ -15,10 +15,15 @@ from hpcai_jax.flops.xla import xla_cost
 
 
 def _config(model: str, image_size: int, batch: int, mesh: C.MeshConfig) -> C.RunConfig:
-    return C.RunConfig(mode="flops", mesh=mesh, model=C.ModelConfig(model=model),
-                       data=C.DataConfig(dataset="synthetic", image_size=image_size,
-                                         num_classes=1000 if image_size >= 64 else 10),
-                       train=C.TrainConfig(batch_size=batch, steps=1)).validate()
+    return C.RunConfig(
+        mode="flops",
+        mesh=mesh,
+        model=C.ModelConfig(model=model),
+        data=C.DataConfig(
+            dataset="synthetic", image_size=image_size, num_classes=1000 if image_size >= 64 else 10
+        ),
+        train=C.TrainConfig(batch_size=batch, steps=1),
+    ).validate()
 
 
 def _xla_step_flops(config: C.RunConfig, devices: list) -> tuple[float, float]:
@@ -36,11 +41,13 @@ def _check_train_step_ratio(model: str):
     check = crosscheck(config, xla, devices=devices)
     member = count_model(model, (224, 224, 3), 1000, 8)
     gap = "\n  ".join(explain_gap(member))
-    message = (f"{model}: XLA {xla / 8 / 1e9:.4f} GFLOP/image, analytic (XLA rules) "
-               f"{check.analytic['train_step']['xla_rules'] / 8 / 1e9:.4f}, 3×fwd Table 3 "
-               f"{check.apc_table3 / 8 / 1e9:.4f}; XLA/analytic {check.xla_over_analytic:.4f}, "
-               f"XLA/Table 3 {check.xla_over_table3:.4f} (compile {seconds:.1f} s). "
-               f"Per operator, 3×fwd Table 3 vs the step under XLA rules:\n  {gap}")
+    message = (
+        f"{model}: XLA {xla / 8 / 1e9:.4f} GFLOP/image, analytic (XLA rules) "
+        f"{check.analytic['train_step']['xla_rules'] / 8 / 1e9:.4f}, 3×fwd Table 3 "
+        f"{check.apc_table3 / 8 / 1e9:.4f}; XLA/analytic {check.xla_over_analytic:.4f}, "
+        f"XLA/Table 3 {check.xla_over_table3:.4f} (compile {seconds:.1f} s). "
+        f"Per operator, 3×fwd Table 3 vs the step under XLA rules:\n  {gap}"
+    )
     print("\n" + message)
     assert check.train_step_flops_source == SOURCE_XLA
     assert abs(check.xla_over_analytic - 1) < 0.05, message
@@ -66,13 +73,16 @@ def test_sharded_ensemble_counts_m_times_one_member():
     one = _config("resnet_small", 28, batch, C.MeshConfig(ensemble_size=1, parallel_degree=4))
     single, _ = _xla_step_flops(one, jax.devices()[:4])
     # Two members per device, vmapped: XLA sees grouped convolutions.
-    mesh = C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4,
-                        member_strategy="vmap")
+    mesh = C.MeshConfig(
+        ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="vmap"
+    )
     config = _config("resnet_small", 28, batch, mesh)
     ensemble, _ = _xla_step_flops(config, jax.devices())
     m = mesh.ensemble_size
-    print(f"\nM = {m} on a 2×4 mesh, vmapped: {ensemble / 1e9:.4f} GFLOP; M × one member on 4 "
-          f"devices: {m * single / 1e9:.4f} GFLOP; ratio {ensemble / (m * single):.5f}")
+    print(
+        f"\nM = {m} on a 2×4 mesh, vmapped: {ensemble / 1e9:.4f} GFLOP; M × one member on 4 "
+        f"devices: {m * single / 1e9:.4f} GFLOP; ratio {ensemble / (m * single):.5f}"
+    )
     assert abs(ensemble / (m * single) - 1) < 0.01, (ensemble, m * single)
     check = crosscheck(config, ensemble)
     assert check.analytic["train_step"]["xla_rules"] > 0
@@ -99,12 +109,15 @@ class _FakeCompiled:
         return self.analysis
 
 
-@pytest.mark.parametrize("analysis, words", [
-    ({"flops": -1.0, "bytes accessed": 8.0}, "unknown"),
-    ({"bytes accessed": 8.0}, "no 'flops'"),
-    ({}, "nothing"),
-    (NotImplementedError("no cost model"), "unavailable"),
-])
+@pytest.mark.parametrize(
+    "analysis, words",
+    [
+        ({"flops": -1.0, "bytes accessed": 8.0}, "unknown"),
+        ({"bytes accessed": 8.0}, "no 'flops'"),
+        ({}, "nothing"),
+        (NotImplementedError("no cost model"), "unavailable"),
+    ],
+)
 def test_xla_cost_never_reports_a_wrong_number(analysis, words):
     cost = xla_cost(_FakeCompiled(analysis), 8)
     assert cost.flops is None and words in cost.note

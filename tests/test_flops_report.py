@@ -13,14 +13,17 @@ from hpcai_jax.flops.analytic import KINDS
 from hpcai_jax.flops.tables import forward_table, train_table
 
 
-@pytest.mark.parametrize("requested,xla,ratio,want", [
-    ("auto", 1.01e9, 1.01, (1.01e9, SOURCE_XLA, True)),
-    ("auto", 5.0e9, 5.0, (1.0e9, SOURCE_ANALYTIC, False)),  # e.g. a cost-analysis bug
-    ("auto", None, None, (1.0e9, SOURCE_ANALYTIC, None)),
-    ("xla", 5.0e9, 5.0, (5.0e9, SOURCE_XLA, False)),  # asked for: used, but flagged
-    ("xla", None, None, (1.0e9, SOURCE_ANALYTIC, None)),
-    ("analytic", 1.01e9, 1.01, (1.0e9, SOURCE_ANALYTIC, True)),
-])
+@pytest.mark.parametrize(
+    "requested,xla,ratio,want",
+    [
+        ("auto", 1.01e9, 1.01, (1.01e9, SOURCE_XLA, True)),
+        ("auto", 5.0e9, 5.0, (1.0e9, SOURCE_ANALYTIC, False)),  # e.g. a cost-analysis bug
+        ("auto", None, None, (1.0e9, SOURCE_ANALYTIC, None)),
+        ("xla", 5.0e9, 5.0, (5.0e9, SOURCE_XLA, False)),  # asked for: used, but flagged
+        ("xla", None, None, (1.0e9, SOURCE_ANALYTIC, None)),
+        ("analytic", 1.01e9, 1.01, (1.0e9, SOURCE_ANALYTIC, True)),
+    ],
+)
 def test_flops_source_rules(requested, xla, ratio, want):
     flops, source, ok, why = choose_flops(requested, xla, 1.0e9, ratio)
     assert (flops, source, ok) == want
@@ -42,13 +45,27 @@ def test_tables_list_every_counted_operator_and_shares_add_up():
 
 def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
     # The shipped ResNet-50 flagfile, shrunk to resnet_small so that it compiles in seconds.
-    result = run_main("--flagfile=configs/flops_resnet50.flags", "--model=resnet_small",
-                      "--image_size=28", "--num_classes=10", "--batch_size=16",
-                      "--ensemble_size=2", "--parallel_degree=4", f"--results_dir={tmp_path}")
+    result = run_main(
+        "--flagfile=configs/flops_resnet50.flags",
+        "--model=resnet_small",
+        "--image_size=28",
+        "--num_classes=10",
+        "--batch_size=16",
+        "--ensemble_size=2",
+        "--parallel_degree=4",
+        f"--results_dir={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    for text in ("Forward pass", "Training step", "XLA / analytic =", "APC (Eq. 4",
-                 "Peak FLOP/s per device", "normalization", "convolution"):
+    for text in (
+        "Forward pass",
+        "Training step",
+        "XLA / analytic =",
+        "APC (Eq. 4",
+        "Peak FLOP/s per device",
+        "normalization",
+        "convolution",
+    ):
         assert text in out, out
     (path,) = tmp_path.glob("flops-*.json")
     record = json.loads(path.read_text())
@@ -57,6 +74,9 @@ def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
     assert abs(flops["xla_over_analytic"] - 1) < 0.05
     assert flops["crosscheck_ok"] is True
     assert flops["apc"] == flops["train_step_flops"] == flops["xla_train_step_flops"]
-    assert {row["kind"] for row in flops["forward"]["operators"]} >= {"convolution", "normalization"}
+    assert {row["kind"] for row in flops["forward"]["operators"]} >= {
+        "convolution",
+        "normalization",
+    }
     assert record["peaks"]["measured_matmul_flops_per_s"] > 0
     assert record["config"]["mode"] == "flops"

@@ -9,10 +9,20 @@ from pathlib import Path
 import pytest
 from helpers import run_main
 
-TINY = ["--ensemble_size=4", "--members_per_device=2", "--parallel_degree=4", "--batch_size=16",
-        "--steps=4", "--train_examples=512", "--eval_examples=300", "--eval_batch_size=128",
-        "--log_every=2", "--lr_schedule=constant", "--model=resnet_small",
-        "--target_quality=0.9"]
+TINY = [
+    "--ensemble_size=4",
+    "--members_per_device=2",
+    "--parallel_degree=4",
+    "--batch_size=16",
+    "--steps=4",
+    "--train_examples=512",
+    "--eval_examples=300",
+    "--eval_batch_size=128",
+    "--log_every=2",
+    "--lr_schedule=constant",
+    "--model=resnet_small",
+    "--target_quality=0.9",
+]
 
 
 _LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")
@@ -21,8 +31,9 @@ _LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")
 def _assert_one_line_error(proc, *fragments):
     assert proc.returncode == 2, proc.stderr[-2000:]
     # Progress log lines (absl's "I1202 10:58:23.335358 ..." prefix) may precede the error.
-    lines = [line for line in proc.stderr.splitlines()
-             if line.strip() and not _LOG_LINE.match(line)]
+    lines = [
+        line for line in proc.stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)
+    ]
     assert len(lines) == 1, proc.stderr[-2000:]
     assert lines[0].startswith("hpcai_jax: error: ")
     assert "Traceback" not in proc.stderr
@@ -44,14 +55,30 @@ def test_end_to_end_record(tmp_path):
     records = list(tmp_path.glob("*.json"))
     assert len(records) == 1
     record = json.loads(records[0].read_text())
-    for key in ("flops/per_step", "flops/xla_per_step_per_device", "metrics/flops_per_s",
-                "flops/crosscheck/xla_over_analytic", "metrics/mfu_measured",
-                "peak_flops/measured_per_device", "metrics/flops_per_s_per_device",
-                "metrics/vflops_per_s", "metrics/penalty", "metrics/images_per_s",
-                "timing/compile_s", "timing/train_wall_s", "timing/step_s/min_s",
-                "timing/step_s/median_s", "timing/step_s/max_s", "quality/ensemble",
-                "quality/member_mean", "quality/target", "quality/exponent",
-                "data/steps_per_epoch", "mesh/num_devices", "provenance/device_count"):
+    for key in (
+        "flops/per_step",
+        "flops/xla_per_step_per_device",
+        "metrics/flops_per_s",
+        "flops/crosscheck/xla_over_analytic",
+        "metrics/mfu_measured",
+        "peak_flops/measured_per_device",
+        "metrics/flops_per_s_per_device",
+        "metrics/vflops_per_s",
+        "metrics/penalty",
+        "metrics/images_per_s",
+        "timing/compile_s",
+        "timing/train_wall_s",
+        "timing/step_s/min_s",
+        "timing/step_s/median_s",
+        "timing/step_s/max_s",
+        "quality/ensemble",
+        "quality/member_mean",
+        "quality/target",
+        "quality/exponent",
+        "data/steps_per_epoch",
+        "mesh/num_devices",
+        "provenance/device_count",
+    ):
         value = dict(_walk(record))["/" + key]
         assert isinstance(value, int | float) and value > 0 and math.isfinite(value), (key, value)
     assert record["timing"]["data_wait_s"] >= 0
@@ -64,8 +91,11 @@ def test_end_to_end_record(tmp_path):
     assert 0.9 < record["flops"]["crosscheck"]["xla_over_analytic"] < 1.2
     assert record["provenance"]["versions"]["jax"]
     assert record["provenance"]["git_commit"]
-    expected_vflops = record["metrics"]["flops_per_s"] * (
-        record["quality"]["ensemble"] / record["quality"]["target"]) ** record["quality"]["exponent"]
+    expected_vflops = (
+        record["metrics"]["flops_per_s"]
+        * (record["quality"]["ensemble"] / record["quality"]["target"])
+        ** record["quality"]["exponent"]
+    )
     assert record["metrics"]["vflops_per_s"] == pytest.approx(expected_vflops)
     assert "ensemble top1_accuracy" in proc.stdout
     # The score's provenance: bagging, the out-of-bag estimate, the target, the FLOP source.
@@ -78,28 +108,48 @@ def test_end_to_end_record(tmp_path):
     assert "all 8 devices at once" in record["peak_flops"]["measured_method"]
 
 
-@pytest.mark.parametrize("args,fragments", [
-    (["--ensemble_size=3", "--parallel_degree=4", "--members_per_device=1"],
-     ["Eq. 5 fails", "(--ensemble_size=3 / --members_per_device=1) × --parallel_degree=4 = 12", "8 devices"]),
-    (["--ensemble_size=4", "--members_per_device=3"], ["--members_per_device=3 must divide"]),
-    (["--bootstrap=sometimes"], ["--bootstrap", "sometimes"]),
-    (["--model=resnet9000"], ["--model", "resnet9000"]),
-    (["--batch_size=0"], ["--batch_size=0: expected >= 1"]),
-    (["--batch_size=abc"], ["--batch_size", "abc"]),
-    (["--no_such_flag=1"], ["no_such_flag"]),
-    (["--data_dir=/nonexistent/fmnist"], ["--data_dir=/nonexistent/fmnist",
-                                          "apt-get install dataset-fashion-mnist"]),
-    (["--dataset=imagenet2012", "--data_dir=/nonexistent/tfds"],
-     ["--dataset=imagenet2012", "not found or not prepared", "tfds build imagenet2012"]),
-    (["--flagfile=/nonexistent.flags"], ["/nonexistent.flags"]),
-    (["--target_quality=0"], ["--target_quality: no official target for",
-                              "--model=resnet_small --dataset=fashion_mnist",
-                              "give --target_quality explicitly"]),
-    (["--quality_exponent=-2"], ["--quality_exponent=-2.0: expected >= 0"]),
-    (["--flops_source=guess"], ["--flops_source", "guess"]),
-    (["--batch_size=15", "--parallel_degree=2", "--members_per_device=1"],
-     ["--batch_size=15 must be divisible by P_degree=2"]),
-])
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (
+            ["--ensemble_size=3", "--parallel_degree=4", "--members_per_device=1"],
+            [
+                "Eq. 5 fails",
+                "(--ensemble_size=3 / --members_per_device=1) × --parallel_degree=4 = 12",
+                "8 devices",
+            ],
+        ),
+        (["--ensemble_size=4", "--members_per_device=3"], ["--members_per_device=3 must divide"]),
+        (["--bootstrap=sometimes"], ["--bootstrap", "sometimes"]),
+        (["--model=resnet9000"], ["--model", "resnet9000"]),
+        (["--batch_size=0"], ["--batch_size=0: expected >= 1"]),
+        (["--batch_size=abc"], ["--batch_size", "abc"]),
+        (["--no_such_flag=1"], ["no_such_flag"]),
+        (
+            ["--data_dir=/nonexistent/fmnist"],
+            ["--data_dir=/nonexistent/fmnist", "apt-get install dataset-fashion-mnist"],
+        ),
+        (
+            ["--dataset=imagenet2012", "--data_dir=/nonexistent/tfds"],
+            ["--dataset=imagenet2012", "not found or not prepared", "tfds build imagenet2012"],
+        ),
+        (["--flagfile=/nonexistent.flags"], ["/nonexistent.flags"]),
+        (
+            ["--target_quality=0"],
+            [
+                "--target_quality: no official target for",
+                "--model=resnet_small --dataset=fashion_mnist",
+                "give --target_quality explicitly",
+            ],
+        ),
+        (["--quality_exponent=-2"], ["--quality_exponent=-2.0: expected >= 0"]),
+        (["--flops_source=guess"], ["--flops_source", "guess"]),
+        (
+            ["--batch_size=15", "--parallel_degree=2", "--members_per_device=1"],
+            ["--batch_size=15 must be divisible by P_degree=2"],
+        ),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, args, fragments):
     proc = run_main(*TINY, f"--results_dir={tmp_path}/r", *args, timeout=120)
     _assert_one_line_error(proc, *fragments)

@@ -9,24 +9,40 @@ from hpcai_jax.engine.mesh import make_mesh, resolve_layout
 from hpcai_jax.errors import UsageError
 
 
-@pytest.mark.parametrize("m,mpd,p,expected", [
-    (4, 1, 2, (4, 1, 2)),
-    (4, 2, 4, (4, 2, 4)),
-    (8, 0, 0, (8, 8, 8)),  # P_degree = local device count, members per device derived
-    (2, 0, 4, (2, 1, 4)),
-    (16, 0, 1, (16, 2, 1)),
-])
+@pytest.mark.parametrize(
+    "m,mpd,p,expected",
+    [
+        (4, 1, 2, (4, 1, 2)),
+        (4, 2, 4, (4, 2, 4)),
+        (8, 0, 0, (8, 8, 8)),  # P_degree = local device count, members per device derived
+        (2, 0, 4, (2, 1, 4)),
+        (16, 0, 1, (16, 2, 1)),
+    ],
+)
 def test_resolve_layout(m, mpd, p, expected):
     layout = resolve_layout(MeshConfig(m, mpd, p), num_devices=8, local_device_count=8)
     assert (layout.ensemble_size, layout.members_per_device, layout.parallel_degree) == expected
     assert layout.ensemble_axis_size * layout.parallel_degree == 8
 
 
-@pytest.mark.parametrize("m,mpd,p,message", [
-    (4, 1, 4, r"Eq. 5 fails: \(--ensemble_size=4 / --members_per_device=1\) × --parallel_degree=4 = 16, but there are 8 devices"),
-    (3, 0, 2, r"--ensemble_size=3 × --parallel_degree=2 = 6 member-replicas cannot be spread evenly over 8 devices"),
-    (4, 3, 2, r"--members_per_device=3 must divide --ensemble_size=4"),
-])
+@pytest.mark.parametrize(
+    "m,mpd,p,message",
+    [
+        (
+            4,
+            1,
+            4,
+            r"Eq. 5 fails: \(--ensemble_size=4 / --members_per_device=1\) × --parallel_degree=4 = 16, but there are 8 devices",
+        ),
+        (
+            3,
+            0,
+            2,
+            r"--ensemble_size=3 × --parallel_degree=2 = 6 member-replicas cannot be spread evenly over 8 devices",
+        ),
+        (4, 3, 2, r"--members_per_device=3 must divide --ensemble_size=4"),
+    ],
+)
 def test_mismatch_shows_the_arithmetic(m, mpd, p, message):
     with pytest.raises(UsageError, match=message):
         resolve_layout(MeshConfig(m, mpd, p), num_devices=8, local_device_count=8)

@@ -16,7 +16,11 @@ def test_envelope_is_the_same_for_every_mode():
     record = results.envelope("flops", "x", "invalid", config, "why", flops={"a": 1})
     assert list(record)[:6] == ["run_id", "mode", "status", "reason", "config", "provenance"]
     assert (record["run_id"], record["mode"], record["status"], record["reason"]) == (
-        "x", "flops", "invalid", "why")
+        "x",
+        "flops",
+        "invalid",
+        "why",
+    )
     assert record["flops"] == {"a": 1} and record["provenance"]["device_count"] == 8
     with pytest.raises(ValueError, match="status 'done'"):
         results.envelope("train", "x", "done", config)
@@ -27,8 +31,10 @@ def test_run_id_is_the_run_name_or_a_fresh_one():
     import dataclasses
 
     from hpcai_jax import config as C
-    named = dataclasses.replace(tiny_config(), results=C.ResultsConfig(run_name="mine",
-                                                                       target_quality=0.9))
+
+    named = dataclasses.replace(
+        tiny_config(), results=C.ResultsConfig(run_name="mine", target_quality=0.9)
+    )
     assert results.run_id(named, "flops") == "mine"
 
 

@@ -34,16 +34,34 @@ def _progress(pruned: dict[int, int]) -> Progress:
 
 
 def _quality(kept: list[bool]) -> EnsembleQuality:
-    return EnsembleQuality(members=[0.80, 0.10, 0.82, 0.84], kept=kept, ensemble=0.86,
-                           examples=200, oob=OutOfBag(0.83, 180, 512, 1.47))
+    return EnsembleQuality(
+        members=[0.80, 0.10, 0.82, 0.84],
+        kept=kept,
+        ensemble=0.86,
+        examples=200,
+        oob=OutOfBag(0.83, 180, 512, 1.47),
+    )
 
 
 def _cross(flops: float, source: str = SOURCE_XLA, ok: bool | None = True) -> FlopFigures:
-    return FlopFigures(model="m", input_shape=[1], batch_size=B, ensemble_size=M, analytic={},
-                       xla_train_step_flops=flops, xla_over_analytic=1.0, xla_over_table3=1.0,
-                       tolerance=0.1, crosscheck_ok=ok, train_step_flops=flops,
-                       train_step_flops_source=source, source_reason="fake", apc=flops,
-                       apc_table3=flops, notes=[])
+    return FlopFigures(
+        model="m",
+        input_shape=[1],
+        batch_size=B,
+        ensemble_size=M,
+        analytic={},
+        xla_train_step_flops=flops,
+        xla_over_analytic=1.0,
+        xla_over_table3=1.0,
+        tolerance=0.1,
+        crosscheck_ok=ok,
+        train_step_flops=flops,
+        train_step_flops_source=source,
+        source_reason="fake",
+        apc=flops,
+        apc_table3=flops,
+        notes=[],
+    )
 
 
 def _build(setup, progress, cross, quality, status="complete", peaks=None):
@@ -76,8 +94,7 @@ def test_flops_mfu_vflops_from_the_clock(setup):
 
 def test_a_pruned_member_counts_only_while_healthy(setup):
     # Member 1 went non-finite at step 3: its timed steps 1 and 2 were useful work, 3..5 were not.
-    record = _build(setup, _progress({1: 3}), _cross(M * 1e9),
-                    _quality([True, False, True, True]))
+    record = _build(setup, _progress({1: 3}), _cross(M * 1e9), _quality([True, False, True, True]))
     m, q = record["metrics"], record["quality"]
     useful = 3 * 5 + 2
     assert record["flops"]["useful_member_steps"] == useful
@@ -96,10 +113,15 @@ def test_an_invalid_run_has_no_flops(setup):
 
 
 def test_exponent_zero_means_no_penalty(setup):
-    config = dataclasses.replace(setup.config, results=C.ResultsConfig(target_quality=0.9,
-                                                                       quality_exponent=0.0))
-    record = _build(dataclasses.replace(setup, config=config), _progress({}), _cross(M * 1e9),
-                    _quality([True] * 4))
+    config = dataclasses.replace(
+        setup.config, results=C.ResultsConfig(target_quality=0.9, quality_exponent=0.0)
+    )
+    record = _build(
+        dataclasses.replace(setup, config=config),
+        _progress({}),
+        _cross(M * 1e9),
+        _quality([True] * 4),
+    )
     assert record["metrics"]["penalty"] == 1.0
     assert record["metrics"]["vflops_per_s"] == record["metrics"]["flops_per_s"]
 
@@ -117,7 +139,8 @@ def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     assert record["metrics"]["flops_per_s"] == pytest.approx(analytic * len(STEP_S) / WALL)
     assert "CROSS-CHECK FAILED" in run_record.summary(record)
     # --flops_source=xla uses XLA's figure anyway, still flagged.
-    forced = dataclasses.replace(setup.config, results=C.ResultsConfig(target_quality=0.9,
-                                                                       flops_source="xla"))
+    forced = dataclasses.replace(
+        setup.config, results=C.ResultsConfig(target_quality=0.9, flops_source="xla")
+    )
     cross = crosscheck(forced, 3 * analytic)
     assert (cross.train_step_flops, cross.crosscheck_ok) == (3 * analytic, False)

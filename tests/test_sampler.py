@@ -21,7 +21,8 @@ def test_poisson_counts_have_mean_one():
     assert abs(counts.var() - 1.0) < 0.02  # Poisson(1): variance 1 too
     assert abs((counts == 0).mean() - np.exp(-1)) < 0.01
     np.testing.assert_array_equal(
-        np.bincount(epoch_indices("poisson", N, seed=0, member=0, epoch=3), minlength=N), counts)
+        np.bincount(epoch_indices("poisson", N, seed=0, member=0, epoch=3), minlength=N), counts
+    )
 
 
 def test_none_is_a_permutation():
@@ -53,8 +54,11 @@ def test_ten_epochs_still_see_63_percent(method):
 def test_deterministic_and_distinct_across_members_and_seeds(method):
     base = epoch_indices(method, N, seed=3, member=1, epoch=2)
     np.testing.assert_array_equal(base, epoch_indices(method, N, seed=3, member=1, epoch=2))
-    for other in [dict(seed=3, member=2, epoch=2), dict(seed=3, member=1, epoch=3),
-                  dict(seed=4, member=1, epoch=2)]:
+    for other in [
+        dict(seed=3, member=2, epoch=2),
+        dict(seed=3, member=1, epoch=3),
+        dict(seed=4, member=1, epoch=2),
+    ]:
         assert not np.array_equal(base[:1000], epoch_indices(method, N, **other)[:1000])
 
 
@@ -70,8 +74,9 @@ def test_two_members_samples_differ_like_independent_bootstraps(method):
 
 def test_out_of_bag_is_what_the_member_never_trains_on():
     sampler = BootstrapSampler("with_replacement", num_examples=5000, batch_size=50, seed=1)
-    seen = np.unique(np.concatenate([sampler.step_indices(2, t)
-                                     for t in range(3 * sampler.steps_per_epoch)]))
+    seen = np.unique(
+        np.concatenate([sampler.step_indices(2, t) for t in range(3 * sampler.steps_per_epoch)])
+    )
     oob = sampler.out_of_bag(2, np.arange(5000))
     assert not np.any(oob[seen])
     np.testing.assert_array_equal(np.flatnonzero(~oob), seen)

@@ -18,14 +18,27 @@ def _error_line(proc: subprocess.CompletedProcess) -> str:
     return last.removeprefix("hpcai_jax: error: ")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--array_size=-8"], "--array_size=-8: expected >= 1 elements per array (or 0 for the "
-                          "default 2^25)"),
-    (["--precision=float16"], "--precision='float16': expected one of float64, float32, bfloat16"),
-    (["--stream_devices=all", "--array_size=1001"],
-     "--array_size=1001: not divisible across 8 devices (--stream_devices=all); use a multiple of 8"),
-    (["--array_size=1024", "--strict_size"], "--strict_size: three arrays 0.0 MiB < 4 x largest cache"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["--array_size=-8"],
+            "--array_size=-8: expected >= 1 elements per array (or 0 for the default 2^25)",
+        ),
+        (
+            ["--precision=float16"],
+            "--precision='float16': expected one of float64, float32, bfloat16",
+        ),
+        (
+            ["--stream_devices=all", "--array_size=1001"],
+            "--array_size=1001: not divisible across 8 devices (--stream_devices=all); use a multiple of 8",
+        ),
+        (
+            ["--array_size=1024", "--strict_size"],
+            "--strict_size: three arrays 0.0 MiB < 4 x largest cache",
+        ),
+    ],
+)
 def test_bad_values_end_in_one_line(args, message, tmp_path):
     proc = run_main("--mode=stream", f"--results_dir={tmp_path}", *args, timeout=120)
     assert _error_line(proc).startswith(message)
@@ -33,8 +46,13 @@ def test_bad_values_end_in_one_line(args, message, tmp_path):
 
 
 def test_shipped_flagfile_runs(tmp_path):
-    proc = run_main("--flagfile=configs/stream.flags", "--array_size=65536", "--num_times=3",
-                    f"--results_dir={tmp_path}", timeout=120)
+    proc = run_main(
+        "--flagfile=configs/stream.flags",
+        "--array_size=65536",
+        "--num_times=3",
+        f"--results_dir={tmp_path}",
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "BabelStream" and lines[-1].startswith("Figure of merit: Triad")
@@ -45,15 +63,21 @@ def test_shipped_flagfile_runs(tmp_path):
 
 def test_run_name_is_the_record_id_in_every_mode(tmp_path):
     """--run_name means the same in every mode: the record's exact id, never overwritten."""
-    args = ["--mode=stream", "--array_size=4096", "--num_times=2", "--run_name=bw",
-            f"--results_dir={tmp_path}"]
+    args = [
+        "--mode=stream",
+        "--array_size=4096",
+        "--num_times=2",
+        "--run_name=bw",
+        f"--results_dir={tmp_path}",
+    ]
     first = run_main(*args, timeout=120)
     assert first.returncode == 0, first.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["bw.json"]
     original = (tmp_path / "bw.json").read_text()
     again = run_main(*args, timeout=120)
-    assert _error_line(again).startswith(f"--results_dir={tmp_path} already holds a record of "
-                                         "run id bw")
+    assert _error_line(again).startswith(
+        f"--results_dir={tmp_path} already holds a record of run id bw"
+    )
     assert (tmp_path / "bw.json").read_text() == original
 
 
@@ -61,11 +85,27 @@ def test_run_name_is_the_record_id_in_every_mode(tmp_path):
 def test_two_processes_shard_the_arrays_and_process_zero_reports(tmp_path):
     """launch/local.py: 2 processes x 4 CPU devices, one 8-device job through hpcai_jax.main."""
     proc = subprocess.run(
-        [sys.executable, "launch/local.py", "--num_processes=2", "--devices_per_process=4",
-         "--timeout_s=120", "--", sys.executable, "-m", "hpcai_jax.main", "--mode=stream",
-         "--array_size=8192", "--num_times=3", "--stream_devices=all",
-         f"--results_dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180)
+        [
+            sys.executable,
+            "launch/local.py",
+            "--num_processes=2",
+            "--devices_per_process=4",
+            "--timeout_s=120",
+            "--",
+            sys.executable,
+            "-m",
+            "hpcai_jax.main",
+            "--mode=stream",
+            "--array_size=8192",
+            "--num_times=3",
+            "--stream_devices=all",
+            f"--results_dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "[p0] BabelStream" in lines and "[p1] BabelStream" not in lines  # process 0 reports

@@ -20,16 +20,22 @@ def _error(config: StreamConfig) -> str:
     return message
 
 
-@pytest.mark.parametrize("change, flag", [
-    ({"array_size": -5}, "--array_size=-5"),
-    ({"array_mib": -1.0}, "--array_mib=-1.0"),
-    ({"array_fraction": 1.5}, "--array_fraction=1.5"),
-    ({"precision": "float16"}, "--precision='float16': expected one of float64, float32, bfloat16"),
-    ({"kernels": "copy"}, "--stream_kernels='copy'"),
-    ({"devices": "two"}, "--stream_devices='two'"),
-    ({"num_times": 1}, "--num_times=1"),
-    ({"array_size": 1024, "array_mib": 8.0}, "--array_size=1024 and --array_mib=8.0"),
-])
+@pytest.mark.parametrize(
+    "change, flag",
+    [
+        ({"array_size": -5}, "--array_size=-5"),
+        ({"array_mib": -1.0}, "--array_mib=-1.0"),
+        ({"array_fraction": 1.5}, "--array_fraction=1.5"),
+        (
+            {"precision": "float16"},
+            "--precision='float16': expected one of float64, float32, bfloat16",
+        ),
+        ({"kernels": "copy"}, "--stream_kernels='copy'"),
+        ({"devices": "two"}, "--stream_devices='two'"),
+        ({"num_times": 1}, "--num_times=1"),
+        ({"array_size": 1024, "array_mib": 8.0}, "--array_size=1024 and --array_mib=8.0"),
+    ],
+)
 def test_bad_values_are_one_line_errors_naming_the_flag(change, flag):
     assert flag in _error(StreamConfig(**change))
 
@@ -82,12 +88,17 @@ def test_cache_rule_is_four_times_the_cache_for_the_three_arrays():
 
 def test_cpu_cache_sums_last_level_instances(tmp_path):
     for cpu, shared in ((0, "0-1"), (1, "0-1"), (2, "2-3")):
-        for index, (level, kind, size) in enumerate(((1, "Data", "32K"), (1, "Instruction", "32K"),
-                                                     (3, "Unified", "16384K"))):
+        for index, (level, kind, size) in enumerate(
+            ((1, "Data", "32K"), (1, "Instruction", "32K"), (3, "Unified", "16384K"))
+        ):
             d = tmp_path / f"cpu{cpu}" / "cache" / f"index{index}"
             d.mkdir(parents=True)
-            for name, value in (("level", level), ("type", kind), ("size", size),
-                                ("shared_cpu_list", shared if level == 3 else str(cpu))):
+            for name, value in (
+                ("level", level),
+                ("type", kind),
+                ("size", size),
+                ("shared_cpu_list", shared if level == 3 else str(cpu)),
+            ):
                 (d / name).write_text(f"{value}\n")
     info = cpu_cache(tmp_path)
     assert info.bytes == 32 * MIB and info.source == "sysfs: 2 x L3 16 MiB"

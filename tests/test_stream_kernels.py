@@ -81,8 +81,10 @@ def test_donated_kernels_allocate_nothing_per_call(devices):
     with jax.enable_x64(True):
         placement = make_placement(devices)
         dtype = jnp_dtype("float64")
-        kernels = [compile_kernel(KERNELS[k], placement, N, dtype) for k in
-                   ("copy", "mul", "add", "triad", "nstream")]
+        kernels = [
+            compile_kernel(KERNELS[k], placement, N, dtype)
+            for k in ("copy", "mul", "add", "triad", "nstream")
+        ]
         for kernel in kernels:
             assert kernel.allocation.aliased, kernel.spec.name
             assert kernel.allocation.temp_bytes == 0, kernel.spec.name
@@ -98,7 +100,10 @@ def test_without_keep_unused_the_donation_is_lost():
         b = jax.numpy.full((N,), 0.2)
         c = jax.numpy.zeros((N,))
         pruned = jax.jit(lambda a, b, c: b + S * c, donate_argnums=(0,)).lower(a, b, c).compile()
-        kept = jax.jit(lambda a, b, c: b + S * c, donate_argnums=(0,),
-                       keep_unused=True).lower(a, b, c).compile()
+        kept = (
+            jax.jit(lambda a, b, c: b + S * c, donate_argnums=(0,), keep_unused=True)
+            .lower(a, b, c)
+            .compile()
+        )
         assert pruned.memory_analysis().alias_size_in_bytes == 0
         assert kept.memory_analysis().alias_size_in_bytes == N * 8

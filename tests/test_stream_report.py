@@ -27,31 +27,41 @@ def test_figures_drop_the_first_call_and_use_the_fastest():
 
 
 def test_table_and_csv_follow_babelstream():
-    figures = [report.kernel_figures(k, np.array([1.0, 0.5, 0.25]), 2**25, 8, 1, None)
-               for k in ("copy", "triad")]
+    figures = [
+        report.kernel_figures(k, np.array([1.0, 0.5, 0.25]), 2**25, 8, 1, None)
+        for k in ("copy", "triad")
+    ]
     lines = report.table(figures, mibibytes=False).splitlines()
     assert lines[0] == "Function    MBytes/sec  Min (sec)   Max         Average     "
     assert lines[2].split() == ["Triad", "3221.225", "0.25000", "0.50000", "0.37500"]
     assert report.table(figures, mibibytes=True).splitlines()[0].split()[1] == "MiBytes/sec"
     csv = report.csv(figures, 3, 2**25, 8, mibibytes=False).splitlines()
-    assert csv[0] == ("function,num_times,n_elements,sizeof,max_mbytes_per_sec,min_runtime,"
-                      "max_runtime,avg_runtime")
+    assert csv[0] == (
+        "function,num_times,n_elements,sizeof,max_mbytes_per_sec,min_runtime,"
+        "max_runtime,avg_runtime"
+    )
     assert csv[1].split(",")[:4] == ["Copy", "3", str(2**25), "8"]
     assert report.csv(figures, 3, 2**25, 8, mibibytes=True).startswith(
-        "function,num_times,n_elements,sizeof,max_mibytes_per_sec")
+        "function,num_times,n_elements,sizeof,max_mibytes_per_sec"
+    )
 
 
 def _config(tmp_path, **stream) -> RunConfig:
-    return RunConfig(mode="stream", stream=StreamConfig(**{"array_size": N, "num_times": 3, **stream}),
-                     results=ResultsConfig(results_dir=str(tmp_path))).validate()
+    return RunConfig(
+        mode="stream",
+        stream=StreamConfig(**{"array_size": N, "num_times": 3, **stream}),
+        results=ResultsConfig(results_dir=str(tmp_path)),
+    ).validate()
 
 
 def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, capsys):
     assert run_stream(_config(tmp_path)) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "BabelStream" and "Precision: double" in out
-    assert [line.split()[0] for line in out[out.index(next(x for x in out if x.startswith(
-        "Function"))) + 1:][:5]] == ["Copy", "Mul", "Add", "Triad", "Dot"]
+    assert [
+        line.split()[0]
+        for line in out[out.index(next(x for x in out if x.startswith("Function"))) + 1 :][:5]
+    ] == ["Copy", "Mul", "Add", "Triad", "Dot"]
     assert out[-1].startswith("Figure of merit: Triad ")  # printed last
     [path] = tmp_path.glob("stream-*.json")
     record = json.loads(path.read_text())
@@ -68,8 +78,10 @@ def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, c
 
 
 def test_csv_mode_prints_only_csv_on_stdout(tmp_path, capsys):
-    assert run_stream(_config(tmp_path, csv=True, kernels="triad", devices="all",
-                                   precision="float32")) == 0
+    assert (
+        run_stream(_config(tmp_path, csv=True, kernels="triad", devices="all", precision="float32"))
+        == 0
+    )
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert lines[0].endswith(",n_devices,max_mbytes_per_sec_per_device")

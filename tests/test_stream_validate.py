@@ -46,7 +46,9 @@ def test_every_run_order_and_precision_validates_on_one_device(kernels, precisio
 
 @pytest.mark.parametrize("kernels", ["all", "nstream"])
 def test_sharded_over_eight_devices_validates(kernels):
-    result = measure_bandwidth(StreamConfig(array_size=N, num_times=4, kernels=kernels, devices="all"))
+    result = measure_bandwidth(
+        StreamConfig(array_size=N, num_times=4, kernels=kernels, devices="all")
+    )
     assert result.placement.num_devices == 8
     assert result.validation.passed, result.validation.failures()
     assert result.validation.checks[0].error < 1e-15
@@ -60,7 +62,9 @@ def _wrong(key: str, fn) -> dict:
 @pytest.mark.parametrize("devices", ["one", "all"])
 def test_a_wrong_kernel_is_caught_per_array(devices):
     wrong_triad = _wrong("triad", lambda a, b, c, scalar: b - scalar * c)  # sign slip
-    result = measure_bandwidth(StreamConfig(array_size=N, num_times=3, devices=devices), wrong_triad)
+    result = measure_bandwidth(
+        StreamConfig(array_size=N, num_times=3, devices=devices), wrong_triad
+    )
     assert not result.validation.passed
     failed = {c.name for c in result.validation.checks if not c.passed}
     assert "a" in failed

@@ -11,8 +11,16 @@ from hpcai_jax.sweep import Point, command, plan
 
 
 def test_plans():
-    assert plan("scalability", parallel_degree=8, max_ensemble=3) == [Point(1, 8), Point(2, 8), Point(3, 8)]
-    assert [p.devices for p in plan("scalability", parallel_degree=8, max_ensemble=3)] == [8, 16, 24]
+    assert plan("scalability", parallel_degree=8, max_ensemble=3) == [
+        Point(1, 8),
+        Point(2, 8),
+        Point(3, 8),
+    ]
+    assert [p.devices for p in plan("scalability", parallel_degree=8, max_ensemble=3)] == [
+        8,
+        16,
+        24,
+    ]
     # The paper's trade-off: (M, P) = (8, 8), (4, 16), (1, 64) among the divisors of 64.
     points = plan("tradeoff", sys_scale=64)
     assert {Point(8, 8), Point(4, 16), Point(1, 64)} <= set(points)
@@ -22,23 +30,49 @@ def test_plans():
 
 
 def test_command_fills_the_launcher_template():
-    cmd = command(Point(2, 8), "srun --nodes={nodes} --ntasks-per-node={devices_per_node}", 8,
-                  "s-M2", ["--flagfile=x.flags"])
+    cmd = command(
+        Point(2, 8),
+        "srun --nodes={nodes} --ntasks-per-node={devices_per_node}",
+        8,
+        "s-M2",
+        ["--flagfile=x.flags"],
+    )
     assert cmd[:3] == ["srun", "--nodes=2", "--ntasks-per-node=8"]
-    assert cmd[-4:] == ["--ensemble_size=2", "--parallel_degree=8", "--members_per_device=1",
-                        "--run_name=s-M2"]
+    assert cmd[-4:] == [
+        "--ensemble_size=2",
+        "--parallel_degree=8",
+        "--members_per_device=1",
+        "--run_name=s-M2",
+    ]
 
 
 @pytest.mark.multiprocess
 def test_local_tradeoff_sweep(tmp_path):
     """Sys_scale = 2 CPU devices: (M, P) = (2, 1) and (1, 2), each a record, then a table."""
     proc = subprocess.run(
-        [sys.executable, "-m", "hpcai_jax.sweep", "--experiment=tradeoff", "--sys_scale=2",
-         "--devices_per_node=2", f"--results_dir={tmp_path}",
-         "--launcher=python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --",
-         "--", "--batch_size=16", "--steps=2", "--train_examples=256", "--eval_examples=100",
-         "--eval_batch_size=50", "--model=resnet_small", "--target_quality=0.9"],
-        cwd=ROOT, capture_output=True, text=True, timeout=400)
+        [
+            sys.executable,
+            "-m",
+            "hpcai_jax.sweep",
+            "--experiment=tradeoff",
+            "--sys_scale=2",
+            "--devices_per_node=2",
+            f"--results_dir={tmp_path}",
+            "--launcher=python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --",
+            "--",
+            "--batch_size=16",
+            "--steps=2",
+            "--train_examples=256",
+            "--eval_examples=100",
+            "--eval_batch_size=50",
+            "--model=resnet_small",
+            "--target_quality=0.9",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     names = sorted(p.name for p in tmp_path.glob("*.json"))
     assert names == ["sweep-tradeoff-M1-P2.json", "sweep-tradeoff-M2-P1.json"]

@@ -19,16 +19,19 @@ from hpcai_jax.engine.step import member_train_step, resolve_member_strategy
 STEPS = 3
 
 
-REGRESSION = dict(model=C.ModelConfig(workload="regression", model="mlp"),
-                  data=C.DataConfig(dataset="friedman1", train_examples=512, eval_examples=200))
+REGRESSION = dict(
+    model=C.ModelConfig(workload="regression", model="mlp"),
+    data=C.DataConfig(dataset="friedman1", train_examples=512, eval_examples=200),
+)
 WORKLOADS = {"image_classification": {}, "regression": REGRESSION}
 
 
 def _reference_member(setup, member: int):
     """Member `member` trained alone on one device: plain jit, statistics over its whole batch."""
     wl, tx = setup.workload, setup.tx
-    state = jax.jit(lambda k: init_member(wl, tx, k))(member_keys(setup.config.train.seed,
-                                                                  setup.layout.ensemble_size)[member])
+    state = jax.jit(lambda k: init_member(wl, tx, k))(
+        member_keys(setup.config.train.seed, setup.layout.ensemble_size)[member]
+    )
     step = jax.jit(lambda s, b: member_train_step(wl, tx, None, s, b))
     source = setup.datasets.train
     for t in range(STEPS):
@@ -44,11 +47,19 @@ def workload(request):
     return request.param, overrides, [_reference_member(setup, m) for m in range(4)]
 
 
-@pytest.mark.parametrize("mesh_config", [
-    C.MeshConfig(ensemble_size=4, members_per_device=1, parallel_degree=2),  # mesh 4×2
-    C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="unroll"),  # 2×4
-    C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="vmap"),
-], ids=["mesh4x2", "mesh2x4-unroll", "mesh2x4-vmap"])
+@pytest.mark.parametrize(
+    "mesh_config",
+    [
+        C.MeshConfig(ensemble_size=4, members_per_device=1, parallel_degree=2),  # mesh 4×2
+        C.MeshConfig(
+            ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="unroll"
+        ),  # 2×4
+        C.MeshConfig(
+            ensemble_size=4, members_per_device=2, parallel_degree=4, member_strategy="vmap"
+        ),
+    ],
+    ids=["mesh4x2", "mesh2x4-unroll", "mesh2x4-vmap"],
+)
 def test_ensemble_matches_members_trained_alone(mesh_config, workload):
     """The same engine step, for image classification (BatchNorm state) and the regression
     workload that proves the protocol (no model state, float inputs)."""
@@ -61,7 +72,8 @@ def test_ensemble_matches_members_trained_alone(mesh_config, workload):
         state, metrics = setup.train_step(state, batch)
     assert np.all(np.asarray(state.step) == STEPS)
     assert np.all(np.asarray(metrics.finite)) and set(metrics.metrics) == (
-        {"accuracy"} if name == "image_classification" else {"mse"})
+        {"accuracy"} if name == "image_classification" else {"mse"}
+    )
     for m, ref in enumerate(references):
         got = jax.tree.map(lambda x, m=m: np.asarray(x[m]), (state.params, state.model_state))
         want = jax.tree.map(np.asarray, (ref.params, ref.model_state))
@@ -108,14 +120,17 @@ def test_eval_step_averages_the_voting_members_probabilities():
         v = jax.tree.map(lambda a, m=m: a[m], {"params": state.params, **state.model_state})
         probs.append(jax.nn.softmax(setup.workload.model(None).apply(v, x, train=False), -1))
     probs = np.asarray(probs)
-    np.testing.assert_array_equal(np.asarray(counts.members)[:, 0],
-                                  (probs.argmax(-1) == labels[None]).sum(1))
+    np.testing.assert_array_equal(
+        np.asarray(counts.members)[:, 0], (probs.argmax(-1) == labels[None]).sum(1)
+    )
     assert np.all(np.asarray(counts.members)[:, 1] == 100)
     scored = votes.sum(0) > 0
     mean = (probs * votes[..., None]).sum(0) / np.maximum(votes.sum(0), 1)[:, None]
     assert int(counts.scored) == int(scored.sum()) <= 95
-    assert np.asarray(counts.ensemble).tolist() == [(scored & (mean.argmax(-1) == labels)).sum(),
-                                                    scored.sum()]
+    assert np.asarray(counts.ensemble).tolist() == [
+        (scored & (mean.argmax(-1) == labels)).sum(),
+        scored.sum(),
+    ]
     assert float(counts.votes) == votes.sum()
 
 

@@ -21,14 +21,22 @@ class Datasets:
 
 
 def synthetic_spec(config: DataConfig) -> ImageSpec:
-    return ImageSpec(name="synthetic", image_shape=(config.image_size, config.image_size, 3),
-                     num_classes=config.num_classes, mean=(127.5,) * 3, std=(64.0,) * 3)
+    return ImageSpec(
+        name="synthetic",
+        image_shape=(config.image_size, config.image_size, 3),
+        num_classes=config.num_classes,
+        mean=(127.5,) * 3,
+        std=(64.0,) * 3,
+    )
 
 
 def data_spec(config: DataConfig) -> DataSpec:
     """The data set's fields without loading it (a tfds set's metadata is read)."""
-    fixed = {"synthetic": lambda: synthetic_spec(config), "fashion_mnist": lambda: fashion_mnist.SPEC,
-             "friedman1": lambda: friedman.SPEC}
+    fixed = {
+        "synthetic": lambda: synthetic_spec(config),
+        "fashion_mnist": lambda: fashion_mnist.SPEC,
+        "friedman1": lambda: friedman.SPEC,
+    }
     return fixed[config.dataset]() if config.dataset in fixed else open_datasets(config).spec
 
 
@@ -45,6 +53,12 @@ def open_datasets(config: DataConfig) -> Datasets:
         from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
 
         train = TfdsSource(config.dataset, "train", config.data_dir, config.image_size)
-        held_out = TfdsSource(config.dataset, eval_split_name(config.dataset, config.data_dir),
-                              config.data_dir, config.image_size)
-    return Datasets(train.spec, train.head(config.train_examples), held_out.head(config.eval_examples))
+        held_out = TfdsSource(
+            config.dataset,
+            eval_split_name(config.dataset, config.data_dir),
+            config.data_dir,
+            config.image_size,
+        )
+    return Datasets(
+        train.spec, train.head(config.train_examples), held_out.head(config.eval_examples)
+    )

@@ -36,8 +36,13 @@ SPEC = TableSpec("friedman1", NUM_FEATURES)
 
 def _draw(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     x = rng.uniform(size=(n, NUM_FEATURES))
-    y = (10 * np.sin(np.pi * x[:, 0] * x[:, 1]) + 20 * (x[:, 2] - 0.5) ** 2 + 10 * x[:, 3]
-         + 5 * x[:, 4] + rng.standard_normal(n))
+    y = (
+        10 * np.sin(np.pi * x[:, 0] * x[:, 1])
+        + 20 * (x[:, 2] - 0.5) ** 2
+        + 10 * x[:, 3]
+        + 5 * x[:, 4]
+        + rng.standard_normal(n)
+    )
     return x.astype(np.float32), y
 
 

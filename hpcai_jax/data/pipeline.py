@@ -53,13 +53,17 @@ def _global_batch(lead: tuple[int, ...], fields: Fields, sharding: NamedSharding
 
         return fill
 
-    return {name: jax.make_array_from_callback((*lead, *shape), sharding, callback(name),
-                                               dtype=np.dtype(dtype))
-            for name, (shape, dtype) in fields.items()}
+    return {
+        name: jax.make_array_from_callback(
+            (*lead, *shape), sharding, callback(name), dtype=np.dtype(dtype)
+        )
+        for name, (shape, dtype) in fields.items()
+    }
 
 
-def train_batch(source: Source, sampler: BootstrapSampler, mesh: Mesh, ensemble_size: int,
-                step: int) -> Batch:
+def train_batch(
+    source: Source, sampler: BootstrapSampler, mesh: Mesh, ensemble_size: int, step: int
+) -> Batch:
     """The global batch of `step`: member m's rows are its bootstrap indices for that step."""
 
     def read(key):
@@ -68,8 +72,12 @@ def train_batch(source: Source, sampler: BootstrapSampler, mesh: Mesh, ensemble_
         arrays = source.read(idx.reshape(-1))
         return {name: a.reshape(*idx.shape, *a.shape[1:]) for name, a in arrays.items()}
 
-    return _global_batch((ensemble_size, sampler.batch_size), source.spec.fields,
-                         NamedSharding(mesh, BATCH_SPEC), read)
+    return _global_batch(
+        (ensemble_size, sampler.batch_size),
+        source.spec.fields,
+        NamedSharding(mesh, BATCH_SPEC),
+        read,
+    )
 
 
 def synthetic_batch(make, mesh: Mesh, ensemble_size: int, batch_size: int, seed: int) -> Batch:
@@ -80,8 +88,9 @@ def synthetic_batch(make, mesh: Mesh, ensemble_size: int, batch_size: int, seed:
     return jax.jit(lambda key: make(key, lead), out_shardings=sharding)(jax.random.key(seed))
 
 
-def eval_batches(source: Source, mesh: Mesh, batch_size: int,
-                 indices: np.ndarray | None = None) -> Iterator[EvalBatch]:
+def eval_batches(
+    source: Source, mesh: Mesh, batch_size: int, indices: np.ndarray | None = None
+) -> Iterator[EvalBatch]:
     """Batches [E, ...] of `indices` (default: the whole source, in order) split over `data` and
     replicated over `ensemble`; the last one is padded with example 0, marked not valid. E is
     batch_size rounded up to a multiple of the data-axis size."""
@@ -92,8 +101,8 @@ def eval_batches(source: Source, mesh: Mesh, batch_size: int,
     fields = {**source.spec.fields, _VALID: ((), "bool")}
     for start in range(0, len(indices), size):
         rows = np.full(size, -1, np.int64)
-        chunk = indices[start:start + size]
-        rows[:len(chunk)] = chunk
+        chunk = indices[start : start + size]
+        rows[: len(chunk)] = chunk
 
         def read(key, rows=rows):
             ((r0, r1),) = key
@@ -117,8 +126,9 @@ class Prefetcher:
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self.wait_s = 0.0
-        self._thread = threading.Thread(target=self._run, args=(make_batch, first, last),
-                                        name="prefetch", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(make_batch, first, last), name="prefetch", daemon=True
+        )
         self._thread.start()
 
     def _run(self, make_batch, first, last):

@@ -98,7 +98,7 @@ class BootstrapSampler:
         """Indices of global step `step` for `member`: shape [batch_size]."""
         epoch, pos = divmod(step, self.steps_per_epoch)
         start = pos * self.batch_size
-        return self._epoch(member, epoch)[start:start + self.batch_size]
+        return self._epoch(member, epoch)[start : start + self.batch_size]
 
     def block(self, members: range, step: int, rows: slice) -> np.ndarray:
         """The [len(members), rows] block of the global [M, B] index matrix: what one device reads."""

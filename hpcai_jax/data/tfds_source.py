@@ -22,9 +22,14 @@ _EVAL_SPLITS = ("validation", "test")
 
 
 def _how_to_prepare(name: str, data_dir: str) -> str:
-    return (f"prepare it with `tfds build {name} --data_dir={data_dir} --file_format=array_record`"
-            + (" (ImageNet needs its archives in <data_dir>/downloads/manual first)"
-               if name.startswith("imagenet") else ""))
+    return (
+        f"prepare it with `tfds build {name} --data_dir={data_dir} --file_format=array_record`"
+        + (
+            " (ImageNet needs its archives in <data_dir>/downloads/manual first)"
+            if name.startswith("imagenet")
+            else ""
+        )
+    )
 
 
 def _default_dir() -> str:
@@ -41,28 +46,38 @@ class TfdsSource:
         try:
             builder = tfds.builder(name, data_dir=data_dir)
             if not builder.is_prepared():
-                raise UsageError(f"--dataset={name}: not found or not prepared under --data_dir="
-                                 f"{data_dir}; {_how_to_prepare(name, data_dir)}")
+                raise UsageError(
+                    f"--dataset={name}: not found or not prepared under --data_dir="
+                    f"{data_dir}; {_how_to_prepare(name, data_dir)}"
+                )
             info = builder.info
             if split not in info.splits:
-                raise UsageError(f"--dataset={name}: no split {split!r} under --data_dir={data_dir} "
-                                 f"(has {', '.join(info.splits)})")
+                raise UsageError(
+                    f"--dataset={name}: no split {split!r} under --data_dir={data_dir} "
+                    f"(has {', '.join(info.splits)})"
+                )
             self._source = tfds.data_source(name, split=split, data_dir=data_dir)
         except UsageError:
             raise
         except Exception as e:  # noqa: BLE001 - tfds raises many types for a missing/unprepared set
-            raise UsageError(f"--dataset={name}: not found or not prepared under --data_dir={data_dir} "
-                             f"({type(e).__name__}); {_how_to_prepare(name, data_dir)}") from None
+            raise UsageError(
+                f"--dataset={name}: not found or not prepared under --data_dir={data_dir} "
+                f"({type(e).__name__}); {_how_to_prepare(name, data_dir)}"
+            ) from None
         features = info.features
         if "image" not in features or "label" not in features:
-            raise UsageError(f"--dataset={name}: expected 'image' and 'label' features, has "
-                             f"{', '.join(features)}")
+            raise UsageError(
+                f"--dataset={name}: expected 'image' and 'label' features, has "
+                f"{', '.join(features)}"
+            )
         channels = features["image"].shape[-1] or 3
         self.spec = ImageSpec(
-            name=name, image_shape=(image_size, image_size, channels),
+            name=name,
+            image_shape=(image_size, image_size, channels),
             num_classes=features["label"].num_classes,
             mean=_IMAGENET_MEAN if channels == 3 else (127.5,) * channels,
-            std=_IMAGENET_STD if channels == 3 else (64.0,) * channels)
+            std=_IMAGENET_STD if channels == 3 else (64.0,) * channels,
+        )
         self._size = image_size
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
 
@@ -78,8 +93,9 @@ class TfdsSource:
         short = round(self._size / 0.875)
         scale = short / min(h, w)
         pil = Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image)
-        pil = pil.resize((max(short, round(w * scale)), max(short, round(h * scale))),
-                         Image.Resampling.BILINEAR)
+        pil = pil.resize(
+            (max(short, round(w * scale)), max(short, round(h * scale))), Image.Resampling.BILINEAR
+        )
         top, left = (pil.height - self._size) // 2, (pil.width - self._size) // 2
         out = np.asarray(pil.crop((left, top, left + self._size, top + self._size)), np.uint8)
         return out.reshape(self.spec.image_shape)

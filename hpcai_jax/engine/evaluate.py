@@ -79,9 +79,13 @@ def evaluate(setup, state, pruned: frozenset[int] = frozenset()) -> EnsembleQual
         return (kept[list(members), None] & (rows >= 0)[None]).astype(np.float32)
 
     counts = _score(setup, state, source, None, held_out_votes)
-    return EnsembleQuality(members=[workload.quality(c) for c in counts.members],
-                           kept=kept.tolist(), ensemble=workload.quality(counts.ensemble),
-                           examples=len(source), oob=out_of_bag(setup, state, kept))
+    return EnsembleQuality(
+        members=[workload.quality(c) for c in counts.members],
+        kept=kept.tolist(),
+        ensemble=workload.quality(counts.ensemble),
+        examples=len(source),
+        oob=out_of_bag(setup, state, kept),
+    )
 
 
 def out_of_bag(setup, state, kept: np.ndarray) -> OutOfBag | None:
@@ -94,14 +98,21 @@ def out_of_bag(setup, state, kept: np.ndarray) -> OutOfBag | None:
     def oob_votes(members: range, rows: np.ndarray) -> np.ndarray:
         valid = rows >= 0
         safe = np.where(valid, rows, 0)
-        return np.stack([kept[i] & valid & sampler.out_of_bag(i, safe)
-                         for i in members]).astype(np.float32)
+        return np.stack([kept[i] & valid & sampler.out_of_bag(i, safe) for i in members]).astype(
+            np.float32
+        )
 
     counts = _score(setup, state, train, np.arange(subset), oob_votes)
     scored = int(counts.scored)
     if scored == 0:
-        return OutOfBag(None, 0, subset, 0.0,
-                        f"every kept member trained on every one of the {subset} examples "
-                        f"(--bootstrap={sampler.method})")
-    return OutOfBag(setup.workload.quality(counts.ensemble), scored, subset,
-                    float(counts.votes) / scored)
+        return OutOfBag(
+            None,
+            0,
+            subset,
+            0.0,
+            f"every kept member trained on every one of the {subset} examples "
+            f"(--bootstrap={sampler.method})",
+        )
+    return OutOfBag(
+        setup.workload.quality(counts.ensemble), scored, subset, float(counts.votes) / scored
+    )

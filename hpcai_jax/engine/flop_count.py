@@ -65,8 +65,10 @@ class ModelFlops:
 
 
 def _abstract_batch(workload: Workload, rows: int) -> dict:
-    return {name: jax.ShapeDtypeStruct((rows, *shape), dtype)
-            for name, (shape, dtype) in workload.spec.fields.items()}
+    return {
+        name: jax.ShapeDtypeStruct((rows, *shape), dtype)
+        for name, (shape, dtype) in workload.spec.fields.items()
+    }
 
 
 def _abstract_inputs(workload: Workload, rows: int) -> jax.ShapeDtypeStruct:
@@ -87,8 +89,11 @@ def forward_fn(workload: Workload):
 def forward_args(model_flops: ModelFlops):
     """Abstract (variables, x) for `forward_fn`, e.g. to compile it for XLA's figure."""
     workload = model_flops.workload
-    variables = jax.eval_shape(lambda: workload.model(None).init(
-        jax.random.key(0), workload.inputs(ensemble.dummy_batch(workload)), train=False))
+    variables = jax.eval_shape(
+        lambda: workload.model(None).init(
+            jax.random.key(0), workload.inputs(ensemble.dummy_batch(workload)), train=False
+        )
+    )
     return variables, _abstract_inputs(workload, model_flops.batch)
 
 
@@ -105,13 +110,24 @@ def count_workload(workload: Workload, batch: int, optim: OptimConfig | None = N
     return ModelFlops(workload=workload, batch=batch, forward=forward, train_step=train)
 
 
-def count_model(model: str, image_shape: tuple[int, int, int], num_classes: int, batch: int,
-                dtype: str = "float32", optim: OptimConfig | None = None) -> ModelFlops:
+def count_model(
+    model: str,
+    image_shape: tuple[int, int, int],
+    num_classes: int,
+    batch: int,
+    dtype: str = "float32",
+    optim: OptimConfig | None = None,
+) -> ModelFlops:
     """Counts one image classifier (config.MODELS) on `batch` images of shape H×W×C."""
     mean, std = _NEUTRAL_STATS
     channels = image_shape[-1]
-    spec = ImageSpec(name="shape-only", image_shape=tuple(image_shape), num_classes=num_classes,
-                     mean=(mean,) * channels, std=(std,) * channels)
+    spec = ImageSpec(
+        name="shape-only",
+        image_shape=tuple(image_shape),
+        num_classes=num_classes,
+        mean=(mean,) * channels,
+        std=(std,) * channels,
+    )
     return count_workload(ClassificationWorkload(spec, model, dtype), batch, optim)
 
 
@@ -145,26 +161,37 @@ SOURCE_ANALYTIC = "analytic_xla_rules"
 
 
 @functools.lru_cache(maxsize=8)
-def _analytic(config: RunConfig, device_ids: tuple[int, ...]) -> tuple[ModelFlops, FlopCount | None, str]:
+def _analytic(
+    config: RunConfig, device_ids: tuple[int, ...]
+) -> tuple[ModelFlops, FlopCount | None, str]:
     member = count_config(config)
     try:
         ensemble = count_ensemble_step(config, device_ids)
         note = ""
     except Exception as e:  # noqa: BLE001 - the record says why; the per-member count stands
-        ensemble, note = None, (f"the ensemble step could not be traced ({type(e).__name__}: {e}); "
-                                "its analytic count is M × one member's")
+        ensemble, note = (
+            None,
+            (
+                f"the ensemble step could not be traced ({type(e).__name__}: {e}); "
+                "its analytic count is M × one member's"
+            ),
+        )
     return member, ensemble, note
 
 
-def choose_flops(requested: str, xla: float | None, analytic: float,
-                 ratio: float | None) -> tuple[float, str, bool | None, str]:
+def choose_flops(
+    requested: str, xla: float | None, analytic: float, ratio: float | None
+) -> tuple[float, str, bool | None, str]:
     """(FLOPs per step, source, crosscheck_ok, why) for --flops_source=`requested`.
 
     crosscheck_ok is None when XLA gave no figure to check."""
     ok = None if ratio is None else abs(ratio - 1) <= CROSSCHECK_TOLERANCE
-    verdict = ("XLA gave no FLOP figure for the training step" if ratio is None else
-               f"XLA / analytic = {ratio:.4f}, "
-               f"{'within' if ok else 'OUTSIDE'} ±{CROSSCHECK_TOLERANCE:.0%}")
+    verdict = (
+        "XLA gave no FLOP figure for the training step"
+        if ratio is None
+        else f"XLA / analytic = {ratio:.4f}, "
+        f"{'within' if ok else 'OUTSIDE'} ±{CROSSCHECK_TOLERANCE:.0%}"
+    )
     if requested == "analytic":
         return analytic, SOURCE_ANALYTIC, ok, f"--flops_source=analytic; {verdict}"
     if xla is None:
@@ -173,7 +200,12 @@ def choose_flops(requested: str, xla: float | None, analytic: float,
         return xla, SOURCE_XLA, ok, f"--flops_source=xla; {verdict}"
     if ok:
         return xla, SOURCE_XLA, ok, f"--flops_source=auto; {verdict}"
-    return analytic, SOURCE_ANALYTIC, ok, f"--flops_source=auto; {verdict}: XLA's count is not trusted"
+    return (
+        analytic,
+        SOURCE_ANALYTIC,
+        ok,
+        f"--flops_source=auto; {verdict}: XLA's count is not trusted",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,8 +234,9 @@ class FlopFigures:
         return dataclasses.asdict(self)
 
 
-def crosscheck(config: RunConfig, xla_train_step_flops: float | None,
-               devices: list | None = None) -> FlopFigures:
+def crosscheck(
+    config: RunConfig, xla_train_step_flops: float | None, devices: list | None = None
+) -> FlopFigures:
     """XLA's count of the whole ensemble's training step against the analytic counts.
 
     Args:
@@ -239,14 +272,19 @@ def crosscheck(config: RunConfig, xla_train_step_flops: float | None,
         ensemble_size=m,
         analytic={
             "forward_macs_per_example": fwd.macs / fwd.batch,
-            "forward_per_example": {c: fwd.per_example(c) for c in ("table3", "table3_2mac", "xla")},
+            "forward_per_example": {
+                c: fwd.per_example(c) for c in ("table3", "table3_2mac", "xla")
+            },
             "train_step_per_example": {
                 "table3_3x_forward": 3 * fwd.per_example("table3"),
                 "table3_2mac_3x_forward": 3 * fwd.per_example("table3_2mac"),
                 "xla_rules": member.train_step.per_example("xla"),
             },
-            "train_step": {"table3_3x_forward": paper, "table3_2mac_3x_forward": paper_2mac,
-                           "xla_rules": walk},
+            "train_step": {
+                "table3_3x_forward": paper,
+                "table3_2mac_3x_forward": paper_2mac,
+                "xla_rules": walk,
+            },
         },
         xla_train_step_flops=xla,
         xla_over_analytic=ratio,

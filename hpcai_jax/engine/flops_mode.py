@@ -60,18 +60,24 @@ def run_flops(config: RunConfig) -> int:
         f"{fwd.macs / b / 1e9:.4f} GMAC over all taps",
         forward_table(fwd),
         "XLA (compiled forward, 1 device): "
-        + (f"{fwd_xla_ex / 1e9:.4f} GFLOP/example; XLA / XLA rules "
-           f"{_fmt_ratio(_ratio(fwd_xla_ex, fwd.per_example('xla')))}, XLA / Table 3 2·MAC "
-           f"{_fmt_ratio(_ratio(fwd_xla_ex, fwd.per_example('table3_2mac')))}"
-           if fwd_xla_ex is not None else f"unavailable ({fwd_cost.note})"),
+        + (
+            f"{fwd_xla_ex / 1e9:.4f} GFLOP/example; XLA / XLA rules "
+            f"{_fmt_ratio(_ratio(fwd_xla_ex, fwd.per_example('xla')))}, XLA / Table 3 2·MAC "
+            f"{_fmt_ratio(_ratio(fwd_xla_ex, fwd.per_example('table3_2mac')))}"
+            if fwd_xla_ex is not None
+            else f"unavailable ({fwd_cost.note})"
+        ),
         "",
         "Training step (one member: preprocess, forward, backward, SGD update), per example",
         train_table(member),
         "",
         f"Whole ensemble's training step (M = {m}, global = per device × {step.num_devices}):",
         "  XLA cost analysis      "
-        + (f"{step_cost.flops / 1e9:14.3f} GFLOP" if step_cost.flops is not None
-           else f"unavailable ({step_cost.note})"),
+        + (
+            f"{step_cost.flops / 1e9:14.3f} GFLOP"
+            if step_cost.flops is not None
+            else f"unavailable ({step_cost.note})"
+        ),
         f"  analytic, XLA rules    {check.analytic['train_step']['xla_rules'] / 1e9:14.3f} GFLOP"
         f"   XLA / analytic = {_fmt_ratio(check.xla_over_analytic)}",
         f"  analytic, 3×fwd Table 3 {check.apc_table3 / 1e9:13.3f} GFLOP"
@@ -84,15 +90,21 @@ def run_flops(config: RunConfig) -> int:
         "paper's rule (3 × forward, Table 3)",
     ]
     if config.model.model == "resnet50":
-        lines.append(f"  paper (ResNet-50 v1, |B| = {PAPER_RESNET50_BATCH}, M = 1): "
-                     f"{PAPER_RESNET50_APC_GFLOPS:,} GFLOP = 23.0 GFLOP × 512 (≈ 3.8 GMAC × 2 × 3); ours is "
-                     "v1.5 (stride on the 3×3 convolution: 4.09 GMAC) and counts BatchNorm, "
-                     "element-wise and pooling operators too")
+        lines.append(
+            f"  paper (ResNet-50 v1, |B| = {PAPER_RESNET50_BATCH}, M = 1): "
+            f"{PAPER_RESNET50_APC_GFLOPS:,} GFLOP = 23.0 GFLOP × 512 (≈ 3.8 GMAC × 2 × 3); ours is "
+            "v1.5 (stride on the 3×3 convolution: 4.09 GMAC) and counts BatchNorm, "
+            "element-wise and pooling operators too"
+        )
     lines += [
         "FLOPS (Eq. 6) = APC × N/|B| / T_epoch: reported by training runs",
         "",
         f"Peak FLOP/s per device ({dtype}): datasheet "
-        + (f"{datasheet / 1e12:.1f} TFLOP/s" if datasheet else f"unknown for {device.device_kind!r}")
+        + (
+            f"{datasheet / 1e12:.1f} TFLOP/s"
+            if datasheet
+            else f"unknown for {device.device_kind!r}"
+        )
         + f"; measured matmul {measured / 1e12:.4f} TFLOP/s",
         *(f"note: {n}" for n in check.notes + [fwd_cost.note, step_cost.note] if n),
     ]
@@ -104,7 +116,11 @@ def run_flops(config: RunConfig) -> int:
 
     status, reason = ("complete", "") if ok else ("invalid", check.source_reason)
     record = results.envelope(
-        "flops", run_id, status, config, reason,
+        "flops",
+        run_id,
+        status,
+        config,
+        reason,
         flops={
             **check.to_dict(),
             "forward": fwd.to_dict(),
@@ -113,8 +129,12 @@ def run_flops(config: RunConfig) -> int:
             "xla_notes": [n for n in (fwd_cost.note, step_cost.note) if n],
             "gap_by_operator": explain_gap(member),
         },
-        peaks={"device_kind": device.device_kind, "dtype": dtype,
-               "datasheet_flops_per_s": datasheet, "measured_matmul_flops_per_s": measured},
+        peaks={
+            "device_kind": device.device_kind,
+            "dtype": dtype,
+            "datasheet_flops_per_s": datasheet,
+            "measured_matmul_flops_per_s": measured,
+        },
         compile_s=step.compile_s,
     )
     path = results.write_record(config.results.results_dir, run_id, record)

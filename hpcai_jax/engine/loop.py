@@ -39,11 +39,13 @@ def _batches(setup: RunSetup):
     """A function step → Batch."""
     tc = setup.config.train
     if setup.datasets.synthetic:
-        batch = synthetic_batch(setup.workload.synthetic, setup.mesh, setup.layout.ensemble_size,
-                                tc.batch_size, tc.seed)
+        batch = synthetic_batch(
+            setup.workload.synthetic, setup.mesh, setup.layout.ensemble_size, tc.batch_size, tc.seed
+        )
         return lambda step: batch
-    return functools.partial(train_batch, setup.datasets.train, setup.sampler, setup.mesh,
-                             setup.layout.ensemble_size)
+    return functools.partial(
+        train_batch, setup.datasets.train, setup.sampler, setup.mesh, setup.layout.ensemble_size
+    )
 
 
 def _peak_flops(dtype: str) -> dict:
@@ -52,11 +54,14 @@ def _peak_flops(dtype: str) -> dict:
     CPU the devices share the cores, so one device alone would overstate each one's share)."""
     kind = jax.local_devices()[0].device_kind
     measured = measure_matmul_peak_all(dtype)
-    return {"device_kind": kind, "dtype": dtype,
-            "datasheet_per_device": peak_flops_per_device(kind, dtype),
-            "measured_per_device": measured.per_device,
-            "measured_aggregate": measured.aggregate,
-            "measured_method": measured.method}
+    return {
+        "device_kind": kind,
+        "dtype": dtype,
+        "datasheet_per_device": peak_flops_per_device(kind, dtype),
+        "measured_per_device": measured.per_device,
+        "measured_aggregate": measured.aggregate,
+        "measured_method": measured.method,
+    }
 
 
 def _poison(state, member: int):
@@ -125,19 +130,26 @@ def _memory(compiled) -> dict:
         return {}
     if m is None:
         return {}
-    return {"argument_bytes": m.argument_size_in_bytes, "output_bytes": m.output_size_in_bytes,
-            "alias_bytes": m.alias_size_in_bytes, "temp_bytes": m.temp_size_in_bytes,
-            "generated_code_bytes": m.generated_code_size_in_bytes}
+    return {
+        "argument_bytes": m.argument_size_in_bytes,
+        "output_bytes": m.output_size_in_bytes,
+        "alias_bytes": m.alias_size_in_bytes,
+        "temp_bytes": m.temp_size_in_bytes,
+        "generated_code_bytes": m.generated_code_size_in_bytes,
+    }
 
 
 def _log_progress(progress: Progress, total: int, metrics: StepMetrics, examples_per_step: int):
     median = float(np.median(progress.step_s)) if progress.step_s else 0.0
-    logging.info("step %d/%d  loss %.4f  %s  %s examples/s  ETA %s", progress.step, total,
-                 float(np.nanmean(metrics.loss)),
-                 "  ".join(f"train {k} {float(np.nanmean(v)):.3f}"
-                           for k, v in metrics.metrics.items()),
-                 f"{examples_per_step / median:.0f}" if median else "-",
-                 format_duration((total - progress.step) * median))
+    logging.info(
+        "step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
+        progress.step,
+        total,
+        float(np.nanmean(metrics.loss)),
+        "  ".join(f"train {k} {float(np.nanmean(v)):.3f}" for k, v in metrics.metrics.items()),
+        f"{examples_per_step / median:.0f}" if median else "-",
+        format_duration((total - progress.step) * median),
+    )
 
 
 class CompiledStep(NamedTuple):
@@ -152,23 +164,41 @@ def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
     """Compiles the step ahead of timing and gathers what the record says about it: XLA's and the
     analytic FLOP counts (warning loudly when they disagree), memory per device, peak FLOP/s."""
     config, layout = setup.config, setup.layout
-    compiled, compile_s = compile_step(setup.train_step, state, setup.mesh, layout,
-                                       config.train.batch_size, setup.workload.spec.fields)
+    compiled, compile_s = compile_step(
+        setup.train_step,
+        state,
+        setup.mesh,
+        layout,
+        config.train.batch_size,
+        setup.workload.spec.fields,
+    )
     progress.compile_s.append(compile_s)
     cost = xla_cost(compiled, layout.num_devices)
     cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
-    logging.info("compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",
-                 compile_s, f"{cross.train_step_flops:.4g}", cross.train_step_flops_source,
-                 cross.source_reason, f"; {cost.note}" if cost.note else "")
+    logging.info(
+        "compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",
+        compile_s,
+        f"{cross.train_step_flops:.4g}",
+        cross.train_step_flops_source,
+        cross.source_reason,
+        f"; {cost.note}" if cost.note else "",
+    )
     if cross.crosscheck_ok is False:
-        logging.warning("FLOP CROSS-CHECK FAILED: %s. FLOPS use %s; the record says so "
-                        "(flops.crosscheck_ok = false)", cross.source_reason,
-                        cross.train_step_flops_source)
+        logging.warning(
+            "FLOP CROSS-CHECK FAILED: %s. FLOPS use %s; the record says so "
+            "(flops.crosscheck_ok = false)",
+            cross.source_reason,
+            cross.train_step_flops_source,
+        )
     memory = _memory(compiled)
     if memory:
-        logging.info("compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
-                     "temporaries %.1f MiB", memory["argument_bytes"] / 2**20,
-                     memory["output_bytes"] / 2**20, memory["temp_bytes"] / 2**20)
+        logging.info(
+            "compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
+            "temporaries %.1f MiB",
+            memory["argument_bytes"] / 2**20,
+            memory["output_bytes"] / 2**20,
+            memory["temp_bytes"] / 2**20,
+        )
     peaks = _peak_flops(config.model.dtype)
     return CompiledStep(compiled, cost, cross, memory, peaks)
 
@@ -187,8 +217,16 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     results.check_writable(config.results.results_dir)
     setup = build_setup(config)
     rc = config.reliability
-    ckpt = (Checkpointer(rc.checkpoint_dir, rc.checkpoint_every, rc.keep_checkpoints,
-                         fingerprint(config, setup.layout)) if rc.checkpoint_dir else None)
+    ckpt = (
+        Checkpointer(
+            rc.checkpoint_dir,
+            rc.checkpoint_every,
+            rc.keep_checkpoints,
+            fingerprint(config, setup.layout),
+        )
+        if rc.checkpoint_dir
+        else None
+    )
     try:
         return _train(setup, ckpt, wall_start)
     finally:
@@ -204,17 +242,28 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         state, meta = ckpt.restore(setup.abstract_state)
         progress = Progress.from_meta(meta)
         progress.note_resume()
-        logging.info("resumed run %s from step %d of %d (%s)", progress.run_id, progress.step,
-                     setup.total_steps, rc.checkpoint_dir)
+        logging.info(
+            "resumed run %s from step %d of %d (%s)",
+            progress.run_id,
+            progress.step,
+            setup.total_steps,
+            rc.checkpoint_dir,
+        )
     else:
         progress = Progress(run_id=results.run_id(config, "train"))
     results.claim(config.results.results_dir, progress.run_id, config.results.overwrite, resuming)
     if not resuming:
         state = setup.init_state()
-    logging.info("mesh %s: M=%d members, %d per device, P_degree=%d, %d devices; strategy %s (%s)",
-                 dict(setup.mesh.shape), layout.ensemble_size, layout.members_per_device,
-                 layout.parallel_degree, layout.num_devices, setup.member_strategy,
-                 setup.member_strategy_why)
+    logging.info(
+        "mesh %s: M=%d members, %d per device, P_degree=%d, %d devices; strategy %s (%s)",
+        dict(setup.mesh.shape),
+        layout.ensemble_size,
+        layout.members_per_device,
+        layout.parallel_degree,
+        layout.num_devices,
+        setup.member_strategy,
+        setup.member_strategy_why,
+    )
 
     built = _compile(setup, state, progress)
     compiled = built.compiled
@@ -244,8 +293,12 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
                     status = "invalid"
                     break
             if done % tc.log_every == 0 and clock.last_metrics is not None:
-                _log_progress(progress, setup.total_steps, clock.last_metrics,
-                              layout.ensemble_size * tc.batch_size)
+                _log_progress(
+                    progress,
+                    setup.total_steps,
+                    clock.last_metrics,
+                    layout.ensemble_size * tc.batch_size,
+                )
             if done < setup.total_steps and guard.stop_now(done % check_every == 0):
                 status, reason = "partial", f"preempted by {guard.signal_name} at step {done}"
                 break
@@ -276,9 +329,20 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         eval_start = time.perf_counter()
         quality = evaluate(setup, state, frozenset(progress.diverged))
         eval_s = time.perf_counter() - eval_start
-    record = run_record.build(setup, progress, built.cost, built.flops, built.peaks, status,
-                              quality, clock.last_metrics, eval_s,
-                              time.perf_counter() - wall_start, reason, built.memory)
+    record = run_record.build(
+        setup,
+        progress,
+        built.cost,
+        built.flops,
+        built.peaks,
+        status,
+        quality,
+        clock.last_metrics,
+        eval_s,
+        time.perf_counter() - wall_start,
+        reason,
+        built.memory,
+    )
     path = results.write_record(config.results.results_dir, progress.run_id, record)
     barrier("exit")
     record["path"] = str(path) if path else None

@@ -42,16 +42,19 @@ def resolve_layout(config: MeshConfig, num_devices: int, local_device_count: int
         if (m * p) % num_devices or m * p < num_devices:
             raise UsageError(
                 f"--ensemble_size={m} × --parallel_degree={p} = {m * p} member-replicas cannot be "
-                f"spread evenly over {num_devices} devices: set --members_per_device or change M/P_degree")
+                f"spread evenly over {num_devices} devices: set --members_per_device or change M/P_degree"
+            )
         mpd = m * p // num_devices
     if m % mpd:
         raise UsageError(f"--members_per_device={mpd} must divide --ensemble_size={m}")
     if (m // mpd) * p != num_devices:
         raise UsageError(
             f"Eq. 5 fails: (--ensemble_size={m} / --members_per_device={mpd}) × "
-            f"--parallel_degree={p} = {(m // mpd) * p}, but there are {num_devices} devices")
-    return MeshLayout(ensemble_size=m, members_per_device=mpd, parallel_degree=p,
-                      num_devices=num_devices)
+            f"--parallel_degree={p} = {(m // mpd) * p}, but there are {num_devices} devices"
+        )
+    return MeshLayout(
+        ensemble_size=m, members_per_device=mpd, parallel_degree=p, num_devices=num_devices
+    )
 
 
 def make_mesh(layout: MeshLayout, devices: list | None = None) -> Mesh:
@@ -62,10 +65,12 @@ def make_mesh(layout: MeshLayout, devices: list | None = None) -> Mesh:
     if len(devices) == len(jax.devices()):
         # Auto axes: every sharded computation here runs inside shard_map, so sharding-in-types
         # (Explicit) buys nothing and trips jnp helpers outside it.
-        return jax.make_mesh(shape, (ENSEMBLE, DATA), axis_types=(AxisType.Auto,) * 2,
-                             devices=devices)
-    return Mesh(np.asarray(devices).reshape(shape), (ENSEMBLE, DATA),
-                axis_types=(AxisType.Auto,) * 2)
+        return jax.make_mesh(
+            shape, (ENSEMBLE, DATA), axis_types=(AxisType.Auto,) * 2, devices=devices
+        )
+    return Mesh(
+        np.asarray(devices).reshape(shape), (ENSEMBLE, DATA), axis_types=(AxisType.Auto,) * 2
+    )
 
 
 def sharding(mesh: Mesh, spec: P) -> NamedSharding:

@@ -10,8 +10,9 @@ import optax
 from hpcai_jax.config import OptimConfig
 
 
-def make_optimizer(config: OptimConfig, batch_size: int, steps_per_epoch: int,
-                   total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(
+    config: OptimConfig, batch_size: int, steps_per_epoch: int, total_steps: int
+) -> optax.GradientTransformation:
     """SGD with momentum, the linear scaling rule, optional warm-up + cosine decay, and weight
     decay on kernels only (not on BatchNorm scales and biases)."""
     peak = config.learning_rate * batch_size / config.lr_reference_batch
@@ -21,8 +22,12 @@ def make_optimizer(config: OptimConfig, batch_size: int, steps_per_epoch: int,
         warmup = int(round(config.warmup_epochs * steps_per_epoch))
         if warmup:
             schedule = optax.warmup_cosine_decay_schedule(
-                init_value=0.0, peak_value=peak, warmup_steps=warmup,
-                decay_steps=max(total_steps, warmup + 1), end_value=0.0)
+                init_value=0.0,
+                peak_value=peak,
+                warmup_steps=warmup,
+                decay_steps=max(total_steps, warmup + 1),
+                end_value=0.0,
+            )
         else:
             schedule = optax.cosine_decay_schedule(peak, decay_steps=max(total_steps, 1))
     decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)  # noqa: E731

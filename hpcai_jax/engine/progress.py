@@ -18,7 +18,9 @@ class Progress:
     run_id: str
     step: int = 0  # completed steps
     step_s: list[float] = dataclasses.field(default_factory=list)  # timed steps only
-    timed_ranges: list[list[int]] = dataclasses.field(default_factory=list)  # [first, last) per segment
+    timed_ranges: list[list[int]] = dataclasses.field(
+        default_factory=list
+    )  # [first, last) per segment
     data_wait_s: float = 0.0
     compile_s: list[float] = dataclasses.field(default_factory=list)  # one per segment
     checkpoint_s: float = 0.0  # blocking part of checkpoint saves, kept out of step times
@@ -40,8 +42,12 @@ class Progress:
         return cls(**values)
 
     def note_resume(self) -> None:
-        self.resumes.append({"at_step": self.step,
-                             "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")})
+        self.resumes.append(
+            {
+                "at_step": self.step,
+                "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            }
+        )
 
     def time_step(self, step: int, seconds: float) -> None:
         if self.timed_ranges and self.timed_ranges[-1][1] == step:
@@ -88,9 +94,12 @@ class DivergenceWatch:
             for member in map(int, np.flatnonzero(~np.asarray(finite))):
                 if member not in diverged:
                     diverged[member] = step
-                    logging.error("member %d diverged: non-finite loss or parameters at step %d",
-                                  member, step)
+                    logging.error(
+                        "member %d diverged: non-finite loss or parameters at step %d", member, step
+                    )
         if not diverged or self._policy != "stop":
             return ""
         member = min(diverged, key=diverged.get)
-        return f"member {member} diverged at step {diverged[member]} (non-finite loss or parameters)"
+        return (
+            f"member {member} diverged at step {diverged[member]} (non-finite loss or parameters)"
+        )

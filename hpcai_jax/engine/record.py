@@ -12,9 +12,20 @@ from hpcai_jax.engine.timing import StepTimes
 from hpcai_jax.flops.xla import XlaCost
 
 
-def build(setup, progress: Progress, cost: XlaCost, cross: FlopFigures, peaks: dict, status: str,
-          quality: EnsembleQuality | None, last_metrics, eval_s: float, total_wall_s: float,
-          reason: str = "", memory: dict | None = None) -> dict:
+def build(
+    setup,
+    progress: Progress,
+    cost: XlaCost,
+    cross: FlopFigures,
+    peaks: dict,
+    status: str,
+    quality: EnsembleQuality | None,
+    last_metrics,
+    eval_s: float,
+    total_wall_s: float,
+    reason: str = "",
+    memory: dict | None = None,
+) -> dict:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
     `cross` is engine.flop_count.crosscheck's figures: train_step_flops is what FLOPS uses (the
@@ -35,28 +46,40 @@ def build(setup, progress: Progress, cost: XlaCost, cross: FlopFigures, peaks: d
     target = config.quality_target() if config.scored else None
     kept = [i for i in range(m) if i not in progress.diverged]
     return results.envelope(
-        "train", progress.run_id, status, config, reason,
+        "train",
+        progress.run_id,
+        status,
+        config,
+        reason,
         mesh={
-            "shape": dict(setup.mesh.shape), "ensemble_size": m,
+            "shape": dict(setup.mesh.shape),
+            "ensemble_size": m,
             "members_per_device": layout.members_per_device,
-            "parallel_degree": layout.parallel_degree, "num_devices": layout.num_devices,
+            "parallel_degree": layout.parallel_degree,
+            "num_devices": layout.num_devices,
             "member_strategy": setup.member_strategy,
             "member_strategy_why": setup.member_strategy_why,
         },
         data={
-            "dataset": config.data.dataset, "synthetic": setup.datasets.synthetic,
+            "dataset": config.data.dataset,
+            "synthetic": setup.datasets.synthetic,
             "train_examples": setup.sampler.num_examples,
             "eval_examples": quality.examples if quality else 0,
-            "bootstrap": tc.bootstrap, "steps_per_epoch": setup.sampler.steps_per_epoch,
+            "bootstrap": tc.bootstrap,
+            "steps_per_epoch": setup.sampler.steps_per_epoch,
             "epochs_trained": progress.step / setup.sampler.steps_per_epoch,
             # Per member: the share of the training set its one sample holds (≈ 0.632).
             "distinct_fraction": [setup.sampler.distinct_fraction(i) for i in range(m)],
         },
         timing={
-            "compile_s": float(sum(progress.compile_s)), "steps": progress.step,
-            "planned_steps": setup.total_steps, "timed_steps": timed,
+            "compile_s": float(sum(progress.compile_s)),
+            "steps": progress.step,
+            "planned_steps": setup.total_steps,
+            "timed_steps": timed,
             "step_s": StepTimes.of(progress.step_s).__dict__,
-            "train_wall_s": wall, "data_wait_s": progress.data_wait_s, "eval_s": eval_s,
+            "train_wall_s": wall,
+            "data_wait_s": progress.data_wait_s,
+            "eval_s": eval_s,
             "checkpoint_s": progress.checkpoint_s,
             "total_wall_s": total_wall_s,
         },
@@ -64,23 +87,34 @@ def build(setup, progress: Progress, cost: XlaCost, cross: FlopFigures, peaks: d
         divergence={
             "policy": config.reliability.on_divergence,
             "nonfinite_first_step": {str(k): v for k, v in sorted(progress.diverged.items())},
-            "pruned_members": sorted(progress.diverged) if config.reliability.on_divergence == "prune" else [],
+            "pruned_members": sorted(progress.diverged)
+            if config.reliability.on_divergence == "prune"
+            else [],
         },
         flops={
-            "per_step": step_flops, "source": cross.train_step_flops_source,
+            "per_step": step_flops,
+            "source": cross.train_step_flops_source,
             "source_reason": cross.source_reason,
             "crosscheck_ok": cross.crosscheck_ok,
-            "xla_per_step": cost.flops, "xla_per_step_per_device": cost.flops_per_device,
-            "xla_note": cost.note, "useful_member_steps": useful,
+            "xla_per_step": cost.flops,
+            "xla_per_step_per_device": cost.flops_per_device,
+            "xla_note": cost.note,
+            "useful_member_steps": useful,
             "timed_member_steps": timed * m,
             "crosscheck": cross.to_dict(),
         },
         metrics={
             "flops_per_s": flops,
-            "vflops_per_s": (metrics.vflops_per_s(flops, achieved, target.target, target.exponent)
-                             if target else None),
-            "penalty": (metrics.penalty(achieved, target.target, target.exponent)
-                        if target and achieved is not None else None),
+            "vflops_per_s": (
+                metrics.vflops_per_s(flops, achieved, target.target, target.exponent)
+                if target
+                else None
+            ),
+            "penalty": (
+                metrics.penalty(achieved, target.target, target.exponent)
+                if target and achieved is not None
+                else None
+            ),
             # Every member's images, and those of members still healthy (what FLOPS counts).
             "images_per_s": metrics.per_second(b, timed * m, wall),
             "useful_images_per_s": metrics.per_second(b, useful, wall),
@@ -106,8 +140,11 @@ def build(setup, progress: Progress, cost: XlaCost, cross: FlopFigures, peaks: d
         },
         train={
             "final_loss": None if last_metrics is None else np.asarray(last_metrics.loss).tolist(),
-            "final_metrics": (None if last_metrics is None else
-                              {k: np.asarray(v).tolist() for k, v in last_metrics.metrics.items()}),
+            "final_metrics": (
+                None
+                if last_metrics is None
+                else {k: np.asarray(v).tolist() for k, v in last_metrics.metrics.items()}
+            ),
         },
     )
 
@@ -120,32 +157,56 @@ def summary(record: dict) -> str:
     num = results.cell
     rows = [
         ("status", record["status"] + (f" ({record['reason']})" if record["reason"] else "")),
-        ("mesh (ensemble x data)", f"{mesh['shape']}  M={mesh['ensemble_size']} "
-                                   f"P_degree={mesh['parallel_degree']} strategy={mesh['member_strategy']}"),
+        (
+            "mesh (ensemble x data)",
+            f"{mesh['shape']}  M={mesh['ensemble_size']} "
+            f"P_degree={mesh['parallel_degree']} strategy={mesh['member_strategy']}",
+        ),
         ("steps (timed)", f"{t['steps']}/{t['planned_steps']} ({t['timed_steps']})"),
         ("step time median [s]", num(t["step_s"]["median_s"])),
         ("compile / data wait [s]", f"{t['compile_s']:.1f} / {t['data_wait_s']:.2f}"),
-        ("images/s (all / healthy members)", f"{num(m['images_per_s'], '{:.1f}')} / "
-                                             f"{num(m['useful_images_per_s'], '{:.1f}')}"),
-        ("FLOPS [FLOP/s]", f"{num(m['flops_per_s'])} (from {f['source']}; XLA/analytic "
-                           f"{num(f['crosscheck'].get('xla_over_analytic'), '{:.3f}')}"
-                           f"{'' if f['crosscheck_ok'] is not False else ': CROSS-CHECK FAILED'})"),
-        ("MFU datasheet / measured", f"{num(m['mfu_datasheet'], '{:.3f}')} / "
-                                     f"{num(m['mfu_measured'], '{:.3f}')}"),
-        (f"member {metric}", "n/a" if q["members"] is None
-         else " ".join(num(a, "{:.4f}") + ("" if i in q["kept_members"] else " (pruned)")
-                       for i, a in enumerate(q["members"]))),
+        (
+            "images/s (all / healthy members)",
+            f"{num(m['images_per_s'], '{:.1f}')} / {num(m['useful_images_per_s'], '{:.1f}')}",
+        ),
+        (
+            "FLOPS [FLOP/s]",
+            f"{num(m['flops_per_s'])} (from {f['source']}; XLA/analytic "
+            f"{num(f['crosscheck'].get('xla_over_analytic'), '{:.3f}')}"
+            f"{'' if f['crosscheck_ok'] is not False else ': CROSS-CHECK FAILED'})",
+        ),
+        (
+            "MFU datasheet / measured",
+            f"{num(m['mfu_datasheet'], '{:.3f}')} / {num(m['mfu_measured'], '{:.3f}')}",
+        ),
+        (
+            f"member {metric}",
+            "n/a"
+            if q["members"] is None
+            else " ".join(
+                num(a, "{:.4f}") + ("" if i in q["kept_members"] else " (pruned)")
+                for i, a in enumerate(q["members"])
+            ),
+        ),
         ("member mean (kept members)", num(q["member_mean"], "{:.4f}")),
         (f"ensemble {metric}", num(q["ensemble"], "{:.4f}")),
-        (f"out-of-bag {metric}", "n/a" if not oob else
-         f"{num(oob['quality'], '{:.4f}')} ({oob['scored']} of {oob['subset']} training examples, "
-         f"{oob['mean_voters']:.2f} members each)"),
+        (
+            f"out-of-bag {metric}",
+            "n/a"
+            if not oob
+            else f"{num(oob['quality'], '{:.4f}')} ({oob['scored']} of {oob['subset']} training examples, "
+            f"{oob['mean_voters']:.2f} members each)",
+        ),
     ]
     if q["target"] is not None:
-        rows.append(("VFLOPS [FLOP/s]",
-                     f"{num(m['vflops_per_s'])} = FLOPS × {num(m['penalty'], '{:.4f}')} "
-                     f"(({num(q['ensemble'], '{:.4f}')} / {q['target']})^{q['exponent']:g}; target "
-                     f"{'official' if q['target_is_official'] else 'not official'})"))
+        rows.append(
+            (
+                "VFLOPS [FLOP/s]",
+                f"{num(m['vflops_per_s'])} = FLOPS × {num(m['penalty'], '{:.4f}')} "
+                f"(({num(q['ensemble'], '{:.4f}')} / {q['target']})^{q['exponent']:g}; target "
+                f"{'official' if q['target_is_official'] else 'not official'})",
+            )
+        )
     rows.append(("record", str(record.get("path"))))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

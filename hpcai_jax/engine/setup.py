@@ -52,14 +52,16 @@ class RunSetup:
     def abstract_state(self):
         """Shapes and shardings of the stacked state, without computing it."""
         m, tx, wl = self.layout.ensemble_size, self.tx, self.workload
-        shapes = jax.eval_shape(lambda: jax.vmap(lambda k: ensemble.init_member(wl, tx, k))(
-            ensemble.member_keys(0, m)))
+        shapes = jax.eval_shape(
+            lambda: jax.vmap(lambda k: ensemble.init_member(wl, tx, k))(ensemble.member_keys(0, m))
+        )
         sh = sharding(self.mesh, MEMBER_SPEC)
         return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes)
 
     def init_state(self) -> ensemble.EnsembleState:
-        return ensemble.init_state(self.workload, self.tx, self.mesh, self.layout.ensemble_size,
-                                   self.config.train.seed)
+        return ensemble.init_state(
+            self.workload, self.tx, self.mesh, self.layout.ensemble_size, self.config.train.seed
+        )
 
 
 def build_setup(config: RunConfig, devices: list | None = None, open_data: bool = True) -> RunSetup:
@@ -69,8 +71,10 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     layout = resolve_layout(config.mesh, len(devices), local)
     tc = config.train
     if tc.batch_size % layout.parallel_degree:
-        raise UsageError(f"--batch_size={tc.batch_size} must be divisible by P_degree="
-                         f"{layout.parallel_degree} (each member's batch is split over its devices)")
+        raise UsageError(
+            f"--batch_size={tc.batch_size} must be divisible by P_degree="
+            f"{layout.parallel_degree} (each member's batch is split over its devices)"
+        )
     mesh = make_mesh(layout, devices)
     datasets = open_datasets(config.data) if open_data else None
     spec = datasets.spec if datasets else data_spec(config.data)
@@ -81,16 +85,26 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     else:
         num_examples = len(datasets.train)
     if num_examples < tc.batch_size:
-        raise UsageError(f"--batch_size={tc.batch_size} exceeds the {num_examples} training examples")
+        raise UsageError(
+            f"--batch_size={tc.batch_size} exceeds the {num_examples} training examples"
+        )
     sampler = BootstrapSampler(tc.bootstrap, num_examples, tc.batch_size, tc.seed)
     total_steps = tc.steps or max(1, math.ceil(tc.epochs * sampler.steps_per_epoch))
     workload = make_workload(config, spec)
     tx = make_optimizer(config.optim, tc.batch_size, sampler.steps_per_epoch, total_steps)
-    strategy, why = resolve_member_strategy(config.mesh.member_strategy, jax.default_backend(),
-                                            layout.members_per_device)
+    strategy, why = resolve_member_strategy(
+        config.mesh.member_strategy, jax.default_backend(), layout.members_per_device
+    )
     return RunSetup(
-        config=config, layout=layout, mesh=mesh, datasets=datasets, workload=workload,
-        sampler=sampler, total_steps=total_steps, tx=tx, member_strategy=strategy,
+        config=config,
+        layout=layout,
+        mesh=mesh,
+        datasets=datasets,
+        workload=workload,
+        sampler=sampler,
+        total_steps=total_steps,
+        tx=tx,
+        member_strategy=strategy,
         member_strategy_why=why,
         train_step=build_train_step(workload, tx, mesh, strategy),
         eval_step=build_eval_step(workload, mesh, strategy),
@@ -112,10 +126,20 @@ def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
     """The whole-ensemble training step for `config`, compiled without initialising any state
     (for FLOP accounting)."""
     setup = build_setup(config, devices=devices, open_data=False)
-    compiled, seconds = compile_step(setup.train_step, setup.abstract_state, setup.mesh,
-                                     setup.layout, config.train.batch_size,
-                                     setup.workload.spec.fields)
-    return CompiledTrainStep(compiled=compiled, layout=setup.layout, mesh=setup.mesh,
-                             num_devices=setup.layout.num_devices,
-                             member_strategy=setup.member_strategy,
-                             member_strategy_why=setup.member_strategy_why, compile_s=seconds)
+    compiled, seconds = compile_step(
+        setup.train_step,
+        setup.abstract_state,
+        setup.mesh,
+        setup.layout,
+        config.train.batch_size,
+        setup.workload.spec.fields,
+    )
+    return CompiledTrainStep(
+        compiled=compiled,
+        layout=setup.layout,
+        mesh=setup.mesh,
+        num_devices=setup.layout.num_devices,
+        member_strategy=setup.member_strategy,
+        member_strategy_why=setup.member_strategy_why,
+        compile_s=seconds,
+    )

@@ -31,22 +31,31 @@ def member_keys(seed: int, ensemble_size: int) -> jax.Array:
 
 def dummy_batch(workload: Workload, rows: int = 1) -> dict:
     """Zeros of every field, [rows, ...]: what init traces the model with."""
-    return {name: jnp.zeros((rows, *shape), dtype)
-            for name, (shape, dtype) in workload.spec.fields.items()}
+    return {
+        name: jnp.zeros((rows, *shape), dtype)
+        for name, (shape, dtype) in workload.spec.fields.items()
+    }
 
 
-def init_member(workload: Workload, tx: optax.GradientTransformation,
-                key: jax.Array) -> EnsembleState:
+def init_member(
+    workload: Workload, tx: optax.GradientTransformation, key: jax.Array
+) -> EnsembleState:
     """One member's state, unstacked (step is a scalar): used under vmap, and by references."""
-    variables = dict(workload.model(None).init(key, workload.inputs(dummy_batch(workload)),
-                                               train=False))
+    variables = dict(
+        workload.model(None).init(key, workload.inputs(dummy_batch(workload)), train=False)
+    )
     params = variables.pop("params")
-    return EnsembleState(step=jnp.zeros((), jnp.int32), params=params, model_state=variables,
-                         opt_state=tx.init(params))
+    return EnsembleState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        model_state=variables,
+        opt_state=tx.init(params),
+    )
 
 
-def init_state(workload: Workload, tx: optax.GradientTransformation, mesh: Mesh,
-               ensemble_size: int, seed: int) -> EnsembleState:
+def init_state(
+    workload: Workload, tx: optax.GradientTransformation, mesh: Mesh, ensemble_size: int, seed: int
+) -> EnsembleState:
     """Stacked state, born sharded over the ensemble axis (no host copy of all members)."""
 
     def init(seed_array):

@@ -28,15 +28,23 @@ from hpcai_jax.workloads.base import Workload
 
 # How a device runs its several members when --member_strategy=auto, per backend, and why.
 MEMBER_STRATEGY_DEFAULTS = {
-    "cpu": ("unroll", "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (BUILD_NOTES.md): "
-                      "vmap turns the members' convolutions into slow grouped convolutions"),
-    "gpu": ("unroll", "not measured on a GPU yet; grouped convolutions from vmap are reported slow "
-                      "on cuDNN (docs/design.md, fact 10), so the CPU measurement's choice is kept"),
+    "cpu": (
+        "unroll",
+        "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (BUILD_NOTES.md): "
+        "vmap turns the members' convolutions into slow grouped convolutions",
+    ),
+    "gpu": (
+        "unroll",
+        "not measured on a GPU yet; grouped convolutions from vmap are reported slow "
+        "on cuDNN (docs/design.md, fact 10), so the CPU measurement's choice is kept",
+    ),
     "tpu": ("unroll", "not measured on a TPU yet; the CPU measurement's choice is kept"),
 }
 
 
-def resolve_member_strategy(requested: str, backend: str, members_per_device: int) -> tuple[str, str]:
+def resolve_member_strategy(
+    requested: str, backend: str, members_per_device: int
+) -> tuple[str, str]:
     """Returns (strategy, why) for the record."""
     if members_per_device == 1:
         return "unroll", "one member per device: nothing to map over"
@@ -71,9 +79,13 @@ def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train:
     return model.apply(variables, x, train=True, mutable=list(state.model_state))
 
 
-def member_train_step(workload: Workload, tx: optax.GradientTransformation,
-                      axis_name: str | None, state: EnsembleState,
-                      batch: dict) -> tuple[EnsembleState, jax.Array, dict, jax.Array]:
+def member_train_step(
+    workload: Workload,
+    tx: optax.GradientTransformation,
+    axis_name: str | None,
+    state: EnsembleState,
+    batch: dict,
+) -> tuple[EnsembleState, jax.Array, dict, jax.Array]:
     """One member's step on its (local part of the) batch: (state, loss, metrics, finite).
 
     axis_name=None trains on a batch that lives on one device: the reference for equivalence.
@@ -92,8 +104,9 @@ def member_train_step(workload: Workload, tx: optax.GradientTransformation,
     params = optax.apply_updates(state.params, updates)
     # One reduction over the parameters: cheap next to the step, and catches inf/NaN anywhere.
     finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(params))
-    new_state = state.replace(step=state.step + 1, params=params, model_state=model_state,
-                              opt_state=opt_state)
+    new_state = state.replace(
+        step=state.step + 1, params=params, model_state=model_state, opt_state=opt_state
+    )
     return new_state, loss, jax.tree.map(mean, metrics), finite
 
 
@@ -115,8 +128,9 @@ def gather_members(local: jax.Array) -> jax.Array:
     return lax.psum(full, ENSEMBLE)
 
 
-def build_train_step(workload: Workload, tx: optax.GradientTransformation, mesh: Mesh,
-                     strategy: str):
+def build_train_step(
+    workload: Workload, tx: optax.GradientTransformation, mesh: Mesh, strategy: str
+):
     """jit(shard_map(step)) with the state donated: (state, batch) → (state, StepMetrics)."""
 
     def local_step(state, batch):
@@ -130,8 +144,13 @@ def build_train_step(workload: Workload, tx: optax.GradientTransformation, mesh:
     # parameters are invariant over `data` and the gradient of the pmean'ed loss comes back
     # psum'ed over `data` (the exact global-batch gradient). Without it the gradient is each
     # device's local one, silently wrong.
-    sharded = jax.shard_map(local_step, mesh=mesh, in_specs=(MEMBER_SPEC, BATCH_SPEC),
-                            out_specs=(MEMBER_SPEC, P()), check_vma=True)
+    sharded = jax.shard_map(
+        local_step,
+        mesh=mesh,
+        in_specs=(MEMBER_SPEC, BATCH_SPEC),
+        out_specs=(MEMBER_SPEC, P()),
+        check_vma=True,
+    )
     return jax.jit(sharded, donate_argnums=0)
 
 
@@ -161,13 +180,20 @@ def build_eval_step(workload: Workload, mesh: Mesh, strategy: str):
         scored = voters > 0
         mean = summed / jnp.maximum(voters, 1.0).reshape(voters.shape + (1,) * (summed.ndim - 1))
         ensemble = workload.counts(mean, batch, scored.astype(jnp.float32))
-        return EvalCounts(gather_members(lax.psum(members, DATA)), lax.psum(ensemble, DATA),
-                          lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
-                          lax.psum(jnp.sum(voters), DATA))
+        return EvalCounts(
+            gather_members(lax.psum(members, DATA)),
+            lax.psum(ensemble, DATA),
+            lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
+            lax.psum(jnp.sum(voters), DATA),
+        )
 
-    sharded = jax.shard_map(local_eval, mesh=mesh,
-                            in_specs=(MEMBER_SPEC, EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
-                            out_specs=P(), check_vma=True)
+    sharded = jax.shard_map(
+        local_eval,
+        mesh=mesh,
+        in_specs=(MEMBER_SPEC, EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
+        out_specs=P(),
+        check_vma=True,
+    )
     return jax.jit(sharded)
 
 
@@ -175,12 +201,15 @@ def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fiel
     """The training batch's shapes, dtypes and shardings: [M, B, ...] per field."""
     sh = jax.sharding.NamedSharding(mesh, BATCH_SPEC)
     lead = (layout.ensemble_size, batch_size)
-    return {name: jax.ShapeDtypeStruct((*lead, *shape), dtype, sharding=sh)
-            for name, (shape, dtype) in fields.items()}
+    return {
+        name: jax.ShapeDtypeStruct((*lead, *shape), dtype, sharding=sh)
+        for name, (shape, dtype) in fields.items()
+    }
 
 
-def compile_step(step_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int,
-                 fields: Fields) -> tuple[jax.stages.Compiled, float]:
+def compile_step(
+    step_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fields
+) -> tuple[jax.stages.Compiled, float]:
     """Compiles ahead of timing; state may be concrete or abstract. Returns (compiled, seconds)."""
     start = time.perf_counter()
     compiled = step_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields)).compile()

@@ -19,8 +19,14 @@ class StepTimes:
     def of(cls, seconds: list[float]) -> StepTimes:
         if not seconds:
             return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        return cls(len(seconds), min(seconds), statistics.median(seconds), max(seconds),
-                   statistics.fmean(seconds), sum(seconds))
+        return cls(
+            len(seconds),
+            min(seconds),
+            statistics.median(seconds),
+            max(seconds),
+            statistics.fmean(seconds),
+            sum(seconds),
+        )
 
 
 def format_duration(seconds: float) -> str:

@@ -58,34 +58,130 @@ _NORM_SCOPE = "hpcai_norm_"  # + call index; one named scope per normalization-m
 _NORM_MODULES = (nn.BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.InstanceNorm)
 
 # Element-wise primitives XLA counts as transcendentals (HandleElementwiseOp), not FLOPs.
-_TRANSCENDENTAL = frozenset({
-    "exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "cbrt", "pow", "sin",
-    "cos", "tan", "erf", "atan2", "acosh",
-})
+_TRANSCENDENTAL = frozenset(
+    {
+        "exp",
+        "log",
+        "log1p",
+        "expm1",
+        "tanh",
+        "logistic",
+        "sqrt",
+        "rsqrt",
+        "cbrt",
+        "pow",
+        "sin",
+        "cos",
+        "tan",
+        "erf",
+        "atan2",
+        "acosh",
+    }
+)
 # One FLOP per output element under every convention.
-_ELEMENTWISE = frozenset({
-    "add", "add_any", "sub", "mul", "div", "rem", "max", "min", "neg", "abs", "sign", "floor",
-    "ceil", "round", "square", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "xor",
-    "clamp", "is_finite", "nextafter", "copysign", "reduce_precision", "shift_left",
-    "shift_right_logical", "shift_right_arithmetic", "population_count",
-}) | _TRANSCENDENTAL
-_REDUCTION = frozenset({
-    "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
-    "reduce_xor", "argmax", "argmin",
-})
-_POOLING = frozenset({"reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window"})
+_ELEMENTWISE = (
+    frozenset(
+        {
+            "add",
+            "add_any",
+            "sub",
+            "mul",
+            "div",
+            "rem",
+            "max",
+            "min",
+            "neg",
+            "abs",
+            "sign",
+            "floor",
+            "ceil",
+            "round",
+            "square",
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "and",
+            "or",
+            "not",
+            "xor",
+            "clamp",
+            "is_finite",
+            "nextafter",
+            "copysign",
+            "reduce_precision",
+            "shift_left",
+            "shift_right_logical",
+            "shift_right_arithmetic",
+            "population_count",
+        }
+    )
+    | _TRANSCENDENTAL
+)
+_REDUCTION = frozenset(
+    {
+        "reduce_sum",
+        "reduce_max",
+        "reduce_min",
+        "reduce_prod",
+        "reduce_and",
+        "reduce_or",
+        "reduce_xor",
+        "argmax",
+        "argmin",
+    }
+)
+_POOLING = frozenset(
+    {"reduce_window_sum", "reduce_window_max", "reduce_window_min", "reduce_window"}
+)
 _COLLECTIVE_REDUCE = frozenset({"psum", "pmax", "pmin", "psum_invariant"})
-_COLLECTIVE_MOVE = frozenset({"all_gather", "psum_scatter", "reduce_scatter", "ppermute", "all_to_all",
-                              "pbroadcast", "pvary"})
+_COLLECTIVE_MOVE = frozenset(
+    {
+        "all_gather",
+        "psum_scatter",
+        "reduce_scatter",
+        "ppermute",
+        "all_to_all",
+        "pbroadcast",
+        "pvary",
+    }
+)
 # Data movement and bookkeeping: no FLOPs under any convention (XLA: reshape, broadcast, copy,
 # slice, pad, gather, ... cost bytes only).
-_FREE = frozenset({
-    "broadcast_in_dim", "reshape", "transpose", "squeeze", "expand_dims", "slice", "dynamic_slice",
-    "dynamic_update_slice", "concatenate", "pad", "rev", "iota", "copy", "gather",
-    "sharding_constraint", "device_put", "stop_gradient", "bitcast_convert_type", "split",
-    "mesh_cast", "reshard", "axis_index", "optimization_barrier", "random_wrap", "random_unwrap",
-    "random_seed", "stack", "unstack",
-})
+_FREE = frozenset(
+    {
+        "broadcast_in_dim",
+        "reshape",
+        "transpose",
+        "squeeze",
+        "expand_dims",
+        "slice",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "concatenate",
+        "pad",
+        "rev",
+        "iota",
+        "copy",
+        "gather",
+        "sharding_constraint",
+        "device_put",
+        "stop_gradient",
+        "bitcast_convert_type",
+        "split",
+        "mesh_cast",
+        "reshard",
+        "axis_index",
+        "optimization_barrier",
+        "random_wrap",
+        "random_unwrap",
+        "random_seed",
+        "stack",
+        "unstack",
+    }
+)
 
 
 @dataclasses.dataclass
@@ -212,8 +308,15 @@ def _out_size(eqn) -> int:
     return sum(_size(v.aval) for v in eqn.outvars)
 
 
-def _conv_taps(out: int, kernel: int, stride: int, pad_lo: int, rhs_dilation: int,
-               lhs_dilation: int, size_in: int) -> tuple[int, int]:
+def _conv_taps(
+    out: int,
+    kernel: int,
+    stride: int,
+    pad_lo: int,
+    rhs_dilation: int,
+    lhs_dilation: int,
+    size_in: int,
+) -> tuple[int, int]:
     """(all taps, valid taps) summed over the output positions of one spatial dimension.
 
     All taps: every (output, kernel) pair except those on the holes of a dilated input (a
@@ -236,10 +339,15 @@ def _conv(eqn) -> OperatorCount:
     lhs_spec, rhs_spec, out_spec = dn.lhs_spec, dn.rhs_spec, dn.out_spec
     all_taps = valid_taps = 1
     for d in range(len(lhs_spec) - 2):
-        a, v = _conv_taps(out=out.shape[out_spec[2 + d]], kernel=rhs.shape[rhs_spec[2 + d]],
-                          stride=p["window_strides"][d], pad_lo=p["padding"][d][0],
-                          rhs_dilation=p["rhs_dilation"][d], lhs_dilation=p["lhs_dilation"][d],
-                          size_in=lhs.shape[lhs_spec[2 + d]])
+        a, v = _conv_taps(
+            out=out.shape[out_spec[2 + d]],
+            kernel=rhs.shape[rhs_spec[2 + d]],
+            stride=p["window_strides"][d],
+            pad_lo=p["padding"][d][0],
+            rhs_dilation=p["rhs_dilation"][d],
+            lhs_dilation=p["lhs_dilation"][d],
+            size_in=lhs.shape[lhs_spec[2 + d]],
+        )
         all_taps *= a
         valid_taps *= v
     # Per output (batch, feature) pair: rhs input features × taps multiply-adds. This equals
@@ -253,16 +361,18 @@ def _conv(eqn) -> OperatorCount:
         kind = "depthwise_convolution"
     else:
         kind = "group_convolution"
-    return OperatorCount(kind, ops=1, macs=macs, table3=2 * macs, table3_2mac=2 * macs,
-                         xla=2 * pairs * valid_taps)
+    return OperatorCount(
+        kind, ops=1, macs=macs, table3=2 * macs, table3_2mac=2 * macs, xla=2 * pairs * valid_taps
+    )
 
 
 def _dot(eqn) -> OperatorCount:
     lhs = eqn.invars[0].aval
     (lhs_contract, _), _ = eqn.params["dimension_numbers"]
     macs = _out_size(eqn) * math.prod(lhs.shape[d] for d in lhs_contract)
-    return OperatorCount("fully_connected", ops=1, macs=macs, table3=macs, table3_2mac=2 * macs,
-                         xla=2 * macs)
+    return OperatorCount(
+        "fully_connected", ops=1, macs=macs, table3=macs, table3_2mac=2 * macs, xla=2 * macs
+    )
 
 
 def _integer_pow_muls(y: int) -> int:
@@ -297,10 +407,17 @@ def _count_eqn(eqn) -> OperatorCount | None:
         xla = n * (len(eqn.invars) - 2)
         return OperatorCount("elementwise", ops=1, table3=n, table3_2mac=n, xla=xla)
     if name == "integer_pow":
-        return OperatorCount("elementwise", ops=1, table3=n, table3_2mac=n,
-                             xla=n * _integer_pow_muls(eqn.params["y"]))
+        return OperatorCount(
+            "elementwise",
+            ops=1,
+            table3=n,
+            table3_2mac=n,
+            xla=n * _integer_pow_muls(eqn.params["y"]),
+        )
     if name == "exp2":  # lowered as exp(x · ln 2)
-        return OperatorCount("elementwise", ops=1, table3=n, table3_2mac=n, xla=n, transcendentals=n)
+        return OperatorCount(
+            "elementwise", ops=1, table3=n, table3_2mac=n, xla=n, transcendentals=n
+        )
     if name == "convert_element_type":
         return OperatorCount("conversion", ops=1, xla=n)
     if name in _REDUCTION:
@@ -308,18 +425,26 @@ def _count_eqn(eqn) -> OperatorCount | None:
     if name == "cumsum":  # associative scan: about one add per element
         return OperatorCount("reduction", ops=1, xla=n)
     if name in _POOLING:
-        return OperatorCount("pooling", ops=1, table3=n, table3_2mac=n,
-                             xla=(_window_elements(eqn) - 1) * n)
+        return OperatorCount(
+            "pooling", ops=1, table3=n, table3_2mac=n, xla=(_window_elements(eqn) - 1) * n
+        )
     if name == "select_and_scatter_add":  # max-pool's gradient: window - 1 compares + 1 add
         source = _size(eqn.invars[0].aval)
-        return OperatorCount("pooling", ops=1, table3=source, table3_2mac=source,
-                             xla=source * _window_elements(eqn))
+        return OperatorCount(
+            "pooling", ops=1, table3=source, table3_2mac=source, xla=source * _window_elements(eqn)
+        )
     if name == "select_and_gather_add":  # max-pool's JVP: a reduce-window over (value, tangent)
-        return OperatorCount("pooling", ops=1, table3=n, table3_2mac=n,
-                             xla=(_window_elements(eqn) - 1) * n)
+        return OperatorCount(
+            "pooling", ops=1, table3=n, table3_2mac=n, xla=(_window_elements(eqn) - 1) * n
+        )
     if name in ("scatter-add", "scatter_add"):  # one add per update element
-        return OperatorCount("elementwise", ops=1, table3=_size(eqn.invars[2].aval),
-                             table3_2mac=_size(eqn.invars[2].aval), xla=_size(eqn.invars[2].aval))
+        return OperatorCount(
+            "elementwise",
+            ops=1,
+            table3=_size(eqn.invars[2].aval),
+            table3_2mac=_size(eqn.invars[2].aval),
+            xla=_size(eqn.invars[2].aval),
+        )
     if name in _COLLECTIVE_REDUCE:  # XLA's HandleAllReduce: one FLOP per output element
         return OperatorCount("collective", ops=1, xla=n)
     if name in _COLLECTIVE_MOVE:
@@ -334,8 +459,21 @@ def _count_eqn(eqn) -> OperatorCount | None:
 
 # Primitives whose inner jaxpr's outputs are the equation's outputs, one for one: an output
 # nobody reads is dead code inside them too.
-_CALLS = frozenset({"pjit", "jit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
-                    "custom_vjp_call_jaxpr", "remat", "checkpoint", "shard_map", "custom_lin"})
+_CALLS = frozenset(
+    {
+        "pjit",
+        "jit",
+        "closed_call",
+        "core_call",
+        "custom_jvp_call",
+        "custom_vjp_call",
+        "custom_vjp_call_jaxpr",
+        "remat",
+        "checkpoint",
+        "shard_map",
+        "custom_lin",
+    }
+)
 
 
 def _sub_jaxprs(eqn) -> list[tuple[core.Jaxpr, int]]:
@@ -396,8 +534,10 @@ class _Walk:
                 continue
             if subs:
                 if eqn.primitive.name == "while":
-                    self._note("a while loop's body is counted once (trip count unknown, as in "
-                               "XLA's cost analysis)")
+                    self._note(
+                        "a while loop's body is counted once (trip count unknown, as in "
+                        "XLA's cost analysis)"
+                    )
                 for sub, sub_times in subs:
                     one_for_one = eqn.primitive.name in _CALLS and len(sub.outvars) == len(used)
                     self.jaxpr(sub, times * sub_times, used if one_for_one else None)
@@ -457,8 +597,9 @@ def count_jaxpr(closed_jaxpr: core.ClosedJaxpr, batch: int) -> FlopCount:
     rows = walk.finish()
     notes = list(walk.notes)
     if walk.unknown:
-        notes.append("no FLOP rule for primitive(s) " + ", ".join(sorted(walk.unknown)) +
-                     ": counted as 0")
+        notes.append(
+            "no FLOP rule for primitive(s) " + ", ".join(sorted(walk.unknown)) + ": counted as 0"
+        )
     kept = tuple(rows[k] for k in KINDS if rows[k].ops or rows[k].xla or rows[k].table3)
     return FlopCount(kept, batch, tuple(notes))
 

@@ -44,7 +44,9 @@ def xla_cost(compiled: jax.stages.Compiled, num_devices: int) -> XlaCost:
     try:
         analysis = compiled.cost_analysis()
     except Exception as e:  # noqa: BLE001 - some backends raise NotImplementedError or XlaRuntimeError
-        return XlaCost(None, None, num_devices, f"cost analysis unavailable: {type(e).__name__}: {e}")
+        return XlaCost(
+            None, None, num_devices, f"cost analysis unavailable: {type(e).__name__}: {e}"
+        )
     if isinstance(analysis, list | tuple):  # older jax returned one dict per program
         analysis = analysis[0] if analysis else None
     if not analysis:

@@ -74,21 +74,30 @@ class ResNet(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool = True):
         conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
-        norm = functools.partial(nn.BatchNorm, use_running_average=not train, momentum=0.9,
-                                 epsilon=1e-5, dtype=self.dtype, axis_name=self.bn_axis_name)
+        norm = functools.partial(
+            nn.BatchNorm,
+            use_running_average=not train,
+            momentum=0.9,
+            epsilon=1e-5,
+            dtype=self.dtype,
+            axis_name=self.bn_axis_name,
+        )
         x = x.astype(self.dtype)
         if self.small_stem:
             x = conv(self.num_filters, (3, 3), name="conv_init")(x)
             x = nn.relu(norm(name="bn_init")(x))
         else:
-            x = conv(self.num_filters, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], name="conv_init")(x)
+            x = conv(self.num_filters, (7, 7), (2, 2), padding=[(3, 3), (3, 3)], name="conv_init")(
+                x
+            )
             x = nn.relu(norm(name="bn_init")(x))
             x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         for i, block_size in enumerate(self.stage_sizes):
             for j in range(block_size):
                 strides = (2, 2) if i > 0 and j == 0 else (1, 1)
-                x = self.block_cls(self.num_filters * 2**i, strides=strides, conv=conv, norm=norm,
-                                   act=nn.relu)(x)
+                x = self.block_cls(
+                    self.num_filters * 2**i, strides=strides, conv=conv, norm=norm, act=nn.relu
+                )(x)
         x = jnp.mean(x, axis=(1, 2))
         x = nn.Dense(self.num_classes, dtype=self.dtype)(x)
         return x.astype(jnp.float32)
@@ -101,12 +110,14 @@ _ARCHS = {
     "resnet101": dict(stage_sizes=(3, 4, 23, 3), block_cls=BottleneckResNetBlock),
     "resnet152": dict(stage_sizes=(3, 8, 36, 3), block_cls=BottleneckResNetBlock),
     # For 28×28 inputs (Fashion-MNIST): three stages of one basic block, 16/32/64 channels.
-    "resnet_small": dict(stage_sizes=(1, 1, 1), block_cls=ResNetBlock, num_filters=16,
-                         small_stem=True),
+    "resnet_small": dict(
+        stage_sizes=(1, 1, 1), block_cls=ResNetBlock, num_filters=16, small_stem=True
+    ),
 }
 
 
-def make_resnet(name: str, num_classes: int, dtype: Any = jnp.float32,
-                bn_axis_name: str | None = None) -> ResNet:
+def make_resnet(
+    name: str, num_classes: int, dtype: Any = jnp.float32, bn_axis_name: str | None = None
+) -> ResNet:
     """Builds a member model by name (config.MODELS)."""
     return ResNet(num_classes=num_classes, dtype=dtype, bn_axis_name=bn_axis_name, **_ARCHS[name])

@@ -75,9 +75,14 @@ class StreamResult:
             expected = k.spec.arrays_moved * self.elements * self.itemsize
             slack = SCALAR_SLACK_BYTES * self.placement.num_devices
             if xla is not None and abs(xla - expected) > slack:
-                why = (" (on shards under ~64 Ki elements XLA splits Dot into several passes)"
-                       if k.spec.writes is None else "")
-                out.append(f"{k.spec.name}: BabelStream counts {expected} bytes, XLA {xla:.0f}{why}")
+                why = (
+                    " (on shards under ~64 Ki elements XLA splits Dot into several passes)"
+                    if k.spec.writes is None
+                    else ""
+                )
+                out.append(
+                    f"{k.spec.name}: BabelStream counts {expected} bytes, XLA {xla:.0f}{why}"
+                )
         return out
 
     def allocation_problems(self) -> list[str]:
@@ -87,8 +92,10 @@ class StreamResult:
             if k.spec.writes is None:
                 continue
             if k.allocation.aliased is False or (k.allocation.temp_bytes or 0) > 0:
-                out.append(f"{k.spec.name}: XLA aliases {k.allocation.alias_bytes} of "
-                           f"{k.allocation.output_bytes} output bytes, temp {k.allocation.temp_bytes}")
+                out.append(
+                    f"{k.spec.name}: XLA aliases {k.allocation.alias_bytes} of "
+                    f"{k.allocation.output_bytes} output bytes, temp {k.allocation.temp_bytes}"
+                )
             if self.buffer_reused.get(k.spec.key) is False:
                 out.append(f"{k.spec.name}: output landed in a new buffer, not the donated one")
         return out
@@ -99,8 +106,9 @@ def _x64(precision: str):
     return jax.enable_x64(True) if precision == "float64" else contextlib.nullcontext()
 
 
-def measure_bandwidth(config: StreamConfig,
-               kernel_specs: Mapping[str, KernelSpec] | None = None) -> StreamResult:
+def measure_bandwidth(
+    config: StreamConfig, kernel_specs: Mapping[str, KernelSpec] | None = None
+) -> StreamResult:
     """Sizes, places, compiles, runs and validates one STREAM run; prints nothing.
 
     Args:
@@ -114,39 +122,67 @@ def measure_bandwidth(config: StreamConfig,
     """
     with _x64(config.precision):
         placement = make_placement(config.devices)
-        size = resolve_array_size(config, placement.num_devices,
-                                  device_memory_bytes(placement.devices[0]))
+        size = resolve_array_size(
+            config, placement.num_devices, device_memory_bytes(placement.devices[0])
+        )
         if size.note:
             logging.info("STREAM: %s", size.note)
         nbytes = itemsize(config.precision)
-        size_check = check_size(size.elements // placement.num_devices * nbytes,
-                                devices_per_cache(placement),
-                                largest_cache(placement.platform, placement.device_kind))
+        size_check = check_size(
+            size.elements // placement.num_devices * nbytes,
+            devices_per_cache(placement),
+            largest_cache(placement.platform, placement.device_kind),
+        )
         if not size_check.ok:
             if config.strict_size:
                 raise UsageError(f"--strict_size: {size_check.message}")
-            logging.warning("STREAM: arrays too small, this measures a cache: %s",
-                            size_check.message)
+            logging.warning(
+                "STREAM: arrays too small, this measures a cache: %s", size_check.message
+            )
         dtype = jnp_dtype(config.precision)
         kernel_specs = KERNELS if kernel_specs is None else kernel_specs
         start = time.perf_counter()
-        kernels = tuple(compile_kernel(kernel_specs[key], placement, size.elements, dtype)
-                        for key in RUN_ORDERS[config.kernels])
+        kernels = tuple(
+            compile_kernel(kernel_specs[key], placement, size.elements, dtype)
+            for key in RUN_ORDERS[config.kernels]
+        )
         compile_s = time.perf_counter() - start
         start = time.perf_counter()
         arrays = init_arrays(placement, size.elements, dtype)
         jax.block_until_ready(arrays)
         init_s = time.perf_counter() - start
-        run = run_kernels(kernels, arrays, config.num_times, across_processes=config.devices == "all")
+        run = run_kernels(
+            kernels, arrays, config.num_times, across_processes=config.devices == "all"
+        )
         del arrays
-        validation = validate(run.arrays, run.dot_sum, config.kernels, config.num_times,
-                              config.precision, placement)
-    figures = [report.kernel_figures(k.spec.key, run.times_s[k.spec.key], size.elements, nbytes,
-                                     placement.num_devices, k.cost.bytes_accessed) for k in kernels]
-    return StreamResult(config=config, size=size, itemsize=nbytes, placement=placement,
-                        size_check=size_check, kernels=kernels, figures=figures,
-                        times_s=run.times_s, buffer_reused=run.buffer_reused,
-                        validation=validation, compile_s=compile_s, init_s=init_s)
+        validation = validate(
+            run.arrays, run.dot_sum, config.kernels, config.num_times, config.precision, placement
+        )
+    figures = [
+        report.kernel_figures(
+            k.spec.key,
+            run.times_s[k.spec.key],
+            size.elements,
+            nbytes,
+            placement.num_devices,
+            k.cost.bytes_accessed,
+        )
+        for k in kernels
+    ]
+    return StreamResult(
+        config=config,
+        size=size,
+        itemsize=nbytes,
+        placement=placement,
+        size_check=size_check,
+        kernels=kernels,
+        figures=figures,
+        times_s=run.times_s,
+        buffer_reused=run.buffer_reused,
+        validation=validation,
+        compile_s=compile_s,
+        init_s=init_s,
+    )
 
 
 def implementation_label(placement: Placement) -> str:
@@ -182,19 +218,37 @@ def run_stream(config: RunConfig) -> int:
 def _print_report(result: StreamResult) -> None:
     cfg = result.config
     if cfg.csv:
-        print(report.csv(result.figures, cfg.num_times, result.elements, result.itemsize,
-                         cfg.mibibytes))
+        print(
+            report.csv(
+                result.figures, cfg.num_times, result.elements, result.itemsize, cfg.mibibytes
+            )
+        )
         return
-    print(report.header(implementation=implementation_label(result.placement),
-                        kernels=cfg.kernels, num_times=cfg.num_times, precision=cfg.precision,
-                        elements=result.elements, itemsize=result.itemsize,
-                        mibibytes=cfg.mibibytes, placement=result.placement.describe()))
+    print(
+        report.header(
+            implementation=implementation_label(result.placement),
+            kernels=cfg.kernels,
+            num_times=cfg.num_times,
+            precision=cfg.precision,
+            elements=result.elements,
+            itemsize=result.itemsize,
+            mibibytes=cfg.mibibytes,
+            placement=result.placement.describe(),
+        )
+    )
     print(report.table(result.figures, cfg.mibibytes))
     if result.placement.num_devices > 1:
         print(report.per_device_table(result.figures, cfg.mibibytes))
     if cfg.kernels == "triad":
-        print(report.triad_only_summary(result.times_s["triad"], result.elements, result.itemsize,
-                                        cfg.num_times, cfg.mibibytes))
+        print(
+            report.triad_only_summary(
+                result.times_s["triad"],
+                result.elements,
+                result.itemsize,
+                cfg.num_times,
+                cfg.mibibytes,
+            )
+        )
 
 
 def _per_process_best(result: StreamResult) -> list[dict[str, float]]:
@@ -205,8 +259,9 @@ def _per_process_best(result: StreamResult) -> list[dict[str, float]]:
     return [{f.key: float(row[i]) for i, f in enumerate(result.figures)} for row in gathered]
 
 
-def stream_record(config: RunConfig, run_id: str, result: StreamResult,
-                  per_process: list[dict[str, float]] | None) -> dict:
+def stream_record(
+    config: RunConfig, run_id: str, result: StreamResult, per_process: list[dict[str, float]] | None
+) -> dict:
     """The JSON record: the training runs' conventions (run_id, mode, status, config,
     provenance, sections, metrics) with STREAM's figures."""
     placement = result.placement
@@ -214,43 +269,65 @@ def stream_record(config: RunConfig, run_id: str, result: StreamResult,
     metrics = report.metrics(result.figures)
     metrics["stream/figure_of_merit/gb_per_s"] = fom.gb_per_s
     metrics["stream/validation/passed"] = result.validation.passed
-    failed = "" if result.validation.passed else "validation failed: " + "; ".join(
-        result.validation.failures())
+    failed = (
+        ""
+        if result.validation.passed
+        else "validation failed: " + "; ".join(result.validation.failures())
+    )
     return results.envelope(
-        "stream", run_id, "invalid" if failed else "complete", config, failed,
+        "stream",
+        run_id,
+        "invalid" if failed else "complete",
+        config,
+        failed,
         array={
-            "elements": result.elements, "precision": result.config.precision,
-            "itemsize": result.itemsize, "bytes_per_array": result.elements * result.itemsize,
+            "elements": result.elements,
+            "precision": result.config.precision,
+            "itemsize": result.itemsize,
+            "bytes_per_array": result.elements * result.itemsize,
             "bytes_total": 3 * result.elements * result.itemsize,
-            "size_source": result.size.source, "size_note": result.size.note,
+            "size_source": result.size.source,
+            "size_note": result.size.note,
         },
         placement={
-            "mode": placement.mode, "num_devices": placement.num_devices,
+            "mode": placement.mode,
+            "num_devices": placement.num_devices,
             "devices": [str(d) for d in placement.devices],
-            "device_kind": placement.device_kind, "platform": placement.platform,
+            "device_kind": placement.device_kind,
+            "platform": placement.platform,
             "process_count": jax.process_count(),
         },
         cache={
-            "bytes": result.size_check.cache.bytes, "source": result.size_check.cache.source,
+            "bytes": result.size_check.cache.bytes,
+            "source": result.size_check.cache.source,
             "scope": result.size_check.cache.scope,
             "arrays_bytes_per_cache": result.size_check.arrays_bytes,
-            "size_rule_ok": result.size_check.ok, "message": result.size_check.message,
+            "size_rule_ok": result.size_check.ok,
+            "message": result.size_check.message,
         },
         run={
             "babelstream_version": report.BABELSTREAM_VERSION,
             "implementation": implementation_label(placement),
-            "kernels": result.config.kernels, "order": list(RUN_ORDERS[result.config.kernels]),
-            "num_times": result.config.num_times, "timing": "per call, blocking, first iteration "
+            "kernels": result.config.kernels,
+            "order": list(RUN_ORDERS[result.config.kernels]),
+            "num_times": result.config.num_times,
+            "timing": "per call, blocking, first iteration "
             "excluded; bandwidth from the fastest call",
         },
         timing={"compile_s": result.compile_s, "init_s": result.init_s},
         kernels=report.figures_record(result.figures),
         figure_of_merit={"kernel": fom.key, "gb_per_s": fom.gb_per_s},
-        allocation={k.spec.key: {
-            "donated": k.spec.writes, "output_bytes": k.allocation.output_bytes,
-            "alias_bytes": k.allocation.alias_bytes, "temp_bytes": k.allocation.temp_bytes,
-            "buffer_reused": result.buffer_reused.get(k.spec.key), "note": k.allocation.note,
-        } for k in result.kernels},
+        allocation={
+            k.spec.key: {
+                "donated": k.spec.writes,
+                "output_bytes": k.allocation.output_bytes,
+                "alias_bytes": k.allocation.alias_bytes,
+                "temp_bytes": k.allocation.temp_bytes,
+                "buffer_reused": result.buffer_reused.get(k.spec.key),
+                "note": k.allocation.note,
+            }
+            for k in result.kernels
+        },
         byte_weight_mismatches=result.byte_weight_mismatches(),
         validation=result.validation.to_dict(),
         per_process_gb_per_s=per_process,

@@ -67,8 +67,9 @@ def cpu_cache(sysfs: Path = Path("/sys/devices/system/cpu")) -> CacheInfo:
         top = max(levels)
         instances = levels[top]
         total = sum(instances.values())
-        return CacheInfo(total, f"sysfs: {len(instances)} x L{top} "
-                         f"{max(instances.values()) / MIB:g} MiB", "host")
+        return CacheInfo(
+            total, f"sysfs: {len(instances)} x L{top} {max(instances.values()) / MIB:g} MiB", "host"
+        )
     for name in ("SC_LEVEL4_CACHE_SIZE", "SC_LEVEL3_CACHE_SIZE", "SC_LEVEL2_CACHE_SIZE"):
         try:
             value = os.sysconf(name)
@@ -91,8 +92,12 @@ def accelerator_cache(device_kind: str) -> CacheInfo:
     for key, size in ACCELERATOR_CACHE_BYTES:
         if key.lower() in device_kind.lower():
             return CacheInfo(size, f"table: {key}", "device")
-    return CacheInfo(UNKNOWN_ACCELERATOR_CACHE_BYTES, f"assumed {UNKNOWN_ACCELERATOR_CACHE_BYTES // MIB} "
-                     f"MiB: {device_kind!r} is not in the cache table", "device")
+    return CacheInfo(
+        UNKNOWN_ACCELERATOR_CACHE_BYTES,
+        f"assumed {UNKNOWN_ACCELERATOR_CACHE_BYTES // MIB} "
+        f"MiB: {device_kind!r} is not in the cache table",
+        "device",
+    )
 
 
 def largest_cache(platform: str, device_kind: str) -> CacheInfo:
@@ -118,13 +123,21 @@ def check_size(array_bytes_per_device: int, devices_per_cache: int, cache: Cache
     """
     arrays = 3 * array_bytes_per_device * devices_per_cache
     if cache.bytes is None:
-        return SizeCheck(True, arrays, cache, f"cache size unknown ({cache.source}); the "
-                         "4x-cache rule is not checked")
+        return SizeCheck(
+            True,
+            arrays,
+            cache,
+            f"cache size unknown ({cache.source}); the 4x-cache rule is not checked",
+        )
     ok = arrays >= SIZE_FACTOR * cache.bytes
     relation = ">=" if ok else "<"
-    message = (f"three arrays {arrays / MIB:.1f} MiB {relation} {SIZE_FACTOR} x largest cache "
-               f"{cache.bytes / MIB:.1f} MiB ({cache.source})")
+    message = (
+        f"three arrays {arrays / MIB:.1f} MiB {relation} {SIZE_FACTOR} x largest cache "
+        f"{cache.bytes / MIB:.1f} MiB ({cache.source})"
+    )
     if not ok:
-        message += (f"; the arrays behind this cache must total at least "
-                    f"{SIZE_FACTOR * cache.bytes / MIB:.1f} MiB (--array_size, --array_mib)")
+        message += (
+            f"; the arrays behind this cache must total at least "
+            f"{SIZE_FACTOR * cache.bytes / MIB:.1f} MiB (--array_size, --array_mib)"
+        )
     return SizeCheck(ok, arrays, cache, message)

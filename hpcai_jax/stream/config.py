@@ -24,8 +24,9 @@ class ArraySize:
     note: str = ""  # e.g. how a derived size was rounded
 
 
-def resolve_array_size(config: StreamConfig, num_devices: int,
-                       device_memory_bytes: int | None) -> ArraySize:
+def resolve_array_size(
+    config: StreamConfig, num_devices: int, device_memory_bytes: int | None
+) -> ArraySize:
     """Elements per array for `num_devices` devices that each hold an equal shard.
 
     An explicit --array_size must divide evenly over the devices; sizes derived from MiB or a
@@ -42,34 +43,49 @@ def resolve_array_size(config: StreamConfig, num_devices: int,
     size = itemsize(config.precision)
     if config.array_size:
         elements, source, note = config.array_size, "array_size", ""
-        _require(elements % num_devices == 0,
-                 f"--array_size={elements}: not divisible across {num_devices} devices "
-                 f"(--stream_devices={config.devices}); use a multiple of {num_devices}")
+        _require(
+            elements % num_devices == 0,
+            f"--array_size={elements}: not divisible across {num_devices} devices "
+            f"(--stream_devices={config.devices}); use a multiple of {num_devices}",
+        )
     elif config.array_mib or config.array_fraction:
         if config.array_mib:
             exact = config.array_mib * MIB / size
             source, flag = "array_mib", f"--array_mib={config.array_mib}"
         else:
-            _require(device_memory_bytes is not None, f"--array_fraction={config.array_fraction}: "
-                     "this backend does not report its device memory; use --array_size or --array_mib")
+            _require(
+                device_memory_bytes is not None,
+                f"--array_fraction={config.array_fraction}: "
+                "this backend does not report its device memory; use --array_size or --array_mib",
+            )
             # The fraction is of one device's memory for its shards of all three arrays.
             exact = config.array_fraction * device_memory_bytes * num_devices / (3 * size)
             source, flag = "array_fraction", f"--array_fraction={config.array_fraction}"
         elements = int(exact) // num_devices * num_devices
-        _require(elements >= num_devices,
-                 f"{flag}: gives {int(exact)} elements per array, fewer than the {num_devices} devices")
-        note = (f"{flag} gives {exact:.1f} elements per array; rounded down to {elements}, a "
-                f"multiple of {num_devices} devices" if elements != exact else "")
+        _require(
+            elements >= num_devices,
+            f"{flag}: gives {int(exact)} elements per array, fewer than the {num_devices} devices",
+        )
+        note = (
+            f"{flag} gives {exact:.1f} elements per array; rounded down to {elements}, a "
+            f"multiple of {num_devices} devices"
+            if elements != exact
+            else ""
+        )
     else:
         elements, source, note = DEFAULT_ARRAY_SIZE, "default", ""
-        _require(elements % num_devices == 0,
-                 f"default array size 2^25 is not divisible across {num_devices} devices; "
-                 "set --array_size to a multiple of the device count")
+        _require(
+            elements % num_devices == 0,
+            f"default array size 2^25 is not divisible across {num_devices} devices; "
+            "set --array_size to a multiple of the device count",
+        )
     if device_memory_bytes is not None:
         need = 3 * elements // num_devices * size
-        _require(need <= device_memory_bytes,
-                 f"{_flag_of(config, source)}: three arrays need {need / MIB:.1f} MiB per device, "
-                 f"more than its {device_memory_bytes / MIB:.1f} MiB of memory")
+        _require(
+            need <= device_memory_bytes,
+            f"{_flag_of(config, source)}: three arrays need {need / MIB:.1f} MiB per device, "
+            f"more than its {device_memory_bytes / MIB:.1f} MiB of memory",
+        )
     return ArraySize(elements=elements, source=source, note=note)
 
 

@@ -67,14 +67,17 @@ def _nstream(a, b, c, scalar):
     return a + b + scalar * c
 
 
-KERNELS: dict[str, KernelSpec] = {k.key: k for k in (
-    KernelSpec("Copy", 2, "c", _copy),  # c = a
-    KernelSpec("Mul", 2, "b", _mul),  # b = scalar * c
-    KernelSpec("Add", 3, "c", _add),  # c = a + b
-    KernelSpec("Triad", 3, "a", _triad),  # a = b + scalar * c
-    KernelSpec("Dot", 2, None, _dot),  # sum(a * b)
-    KernelSpec("Nstream", 4, "a", _nstream),  # a += b + scalar * c
-)}
+KERNELS: dict[str, KernelSpec] = {
+    k.key: k
+    for k in (
+        KernelSpec("Copy", 2, "c", _copy),  # c = a
+        KernelSpec("Mul", 2, "b", _mul),  # b = scalar * c
+        KernelSpec("Add", 3, "c", _add),  # c = a + b
+        KernelSpec("Triad", 3, "a", _triad),  # a = b + scalar * c
+        KernelSpec("Dot", 2, None, _dot),  # sum(a * b)
+        KernelSpec("Nstream", 4, "a", _nstream),  # a += b + scalar * c
+    )
+}
 
 # BabelStream's run orders: the five classic kernels in sequence, or one kernel alone.
 RUN_ORDERS: dict[str, tuple[str, ...]] = {
@@ -123,23 +126,35 @@ def _allocation_check(compiled: jax.stages.Compiled) -> AllocationCheck:
         return AllocationCheck(None, None, None, f"memory analysis unavailable: {type(e).__name__}")
     if stats is None:
         return AllocationCheck(None, None, None, "memory analysis returned nothing on this backend")
-    return AllocationCheck(int(stats.output_size_in_bytes), int(stats.alias_size_in_bytes),
-                           int(stats.temp_size_in_bytes))
+    return AllocationCheck(
+        int(stats.output_size_in_bytes),
+        int(stats.alias_size_in_bytes),
+        int(stats.temp_size_in_bytes),
+    )
 
 
-def compile_kernel(spec: KernelSpec, placement: Placement, elements: int, dtype,
-                   scalar: float = START_SCALAR) -> CompiledKernel:
+def compile_kernel(
+    spec: KernelSpec, placement: Placement, elements: int, dtype, scalar: float = START_SCALAR
+) -> CompiledKernel:
     """Lowers and compiles one kernel ahead of timing, for arrays of `elements` in `placement`."""
     donate = () if spec.writes is None else (ARRAY_NAMES.index(spec.writes),)
     out_sharding = placement.replicated if spec.writes is None else placement.sharded
-    jitted = jax.jit(functools.partial(spec.fn, scalar=scalar),
-                     in_shardings=(placement.sharded,) * 3, out_shardings=out_sharding,
-                     donate_argnums=donate, keep_unused=True)
+    jitted = jax.jit(
+        functools.partial(spec.fn, scalar=scalar),
+        in_shardings=(placement.sharded,) * 3,
+        out_shardings=out_sharding,
+        donate_argnums=donate,
+        keep_unused=True,
+    )
     arg = jax.ShapeDtypeStruct((elements,), dtype, sharding=placement.sharded)
     compiled = jitted.lower(arg, arg, arg).compile()
-    return CompiledKernel(spec=spec, compiled=compiled, donate_index=donate[0] if donate else None,
-                          cost=xla_cost(compiled, placement.num_devices),
-                          allocation=_allocation_check(compiled))
+    return CompiledKernel(
+        spec=spec,
+        compiled=compiled,
+        donate_index=donate[0] if donate else None,
+        cost=xla_cost(compiled, placement.num_devices),
+        allocation=_allocation_check(compiled),
+    )
 
 
 def init_arrays(placement: Placement, elements: int, dtype) -> dict[str, jax.Array]:

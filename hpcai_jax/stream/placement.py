@@ -54,8 +54,10 @@ class Placement:
     def describe(self) -> str:
         if self.mode == "one":
             return f"one device: {self.devices[0]}"
-        return (f"all {self.num_devices} devices of {jax.process_count()} process(es), arrays "
-                f"sharded {self.num_devices} ways")
+        return (
+            f"all {self.num_devices} devices of {jax.process_count()} process(es), arrays "
+            f"sharded {self.num_devices} ways"
+        )
 
 
 def make_placement(mode: str) -> Placement:

@@ -44,26 +44,50 @@ class KernelFigures:
         return self.bytes_per_s * (2.0**-20 if mibibytes else 1.0e-6)
 
 
-def kernel_figures(key: str, times_s: np.ndarray, elements: int, itemsize: int, num_devices: int,
-                   xla_bytes_accessed: float | None) -> KernelFigures:
+def kernel_figures(
+    key: str,
+    times_s: np.ndarray,
+    elements: int,
+    itemsize: int,
+    num_devices: int,
+    xla_bytes_accessed: float | None,
+) -> KernelFigures:
     """Statistics of one kernel's calls, the first (warm-up) call excluded as in BabelStream."""
     timed = np.asarray(times_s)[1:]
     spec = KERNELS[key]
-    return KernelFigures(key=key, label=spec.name, bytes_moved=spec.arrays_moved * elements * itemsize,
-                         min_s=float(timed.min()), max_s=float(timed.max()),
-                         avg_s=float(timed.mean()), num_devices=num_devices,
-                         xla_bytes_accessed=xla_bytes_accessed)
+    return KernelFigures(
+        key=key,
+        label=spec.name,
+        bytes_moved=spec.arrays_moved * elements * itemsize,
+        min_s=float(timed.min()),
+        max_s=float(timed.max()),
+        avg_s=float(timed.mean()),
+        num_devices=num_devices,
+        xla_bytes_accessed=xla_bytes_accessed,
+    )
 
 
 def precision_label(precision: str) -> str:
     return {"float64": "double", "float32": "float", "bfloat16": "bfloat16"}[precision]
 
 
-def header(*, implementation: str, kernels: str, num_times: int, precision: str, elements: int,
-           itemsize: int, mibibytes: bool, placement: str) -> str:
+def header(
+    *,
+    implementation: str,
+    kernels: str,
+    num_times: int,
+    precision: str,
+    elements: int,
+    itemsize: int,
+    mibibytes: bool,
+    placement: str,
+) -> str:
     """BabelStream's preamble (version, implementation, run, precision, sizes)."""
-    lines = ["BabelStream", f"Version: {BABELSTREAM_VERSION} (hpcai_jax port)",
-             f"Implementation: {implementation}"]
+    lines = [
+        "BabelStream",
+        f"Version: {BABELSTREAM_VERSION} (hpcai_jax port)",
+        f"Implementation: {implementation}",
+    ]
     if kernels == "all":
         lines.append(f"Running kernels {num_times} times")
     else:
@@ -75,45 +99,89 @@ def header(*, implementation: str, kernels: str, num_times: int, precision: str,
         unit, big, scale, big_scale = "MiB", "GiB", 2.0**-20, 2.0**-30
     else:
         unit, big, scale, big_scale = "MB", "GB", 1.0e-6, 1.0e-9
-    lines.append(f"Array size: {array_bytes * scale:.1f} {unit} (={array_bytes * big_scale:.1f} {big})")
-    lines.append(f"Total size: {3 * array_bytes * scale:.1f} {unit} "
-                 f"(={3 * array_bytes * big_scale:.1f} {big})")
+    lines.append(
+        f"Array size: {array_bytes * scale:.1f} {unit} (={array_bytes * big_scale:.1f} {big})"
+    )
+    lines.append(
+        f"Total size: {3 * array_bytes * scale:.1f} {unit} "
+        f"(={3 * array_bytes * big_scale:.1f} {big})"
+    )
     lines.append(f"Placement: {placement}")
     return "\n".join(lines)
 
 
 def table(figures: list[KernelFigures], mibibytes: bool) -> str:
     """Function, MBytes/sec, Min (sec), Max, Average: left-aligned 12-wide columns."""
-    rows = ["".join(h.ljust(COLUMN) for h in (
-        "Function", "MiBytes/sec" if mibibytes else "MBytes/sec", "Min (sec)", "Max", "Average"))]
+    rows = [
+        "".join(
+            h.ljust(COLUMN)
+            for h in (
+                "Function",
+                "MiBytes/sec" if mibibytes else "MBytes/sec",
+                "Min (sec)",
+                "Max",
+                "Average",
+            )
+        )
+    ]
     for f in figures:
-        rows.append("".join(s.ljust(COLUMN) for s in (
-            f.label, f"{f.rate(mibibytes):.3f}", f"{f.min_s:.5f}", f"{f.max_s:.5f}", f"{f.avg_s:.5f}")))
+        rows.append(
+            "".join(
+                s.ljust(COLUMN)
+                for s in (
+                    f.label,
+                    f"{f.rate(mibibytes):.3f}",
+                    f"{f.min_s:.5f}",
+                    f"{f.max_s:.5f}",
+                    f"{f.avg_s:.5f}",
+                )
+            )
+        )
     return "\n".join(rows)
 
 
 def per_device_table(figures: list[KernelFigures], mibibytes: bool) -> str:
     """With arrays sharded over several devices: each device's share of the aggregate rate."""
     unit = "MiBytes/sec" if mibibytes else "MBytes/sec"
-    rows = [f"Per device ({figures[0].num_devices} devices, aggregate / devices):",
-            "".join(h.ljust(COLUMN) for h in ("Function", unit))]
+    rows = [
+        f"Per device ({figures[0].num_devices} devices, aggregate / devices):",
+        "".join(h.ljust(COLUMN) for h in ("Function", unit)),
+    ]
     for f in figures:
         rows.append(f.label.ljust(COLUMN) + f"{f.rate(mibibytes) / f.num_devices:.3f}")
     return "\n".join(rows)
 
 
-def csv(figures: list[KernelFigures], num_times: int, elements: int, itemsize: int,
-        mibibytes: bool) -> str:
+def csv(
+    figures: list[KernelFigures], num_times: int, elements: int, itemsize: int, mibibytes: bool
+) -> str:
     """BabelStream's CSV; a per-device column is appended when the arrays span several devices."""
     rate_col = "max_mibytes_per_sec" if mibibytes else "max_mbytes_per_sec"
-    columns = ["function", "num_times", "n_elements", "sizeof", rate_col, "min_runtime",
-               "max_runtime", "avg_runtime"]
+    columns = [
+        "function",
+        "num_times",
+        "n_elements",
+        "sizeof",
+        rate_col,
+        "min_runtime",
+        "max_runtime",
+        "avg_runtime",
+    ]
     several = figures and figures[0].num_devices > 1
     if several:
         columns += ["n_devices", rate_col + "_per_device"]
     rows = [",".join(columns)]
     for f in figures:
-        values = [f.label, num_times, elements, itemsize, f.rate(mibibytes), f.min_s, f.max_s, f.avg_s]
+        values = [
+            f.label,
+            num_times,
+            elements,
+            itemsize,
+            f.rate(mibibytes),
+            f.min_s,
+            f.max_s,
+            f.avg_s,
+        ]
         if several:
             values += [f.num_devices, f.rate(mibibytes) / f.num_devices]
         rows.append(",".join(_csv_value(v) for v in values))
@@ -124,8 +192,9 @@ def _csv_value(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def triad_only_summary(times_s: np.ndarray, elements: int, itemsize: int, num_times: int,
-                       mibibytes: bool) -> str:
+def triad_only_summary(
+    times_s: np.ndarray, elements: int, itemsize: int, num_times: int, mibibytes: bool
+) -> str:
     """BabelStream's Triad-only report: total runtime of the loop and the bandwidth over it.
 
     Our loop blocks after every call, so this includes num_times synchronisations that
@@ -134,9 +203,11 @@ def triad_only_summary(times_s: np.ndarray, elements: int, itemsize: int, num_ti
     runtime = float(np.sum(times_s))
     total_bytes = 3 * itemsize * elements * num_times
     bandwidth = total_bytes / runtime * (2.0**-30 if mibibytes else 1.0e-9)
-    return ("--------------------------------\n"
-            f"Runtime (seconds): {runtime:.5f}\n"
-            f"Bandwidth ({'GiB/s' if mibibytes else 'GB/s'}):  {bandwidth:.3f}")
+    return (
+        "--------------------------------\n"
+        f"Runtime (seconds): {runtime:.5f}\n"
+        f"Bandwidth ({'GiB/s' if mibibytes else 'GB/s'}):  {bandwidth:.3f}"
+    )
 
 
 def merit_kernel(figures: list[KernelFigures]) -> KernelFigures:
@@ -148,8 +219,9 @@ def figure_of_merit(figures: list[KernelFigures], mibibytes: bool) -> str:
     """The closing line: the figure of merit's rate."""
     fom = merit_kernel(figures)
     unit = "MiBytes/sec" if mibibytes else "MBytes/sec"
-    return (f"Figure of merit: {fom.label} {fom.rate(mibibytes):.3f} {unit} "
-            f"(= {fom.gb_per_s:.3f} GB/s)")
+    return (
+        f"Figure of merit: {fom.label} {fom.rate(mibibytes):.3f} {unit} (= {fom.gb_per_s:.3f} GB/s)"
+    )
 
 
 def metrics(figures: list[KernelFigures]) -> dict[str, float]:
@@ -166,14 +238,17 @@ def metrics(figures: list[KernelFigures]) -> dict[str, float]:
 
 
 def figures_record(figures: list[KernelFigures]) -> dict[str, dict]:
-    return {f.key: {
-        "label": f.label,
-        "bytes_moved": f.bytes_moved,
-        "arrays_moved": KERNELS[f.key].arrays_moved,
-        "gb_per_s": f.gb_per_s,
-        "gb_per_s_per_device": f.per_device_gb_per_s,
-        "min_s": f.min_s,
-        "max_s": f.max_s,
-        "avg_s": f.avg_s,
-        "xla_bytes_accessed": f.xla_bytes_accessed,
-    } for f in figures}
+    return {
+        f.key: {
+            "label": f.label,
+            "bytes_moved": f.bytes_moved,
+            "arrays_moved": KERNELS[f.key].arrays_moved,
+            "gb_per_s": f.gb_per_s,
+            "gb_per_s_per_device": f.per_device_gb_per_s,
+            "min_s": f.min_s,
+            "max_s": f.max_s,
+            "avg_s": f.avg_s,
+            "xla_bytes_accessed": f.xla_bytes_accessed,
+        }
+        for f in figures
+    }

@@ -36,8 +36,12 @@ def _buffer_pointers(array: jax.Array) -> tuple[int, ...] | None:
         return None
 
 
-def run_kernels(kernels: Sequence[CompiledKernel], arrays: dict[str, jax.Array],
-                num_times: int, across_processes: bool) -> RunResult:
+def run_kernels(
+    kernels: Sequence[CompiledKernel],
+    arrays: dict[str, jax.Array],
+    num_times: int,
+    across_processes: bool,
+) -> RunResult:
     """Runs `num_times` iterations of `kernels` in order over (a, b, c), timing every call.
 
     `across_processes`: the arrays span every process (--stream_devices=all), so processes
@@ -73,8 +77,7 @@ def run_kernels(kernels: Sequence[CompiledKernel], arrays: dict[str, jax.Array],
                     reused[kernel.spec.key] = None if after is None else after == donated
     if across_processes:
         times = _slowest_process(times)
-    return RunResult(times_s=times, arrays=arrays, dot_sum=dot_sum,
-                     buffer_reused=reused)
+    return RunResult(times_s=times, arrays=arrays, dot_sum=dot_sum, buffer_reused=reused)
 
 
 def _slowest_process(times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -44,8 +44,9 @@ class Gold:
     rounding: str = "operation"
 
 
-def gold_values(kernels: str, num_times: int, precision: str, elements: int,
-                rounding: str = "operation") -> Gold:
+def gold_values(
+    kernels: str, num_times: int, precision: str, elements: int, rounding: str = "operation"
+) -> Gold:
     """Replays `num_times` iterations of the run order on scalars of the run's precision.
 
     rounding="operation" rounds every operation to the precision (BabelStream's replay in T);
@@ -87,8 +88,10 @@ class Check:
     def message(self) -> str:
         label = "sum" if self.name == "dot" else f"{self.name}[]"
         kind = "relative" if self.relative else "absolute"
-        return (f"Validation failed on {label}. Average {kind} error {self.error:.6g} "
-                f"(tolerance {self.tolerance:.3g})")
+        return (
+            f"Validation failed on {label}. Average {kind} error {self.error:.6g} "
+            f"(tolerance {self.tolerance:.3g})"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,22 +110,34 @@ class Validation:
         return {
             "passed": self.passed,
             "gold": dataclasses.asdict(self.gold),
-            "checks": {c.name: {"error": c.error, "tolerance": c.tolerance, "relative": c.relative,
-                                "passed": c.passed} for c in self.checks},
+            "checks": {
+                c.name: {
+                    "error": c.error,
+                    "tolerance": c.tolerance,
+                    "relative": c.relative,
+                    "passed": c.passed,
+                }
+                for c in self.checks
+            },
         }
 
 
-def mean_abs_errors(arrays: dict[str, jax.Array], gold: Gold, placement: Placement) -> dict[str, float]:
+def mean_abs_errors(
+    arrays: dict[str, jax.Array], gold: Gold, placement: Placement
+) -> dict[str, float]:
     """mean |x - gold| per array, reduced on the devices (float64 for float64 runs, else float32)."""
     acc = jnp.float64 if arrays["a"].dtype == jnp.float64 else jnp.float32
     golds = {"a": gold.a, "b": gold.b, "c": gold.c}
 
     def errors(a, b, c):
-        return tuple(jnp.mean(jnp.abs(x.astype(acc) - golds[name]), dtype=acc)
-                     for name, x in zip(ARRAY_NAMES, (a, b, c), strict=True))
+        return tuple(
+            jnp.mean(jnp.abs(x.astype(acc) - golds[name]), dtype=acc)
+            for name, x in zip(ARRAY_NAMES, (a, b, c), strict=True)
+        )
 
     out = jax.jit(errors, out_shardings=(placement.replicated,) * 3)(
-        *(arrays[name] for name in ARRAY_NAMES))
+        *(arrays[name] for name in ARRAY_NAMES)
+    )
     return {name: _host_scalar(x) for name, x in zip(ARRAY_NAMES, out, strict=True)}
 
 
@@ -131,22 +146,36 @@ def _host_scalar(x: jax.Array) -> float:
     return float(np.asarray(x.addressable_data(0)))
 
 
-def validate(arrays: dict[str, jax.Array], dot_sum: jax.Array | None, kernels: str,
-             num_times: int, precision: str, placement: Placement) -> Validation:
+def validate(
+    arrays: dict[str, jax.Array],
+    dot_sum: jax.Array | None,
+    kernels: str,
+    num_times: int,
+    precision: str,
+    placement: Placement,
+) -> Validation:
     """Checks the arrays (and Dot's sum) after `num_times` iterations of the run order `kernels`.
 
     bfloat16 is checked against both roundings (`gold_values`) and keeps the closer one.
     """
     elements = arrays["a"].shape[0]
     roundings = ROUNDINGS if precision == "bfloat16" else ROUNDINGS[:1]
-    results = [_validate_against(arrays, dot_sum, gold_values(kernels, num_times, precision,
-                                                              elements, r), precision, placement)
-               for r in roundings]
+    results = [
+        _validate_against(
+            arrays,
+            dot_sum,
+            gold_values(kernels, num_times, precision, elements, r),
+            precision,
+            placement,
+        )
+        for r in roundings
+    ]
     return min(results, key=lambda v: (not v.passed, max(c.error for c in v.checks)))
 
 
-def _validate_against(arrays, dot_sum, gold: Gold, precision: str,
-                      placement: Placement) -> Validation:
+def _validate_against(
+    arrays, dot_sum, gold: Gold, precision: str, placement: Placement
+) -> Validation:
     errors = mean_abs_errors(arrays, gold, placement)
     checks = []
     for name in ARRAY_NAMES:
@@ -156,6 +185,7 @@ def _validate_against(arrays, dot_sum, gold: Gold, precision: str,
         checks.append(Check(name, error, ARRAY_TOLERANCE[precision], relative))
     if gold.dot is not None and dot_sum is not None:
         total = _host_scalar(dot_sum)
-        checks.append(Check("dot", abs(total - gold.dot) / abs(gold.dot), DOT_TOLERANCE[precision],
-                            True))
+        checks.append(
+            Check("dot", abs(total - gold.dot) / abs(gold.dot), DOT_TOLERANCE[precision], True)
+        )
     return Validation(gold=gold, checks=tuple(checks))

@@ -26,8 +26,9 @@ class ClassificationWorkload:
     metric: str = "top1_accuracy"
 
     def model(self, axis_name: str | None) -> nn.Module:
-        return make_resnet(self.model_name, self.spec.num_classes, dtypes.dtype(self.dtype),
-                           bn_axis_name=axis_name)
+        return make_resnet(
+            self.model_name, self.spec.num_classes, dtypes.dtype(self.dtype), bn_axis_name=axis_name
+        )
 
     def inputs(self, batch) -> jax.Array:
         mean = jnp.asarray(self.spec.mean, jnp.float32)

@@ -50,8 +50,14 @@ class RegressionWorkload:
     def counts(self, prediction, batch, weight) -> jax.Array:
         """[SSE, Σy, Σy², n] over the weighted rows."""
         y = batch["y"]
-        return jnp.stack([jnp.sum(weight * (prediction - y) ** 2), jnp.sum(weight * y),
-                          jnp.sum(weight * y * y), jnp.sum(weight)])
+        return jnp.stack(
+            [
+                jnp.sum(weight * (prediction - y) ** 2),
+                jnp.sum(weight * y),
+                jnp.sum(weight * y * y),
+                jnp.sum(weight),
+            ]
+        )
 
     def quality(self, counts) -> float | None:
         sse, sum_y, sum_y2, n = (float(c) for c in counts)
@@ -62,5 +68,7 @@ class RegressionWorkload:
 
     def synthetic(self, key, lead):
         k1, k2 = jax.random.split(key)
-        return {"x": jax.random.uniform(k1, (*lead, self.spec.num_features)),
-                "y": jax.random.normal(k2, lead)}
+        return {
+            "x": jax.random.uniform(k1, (*lead, self.spec.num_features)),
+            "y": jax.random.normal(k2, lead),
+        }
