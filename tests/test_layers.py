@@ -1,0 +1,65 @@
+"""The architecture holds: no import circles between modules, and no layer imports one above it
+(flops/, data/, workloads/ and stream/ never import the engine)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from helpers import ROOT
+
+PACKAGE = ROOT / "hpcai_jax"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module → the hpcai_jax modules it imports (at any depth of its code)."""
+    modules = {_module(p) for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("hpcai_jax")
+            ):
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    deps.add(name if name in modules else node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("hpcai_jax")}
+        graph[_module(path)] = deps - {_module(path)}
+    return graph
+
+
+def test_there_are_no_import_circles():
+    graph = _imports()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep) :] + [dep])
+            elif dep not in state:
+                visit(dep, [*path, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, cycles
+
+
+def test_lower_layers_never_import_the_engine():
+    graph = _imports()
+    assert len(graph) > 40
+    for module, deps in graph.items():
+        if module.split(".")[1:2] in (["flops"], ["data"], ["workloads"], ["stream"], ["models"]):
+            assert not any(d.startswith("hpcai_jax.engine") for d in deps), (module, deps)
