@@ -106,6 +106,11 @@ def test_end_to_end_record(tmp_path):
     assert record["quality"]["target_is_official"] is False and record["quality"]["target"] == 0.9
     assert record["flops"]["crosscheck_ok"] is True
     assert "all 8 devices at once" in record["peak_flops"]["measured_method"]
+    # Members never exchange training data; what a member sends goes over `data`.
+    assert record["comm"]["bytes_per_step"]["ensemble"] == 0
+    assert record["comm"]["bytes_per_step"]["data"] > 0
+    assert record["memory_per_device"]["argument_bytes"] > 0
+    assert record["energy"]["available"] is False and "cpu" in record["energy"]["why"]
 
 
 @pytest.mark.parametrize(

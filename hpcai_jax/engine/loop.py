@@ -24,6 +24,8 @@ from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batch
 from hpcai_jax.distributed import barrier
 from hpcai_jax.engine import record as run_record
 from hpcai_jax.engine.checkpoint import Checkpointer, fingerprint
+from hpcai_jax.engine.comm import CommVolume, comm_volume
+from hpcai_jax.engine.energy import read_energy
 from hpcai_jax.engine.evaluate import evaluate
 from hpcai_jax.engine.flop_count import FlopFigures, crosscheck
 from hpcai_jax.engine.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
@@ -85,6 +87,8 @@ class StepClock:
         self._last_done = time.perf_counter()
         self._wait_mark = 0.0  # the prefetcher's wait before the first timed step
         self.last_metrics: StepMetrics | None = None
+        first = progress.step
+        self.energy_start = read_energy() if timed_from == first else None
 
     def dispatched(self, step: int, metrics: StepMetrics) -> None:
         """Step `step` was dispatched: complete the one before it."""
@@ -103,6 +107,7 @@ class StepClock:
             self._progress.time_step(step, now - self._last_done)
         elif step == self._timed_from - 1:
             self._wait_mark = self._prefetch.wait_s
+            self.energy_start = read_energy()
         self._last_done, self.last_metrics = now, metrics
         self._progress.step = step + 1
 
@@ -158,6 +163,7 @@ class CompiledStep(NamedTuple):
     flops: FlopFigures
     memory: dict
     peaks: dict
+    comm: CommVolume
 
 
 def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
@@ -190,6 +196,12 @@ def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
             cross.source_reason,
             cross.train_step_flops_source,
         )
+    comm = comm_volume(compiled.as_text(), setup.mesh)
+    logging.info(
+        "collectives per step and device: training %s bytes, member metrics %s bytes",
+        comm.bytes_per_step,
+        comm.metrics_bytes_per_step,
+    )
     memory = _memory(compiled)
     if memory:
         logging.info(
@@ -200,7 +212,7 @@ def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
             memory["temp_bytes"] / 2**20,
         )
     peaks = _peak_flops(config.model.dtype)
-    return CompiledStep(compiled, cost, cross, memory, peaks)
+    return CompiledStep(compiled, cost, cross, memory, peaks, comm)
 
 
 def run_train(config: RunConfig) -> int:
@@ -313,6 +325,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         prefetch.close()
         guard.restore()
     progress.data_wait_s += clock.data_wait_s
+    energy_end = read_energy()
     diverged = progress.diverged
     if diverged and rc.on_divergence == "prune" and len(diverged) == layout.ensemble_size:
         status, reason = "invalid", "every member diverged"
@@ -341,7 +354,9 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         eval_s,
         time.perf_counter() - wall_start,
         reason,
-        built.memory,
+        memory=built.memory,
+        comm=built.comm,
+        energy=(clock.energy_start, energy_end),
     )
     path = results.write_record(config.results.results_dir, progress.run_id, record)
     barrier("exit")

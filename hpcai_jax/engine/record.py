@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from hpcai_jax import metrics, results
+from hpcai_jax.engine.comm import CommVolume
+from hpcai_jax.engine.energy import EnergyReading, energy_record
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.flop_count import FlopFigures
 from hpcai_jax.engine.progress import Progress
@@ -24,7 +26,10 @@ def build(
     eval_s: float,
     total_wall_s: float,
     reason: str = "",
+    *,
     memory: dict | None = None,
+    comm: CommVolume | None = None,
+    energy: tuple[EnergyReading | None, EnergyReading] | None = None,
 ) -> dict:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
@@ -125,6 +130,8 @@ def build(
         },
         peak_flops=peaks,
         memory_per_device=memory or {},
+        comm=comm.to_dict() if comm else None,
+        energy=_energy(energy, flops),
         quality={
             "metric": setup.workload.metric,
             "target": target.target if target else None,
@@ -147,6 +154,15 @@ def build(
             ),
         },
     )
+
+
+def _energy(readings, flops: float | None) -> dict:
+    if readings is None:
+        return {"available": False, "why": "not measured"}
+    start, end = readings
+    if start is None:
+        return {"available": False, "why": "no timed step"}
+    return energy_record(start, end, flops)
 
 
 def summary(record: dict) -> str:
@@ -207,6 +223,16 @@ def summary(record: dict) -> str:
                 f"{'official' if q['target_is_official'] else 'not official'})",
             )
         )
+    energy = record.get("energy") or {}
+    rows.append(
+        (
+            "energy",
+            f"{energy['joules']:.4g} J, {num(energy['average_watts'])} W, "
+            f"{num(energy['flops_per_watt'])} FLOP/J"
+            if energy.get("available")
+            else f"not available ({energy.get('why', 'not measured')})",
+        )
+    )
     rows.append(("record", str(record.get("path"))))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -119,13 +119,17 @@ def map_members(fn: Callable, strategy: str, *stacked):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
+METRICS_SCOPE = "member_metrics"  # names the HLO of gather_members (engine/comm.py)
+
+
 def gather_members(local: jax.Array) -> jax.Array:
     """[m_local] per device → [M] replicated, inside shard_map. A psum of zero-padded slots, since
     all_gather's result counts as device-varying for shard_map's replication check."""
-    m_local = local.shape[0]
-    full = jnp.zeros((m_local * lax.axis_size(ENSEMBLE), *local.shape[1:]), local.dtype)
-    full = lax.dynamic_update_slice_in_dim(full, local, lax.axis_index(ENSEMBLE) * m_local, 0)
-    return lax.psum(full, ENSEMBLE)
+    with jax.named_scope(METRICS_SCOPE):  # its collectives are reporting, not training traffic
+        m_local = local.shape[0]
+        full = jnp.zeros((m_local * lax.axis_size(ENSEMBLE), *local.shape[1:]), local.dtype)
+        full = lax.dynamic_update_slice_in_dim(full, local, lax.axis_index(ENSEMBLE) * m_local, 0)
+        return lax.psum(full, ENSEMBLE)
 
 
 def build_train_step(
