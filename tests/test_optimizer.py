@@ -22,6 +22,16 @@ def _params():
     }
 
 
+# Peak 0.5 (batch = reference batch), decay 0.25, no momentum: exact in float32.
+DECAY = OptimConfig(
+    learning_rate=0.5,
+    lr_reference_batch=128,
+    momentum=0.0,
+    weight_decay=0.25,
+    lr_schedule="constant",
+)
+
+
 def _step(tx, params, grads):
     updates, _ = tx.update(grads, tx.init(params), params)
     return optax.apply_updates(params, updates)
@@ -30,14 +40,7 @@ def _step(tx, params, grads):
 def test_weight_decay_moves_kernels_only():
     # Peak 0.5 (batch = reference batch), decay 0.25, no momentum, zero gradients: one step
     # moves a kernel weight w by -0.5 * 0.25 * w and leaves biases and BatchNorm scales alone.
-    config = OptimConfig(
-        learning_rate=0.5,
-        lr_reference_batch=128,
-        momentum=0.0,
-        weight_decay=0.25,
-        lr_schedule="constant",
-    )
-    tx = make_optimizer(config, batch_size=128, steps_per_epoch=10, total_steps=10)
+    tx = make_optimizer(DECAY, batch_size=128, steps_per_epoch=10, total_steps=10)
     params = _params()
     new = _step(tx, params, jax.tree.map(jnp.zeros_like, params))
     np.testing.assert_array_equal(new["conv"]["kernel"], np.full((3, 3, 1, 2), 0.875, np.float32))
@@ -56,14 +59,7 @@ def test_no_weight_decay_leaves_every_parameter_with_zero_gradients():
 
 def test_weight_decay_adds_to_the_gradient_of_kernels():
     # gradient 1 everywhere: kernel w -> w - lr * (1 + wd * w); bias, scale -> 1 - lr * 1.
-    config = OptimConfig(
-        learning_rate=0.5,
-        lr_reference_batch=128,
-        momentum=0.0,
-        weight_decay=0.25,
-        lr_schedule="constant",
-    )
-    tx = make_optimizer(config, batch_size=128, steps_per_epoch=10, total_steps=10)
+    tx = make_optimizer(DECAY, batch_size=128, steps_per_epoch=10, total_steps=10)
     params = _params()
     new = _step(tx, params, jax.tree.map(jnp.ones_like, params))
     np.testing.assert_array_equal(new["conv"]["kernel"], np.full((3, 3, 1, 2), 0.375, np.float32))
