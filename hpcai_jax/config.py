@@ -264,6 +264,13 @@ class ResultsConfig:
         "within the cross-check tolerance, else analytic).",
         choices=FLOPS_SOURCES,
     )
+    # Written by hpcai_jax/mllog.py.
+    mllog: str = _field(
+        "",
+        "Also write a training run's MLPerf-style :::MLLOG lines to this file (process 0; needs "
+        "the mlperf-logging package). Check it with the compliance checker and the ruleset "
+        "hpcai_jax/mllog_rules/hpcai500.yaml. Empty: no MLLOG file.",
+    )
 
     def validate(self) -> None:
         _require(bool(self.results_dir), "--results_dir: expected a directory path")

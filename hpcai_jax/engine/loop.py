@@ -35,6 +35,7 @@ from hpcai_jax.engine.step import StepMetrics, compile_step
 from hpcai_jax.engine.timing import format_duration
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
 from hpcai_jax.flops.xla import XlaCost, xla_cost
+from hpcai_jax.mllog import MLLog
 
 
 def _batches(setup: RunSetup):
@@ -264,6 +265,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
     else:
         progress = Progress(run_id=results.run_id(config, "train"))
     results.claim(config.results.results_dir, progress.run_id, config.results.overwrite, resuming)
+    mlog = MLLog.start(setup, wall_start)  # --mllog: MLPerf-style lines (no-op without it)
     if not resuming:
         state = setup.init_state()
     logging.info(
@@ -279,6 +281,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
 
     built = _compile(setup, state, progress)
     compiled = built.compiled
+    mlog.init_stop()
 
     guard = PreemptionGuard()
     watch = DivergenceWatch(progress, rc.on_divergence)
@@ -288,10 +291,12 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
     injection = rc.nan_injection
     status, reason = "complete", ""
     barrier("before-timing")
+    mlog.run_start(first)
     prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
     clock = StepClock(progress, timed_from, prefetch)
     try:
         for step in range(first, setup.total_steps):
+            mlog.step(step)  # epoch_start / epoch_stop at epoch boundaries
             batch = prefetch.next()
             if injection and injection[1] == step:
                 state = _poison(state, injection[0])
@@ -318,6 +323,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
                 with clock.paused():
                     ckpt.save(done, state, progress.to_meta())
         clock.flush()
+        mlog.train_stop(progress.step)
         if status == "complete":
             reason = watch.check(keep_last=False)
             status = "invalid" if reason else status
@@ -342,6 +348,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         eval_start = time.perf_counter()
         quality = evaluate(setup, state, frozenset(progress.diverged))
         eval_s = time.perf_counter() - eval_start
+        mlog.evaluated(quality, eval_s)
     record = run_record.build(
         setup,
         progress,
@@ -359,6 +366,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         energy=(clock.energy_start, energy_end),
     )
     path = results.write_record(config.results.results_dir, progress.run_id, record)
+    mlog.run_stop(record)  # only now may the log say success
     barrier("exit")
     record["path"] = str(path) if path else None
     if status == "partial":

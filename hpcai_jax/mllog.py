@@ -1,0 +1,212 @@
+"""`--mllog=PATH`: a training run's MLPerf-style `:::MLLOG` lines, for the MLPerf tools.
+
+The lines come from the `mlperf-logging` package's `mllog` module (standard library only, an
+optional dependency: `pip install 'mlperf-logging>=4.1,<5'`). Process 0 writes them, line by line,
+each line flushed, into a file truncated when the run starts (after its record id is claimed):
+submission info, `cache_clear`, `init_start`/`init_stop` (start-up: data, state, compilation),
+the run's settings (`seed`, `number_of_models` = M, `per_model_batch_size` = |B|,
+`global_batch_size` = M × |B|, Eq. 5's mesh, the optimizer), `run_start`, `epoch_start`/
+`epoch_stop` (1-based `epoch_num`, logged when a step is dispatched: no host sync), the ensemble's
+`eval_accuracy` (in the workload's metric), the benchmark's `flops_per_s` and `vflops_per_s`, and
+`run_stop` once the record is written. `run_stop` says `success` for a complete run, `aborted`
+(with the reason) for a preempted or invalid one; a run that dies logs no `run_stop` at all, so a
+log never claims a success the run did not have. A resumed run writes its own log, from the step
+it resumed at (`run_start`'s `first_step`).
+
+Check a log with the project's ruleset (`RULESET`; the checker needs its absolute path):
+
+    python -m mlperf_logging.compliance_checker --usage hpc --ruleset 3.0.0 \\
+        --config "$PWD/hpcai_jax/mllog_rules/hpcai500.yaml" LOG
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+from hpcai_jax.errors import UsageError
+
+RULESET = Path(__file__).resolve().parent / "mllog_rules" / "hpcai500.yaml"
+INSTALL = "pip install 'mlperf-logging>=4.1,<5'"
+_ROOT = str(Path(__file__).resolve().parent.parent)  # trimmed from the lines' "file"
+# Frames between MLLogger's caller lookup and the engine's call site: _log_helper, event (or start,
+# end), _line, the public method; so each line's metadata names its line in engine/loop.py.
+_CALLER_OFFSET = 3
+
+
+def checker_command(log: str | Path, output: str | Path) -> list[str]:
+    """The compliance checker's command line for `log` under the project's ruleset; `output` is
+    where the checker writes its own log (by default compliance_checker.log in the cwd)."""
+    return [
+        sys.executable,
+        "-m",
+        "mlperf_logging.compliance_checker",
+        "--usage=hpc",
+        "--ruleset=3.0.0",
+        f"--config={RULESET}",
+        f"--log_output={output}",
+        str(log),
+    ]
+
+
+def _ms(perf_counter_s: float) -> int:
+    """A time.perf_counter() reading as milliseconds since the epoch, as MLLOG lines carry."""
+    return int((time.time() - (time.perf_counter() - perf_counter_s)) * 1e3)
+
+
+class MLLog:
+    """The run's MLLOG writer; every method is a no-op without --mllog and on processes other
+    than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`, `step`,
+    `train_stop`, `evaluated`, `run_stop`)."""
+
+    def __init__(self, mllogger=None, stream=None, steps_per_epoch: int = 1, metric: str = ""):
+        self._mllogger, self._stream = mllogger, stream
+        self._steps_per_epoch, self._metric = max(1, steps_per_epoch), metric
+        self._first = 0
+        self._epoch: int | None = None  # the open epoch (1-based)
+        self._last_epoch = 0
+        self._target = None
+
+    @classmethod
+    def start(cls, setup, wall_start: float) -> MLLog:
+        """Opens --mllog and logs the header; `wall_start` (time.perf_counter()) is when the run
+        started, its init_start. Raises UsageError (one line, naming the flag) when the file cannot
+        be written or mlperf-logging is not installed."""
+        config = setup.config
+        path = config.results.mllog
+        if not path or jax.process_index() != 0:
+            return cls()
+        try:
+            from mlperf_logging.mllog import mllog
+        except ImportError:
+            raise UsageError(
+                f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
+            ) from None
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            stream = open(path, "w", encoding="utf-8")  # noqa: SIM115 - open for the whole run
+        except OSError as e:
+            raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
+        handler = logging.StreamHandler(stream)  # flushes every line
+        logger = logging.Logger("hpcai_jax.mllog")  # unregistered: never reaches absl's root
+        logger.addHandler(handler)
+        writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
+        log = cls(writer, stream, setup.sampler.steps_per_epoch, setup.workload.metric)
+        log._header(setup, _ms(wall_start))
+        return log
+
+    def _line(self, kind: str, key: str, value=None, metadata=None, time_ms=None, depth=0) -> None:
+        """One line: kind is event, start (INTERVAL_START) or end (INTERVAL_END); `depth` counts
+        the frames between the public method and this call."""
+        write = getattr(self._mllogger, kind)
+        write(key, value, metadata, time_ms=time_ms, stack_offset=_CALLER_OFFSET + depth)
+
+    def _header(self, setup, start_ms: int) -> None:
+        config, layout = setup.config, setup.layout
+        m, b, optim = layout.ensemble_size, config.train.batch_size, config.optim
+        target = config.quality_target() if config.scored else None
+        official = target is not None and target.target_is_official and target.exponent_is_official
+        self._target = target
+        device = setup.mesh.devices.flat[0].device_kind
+        peak = optim.learning_rate * b / optim.lr_reference_batch  # the linear scaling rule
+        scaling = {
+            "learning_rate": optim.learning_rate,
+            "reference_batch": optim.lr_reference_batch,
+        }
+        warmup = optim.warmup_epochs if optim.lr_schedule == "warmup_cosine" else 0.0
+        benchmark = {"model": config.model.model, "dataset": config.data.dataset}
+        settings = [
+            ("submission_benchmark", f"hpcai500_{config.model.workload}", benchmark),
+            ("submission_org", "unspecified", None),
+            ("submission_division", "closed" if official else "open", None),
+            ("submission_platform", f"{layout.num_devices}x{device}", None),
+            ("submission_status", "research", None),
+            # hpcai_jax drops no OS cache; a launch script that does may log its own cache_clear.
+            ("cache_clear", False, None),
+            ("init_start", None, None),
+            ("seed", config.train.seed, None),
+            ("number_of_models", m, None),
+            ("per_model_batch_size", b, None),
+            ("global_batch_size", m * b, None),
+            ("members_per_device", layout.members_per_device, None),
+            ("parallel_degree", layout.parallel_degree, None),
+            ("number_of_devices", layout.num_devices, None),
+            ("train_samples", setup.sampler.num_examples, None),
+        ]
+        if setup.datasets is not None and setup.datasets.eval is not None:
+            settings.append(("eval_samples", len(setup.datasets.eval), None))
+        settings += [
+            ("opt_name", optim.optimizer, None),
+            ("opt_base_learning_rate", peak, scaling),
+            ("opt_learning_rate_warmup_epochs", warmup, None),
+            ("opt_learning_rate_decay_schedule", optim.lr_schedule, None),
+            ("opt_momentum", optim.momentum, None),
+            ("opt_weight_decay", optim.weight_decay, None),
+        ]
+        for key, value, metadata in settings:
+            kind = "start" if key == "init_start" else "event"
+            early = key in ("cache_clear", "init_start")  # both belong to the run's start
+            self._line(kind, key, value, metadata, start_ms if early else None, depth=1)
+
+    def init_stop(self) -> None:
+        if self._mllogger:
+            self._line("end", "init_stop")
+
+    def run_start(self, first_step: int) -> None:
+        """Before the first step (`first_step` > 0 on a resumed run)."""
+        if self._mllogger:
+            self._first = first_step
+            self._line("start", "run_start", metadata={"first_step": first_step})
+
+    def step(self, step: int) -> None:
+        """Step `step` is about to be dispatched: closes the epoch it ends and opens the next one.
+        Integer arithmetic only."""
+        if not self._mllogger or (step % self._steps_per_epoch and step != self._first):
+            return
+        if self._epoch is not None:
+            self._line("end", "epoch_stop", metadata={"epoch_num": self._epoch, "step_num": step})
+        self._epoch = step // self._steps_per_epoch + 1
+        self._line("start", "epoch_start", metadata={"epoch_num": self._epoch})
+
+    def train_stop(self, steps_done: int) -> None:
+        """Training ended (all steps, or an early stop): closes the open epoch."""
+        if self._mllogger and self._epoch is not None:
+            stop = {"epoch_num": self._epoch, "step_num": steps_done}
+            self._line("end", "epoch_stop", metadata=stop)
+            self._last_epoch, self._epoch = self._epoch, None
+
+    def evaluated(self, quality, eval_s: float) -> None:
+        """The ensemble's held-out quality, evaluated in `eval_s` seconds just now."""
+        if not self._mllogger or quality is None:
+            return
+        epoch = {"epoch_num": self._last_epoch}
+        self._line("start", "eval_start", None, epoch, int((time.time() - eval_s) * 1e3))
+        self._line("end", "eval_stop", metadata=epoch)
+        about = {**epoch, "metric": self._metric, "member_mean": quality.member_mean}
+        if self._target is not None:
+            about["target"] = self._target.target
+        self._line("event", "eval_accuracy", float(quality.ensemble), about)
+
+    def run_stop(self, record: dict) -> None:
+        """After the record is written: the benchmark's figures, then run_stop (success for a
+        complete run, aborted otherwise); closes the file."""
+        if not self._mllogger:
+            return
+        metrics, flops, quality = record["metrics"], record["flops"], record["quality"]
+        if metrics.get("flops_per_s") is not None:
+            about = {"per_step": flops["per_step"], "source": flops["source"]}
+            self._line("event", "flops_per_s", float(metrics["flops_per_s"]), about)
+        if metrics.get("vflops_per_s") is not None:
+            about = {k: quality[k] for k in ("metric", "target", "exponent")}
+            about.update(quality=quality["ensemble"], penalty=metrics["penalty"])
+            self._line("event", "vflops_per_s", float(metrics["vflops_per_s"]), about)
+        status = {"status": "success" if record["status"] == "complete" else "aborted"}
+        if record.get("reason"):
+            status["reason"] = record["reason"]
+        self._line("end", "run_stop", metadata=status)
+        self._stream.close()
+        self._mllogger = None

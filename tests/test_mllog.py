@@ -1,0 +1,118 @@
+"""--mllog: a real training run's MLLOG file passes the compliance checker under the project's
+ruleset, broken copies of it fail, and a bad path or a missing package is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from helpers import run_main
+from test_main import TINY, _assert_one_line_error
+
+from hpcai_jax import config as C
+from hpcai_jax import mllog
+from hpcai_jax.errors import UsageError
+
+
+@pytest.fixture(scope="module")
+def good_run(tmp_path_factory):
+    """One tiny training run with --mllog (the log's directory does not exist yet)."""
+    tmp = tmp_path_factory.mktemp("mllog")
+    log = tmp / "logs" / "run.mllog"
+    proc = run_main(*TINY, f"--results_dir={tmp}/r", f"--mllog={log}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = (tmp / "r").glob("*.json")
+    return log, json.loads(record.read_text())
+
+
+def _lines(text: str) -> list[dict]:
+    return [json.loads(line.removeprefix(":::MLLOG ")) for line in text.splitlines()]
+
+
+def _check(log, tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        mllog.checker_command(log, tmp_path / "checker.log"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_run_log_passes_the_checker(good_run, tmp_path):
+    log, record = good_run
+    lines = _lines(log.read_text())
+    first = {}
+    for line in lines:
+        first.setdefault(line["key"], line)
+    value = {key: line["value"] for key, line in first.items()}
+    assert value["submission_benchmark"] == "hpcai500_image_classification"
+    assert value["submission_division"] == "open"  # Fashion-MNIST has no official target
+    assert (value["number_of_models"], value["per_model_batch_size"]) == (4, 16)
+    assert value["global_batch_size"] == 64
+    assert value["opt_name"] == "sgd" and value["opt_base_learning_rate"] == 0.1 * 16 / 256
+    assert value["eval_accuracy"] == record["quality"]["ensemble"]
+    assert first["eval_accuracy"]["metadata"]["metric"] == "top1_accuracy"
+    assert value["flops_per_s"] == record["metrics"]["flops_per_s"]
+    assert value["vflops_per_s"] == record["metrics"]["vflops_per_s"]
+    assert first["epoch_start"]["metadata"]["epoch_num"] == 1
+    assert lines[-1]["key"] == "run_stop" and lines[-1]["metadata"]["status"] == "success"
+    assert first["run_start"]["metadata"]["file"] == "hpcai_jax/engine/loop.py"
+    # Every workload the engine runs is a benchmark the ruleset knows.
+    assert all(f"hpcai500_{w}" in mllog.RULESET.read_text() for w in C.WORKLOADS)
+
+    proc = _check(log, tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stderr and "WARNING" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "key,edit,expected",
+    [
+        ("run_stop", None, "Required EXACTLY_ONE occurrence of 'run_stop' but found 0"),
+        ("number_of_models", {"value": 0}, "CHECK for 'number_of_models' failed"),
+        ("run_stop", {"metadata": {"status": "aborted"}}, "CHECK for 'run_stop' failed"),
+        ("global_batch_size", {"value": 32}, "s['values']['global_batch_size'] =="),
+    ],
+    ids=["no-run_stop", "no-models", "aborted", "batch-mismatch"],
+)
+def test_broken_log_fails_the_checker(good_run, tmp_path, key, edit, expected):
+    log, _ = good_run
+    lines = []
+    for line in _lines(log.read_text()):
+        if line["key"] == key:
+            if edit is None:
+                continue
+            line = {**line, **edit}
+        lines.append(":::MLLOG " + json.dumps(line))
+    broken = tmp_path / "broken.mllog"
+    broken.write_text("\n".join(lines) + "\n")
+    proc = _check(broken, tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED" in proc.stderr and expected in proc.stderr, proc.stderr
+
+
+def test_unwritable_mllog_path(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    proc = run_main(*TINY, f"--results_dir={tmp_path}/r", f"--mllog={blocker}/sub/run.mllog")
+    _assert_one_line_error(proc, f"--mllog={blocker}/sub/run.mllog", "cannot write")
+    assert blocker.read_text() == "not a directory"
+    assert not list((tmp_path / "r").iterdir())  # no record either
+
+
+def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "mlperf_logging.mllog", None)  # import fails
+    setup = SimpleNamespace(config=C.RunConfig(results=C.ResultsConfig(mllog=str(tmp_path / "x"))))
+    with pytest.raises(UsageError, match=r"--mllog=.*pip install 'mlperf-logging>=4\.1,<5'"):
+        mllog.MLLog.start(setup, 0.0)
+    assert not (tmp_path / "x").exists()
+    # Without --mllog every call is a no-op.
+    off = mllog.MLLog.start(SimpleNamespace(config=C.RunConfig()), 0.0)
+    off.run_start(0)
+    off.step(0)
+    off.train_stop(1)
+    off.evaluated(None, 0.0)
