@@ -5,8 +5,10 @@
 
 Each point is one run of `python -m hpcai_jax.main` started through a launcher template (srun
 inside an allocation, launch/local.py on one machine), writing its own record; the sweep prints
-a table of the records at the end. Placeholders in --launcher: {devices} (= Sys_scale),
-{nodes}, {devices_per_node}.
+a table of the records at the end and writes their report (`hpcai_jax.report`: markdown and PNG
+plots of FLOPS/VFLOPS against Sys_scale, quality against training time, MFU) into
+<results_dir>/report/. Placeholders in --launcher: {devices} (= Sys_scale), {nodes},
+{devices_per_node}.
 
     python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=8 --max_ensemble=8 \\
         --devices_per_node=8 --launcher='srun --nodes={nodes} --ntasks-per-node={devices_per_node}' \\
@@ -24,6 +26,8 @@ import sys
 from pathlib import Path
 
 from hpcai_jax import results
+from hpcai_jax.errors import UsageError
+from hpcai_jax.report import write_report
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         points = plan(args.experiment, args.parallel_degree, args.max_ensemble, args.sys_scale)
     except ValueError as e:
         parser.exit(2, f"hpcai_jax.sweep: error: {e}\n")
-    records, failed = [], 0
+    records, written, failed = [], [], 0
     for point in points:
         run_name = f"{args.name}-{args.experiment}-M{point.ensemble_size}-P{point.parallel_degree}"
         cmd = command(
@@ -123,13 +127,30 @@ def main(argv: list[str] | None = None) -> int:
         print("+ " + shlex.join(cmd), flush=True)
         if args.dry_run:
             continue
-        if subprocess.run(cmd).returncode != 0:
+        path = Path(args.results_dir) / f"{run_name}.json"
+        older = path.exists()  # another sweep's record: reported only if this run replaced it
+        returncode = subprocess.run(cmd).returncode
+        if path.exists() and (returncode == 0 or not older):
+            written.append(str(path))  # a failed run's invalid or partial record included
+        if returncode != 0:
             failed += 1
             continue
-        records.append(json.loads((Path(args.results_dir) / f"{run_name}.json").read_text()))
+        records.append(json.loads(path.read_text()))
     if records:
         print(table(records))
+    if written and not _report(written, Path(args.results_dir) / "report"):
+        failed += 1
     return 1 if failed else 0
+
+
+def _report(paths: list[str], out: Path) -> bool:
+    """Writes this sweep's report; a failure to write it is one line, not a lost sweep."""
+    try:
+        print(f"report: {write_report(paths, out)}", flush=True)
+    except UsageError as e:
+        print(f"hpcai_jax.sweep: error: report not written: {e}", file=sys.stderr)
+        return False
+    return True
 
 
 if __name__ == "__main__":

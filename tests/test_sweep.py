@@ -79,3 +79,30 @@ def test_local_tradeoff_sweep(tmp_path):
     record = json.loads((tmp_path / "sweep-tradeoff-M2-P1.json").read_text())
     assert record["mesh"]["ensemble_size"] == 2 and record["mesh"]["num_devices"] == 2
     assert "Sys_scale" in proc.stdout and proc.stdout.count("complete") >= 2
+    _check_report(tmp_path)
+
+
+def _check_report(results_dir):
+    """The sweep's report: the FLOPS table holds the records' own figures; the plots are PNGs."""
+    report = results_dir / "report" / "report.md"
+    md = report.read_text()
+    flops = md[md.index("## FLOPS and VFLOPS against Sys_scale") :]
+    lines = [line for line in flops[: flops.index("\n## ", 1)].splitlines() if line[:1] == "|"]
+    header, *rows = ([c.strip() for c in line.strip("|").split(" | ")] for line in lines)
+    rows = [dict(zip(header, row, strict=True)) for row in rows[1:]]
+    column = next(h for h in header if h.startswith("FLOPS ["))
+    prefix = column[len("FLOPS [") : column.index("FLOP/s")]
+    scale = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}[prefix]
+    assert {r["run"] for r in rows} == {"sweep-tradeoff-M1-P2", "sweep-tradeoff-M2-P1"}
+    for row in rows:
+        record = json.loads((results_dir / f"{row['run']}.json").read_text())
+        assert (row["M"], row["Sys_scale"]) == (
+            str(record["mesh"]["ensemble_size"]),
+            str(record["mesh"]["num_devices"]),
+        )
+        assert row[column] == f"{record['metrics']['flops_per_s'] / scale:.4g}"
+    pngs = [line[line.index("](") + 2 : -1] for line in md.splitlines() if line[:2] == "!["]
+    assert {"scalability.png", "tradeoff_sys2.png", "mfu.png"} <= set(pngs)
+    for name in pngs:
+        data = (report.parent / name).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000, name

@@ -1,0 +1,100 @@
+"""`write_report`: records in, `report.md` and its PNG plots out. The one place that decides
+which plots a set of records gets and what their files are called."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hpcai_jax.report import markdown, output, plots, series
+from hpcai_jax.report.collect import Collection, collect
+
+REPORT = "report.md"
+
+
+def default_out(paths: list[str]) -> Path:
+    """`report/` under the first results directory (the directory of a first record file)."""
+    first = Path(paths[0])
+    return (first if first.is_dir() else first.parent) / "report"
+
+
+def _title(collection: Collection) -> str:
+    shared = collection.majority.get("train", {})
+    return (
+        f"{shared.get('model.model', '?')} on {shared.get('data.dataset', '?')}, batch "
+        f"{shared.get('train.batch_size', '?')} per member, "
+        f"{shared.get('provenance.device_kind', '?')} devices"
+    )
+
+
+def render(collection: Collection, folder: Path) -> str:
+    """Draws the plots into `folder` and returns the markdown that shows them."""
+    train, parts = collection.train, [markdown.header(collection)]
+    parts += [markdown.heading(markdown.SECTIONS[0]), markdown.runs(collection)]
+
+    scale = series.scalability(train)
+    png = None
+    if scale:
+        png = "scalability.png"
+        plots.scalability(scale, folder / png, _title(collection))
+    parts += [markdown.heading(markdown.SECTIONS[1]), markdown.scalability(scale, png)]
+
+    trade = series.tradeoff(train)
+    drawn = {s: series.plottable(points) for s, points in trade.items()}
+    drawn = {s: points for s, points in drawn.items() if len(points) >= 2}
+    metric = series.quality_metric(train) or "quality"
+    parts += [markdown.heading(markdown.SECTIONS[2]), markdown.tradeoff_intro(len(drawn))]
+    for s, points in drawn.items():
+        png = f"tradeoff_sys{s}.png"
+        plots.tradeoff(points, s, metric, folder / png)
+        parts.append(markdown.tradeoff(s, trade[s], metric, png, len(points)))
+
+    rows = series.mfu(train)
+    png = None
+    if any(r.measured is not None or r.datasheet is not None for r in rows):
+        png = "mfu.png"
+        plots.mfu(rows, folder / png)
+    parts += [markdown.heading(markdown.SECTIONS[3]), markdown.mfu(rows, png)]
+
+    runs = series.stream(collection.stream)
+    png, per_process = None, {}
+    if any(k.gb_per_s is not None for r in runs for k in r.kernels):
+        png = "stream.png"
+        plots.stream(runs, folder / png)
+    for r in runs:
+        if r.per_process and len(r.per_process) > 1:
+            safe = re.sub(r"[^A-Za-z0-9._-]", "_", r.run_id)  # a plain link target
+            per_process[r.run_id] = f"stream_{safe}_per_process.png"
+            plots.stream_per_process(r, folder / per_process[r.run_id])
+    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.stream(runs, png, per_process)]
+
+    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.skipped(collection.skipped)]
+    return "\n\n".join(parts) + "\n"
+
+
+def write_report(paths: list[str], out: str | Path | None = None) -> Path:
+    """Writes `report.md` and its plots for the records under `paths` into `out` (default:
+    `report/` under the first results directory); returns the report's path.
+
+    Raises hpcai_jax.errors.UsageError (one line naming the path or --out) for a missing path,
+    no records, or a directory it cannot write; nothing is left half-written.
+    """
+    collection = collect([str(p) for p in paths])
+    out = Path(out) if out else default_out([str(p) for p in paths])
+    before = _images(out / REPORT)
+    with output.staged(out) as folder:
+        text = render(collection, folder)
+        (folder / REPORT).write_text(text)
+    for name in before - _images(out / REPORT):  # the previous report's plots, now unused
+        (out / name).unlink(missing_ok=True)
+    return out / REPORT
+
+
+def _images(report: Path) -> set[str]:
+    """The plot files a report.md shows (none when there is no report)."""
+    try:
+        text = report.read_text()
+    except OSError:
+        return set()
+    found = re.findall(r"^!\[[^\]]*\]\(([^)/]+\.png)\)$", text, flags=re.MULTILINE)
+    return set(found)

@@ -1,0 +1,239 @@
+"""Finds the records a report reads and sorts them into used and skipped, each skip with its why.
+
+A comparison is only honest when the runs compared differ in what the experiment varies (M and
+P_degree) and nothing else, so the records a report plots are the largest group sharing one
+configuration; every other file is listed with the reason it was left out, never dropped
+silently. Reads JSON only: no JAX, so the report runs anywhere the records are copied to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from hpcai_jax.errors import UsageError
+
+MODES = ("train", "flops", "stream")
+PLOTTED = ("train", "stream")
+
+# Fields that vary by design between the points of a sweep, or that name the run rather than
+# describe it: they never make two records incomparable.
+_RUN_IDENTITY = (
+    "mode",
+    "mesh.ensemble_size",
+    "mesh.parallel_degree",
+    "mesh.members_per_device",
+    "results.run_name",
+    "results.results_dir",
+    "results.overwrite",
+    "data.data_dir",
+    "distributed.",
+    "reliability.checkpoint_dir",
+    "reliability.checkpoint_every",
+    "reliability.keep_checkpoints",
+    "train.log_every",
+)
+# A STREAM record's figures depend on its own settings only (not on the training fields its
+# config also carries): its array size and precision. How many devices it measured is what a
+# STREAM plot compares (each bar names it), so --stream_devices does not split the records.
+_STREAM_FIELDS = ("stream.array_size", "stream.array_mib", "stream.array_fraction")
+_STREAM_FIELDS += ("stream.precision",)
+_PROVENANCE = ("device_kind", "backend")
+MAX_LISTED_DIFFERENCES = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    path: Path
+    data: dict
+
+    @property
+    def run_id(self) -> str:
+        return str(self.data.get("run_id", self.path.stem))
+
+    @property
+    def mode(self) -> str:
+        return self.data["mode"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    path: Path
+    run_id: str | None
+    why: str
+
+
+@dataclasses.dataclass
+class Collection:
+    """The records a report plots, by mode, the ones it does not, and what the plotted share."""
+
+    inputs: list[str]
+    used: dict[str, list[Record]]
+    skipped: list[Skipped]
+    majority: dict[str, dict]  # mode -> the shared comparison fields of its plotted records
+
+    @property
+    def train(self) -> list[Record]:
+        return self.used.get("train", [])
+
+    @property
+    def stream(self) -> list[Record]:
+        return self.used.get("stream", [])
+
+
+def flatten(value, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}: nested dicts as dotted keys, everything else a leaf."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out = {}
+    for key, item in value.items():
+        out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def find(paths: list[str]) -> list[Path]:
+    """The JSON files named or held (directly) by `paths`, in order, each once."""
+    files: list[Path] = []
+    for name in paths:
+        path = Path(name)
+        if path.is_dir():
+            files += sorted(p for p in path.glob("*.json") if not p.name.startswith("."))
+        elif path.exists():
+            files.append(path)
+        else:
+            raise UsageError(f"{name}: no such file or directory")
+    unique = list({p.resolve(): p for p in files}.values())
+    if not unique:
+        raise UsageError(f"no records found in {', '.join(paths)}: expected *.json record files")
+    return unique
+
+
+def load(path: Path) -> dict | str:
+    """The record in `path`, or why it is not a hpcai_jax record."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return f"not a hpcai_jax record: unreadable or not JSON ({type(e).__name__})"
+    if not isinstance(data, dict) or "mode" not in data:
+        return 'not a hpcai_jax record: no "mode" field'
+    if data["mode"] not in MODES:
+        return f"not a hpcai_jax record: mode {data['mode']!r}"
+    return data
+
+
+def _among(key: str, names: tuple[str, ...]) -> bool:
+    """`key` is one of `names`, or lies under one that ends with a dot."""
+    return any(key == n or (n.endswith(".") and key.startswith(n)) for n in names)
+
+
+def comparison_fields(record: dict) -> dict:
+    """The fields two records of a mode must share to sit in one comparison plot."""
+    config = flatten(record.get("config") or {})
+    if record["mode"] == "stream":
+        fields = {k: v for k, v in config.items() if _among(k, _STREAM_FIELDS)}
+    else:
+        fields = {
+            k: v
+            for k, v in config.items()
+            if not _among(k, _RUN_IDENTITY) and not k.startswith("stream.")
+        }
+    provenance = record.get("provenance") or {}
+    fields.update({f"provenance.{k}": provenance.get(k) for k in _PROVENANCE})
+    return fields
+
+
+# What a plotted record must hold (the rest may be null: plotted where it exists).
+_REQUIRED = {
+    "train": ("mesh.ensemble_size", "mesh.parallel_degree", "mesh.num_devices"),
+    "stream": ("kernels",),
+}
+
+
+def _missing(data: dict) -> str:
+    """The first required field `data` lacks, or ''."""
+    for path in _REQUIRED[data["mode"]]:
+        node = data
+        for key in path.split("."):
+            node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            return path
+    return ""
+
+
+def _json(value) -> str:
+    return json.dumps(value, default=str)
+
+
+def differences(fields: dict, majority: dict) -> str:
+    """`model.model = "resnet50" (majority: "resnet_small"); ...`, the first few."""
+    keys = sorted(k for k in majority if fields.get(k) != majority[k])
+    listed = [f"{k} = {_json(fields.get(k))} (majority: {_json(majority[k])})" for k in keys]
+    more = len(listed) - MAX_LISTED_DIFFERENCES
+    text = "; ".join(listed[:MAX_LISTED_DIFFERENCES])
+    return text + (f"; and {more} more" if more > 0 else "")
+
+
+def _majority(records: list[Record]) -> tuple[dict, list[Record], list[Record]]:
+    """The largest group of records sharing comparison fields (ties: the first record's).
+
+    Only fields every record has are compared: a field added to the configuration by a newer
+    version of hpcai_jax is not a difference between two runs' setups."""
+    fields = [comparison_fields(r.data) for r in records]
+    shared = set.intersection(*(set(f) for f in fields))
+    groups: dict[str, list[int]] = {}
+    for i, f in enumerate(fields):
+        key = json.dumps({k: f[k] for k in shared}, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(i)
+    best = max(groups.values(), key=len)  # max keeps the first of equal lengths
+    majority = {k: fields[best[0]][k] for k in sorted(shared)}
+    others = [r for i, r in enumerate(records) if i not in best]
+    return majority, [records[i] for i in best], others
+
+
+def collect(paths: list[str]) -> Collection:
+    """Loads every record under `paths` and decides which ones the report plots.
+
+    Raises UsageError for a missing path, no JSON file at all, or no hpcai_jax record among them.
+    """
+    files = find(paths)
+    candidates: dict[str, list[Record]] = {}
+    skipped: list[Skipped] = []
+    found = 0
+    for path in files:
+        data = load(path)
+        if isinstance(data, str):
+            skipped.append(Skipped(path, None, data))
+            continue
+        found += 1
+        record = Record(path, data)
+        status = data.get("status")
+        if status != "complete":
+            reason = data.get("reason") or "no reason given"
+            skipped.append(Skipped(path, record.run_id, f"status {status}: {reason}"))
+        elif record.mode not in PLOTTED:
+            why = f"mode {record.mode}: the report plots train and stream records only"
+            skipped.append(Skipped(path, record.run_id, why))
+        elif missing := _missing(data):
+            skipped.append(Skipped(path, record.run_id, f"incomplete record: no {missing}"))
+        else:
+            candidates.setdefault(record.mode, []).append(record)
+    if not found:
+        raise UsageError(
+            f"no hpcai_jax records in {', '.join(paths)}: "
+            f'{len(files)} JSON file(s), none with a known "mode"'
+        )
+    used, majority = {}, {}
+    for mode, records in candidates.items():
+        majority[mode], used[mode], others = _majority(records)
+        for r in others:
+            why = differences(comparison_fields(r.data), majority[mode])
+            skipped.append(
+                Skipped(
+                    r.path,
+                    r.run_id,
+                    f"configuration differs from the other {mode} records "
+                    f"({len(used[mode])} plotted): {why}",
+                )
+            )
+    return Collection(list(paths), used, skipped, majority)

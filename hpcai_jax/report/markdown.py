@@ -1,0 +1,278 @@
+"""The report's text: one markdown section per plot, the plot above the table of its numbers.
+
+Every number in a table is the record's own figure (scaled to the column's SI prefix, 4
+significant digits), so a reader can check a plot against the records and two reports can be
+diffed. Sections are always present; one with nothing to show says why in a sentence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpcai_jax.report.collect import Collection, Skipped
+from hpcai_jax.report.series import MfuRow, ScalePoint, StreamRun, TradePoint, plottable
+from hpcai_jax.report.units import cell, prefix, seconds
+
+SECTIONS = (
+    "Runs",
+    "FLOPS and VFLOPS against Sys_scale",
+    "Ensemble quality against training time",
+    "MFU per run",
+    "STREAM bandwidth",
+    "Skipped records",
+)
+
+
+def _escape(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    lines = [
+        "| " + " | ".join(map(_escape, headers)) + " |",
+        "|" + "|".join(" --- " for _ in headers) + "|",
+    ]
+    lines += ["| " + " | ".join(map(_escape, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def image(name: str, alt: str) -> str:
+    return f"![{alt}]({name})"
+
+
+def heading(title: str, level: int = 2) -> str:
+    return f"{'#' * level} {title}"
+
+
+def runs(collection: Collection) -> str:
+    rows = []
+    for r in collection.train:
+        mesh = r.data["mesh"]
+        ensemble, p, s = mesh["ensemble_size"], mesh["parallel_degree"], mesh["num_devices"]
+        rows.append([r.run_id, "train", ensemble, p, s, _device(r.data), r.path.name])
+    for r in collection.stream:
+        devices = (r.data.get("placement") or {}).get("num_devices", "n/a")
+        rows.append([r.run_id, "stream", "", "", devices, _device(r.data), r.path.name])
+    if not rows:
+        return "No record could be plotted: see Skipped records."
+    headers = ["run", "mode", "M", "P_degree", "Sys_scale (devices)", "device", "file"]
+    return table(headers, rows)
+
+
+def _device(data: dict) -> str:
+    provenance = data.get("provenance") or {}
+    return f"{provenance.get('device_kind', '?')} ({provenance.get('backend', '?')})"
+
+
+def configuration(majority: dict) -> str:
+    """The fields every plotted training record shares, the ones a reader asks for first."""
+    shown = (
+        ("workload", "model.workload"),
+        ("model", "model.model"),
+        ("data set", "data.dataset"),
+        ("batch size per member", "train.batch_size"),
+        ("steps", "train.steps"),
+        ("epochs", "train.epochs"),
+        ("dtype", "model.dtype"),
+        ("device", "provenance.device_kind"),
+    )
+    # --steps, when given, overrides --epochs: show the one that decided the run's length.
+    skip = "train.epochs" if majority.get("train.steps") else "train.steps"
+    parts = [f"{name} {majority[key]}" for name, key in shown if key in majority and key != skip]
+    return "Training configuration shared by the plotted runs: " + ", ".join(parts) + "."
+
+
+def scalability(series: dict[int, list[ScalePoint]], png: str | None) -> str:
+    points = [p for pts in series.values() for p in pts]
+    if not points:
+        return "No complete training record: nothing to plot."
+    f_scale, f_prefix = prefix([p.flops for p in points] + [p.ideal_flops for p in points])
+    v_scale, v_prefix = prefix([p.vflops for p in points] + [p.ideal_vflops for p in points])
+    rows = [
+        [
+            p.m,
+            p.p,
+            p.sys_scale,
+            cell(p.flops, f_scale),
+            cell(p.ideal_flops, f_scale),
+            cell(p.efficiency),
+            cell(p.vflops, v_scale),
+            cell(p.ideal_vflops, v_scale),
+            p.run_id,
+        ]
+        for p in points
+    ]
+    headers = [
+        "M",
+        "P_degree",
+        "Sys_scale",
+        f"FLOPS [{f_prefix}FLOP/s]",
+        f"ideal FLOPS [{f_prefix}FLOP/s]",
+        "FLOPS / ideal",
+        f"VFLOPS [{v_prefix}FLOP/s]",
+        f"ideal VFLOPS [{v_prefix}FLOP/s]",
+        "run",
+    ]
+    parts = [
+        "HPC AI500 V3.0 Fig. 5. One line per P_degree; its ideal is the figure measured at the "
+        "series' smallest Sys_scale (the mean, if several runs share it), scaled linearly.",
+    ]
+    if all(p.vflops is None for p in points):
+        parts.append(
+            "No run has a VFLOPS figure (no quality or no target, as with synthetic data): "
+            "FLOPS only."
+        )
+    if png:
+        parts.append(image(png, "FLOPS and VFLOPS against Sys_scale"))
+    parts.append(table(headers, rows))
+    return "\n\n".join(parts)
+
+
+def tradeoff(
+    sys_scale: int, points: list[TradePoint], metric: str, png: str | None, plotted: int
+) -> str:
+    t_scale, t_unit = seconds([p.train_s for p in plottable(points)])  # the plot's unit
+    rows = [
+        [
+            p.m,
+            p.p,
+            cell(p.train_s, t_scale),
+            cell(p.ensemble),
+            cell(p.member_mean),
+            cell(p.oob),
+            p.run_id,
+        ]
+        for p in points
+    ]
+    headers = [
+        "M",
+        "P_degree",
+        f"training time [{t_unit}]",
+        f"ensemble {metric}",
+        f"member mean {metric}",
+        f"out-of-bag {metric}",
+        "run",
+    ]
+    parts = [heading(f"Sys_scale = {sys_scale}", 3)]
+    if png:
+        parts.append(image(png, f"Quality against training time at Sys_scale {sys_scale}"))
+    missing = len(points) - plotted
+    if missing:
+        parts.append(
+            f"{missing} run(s) have no quality figure (as with synthetic data): not plotted."
+        )
+    parts.append(table(headers, rows))
+    return "\n\n".join(parts)
+
+
+def tradeoff_intro(count: int) -> str:
+    intro = (
+        "HPC AI500 V3.0 Fig. 7: at one Sys_scale, every split into M members of P_degree "
+        "devices each; the training time is the timed steps' wall time (timing.train_wall_s)."
+    )
+    if not count:
+        intro += (
+            " No Sys_scale has two or more runs with a training time and a quality figure: "
+            "nothing to plot."
+        )
+    return intro
+
+
+def mfu(rows: list[MfuRow], png: str | None) -> str:
+    if not rows:
+        return "No complete training record: nothing to plot."
+    f_scale, f_prefix = prefix([r.flops_per_device for r in rows])
+    p_scale, p_prefix = prefix([r.peak_measured for r in rows] + [r.peak_datasheet for r in rows])
+    body = [
+        [
+            r.run_id,
+            r.sys_scale,
+            cell(r.flops_per_device, f_scale),
+            cell(r.peak_measured, p_scale),
+            cell(None if r.measured is None else r.measured * 100),
+            cell(r.peak_datasheet, p_scale),
+            cell(None if r.datasheet is None else r.datasheet * 100),
+        ]
+        for r in rows
+    ]
+    headers = [
+        "run",
+        "Sys_scale",
+        f"FLOPS per device [{f_prefix}FLOP/s]",
+        f"measured peak per device [{p_prefix}FLOP/s]",
+        "MFU measured [%]",
+        f"datasheet peak per device [{p_prefix}FLOP/s]",
+        "MFU datasheet [%]",
+    ]
+    parts = [
+        "FLOPS per device over the matmul peak measured on all devices at once at the start of "
+        "the run, and over the vendor's dense peak where the device has one (docs/score.md §6)."
+    ]
+    if png:
+        parts.append(image(png, "MFU per run"))
+    else:
+        parts.append("No run has an MFU figure: nothing to plot.")
+    parts.append(table(headers, body))
+    return "\n\n".join(parts)
+
+
+def stream(runs: list[StreamRun], png: str | None, per_process: dict[str, str]) -> str:
+    if not runs:
+        return "No complete STREAM record: nothing to plot."
+    rows = [
+        [r.run_id, r.num_devices, k.label, cell(k.gb_per_s), cell(k.gb_per_s_per_device)]
+        for r in runs
+        for k in r.kernels
+    ]
+    headers = ["run", "devices", "kernel", "GB/s", "GB/s per device"]
+    parts = [
+        "BabelStream's figures: bytes moved over the fastest call, first call excluded "
+        "(10^9 bytes per GB). Per device: the all-devices figure divided by the devices."
+    ]
+    if png:
+        parts.append(image(png, "STREAM bandwidth per kernel"))
+    parts.append(table(headers, rows))
+    for r in runs:
+        if not r.per_process or len(r.per_process) < 2:
+            continue
+        keys = list(r.per_process[0])
+        labels = {k.key: k.label for k in r.kernels}
+        parts.append(f"Each process's own device ({r.run_id}, --stream_devices=one):")
+        if r.run_id in per_process:
+            parts.append(image(per_process[r.run_id], f"STREAM per process, {r.run_id}"))
+        parts.append(
+            table(
+                ["process", *(f"{labels.get(k, k)} [GB/s]" for k in keys)],
+                [[i, *(cell(rates.get(k)) for k in keys)] for i, rates in enumerate(r.per_process)],
+            )
+        )
+    return "\n\n".join(parts)
+
+
+def skipped(items: list[Skipped]) -> str:
+    if not items:
+        return "None: every record found was used."
+    rows = [[s.path.name, s.run_id or "n/a", s.why] for s in items]
+    return table(["file", "run", "why it was not used"], rows)
+
+
+def _inputs(paths: list[str], shown: int = 3) -> str:
+    parents = {Path(p).parent for p in paths}
+    if len(paths) > 1 and len(parents) == 1 and all(Path(p).is_file() for p in paths):
+        return f"{len(paths)} files in `{parents.pop()}`"
+    names = ", ".join(f"`{p}`" for p in paths[:shown])
+    return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+
+
+def header(collection: Collection) -> str:
+    used = sum(len(v) for v in collection.used.values())
+    counts = ", ".join(f"{len(v)} {mode}" for mode, v in sorted(collection.used.items()))
+    lines = [
+        "# hpcai_jax report",
+        "",
+        f"Records read from {_inputs(collection.inputs)}: "
+        f"{used} used ({counts or 'none'}), {len(collection.skipped)} skipped.",
+    ]
+    if "train" in collection.majority:
+        lines += ["", configuration(collection.majority["train"])]
+    return "\n".join(lines)

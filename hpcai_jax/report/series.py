@@ -1,0 +1,197 @@
+"""The numbers each plot draws, read from the records once, so that a plot and the table beside
+it can never disagree. A figure a record does not hold (synthetic data has no quality, hence no
+VFLOPS) stays None: it is shown as n/a and left off the plot, never filled in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from hpcai_jax.report.collect import Record
+from hpcai_jax.report.units import number
+
+
+def field(data: dict, path: str):
+    """data["a"]["b"] for "a.b", or None where any level is missing."""
+    for key in path.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return data
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalePoint:
+    """One training run on the FLOPS/VFLOPS-against-Sys_scale plot (HPC AI500 V3.0 Fig. 5)."""
+
+    run_id: str
+    m: int
+    p: int
+    sys_scale: int
+    flops: float | None
+    vflops: float | None
+    ideal_flops: float | None
+    ideal_vflops: float | None
+
+    @property
+    def efficiency(self) -> float | None:
+        """FLOPS over the ideal linear figure: 1 is perfect scaling."""
+        return self.flops / self.ideal_flops if self.flops and self.ideal_flops else None
+
+
+def _ideal(points: list[tuple[int, float | None]]) -> tuple[int, float] | None:
+    """(Sys_scale, figure) of the smallest Sys_scale that has the figure (mean of its runs)."""
+    have = [(s, v) for s, v in points if v is not None]
+    if not have:
+        return None
+    s0 = min(s for s, _ in have)
+    return s0, statistics.fmean(v for s, v in have if s == s0)
+
+
+def scalability(records: list[Record]) -> dict[int, list[ScalePoint]]:
+    """Training runs by P_degree (each a series, as the paper's sweep keeps P_degree fixed),
+    sorted by Sys_scale; the ideal is the smallest Sys_scale's figure scaled linearly."""
+    by_p: dict[int, list[Record]] = {}
+    for r in records:
+        by_p.setdefault(int(r.data["mesh"]["parallel_degree"]), []).append(r)
+    out = {}
+    for p, runs in sorted(by_p.items()):
+        runs = sorted(runs, key=lambda r: (r.data["mesh"]["num_devices"], r.run_id))
+        scale = [int(r.data["mesh"]["num_devices"]) for r in runs]
+        flops = [number(field(r.data, "metrics.flops_per_s")) for r in runs]
+        vflops = [number(field(r.data, "metrics.vflops_per_s")) for r in runs]
+        base_f, base_v = (
+            _ideal(list(zip(scale, flops, strict=True))),
+            _ideal(list(zip(scale, vflops, strict=True))),
+        )
+        out[p] = [
+            ScalePoint(
+                run_id=r.run_id,
+                m=int(r.data["mesh"]["ensemble_size"]),
+                p=p,
+                sys_scale=s,
+                flops=f,
+                vflops=v,
+                ideal_flops=base_f[1] * s / base_f[0] if base_f else None,
+                ideal_vflops=base_v[1] * s / base_v[0] if base_v else None,
+            )
+            for r, s, f, v in zip(runs, scale, flops, vflops, strict=True)
+        ]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TradePoint:
+    """One (M, P_degree) run on the quality-against-training-time plot (Fig. 7)."""
+
+    run_id: str
+    m: int
+    p: int
+    train_s: float | None
+    ensemble: float | None
+    member_mean: float | None
+    oob: float | None
+
+
+def tradeoff(records: list[Record]) -> dict[int, list[TradePoint]]:
+    """Every Sys_scale's runs, sorted by M, quality or not (the plot draws those that have it)."""
+    out: dict[int, list[TradePoint]] = {}
+    for r in sorted(records, key=lambda r: (r.data["mesh"]["ensemble_size"], r.run_id)):
+        mesh = r.data["mesh"]
+        out.setdefault(int(mesh["num_devices"]), []).append(
+            TradePoint(
+                run_id=r.run_id,
+                m=int(mesh["ensemble_size"]),
+                p=int(mesh["parallel_degree"]),
+                train_s=number(field(r.data, "timing.train_wall_s")),
+                ensemble=number(field(r.data, "quality.ensemble")),
+                member_mean=number(field(r.data, "quality.member_mean")),
+                oob=number(field(r.data, "quality.oob.quality")),
+            )
+        )
+    return dict(sorted(out.items()))
+
+
+def plottable(points: list[TradePoint]) -> list[TradePoint]:
+    """The points Fig. 7 can place: a training time and an ensemble quality."""
+    return [t for t in points if t.train_s is not None and t.ensemble is not None]
+
+
+def quality_metric(records: list[Record]) -> str:
+    return next(
+        (r.data["quality"]["metric"] for r in records if field(r.data, "quality.metric")), ""
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class MfuRow:
+    run_id: str
+    sys_scale: int
+    flops_per_device: float | None
+    measured: float | None
+    datasheet: float | None
+    peak_measured: float | None
+    peak_datasheet: float | None
+
+
+def mfu(records: list[Record]) -> list[MfuRow]:
+    rows = [
+        MfuRow(
+            run_id=r.run_id,
+            sys_scale=int(r.data["mesh"]["num_devices"]),
+            flops_per_device=number(field(r.data, "metrics.flops_per_s_per_device")),
+            measured=number(field(r.data, "metrics.mfu_measured")),
+            datasheet=number(field(r.data, "metrics.mfu_datasheet")),
+            peak_measured=number(field(r.data, "peak_flops.measured_per_device")),
+            peak_datasheet=number(field(r.data, "peak_flops.datasheet_per_device")),
+        )
+        for r in records
+    ]
+    return sorted(rows, key=lambda row: (row.sys_scale, row.run_id))
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamKernel:
+    key: str
+    label: str
+    gb_per_s: float | None
+    gb_per_s_per_device: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamRun:
+    run_id: str
+    num_devices: int
+    precision: str
+    kernels: list[StreamKernel]
+    per_process: list[dict[str, float]] | None  # --stream_devices=one: each process's device
+
+    @property
+    def label(self) -> str:
+        devices = f"{self.num_devices} device{'s' if self.num_devices != 1 else ''}"
+        return f"{self.run_id} ({devices}, {self.precision})"
+
+
+def stream(records: list[Record]) -> list[StreamRun]:
+    out = []
+    for r in sorted(records, key=lambda r: r.run_id):
+        kernels = r.data.get("kernels") or {}
+        out.append(
+            StreamRun(
+                run_id=r.run_id,
+                num_devices=int(field(r.data, "placement.num_devices") or 1),
+                precision=str(field(r.data, "array.precision") or ""),
+                kernels=[
+                    StreamKernel(
+                        key=key,
+                        label=str(k.get("label", key)),
+                        gb_per_s=number(k.get("gb_per_s")),
+                        gb_per_s_per_device=number(k.get("gb_per_s_per_device")),
+                    )
+                    for key, k in kernels.items()
+                ],
+                per_process=r.data.get("per_process_gb_per_s"),
+            )
+        )
+    return out

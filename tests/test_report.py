@@ -1,0 +1,382 @@
+"""Reports: the markdown report and its plots, --compare, and bad input as one line, exit 2.
+
+Records come from two real runs made once per module (a tiny training run, a small STREAM run);
+the scalability points, the trade-off pair, the invalid and foreign files are copies of them
+with fields edited, so the report is tested on the records' real shape without more training.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT, run_main
+from test_main import TINY
+
+from hpcai_jax.errors import UsageError
+from hpcai_jax.report import compare, write_report
+from hpcai_jax.report.collect import Record, collect
+from hpcai_jax.report.markdown import SECTIONS
+from hpcai_jax.report.series import scalability
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory) -> dict[str, dict]:
+    """One real training record and one real STREAM record, made once."""
+    folder = tmp_path_factory.mktemp("real")
+    train = run_main(*TINY, f"--results_dir={folder}", "--run_name=real-train")
+    assert train.returncode == 0, train.stderr[-3000:]
+    stream = run_main(
+        "--mode=stream",
+        "--array_size=65536",
+        "--num_times=3",
+        "--stream_devices=all",
+        f"--results_dir={folder}",
+        "--run_name=real-stream",
+    )
+    assert stream.returncode == 0, stream.stderr[-3000:]
+    return {m: json.loads((folder / f"real-{m}.json").read_text()) for m in ("train", "stream")}
+
+
+def variant(record: dict, run_id: str, m: int, p: int, flops: float, **fields) -> dict:
+    """A copy of the real training record as if run with (M, P_degree) and measured `flops`;
+    `fields` sets other figures by dotted path ("timing.train_wall_s": 1.5)."""
+    r = copy.deepcopy(record)
+    r["run_id"] = r["config"]["results"]["run_name"] = run_id
+    r["mesh"].update(ensemble_size=m, parallel_degree=p, num_devices=m * p, members_per_device=1)
+    r["config"]["mesh"].update(ensemble_size=m, parallel_degree=p, members_per_device=1)
+    r["metrics"]["flops_per_s"] = flops
+    r["metrics"]["flops_per_s_per_device"] = flops / (m * p)
+    if r["metrics"]["penalty"] is not None:
+        r["metrics"]["vflops_per_s"] = flops * r["metrics"]["penalty"]
+    for path, value in fields.items():
+        *parents, leaf = path.split(".")
+        node = r
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    return r
+
+
+def write(folder: Path, records: dict[str, object]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, record in records.items():
+        text = record if isinstance(record, str) else json.dumps(record)
+        (folder / name).write_text(text)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def results(real, tmp_path_factory) -> Path:
+    """A results directory: scalability M = 1, 2, 4 at P_degree = 2; a trade-off pair at
+    Sys_scale 8; a STREAM record; and files the report must skip, each for its own reason."""
+    t = real["train"]
+    diverged = variant(t, "diverged", 2, 2, 1e9, status="invalid", reason="member 1 diverged")
+    diverged["metrics"]["flops_per_s"] = None
+    other = variant(t, "bigger-batch", 1, 2, 9e9)
+    other["config"]["train"]["batch_size"] = 64
+    return write(
+        tmp_path_factory.mktemp("results"),
+        {
+            "s-M1.json": variant(t, "s-M1", 1, 2, 10e9, **{"timing.train_wall_s": 4.0}),
+            "s-M2.json": variant(t, "s-M2", 2, 2, 18e9, **{"timing.train_wall_s": 4.4}),
+            "s-M4.json": variant(
+                t, "s-M4", 4, 2, 30e9, **{"timing.train_wall_s": 5.0, "quality.ensemble": 0.8}
+            ),
+            "t-M2.json": variant(
+                t, "t-M2", 2, 4, 33e9, **{"timing.train_wall_s": 3.0, "quality.ensemble": 0.7}
+            ),
+            "real-stream.json": real["stream"],
+            "diverged.json": diverged,
+            "preempted.json": variant(t, "preempted", 1, 4, 1e9, status="partial", reason=""),
+            "bigger-batch.json": other,
+            "foreign.json": {"hello": "world"},
+            "no-mesh.json": {k: v for k, v in t.items() if k != "mesh"},
+            "flops-mode.json": {**t, "mode": "flops", "run_id": "flops-mode"},
+            "broken.json": "{not json",
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def report(results) -> tuple[Path, str]:
+    path = write_report([str(results)])
+    return path, path.read_text()
+
+
+def section(md: str, title: str) -> str:
+    start = md.index(f"## {title}\n")
+    end = md.find("\n## ", start + 1)
+    return md[start : None if end < 0 else end]
+
+
+def rows(text: str) -> list[dict[str, str]]:
+    """The first markdown table in `text`, as dicts by header."""
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[2:]]
+
+
+def unit(header: str) -> float:
+    """The scale a header names: FLOPS [GFLOP/s] -> 1e9."""
+    inside = header[header.index("[") + 1 : header.index("]")]
+    return PREFIX[inside[: -len("FLOP/s")]] if inside.endswith("FLOP/s") else 1.0
+
+
+def figure(value: float | None, scale: float = 1.0) -> str:
+    return "n/a" if value is None else f"{value / scale:.4g}"
+
+
+def column(table: list[dict], name: str) -> tuple[str, float]:
+    header = next(h for h in table[0] if h.startswith(name + " ["))
+    return header, unit(header)
+
+
+def test_report_has_every_section_and_valid_pngs(report):
+    path, md = report
+    for title in SECTIONS:
+        assert f"\n## {title}\n" in md
+    images = [line[line.index("](") + 2 : -1] for line in md.splitlines() if line.startswith("![")]
+    assert {"scalability.png", "tradeoff_sys8.png", "mfu.png", "stream.png"} <= set(images)
+    for name in images:
+        data = (path.parent / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 1000, name
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([*images, "report.md"])
+
+
+def test_flops_table_holds_the_records_figures_and_the_linear_ideal(report, results):
+    _, md = report
+    table = rows(section(md, SECTIONS[1]))
+    assert [(r["M"], r["P_degree"], r["Sys_scale"]) for r in table] == [
+        ("1", "2", "2"),
+        ("2", "2", "4"),
+        ("4", "2", "8"),
+        ("2", "4", "8"),
+    ]
+    flops_h, f_scale = column(table, "FLOPS")
+    ideal_h, _ = column(table, "ideal FLOPS")
+    vflops_h, v_scale = column(table, "VFLOPS")
+    assert f_scale == 1e9
+    by_run = {r["run"]: r for r in table}
+    for run in ("s-M1", "s-M2", "s-M4", "t-M2"):
+        record = json.loads((results / f"{run}.json").read_text())
+        assert by_run[run][flops_h] == figure(record["metrics"]["flops_per_s"], f_scale)
+        assert by_run[run][vflops_h] == figure(record["metrics"]["vflops_per_s"], v_scale)
+    # P_degree = 2: the ideal is the Sys_scale-2 run's FLOPS scaled linearly; P_degree = 4 has
+    # one run, its own ideal.
+    assert [by_run[r][ideal_h] for r in ("s-M1", "s-M2", "s-M4")] == ["10", "20", "40"]
+    assert by_run["t-M2"][ideal_h] == "33"
+    assert by_run["s-M4"]["FLOPS / ideal"] == "0.75"
+
+
+def test_ideal_is_the_smallest_point_scaled_linearly(real):
+    t = real["train"]
+    records = [
+        Record(Path(f"{m}.json"), variant(t, f"M{m}", m, 2, f)) for m, f in ((4, 30e9), (2, 18e9))
+    ]
+    series = scalability(records)[2]
+    assert [p.sys_scale for p in series] == [4, 8]
+    assert [p.ideal_flops for p in series] == [18e9, 36e9]
+    penalty = t["metrics"]["penalty"]
+    assert series[1].ideal_vflops == pytest.approx(18e9 * penalty * 2)
+
+
+def test_tradeoff_mfu_and_stream_tables(report, results, real):
+    _, md = report
+    trade = section(md, SECTIONS[2])
+    assert "### Sys_scale = 8" in trade and "tradeoff_sys8.png" in trade
+    assert "Sys_scale = 2\n" not in trade  # one point only: no plot
+    table = rows(trade)
+    assert [(r["M"], r["P_degree"], r["training time [s]"]) for r in table] == [
+        ("2", "4", "3"),
+        ("4", "2", "5"),
+    ]
+    assert [r["ensemble top1_accuracy"] for r in table] == ["0.7", "0.8"]
+    oob = real["train"]["quality"]["oob"]["quality"]
+    assert table[0]["out-of-bag top1_accuracy"] == figure(oob)
+
+    mfu = {r["run"]: r for r in rows(section(md, SECTIONS[3]))}
+    assert set(mfu) == {"s-M1", "s-M2", "s-M4", "t-M2"}
+    measured = real["train"]["metrics"]["mfu_measured"]
+    assert mfu["s-M1"]["MFU measured [%]"] == figure(measured * 100)
+    assert mfu["s-M1"]["MFU datasheet [%]"] == "n/a"  # a CPU has no datasheet peak
+
+    stream = rows(section(md, SECTIONS[4]))
+    kernels = real["stream"]["kernels"]
+    assert [r["kernel"] for r in stream] == [k["label"] for k in kernels.values()]
+    for row, k in zip(stream, kernels.values(), strict=True):
+        assert row["GB/s"] == figure(k["gb_per_s"])
+        assert row["GB/s per device"] == figure(k["gb_per_s_per_device"])
+
+
+def test_skipped_records_say_why(report):
+    _, md = report
+    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, SECTIONS[5]))}
+    assert set(skipped) == {
+        "diverged.json",
+        "preempted.json",
+        "bigger-batch.json",
+        "foreign.json",
+        "broken.json",
+        "no-mesh.json",
+        "flops-mode.json",
+    }
+    assert skipped["diverged.json"] == "status invalid: member 1 diverged"
+    assert skipped["preempted.json"].startswith("status partial")
+    assert skipped["foreign.json"] == 'not a hpcai_jax record: no "mode" field'
+    assert skipped["no-mesh.json"] == "incomplete record: no mesh.ensemble_size"
+    assert skipped["flops-mode.json"].startswith("mode flops: the report plots train and stream")
+    assert skipped["broken.json"].startswith("not a hpcai_jax record: unreadable or not JSON")
+    assert skipped["bigger-batch.json"].endswith(": train.batch_size = 64 (majority: 16)")
+    assert "bigger-batch" not in section(md, SECTIONS[1])
+
+
+def test_a_field_only_newer_records_have_does_not_split_them(real, tmp_path):
+    """A configuration field added by a newer hpcai_jax is no difference between two setups;
+    --compare still shows it, as absent from the older record."""
+    old = variant(real["train"], "old", 1, 2, 1e9)
+    new = variant(real["train"], "new", 2, 2, 2e9)
+    new["config"]["results"]["added_later"] = ""
+    folder = write(tmp_path, {"old.json": old, "new.json": new})
+    collection = collect([str(folder)])
+    assert [r.run_id for r in collection.train] == ["new", "old"] and not collection.skipped
+    text = compare(str(folder / "old.json"), str(folder / "new.json"))
+    assert '| results.added_later | (absent) | "" |' in text
+
+
+def test_records_without_quality_plot_what_exists(real, tmp_path):
+    """Synthetic data: no quality, no VFLOPS; the report says n/a and plots FLOPS only."""
+    t = copy.deepcopy(real["train"])
+    t["metrics"].update(vflops_per_s=None, penalty=None)
+    t["quality"].update(ensemble=None, member_mean=None, members=None, oob=None, target=None)
+    folder = write(
+        tmp_path / "synthetic",
+        {f"M{m}.json": variant(t, f"M{m}", m, 1, m * 1e9) for m in (1, 2)},
+    )
+    md = write_report([str(folder)], tmp_path / "out").read_text()
+    table = rows(section(md, SECTIONS[1]))
+    vflops_h, _ = column(table, "VFLOPS")
+    assert [r[vflops_h] for r in table] == ["n/a", "n/a"]
+    assert "No run has a VFLOPS figure" in md
+    assert "nothing to plot" in section(md, SECTIONS[2])
+    assert "No complete STREAM record" in section(md, SECTIONS[4])
+    assert (tmp_path / "out" / "scalability.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_compare_shows_ratios_and_what_differs(results, tmp_path):
+    proc = cli("--compare", str(results / "s-M1.json"), str(results / "s-M2.json"))
+    assert proc.returncode == 0, proc.stderr
+    figures = {r["figure"]: r for r in rows(section(proc.stdout, "Headline figures"))}
+    assert figures["FLOPS"]["A: s-M1"] == "10 GFLOP/s"
+    assert figures["FLOPS"]["B: s-M2"] == "18 GFLOP/s"
+    assert figures["FLOPS"]["B/A"] == "1.8"
+    assert figures["Sys_scale (devices)"]["B/A"] == "2"
+    assert figures["MFU datasheet"]["B/A"] == "n/a"
+    for label in ("VFLOPS", "ensemble quality", "out-of-bag quality", "step time median"):
+        assert label in figures
+    config = {r["config field"]: r for r in rows(section(proc.stdout, "Configuration differences"))}
+    assert set(config) == {"mesh.ensemble_size"}
+    assert (config["mesh.ensemble_size"]["A"], config["mesh.ensemble_size"]["B"]) == ("1", "2")
+
+    other = json.loads((results / "s-M1.json").read_text())
+    other["provenance"].update(device_kind="NVIDIA H200", git_commit="abc")
+    write(tmp_path, {"h200.json": other})
+    proc = cli("--compare", str(results / "s-M1.json"), str(tmp_path / "h200.json"))
+    provenance = {
+        r["provenance"]: r["B"] for r in rows(section(proc.stdout, "Provenance differences"))
+    }
+    assert provenance == {"device_kind": "NVIDIA H200", "git_commit": "abc"}
+
+
+def test_compare_stream_records_and_writes_with_out(real, tmp_path):
+    fast = copy.deepcopy(real["stream"])
+    fast["run_id"] = "fast"
+    fast["kernels"]["triad"]["gb_per_s"] *= 2
+    folder = write(tmp_path, {"a.json": real["stream"], "b.json": fast})
+    args = ("--compare", str(folder / "a.json"), str(folder / "b.json"), "--out", "cmp")
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    figures = {r["figure"]: r for r in rows(section(proc.stdout, "Headline figures"))}
+    assert figures["Triad bandwidth"]["B/A"] == "2"
+    assert figures["Copy bandwidth"]["B/A"] == "1"
+    assert (tmp_path / "cmp" / "compare_real-stream_vs_fast.md").read_text() == proc.stdout
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "hpcai_jax.report", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("hpcai_jax.report: error: ") and "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_cli_writes_the_report_under_the_first_results_directory(results, tmp_path):
+    folder = write(tmp_path / "r", {"s.json": json.loads((results / "s-M1.json").read_text())})
+    proc = cli(str(folder))
+    assert proc.returncode == 0, proc.stderr
+    assert (folder / "report" / "report.md").exists()
+    assert proc.stdout.strip() == f"report: {folder / 'report' / 'report.md'}"
+
+
+def test_bad_input_is_one_line_and_exit_2(results, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    foreign = write(tmp_path / "foreign", {"x.json": {"a": 1}})
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    out = tmp_path / "out"
+    assert_one_line_error(cli(str(tmp_path / "nope"), "--out", str(out)), "nope", "no such")
+    assert_one_line_error(cli(str(empty), "--out", str(out)), "no records found", str(empty))
+    assert_one_line_error(cli(str(foreign), "--out", str(out)), "no hpcai_jax records")
+    assert not out.exists()
+    assert_one_line_error(cli(str(results), "--out", str(a_file)), f"--out={a_file}")
+    assert_one_line_error(cli(str(results), "--out", str(a_file / "r")), f"--out={a_file}/r")
+    assert_one_line_error(cli(), "RESULTS")
+    assert_one_line_error(cli("--bogus"), "--bogus")
+    record = str(results / "s-M1.json")
+    assert_one_line_error(cli("--compare", record), "--compare")
+    assert_one_line_error(cli("--compare", record, str(tmp_path / "nope.json")), "nope.json")
+    assert_one_line_error(cli("--compare", record, str(results)), "is a directory")
+    stream = str(results / "real-stream.json")
+    assert_one_line_error(cli("--compare", record, stream), "same mode")
+    assert_one_line_error(cli("--compare", record, str(results / "foreign.json")), "foreign")
+
+
+def test_api_raises_usage_error_and_rewrites_in_place(results, tmp_path):
+    with pytest.raises(UsageError, match="no such file"):
+        write_report([str(tmp_path / "missing")])
+    out = tmp_path / "out"
+    write_report([str(results)], out)
+    first = (out / "report.md").read_text()
+    assert write_report([str(results)], out).read_text() == first
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left
+    (out / "notes.txt").write_text("mine")
+    write_report([str(results / "s-M1.json")], out)  # no trade-off, no STREAM: plots go
+    assert sorted(p.name for p in out.iterdir()) == [
+        "mfu.png",
+        "notes.txt",
+        "report.md",
+        "scalability.png",
+    ]
+    write_report([str(results)], out)
+    assert "| s-M1 | train |" in first
+    assert collect([str(results)]).majority["train"]["train.batch_size"] == 16
+    assert "mesh.ensemble_size" in compare(str(results / "s-M1.json"), str(results / "s-M4.json"))
