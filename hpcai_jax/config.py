@@ -271,6 +271,11 @@ class ResultsConfig:
         "the mlperf-logging package). Check it with the compliance checker and the ruleset "
         "hpcai_jax/mllog_rules/hpcai500.yaml. Empty: no MLLOG file.",
     )
+    stream_record: str = _field(
+        "",
+        "A STREAM record (--mode=stream) whose Triad bandwidth per device is the roofline's "
+        "memory roof. Empty: a short Triad on every device at once is measured at start.",
+    )
 
     def validate(self) -> None:
         _require(bool(self.results_dir), "--results_dir: expected a directory path")

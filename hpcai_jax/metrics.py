@@ -1,5 +1,5 @@
 """The benchmark's arithmetic, in one place: APC (Eq. 3–4), FLOPS (Eq. 6), the quality penalty
-and VFLOPS (Eq. 7–8), and MFU. The run record and `--mode=flops` call these and nothing else.
+and VFLOPS (Eq. 7–8), MFU and the roofline. The run record and `--mode=flops` call these and nothing else.
 """
 
 from __future__ import annotations
@@ -39,3 +39,12 @@ def mfu(flops_per_s_per_device: float | None, peak_per_device: float | None) -> 
     if not flops_per_s_per_device or not peak_per_device:
         return None
     return flops_per_s_per_device / peak_per_device
+
+
+def attainable(
+    peak: float | None, bandwidth: float | None, intensity: float | None
+) -> float | None:
+    """The roofline: min(peak FLOP/s, bandwidth bytes/s × arithmetic intensity FLOP/byte)."""
+    if not peak or not bandwidth or not intensity:
+        return None
+    return min(peak, bandwidth * intensity)

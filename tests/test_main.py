@@ -111,6 +111,12 @@ def test_end_to_end_record(tmp_path):
     assert record["comm"]["bytes_per_step"]["data"] > 0
     assert record["memory_per_device"]["argument_bytes"] > 0
     assert record["energy"]["available"] is False and "cpu" in record["energy"]["why"]
+    roof = record["roofline"]
+    assert roof["bandwidth_bytes_per_s"] > 1e8 and "measured at start" in roof["bandwidth_source"]
+    assert roof["arithmetic_intensity_flops_per_byte"] > 0 and roof["bound"] in (
+        "memory",
+        "compute",
+    )
 
 
 @pytest.mark.parametrize(

@@ -145,6 +145,7 @@ def test_report_has_every_section_and_valid_pngs(report):
         assert f"\n## {title}\n" in md
     images = [line[line.index("](") + 2 : -1] for line in md.splitlines() if line.startswith("![")]
     assert {"scalability.png", "tradeoff_sys8.png", "mfu.png", "stream.png"} <= set(images)
+    assert {"roofline_s-M1.png", "roofline_t-M2.png"} <= set(images)  # one per training run
     for name in images:
         data = (path.parent / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000, name
@@ -208,7 +209,7 @@ def test_tradeoff_mfu_and_stream_tables(report, results, real):
     assert mfu["s-M1"]["MFU measured [%]"] == figure(measured * 100)
     assert mfu["s-M1"]["MFU datasheet [%]"] == "n/a"  # a CPU has no datasheet peak
 
-    stream = rows(section(md, SECTIONS[4]))
+    stream = rows(section(md, SECTIONS[5]))
     kernels = real["stream"]["kernels"]
     assert [r["kernel"] for r in stream] == [k["label"] for k in kernels.values()]
     for row, k in zip(stream, kernels.values(), strict=True):
@@ -216,9 +217,22 @@ def test_tradeoff_mfu_and_stream_tables(report, results, real):
         assert row["GB/s per device"] == figure(k["gb_per_s_per_device"])
 
 
+def test_roofline_table_holds_the_records_figures(report, real):
+    _, md = report
+    roof = {r["run"]: r for r in rows(section(md, SECTIONS[4]))}
+    assert set(roof) == {"s-M1", "s-M2", "s-M4", "t-M2"}
+    figures = real["train"]["roofline"]
+    row = roof["s-M1"]
+    peak = next(h for h in row if h.startswith("peak"))
+    assert float(row[peak]) * unit(peak) == pytest.approx(figures["peak_flops_per_s"], rel=1e-3)
+    assert row["intensity [FLOP/B]"] == figure(figures["arithmetic_intensity_flops_per_byte"])
+    ridge = figures["peak_flops_per_s"] / figures["bandwidth_bytes_per_s"]
+    assert row["ridge [FLOP/B]"] == figure(ridge)
+
+
 def test_skipped_records_say_why(report):
     _, md = report
-    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, SECTIONS[5]))}
+    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, SECTIONS[6]))}
     assert set(skipped) == {
         "diverged.json",
         "preempted.json",
@@ -266,7 +280,7 @@ def test_records_without_quality_plot_what_exists(real, tmp_path):
     assert [r[vflops_h] for r in table] == ["n/a", "n/a"]
     assert "No run has a VFLOPS figure" in md
     assert "nothing to plot" in section(md, SECTIONS[2])
-    assert "No complete STREAM record" in section(md, SECTIONS[4])
+    assert "No complete STREAM record" in section(md, SECTIONS[5])
     assert (tmp_path / "out" / "scalability.png").read_bytes().startswith(PNG_MAGIC)
 
 
@@ -374,6 +388,7 @@ def test_api_raises_usage_error_and_rewrites_in_place(results, tmp_path):
         "mfu.png",
         "notes.txt",
         "report.md",
+        "roofline_s-M1.png",
         "scalability.png",
     ]
     write_report([str(results)], out)

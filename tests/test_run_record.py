@@ -144,3 +144,27 @@ def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     )
     cross = crosscheck(forced, 3 * analytic)
     assert (cross.train_step_flops, cross.crosscheck_ok) == (3 * analytic, False)
+
+
+def test_the_step_on_the_roofline(setup):
+    # Per device: 4e9 / 8 FLOPs over 1e8 bytes accessed = 5 FLOP/byte; a 1e8 B/s roof makes
+    # 5e8 FLOP/s attainable, under the 1e9 FLOP/s peak: memory-bound.
+    cross = _cross(M * 1e9)
+    cost = XlaCost(cross.train_step_flops / DEVICES, 1e8, DEVICES)
+    peaks = {
+        "datasheet_per_device": None,
+        "measured_per_device": 1e9,
+        "bandwidth_per_device": 1e8,
+        "bandwidth_source": "a test",
+    }
+    record = run_record.build(
+        setup, _progress({}), cost, cross, peaks, "complete", _quality([True] * 4), None, 1.0, 9.0
+    )
+    roof = record["roofline"]
+    assert roof["arithmetic_intensity_flops_per_byte"] == pytest.approx(5.0)
+    assert roof["ridge_point_flops_per_byte"] == pytest.approx(10.0)
+    assert roof["attainable_flops_per_s"] == pytest.approx(5e8) and roof["bound"] == "memory"
+    achieved = record["metrics"]["flops_per_s_per_device"]
+    assert roof["achieved_flops_per_s"] == achieved
+    assert roof["fraction_of_attainable"] == pytest.approx(achieved / 5e8)
+    assert _build(setup, _progress({}), cross, _quality([True] * 4))["roofline"] is None

@@ -30,6 +30,7 @@ from hpcai_jax.engine.evaluate import evaluate
 from hpcai_jax.engine.flop_count import FlopFigures, crosscheck
 from hpcai_jax.engine.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
 from hpcai_jax.engine.progress import DivergenceWatch, Progress
+from hpcai_jax.engine.roofline import stream_bandwidth
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import StepMetrics, compile_step
 from hpcai_jax.engine.timing import format_duration
@@ -213,6 +214,9 @@ def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
             memory["temp_bytes"] / 2**20,
         )
     peaks = _peak_flops(config.model.dtype)
+    peaks["bandwidth_per_device"], peaks["bandwidth_source"] = stream_bandwidth(
+        config.results.stream_record
+    )
     return CompiledStep(compiled, cost, cross, memory, peaks, comm)
 
 

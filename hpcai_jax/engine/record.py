@@ -10,6 +10,7 @@ from hpcai_jax.engine.energy import EnergyReading, energy_record
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.flop_count import FlopFigures
 from hpcai_jax.engine.progress import Progress
+from hpcai_jax.engine.roofline import roofline
 from hpcai_jax.engine.timing import StepTimes
 from hpcai_jax.flops.xla import XlaCost
 
@@ -131,6 +132,17 @@ def build(
         peak_flops=peaks,
         memory_per_device=memory or {},
         comm=comm.to_dict() if comm else None,
+        roofline=(
+            roofline(
+                cost,
+                peaks.get("measured_per_device"),
+                peaks["bandwidth_per_device"],
+                peaks["bandwidth_source"],
+                per_device,
+            )
+            if peaks.get("bandwidth_per_device")
+            else None
+        ),
         energy=_energy(energy, flops),
         quality={
             "metric": setup.workload.metric,

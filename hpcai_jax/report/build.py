@@ -56,6 +56,12 @@ def render(collection: Collection, folder: Path) -> str:
         plots.mfu(rows, folder / png)
     parts += [markdown.heading(markdown.SECTIONS[3]), markdown.mfu(rows, png)]
 
+    roofs = series.roofline(train)
+    pngs = {p.run_id: f"roofline_{re.sub(r'[^A-Za-z0-9._-]', '_', p.run_id)}.png" for p in roofs}
+    for p in roofs:
+        plots.roofline(p, folder / pngs[p.run_id])
+    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.roofline(roofs, pngs)]
+
     runs = series.stream(collection.stream)
     png, per_process = None, {}
     if any(k.gb_per_s is not None for r in runs for k in r.kernels):
@@ -66,9 +72,9 @@ def render(collection: Collection, folder: Path) -> str:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", r.run_id)  # a plain link target
             per_process[r.run_id] = f"stream_{safe}_per_process.png"
             plots.stream_per_process(r, folder / per_process[r.run_id])
-    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.stream(runs, png, per_process)]
+    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.stream(runs, png, per_process)]
 
-    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.skipped(collection.skipped)]
+    parts += [markdown.heading(markdown.SECTIONS[6]), markdown.skipped(collection.skipped)]
     return "\n\n".join(parts) + "\n"
 
 

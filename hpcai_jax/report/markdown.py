@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpcai_jax.report.collect import Collection, Skipped
-from hpcai_jax.report.series import MfuRow, ScalePoint, StreamRun, TradePoint, plottable
+from hpcai_jax.report.series import (
+    MfuRow,
+    RoofPoint,
+    ScalePoint,
+    StreamRun,
+    TradePoint,
+    plottable,
+)
 from hpcai_jax.report.units import cell, prefix, seconds
 
 SECTIONS = (
@@ -18,6 +25,7 @@ SECTIONS = (
     "FLOPS and VFLOPS against Sys_scale",
     "Ensemble quality against training time",
     "MFU per run",
+    "Roofline",
     "STREAM bandwidth",
     "Skipped records",
 )
@@ -212,6 +220,42 @@ def mfu(rows: list[MfuRow], png: str | None) -> str:
         parts.append(image(png, "MFU per run"))
     else:
         parts.append("No run has an MFU figure: nothing to plot.")
+    parts.append(table(headers, body))
+    return "\n\n".join(parts)
+
+
+def roofline(points: list[RoofPoint], pngs: dict[str, str]) -> str:
+    if not points:
+        return "No training record has a roofline (a bandwidth and XLA's bytes accessed)."
+    f_scale, f_prefix = prefix([p.peak for p in points])
+    b_scale, b_prefix = prefix([p.bandwidth for p in points])
+    parts = [
+        "Per device: the matmul peak and STREAM Triad bandwidth measured at the start of the run "
+        "(or read from a STREAM record), and the training step at XLA's FLOPs over bytes "
+        "accessed. Below the ridge point the step is memory-bound (docs/score.md)."
+    ]
+    parts += [image(pngs[p.run_id], f"roofline of {p.run_id}") for p in points]
+    body = [
+        [
+            p.run_id,
+            cell(p.peak, f_scale),
+            cell(p.bandwidth, b_scale),
+            cell(p.peak / p.bandwidth),
+            cell(p.intensity),
+            cell(p.attainable, f_scale),
+            cell(p.achieved, f_scale),
+        ]
+        for p in points
+    ]
+    headers = [
+        "run",
+        f"peak [{f_prefix}FLOP/s]",
+        f"bandwidth [{b_prefix}B/s]",
+        "ridge [FLOP/B]",
+        "intensity [FLOP/B]",
+        f"attainable [{f_prefix}FLOP/s]",
+        f"achieved [{f_prefix}FLOP/s]",
+    ]
     parts.append(table(headers, body))
     return "\n\n".join(parts)
 

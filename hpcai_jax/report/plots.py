@@ -12,7 +12,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from hpcai_jax.report.series import MfuRow, ScalePoint, StreamRun, TradePoint
+from hpcai_jax.report.series import MfuRow, RoofPoint, ScalePoint, StreamRun, TradePoint
 from hpcai_jax.report.units import prefix, seconds
 
 DPI = 100
@@ -134,6 +134,40 @@ def mfu(rows: list[MfuRow], path: Path) -> None:
     ax.set_title("Model FLOPs utilisation per run")
     ax.grid(axis="x", **GRID)
     fig.legend(loc="outside lower center", ncols=len(kinds), fontsize="small")
+    _save(fig, path)
+
+
+def roofline(point: RoofPoint, path: Path) -> None:
+    """The device's roofline (log-log): the memory roof (bandwidth × intensity) up to the ridge,
+    the compute roof (matmul peak) after it, and the training step at its arithmetic intensity."""
+    ridge = point.peak / point.bandwidth
+    low = min(point.intensity, ridge) / 20
+    high = max(point.intensity, ridge) * 20
+    scale, unit = prefix([point.peak])
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    ax.loglog(
+        [low, ridge, high],
+        [low * point.bandwidth / scale, point.peak / scale, point.peak / scale],
+        color="C0",
+        label="roofline",
+    )
+    ax.axvline(ridge, color="C0", ls=":", lw=0.8)
+    ax.plot(
+        point.intensity,
+        point.attainable / scale,
+        "o",
+        mfc="none",
+        color="C1",
+        label="attainable at the step's intensity",
+    )
+    if point.achieved:
+        ax.plot(point.intensity, point.achieved / scale, "o", color="C2", label="achieved")
+    ax.set_xlabel("arithmetic intensity [FLOP/byte] (XLA: FLOPs / bytes accessed of the step)")
+    ax.set_ylabel(f"per device [{unit}FLOP/s]")
+    ax.set_title(f"{point.run_id}: the training step on the roofline")
+    ax.grid(which="both", **GRID)
+    ax.legend(fontsize="small", loc="lower right")
     _save(fig, path)
 
 

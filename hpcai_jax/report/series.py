@@ -152,6 +152,36 @@ def mfu(records: list[Record]) -> list[MfuRow]:
 
 
 @dataclasses.dataclass(frozen=True)
+class RoofPoint:
+    """One run's step on its device's roofline (per device, from the record's `roofline`)."""
+
+    run_id: str
+    peak: float
+    bandwidth: float
+    intensity: float
+    achieved: float | None
+    attainable: float
+
+
+def roofline(records: list[Record]) -> list[RoofPoint]:
+    points = []
+    for r in records:
+        values = [
+            number(field(r.data, f"roofline.{k}"))
+            for k in (
+                "peak_flops_per_s",
+                "bandwidth_bytes_per_s",
+                "arithmetic_intensity_flops_per_byte",
+                "achieved_flops_per_s",
+                "attainable_flops_per_s",
+            )
+        ]
+        if None not in (values[0], values[1], values[2], values[4]):
+            points.append(RoofPoint(r.run_id, *values))
+    return sorted(points, key=lambda p: p.run_id)
+
+
+@dataclasses.dataclass(frozen=True)
 class StreamKernel:
     key: str
     label: str

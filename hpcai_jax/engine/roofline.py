@@ -1,0 +1,92 @@
+"""The device's roofline and where the training step sits on it: attainable FLOP/s =
+min(peak, bandwidth × arithmetic intensity), with the peak from the matmul measured at start,
+the bandwidth from STREAM's Triad (measured at start on every device at once, or read from a
+STREAM record given with --stream_record), and the step's arithmetic intensity from XLA's cost
+analysis of the compiled step (FLOPs over bytes accessed, per device)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+
+from hpcai_jax import metrics
+from hpcai_jax.config import StreamConfig
+from hpcai_jax.errors import UsageError
+from hpcai_jax.flops.xla import XlaCost
+
+# Triad at start: float32 arrays of BabelStream's default 2^25 elements on a CPU (128 MiB each,
+# past the 4x-largest-cache rule here), a tenth of device memory for the three arrays elsewhere;
+# a few calls, the fastest kept.
+_CPU_ELEMENTS = 1 << 25
+_ACCELERATOR_FRACTION = 0.1
+_CALLS = 5
+
+
+def stream_bandwidth(record_path: str) -> tuple[float, str]:
+    """Per-device Triad bandwidth (bytes/s) and where it came from."""
+    if record_path:
+        try:
+            record = json.loads(Path(record_path).read_text())
+            per_device = record["kernels"]["triad"]["gb_per_s_per_device"] * 1e9
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(
+                f"--stream_record={record_path}: not a STREAM record with a Triad "
+                f"figure ({type(e).__name__}: {e})"
+            ) from None
+        return per_device, f"STREAM record {record_path} (Triad, per device)"
+    from hpcai_jax.stream import measure_bandwidth  # STREAM's own kernels, timing and check
+
+    cpu = jax.devices()[0].platform == "cpu"
+    config = StreamConfig(
+        array_size=_CPU_ELEMENTS if cpu else 0,
+        array_fraction=0.0 if cpu else _ACCELERATOR_FRACTION,
+        num_times=_CALLS,
+        precision="float32",
+        kernels="triad",
+        devices="all",
+    )
+    result = measure_bandwidth(config)
+    triad = next(f for f in result.figures if f.key == "triad")
+    return (
+        triad.per_device_gb_per_s * 1e9,
+        f"STREAM Triad measured at start: all {triad.num_devices} devices at once, float32, "
+        f"{result.elements} elements, best of {_CALLS - 1} calls, per device",
+    )
+
+
+def roofline(
+    cost: XlaCost,
+    peak_per_device: float | None,
+    bandwidth: float,
+    bandwidth_source: str,
+    flops_per_s_per_device: float | None,
+) -> dict:
+    """The record's `roofline` section (per device)."""
+    intensity = (
+        cost.flops_per_device / cost.bytes_accessed_per_device
+        if cost.flops_per_device and cost.bytes_accessed_per_device
+        else None
+    )
+    attainable = metrics.attainable(peak_per_device, bandwidth, intensity)
+    return {
+        "peak_flops_per_s": peak_per_device,
+        "bandwidth_bytes_per_s": bandwidth,
+        "bandwidth_source": bandwidth_source,
+        "ridge_point_flops_per_byte": peak_per_device / bandwidth if peak_per_device else None,
+        "arithmetic_intensity_flops_per_byte": intensity,
+        "attainable_flops_per_s": attainable,
+        "achieved_flops_per_s": flops_per_s_per_device,
+        "fraction_of_attainable": (
+            flops_per_s_per_device / attainable if flops_per_s_per_device and attainable else None
+        ),
+        "bound": (
+            None
+            if intensity is None or not peak_per_device
+            else "memory"
+            if intensity * bandwidth < peak_per_device
+            else "compute"
+        ),
+        "per": "device; intensity from XLA's flops and bytes accessed of the compiled step",
+    }
