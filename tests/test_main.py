@@ -156,6 +156,10 @@ def test_end_to_end_record(tmp_path):
         (["--quality_exponent=-2"], ["--quality_exponent=-2.0: expected >= 0"]),
         (["--flops_source=guess"], ["--flops_source", "guess"]),
         (
+            ["--stream_record=/nonexistent.json"],
+            ["--stream_record=/nonexistent.json", "not a STREAM record with a Triad figure"],
+        ),
+        (
             ["--batch_size=15", "--parallel_degree=2", "--members_per_device=1"],
             ["--batch_size=15 must be divisible by P_degree=2"],
         ),

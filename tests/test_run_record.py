@@ -4,6 +4,7 @@ members, and what a failed FLOP cross-check does to the record."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from helpers import tiny_config
@@ -13,7 +14,9 @@ from hpcai_jax.engine import record as run_record
 from hpcai_jax.engine.evaluate import EnsembleQuality, OutOfBag
 from hpcai_jax.engine.flop_count import SOURCE_ANALYTIC, SOURCE_XLA, FlopFigures, crosscheck
 from hpcai_jax.engine.progress import Progress
+from hpcai_jax.engine.roofline import stream_bandwidth
 from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.xla import XlaCost
 
 M, B, DEVICES = 4, 16, 8
@@ -168,3 +171,17 @@ def test_the_step_on_the_roofline(setup):
     assert roof["achieved_flops_per_s"] == achieved
     assert roof["fraction_of_attainable"] == pytest.approx(achieved / 5e8)
     assert _build(setup, _progress({}), cross, _quality([True] * 4))["roofline"] is None
+
+
+def test_the_memory_roof_from_a_stream_record(tmp_path):
+    record = tmp_path / "bw.json"
+    record.write_text(
+        json.dumps(
+            {"mode": "stream", "kernels": {"triad": {"gb_per_s": 40.0, "gb_per_s_per_device": 5.0}}}
+        )
+    )
+    bandwidth, source = stream_bandwidth(str(record))
+    assert bandwidth == 5e9 and str(record) in source
+    (tmp_path / "other.json").write_text(json.dumps({"mode": "train"}))
+    with pytest.raises(UsageError, match="not a STREAM record with a Triad figure"):
+        stream_bandwidth(str(tmp_path / "other.json"))

@@ -168,7 +168,9 @@ class CompiledStep(NamedTuple):
     comm: CommVolume
 
 
-def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
+def _compile(
+    setup: RunSetup, state, progress: Progress, bandwidth: tuple[float, str] | None
+) -> CompiledStep:
     """Compiles the step ahead of timing and gathers what the record says about it: XLA's and the
     analytic FLOP counts (warning loudly when they disagree), memory per device, peak FLOP/s."""
     config, layout = setup.config, setup.layout
@@ -214,9 +216,7 @@ def _compile(setup: RunSetup, state, progress: Progress) -> CompiledStep:
             memory["temp_bytes"] / 2**20,
         )
     peaks = _peak_flops(config.model.dtype)
-    peaks["bandwidth_per_device"], peaks["bandwidth_source"] = stream_bandwidth(
-        config.results.stream_record
-    )
+    peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth or stream_bandwidth("")
     return CompiledStep(compiled, cost, cross, memory, peaks, comm)
 
 
@@ -232,6 +232,10 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     """Runs the bagged-ensemble benchmark; returns its record (also written) and the exit code."""
     wall_start = time.perf_counter()
     results.check_writable(config.results.results_dir)
+    # A --stream_record is read before any work, so that a bad one fails at once.
+    bandwidth = (
+        stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
+    )
     setup = build_setup(config)
     rc = config.reliability
     ckpt = (
@@ -245,13 +249,15 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
         else None
     )
     try:
-        return _train(setup, ckpt, wall_start)
+        return _train(setup, ckpt, wall_start, bandwidth)
     finally:
         if ckpt:  # waits for pending saves on every path, errors and divergence included
             ckpt.close()
 
 
-def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tuple[dict, int]:
+def _train(
+    setup: RunSetup, ckpt: Checkpointer | None, wall_start: float, bandwidth
+) -> tuple[dict, int]:
     config = setup.config
     layout, tc, rc = setup.layout, config.train, config.reliability
     resuming = ckpt is not None and ckpt.latest_step() is not None
@@ -283,7 +289,7 @@ def _train(setup: RunSetup, ckpt: Checkpointer | None, wall_start: float) -> tup
         setup.member_strategy_why,
     )
 
-    built = _compile(setup, state, progress)
+    built = _compile(setup, state, progress, bandwidth)
     compiled = built.compiled
     mlog.init_stop()
 
