@@ -256,7 +256,10 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
 
 
 def _train(
-    setup: RunSetup, ckpt: Checkpointer | None, wall_start: float, bandwidth
+    setup: RunSetup,
+    ckpt: Checkpointer | None,
+    wall_start: float,
+    bandwidth: tuple[float, str] | None,
 ) -> tuple[dict, int]:
     config = setup.config
     layout, tc, rc = setup.layout, config.train, config.reliability
