@@ -26,6 +26,8 @@ WORKLOAD_MODELS = {
         "resnet_small",
     ),
     "regression": ("mlp",),
+    # HPC AI500's second workload; faster_rcnn_small is for tests and CPU demos.
+    "extreme_weather": ("faster_rcnn_resnet50", "faster_rcnn_small"),
 }
 WORKLOADS = tuple(WORKLOAD_MODELS)
 MODELS = tuple(m for models in WORKLOAD_MODELS.values() for m in models)
@@ -34,16 +36,18 @@ BUILTIN_DATASETS = {
     "fashion_mnist": "image_classification",
     "synthetic": "image_classification",
     "friedman1": "regression",
+    "extremeweather": "extreme_weather",
+    "synthetic_climate": "extreme_weather",
 }
 BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
-OPTIMIZERS = ("sgd",)
-LR_SCHEDULES = ("constant", "warmup_cosine")
+OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
+LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
 DTYPES = ("float32", "bfloat16")
 ON_DIVERGENCE = ("stop", "prune")
 PRECISIONS = ("float64", "float32", "bfloat16")  # STREAM
 KERNEL_SETS = ("all", "triad", "nstream")
-PLACEMENTS = ("one", "all")
+PLACEMENTS = ("one", "all", "each")
 FLOPS_SOURCES = ("auto", "xla", "analytic")
 
 
@@ -125,8 +129,10 @@ class DataConfig:
     dataset: str = _field(
         "fashion_mnist",
         "fashion_mnist (Debian IDX files), synthetic (generated on device), friedman1 (generated "
-        "regression data, for --workload=regression), or any tensorflow-datasets name prepared "
-        "in array_record format (e.g. imagenet2012).",
+        "regression data, for --workload=regression), extremeweather (the ExtremeWeather HDF5 "
+        "files or their converted form under --data_dir) or synthetic_climate (generated "
+        "climate-like fields), both for --workload=extreme_weather, or any tensorflow-datasets "
+        "name prepared in array_record format (e.g. imagenet2012).",
     )
     data_dir: str = _field(
         "",
@@ -140,20 +146,43 @@ class DataConfig:
         "Out-of-bag estimate on the first N training examples: each is predicted by the members "
         "that never trained on it (0: no estimate).",
     )
-    image_size: int = _field(224, "Square image size for tfds and synthetic data.")
+    image_size: int = _field(
+        0,
+        "Image size: the square side for tfds and synthetic images (default 224); the height of "
+        "the climate grid for extremeweather and synthetic_climate, a divisor of 768 with the "
+        "width 1.5 × the height (default 768 and 96). 0: the data set's default.",
+    )
     num_classes: int = _field(
         1000, "Number of classes of synthetic data (real data sets carry their own)."
     )
     prefetch: int = _field(2, "Batches prepared ahead on the devices.")
+    data_workers: int = _field(
+        -1,
+        "Worker processes that decode and augment training images of tfds sets (-1: one per "
+        "core this process may use, less one, at most 16 per local device; 0: none, in the "
+        "training process).",
+    )
+
+    @property
+    def square_image_size(self) -> int:
+        """The side of tfds and synthetic images."""
+        return self.image_size or 224
 
     def validate(self) -> None:
         _require(bool(self.dataset), "--dataset: expected fashion_mnist, synthetic or a tfds name")
         _require(self.train_examples >= 0, f"--train_examples={self.train_examples}: expected >= 0")
         _require(self.eval_examples >= 0, f"--eval_examples={self.eval_examples}: expected >= 0")
         _require(self.oob_examples >= 0, f"--oob_examples={self.oob_examples}: expected >= 0")
-        _require(self.image_size >= 8, f"--image_size={self.image_size}: expected >= 8")
+        _require(
+            self.image_size == 0 or self.image_size >= 8,
+            f"--image_size={self.image_size}: expected >= 8 (or 0 for the data set's default)",
+        )
         _require(self.num_classes >= 2, f"--num_classes={self.num_classes}: expected >= 2")
         _require(self.prefetch >= 1, f"--prefetch={self.prefetch}: expected >= 1")
+        _require(
+            self.data_workers >= -1,
+            f"--data_workers={self.data_workers}: expected >= 0 (or -1 for one per core)",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,20 +204,71 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class OptimConfig:
-    """SGD with momentum and the linear scaling rule (paper's Table 2 default).
+    """How every member is optimised: the paper's Table 2 optimizers and learning-rate rules.
 
-    The peak learning rate is learning_rate × batch_size / lr_reference_batch.
+    The peak learning rate is learning_rate × batch_size / lr_reference_batch (the linear scaling
+    rule); every schedule warms up to it linearly over --warmup_epochs. docs/optimizers.md
+    describes each optimizer, schedule and mask.
     """
 
-    optimizer: str = _field("sgd", "Optimizer of every member.", choices=OPTIMIZERS)
+    optimizer: str = _field(
+        "sgd",
+        "Optimizer of every member: sgd (momentum, --nesterov), adam (AdamW: --adam_b1, "
+        "--adam_b2, --adam_eps), adagrad, lars (SGD momentum with a per-layer trust ratio) or "
+        "lamb (Adam with a per-layer trust ratio).",
+        choices=OPTIMIZERS,
+    )
     learning_rate: float = _field(
         0.1, "Base learning rate at --lr_reference_batch (linear scaling rule)."
     )
     lr_reference_batch: int = _field(256, "Batch size at which --learning_rate applies unscaled.")
-    momentum: float = _field(0.9, "SGD momentum.")
-    weight_decay: float = _field(5e-5, "Decoupled L2 weight decay.")
-    lr_schedule: str = _field("warmup_cosine", "Learning-rate schedule.", choices=LR_SCHEDULES)
-    warmup_epochs: float = _field(0.0, "Linear warm-up length in epochs.")
+    momentum: float = _field(0.9, "Momentum of sgd and lars.")
+    nesterov: bool = _field(False, "Nesterov momentum for sgd and lars.")
+    weight_decay: float = _field(
+        5e-5,
+        "Weight decay on kernels only (never biases or normalisation parameters): added to the "
+        "gradient before momentum for sgd and lars, after the adaptive scaling (decoupled) for "
+        "adam, adagrad and lamb.",
+    )
+    adam_b1: float = _field(0.9, "First-moment decay of adam and lamb.")
+    adam_b2: float = _field(0.999, "Second-moment decay of adam and lamb.")
+    adam_eps: float = _field(1e-8, "Denominator epsilon of adam and lamb.")
+    adagrad_initial_accumulator: float = _field(
+        0.1, "Starting value of adagrad's sum of squared gradients."
+    )
+    lars_trust_coefficient: float = _field(
+        0.001, "LARS's eta: a layer's step is eta × ‖w‖ / ‖g + wd·w‖ times the learning rate."
+    )
+    lr_schedule: str = _field(
+        "warmup_cosine",
+        "Learning-rate schedule after the linear warm-up: constant, warmup_cosine (cosine decay "
+        "to --lr_end_value), warmup_polynomial (decay with power --lr_decay_power to "
+        "--lr_end_value) or step (× --lr_step_factor at each of --lr_step_epochs).",
+        choices=LR_SCHEDULES,
+    )
+    warmup_epochs: float = _field(0.0, "Linear warm-up length in epochs (every schedule).")
+    lr_end_value: float = _field(
+        0.0,
+        "Learning rate at the last step of warmup_cosine and warmup_polynomial (absolute, not "
+        "scaled by the batch size).",
+    )
+    lr_decay_power: float = _field(2.0, "Power of the warmup_polynomial decay.")
+    lr_step_epochs: str = _field(
+        "30,60,80",
+        "Epochs, counted from the start, at which the step schedule multiplies the learning rate "
+        "by --lr_step_factor: comma-separated, increasing.",
+    )
+    lr_step_factor: float = _field(0.1, "Factor of each step of the step schedule.")
+    label_smoothing: float = _field(
+        0.0,
+        "Label smoothing of the classification loss: the target puts 1 − s on the true class "
+        "and s / classes on every class (0: hard labels).",
+    )
+
+    @property
+    def step_epochs(self) -> tuple[float, ...]:
+        """--lr_step_epochs as numbers (validate has checked them)."""
+        return tuple(float(e) for e in self.lr_step_epochs.split(","))
 
     def validate(self) -> None:
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
@@ -200,7 +280,43 @@ class OptimConfig:
         )
         _require(0 <= self.momentum < 1, f"--momentum={self.momentum}: expected in [0, 1)")
         _require(self.weight_decay >= 0, f"--weight_decay={self.weight_decay}: expected >= 0")
+        for name in ("adam_b1", "adam_b2"):
+            value = getattr(self, name)
+            _require(0 <= value < 1, f"--{name}={value}: expected in [0, 1)")
+        _require(self.adam_eps > 0, f"--adam_eps={self.adam_eps}: expected > 0")
+        _require(
+            self.adagrad_initial_accumulator >= 0,
+            f"--adagrad_initial_accumulator={self.adagrad_initial_accumulator}: expected >= 0",
+        )
+        _require(
+            self.lars_trust_coefficient > 0,
+            f"--lars_trust_coefficient={self.lars_trust_coefficient}: expected > 0",
+        )
         _require(self.warmup_epochs >= 0, f"--warmup_epochs={self.warmup_epochs}: expected >= 0")
+        _require(self.lr_end_value >= 0, f"--lr_end_value={self.lr_end_value}: expected >= 0")
+        _require(self.lr_decay_power > 0, f"--lr_decay_power={self.lr_decay_power}: expected > 0")
+        _require(
+            _increasing_epochs(self.lr_step_epochs),
+            f"--lr_step_epochs={self.lr_step_epochs}: expected comma-separated epochs > 0 in "
+            "increasing order, e.g. 30,60,80",
+        )
+        _require(
+            0 < self.lr_step_factor < 1,
+            f"--lr_step_factor={self.lr_step_factor}: expected in (0, 1)",
+        )
+        _require(
+            0 <= self.label_smoothing < 1,
+            f"--label_smoothing={self.label_smoothing}: expected in [0, 1)",
+        )
+
+
+def _increasing_epochs(text: str) -> bool:
+    """Whether `text` is finite epochs > 0, comma-separated, strictly increasing."""
+    try:
+        epochs = [float(e) for e in text.split(",")]
+    except ValueError:
+        return False
+    return all(0 < e < float("inf") for e in epochs) and sorted(set(epochs)) == epochs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -363,7 +479,8 @@ class StreamConfig:
     kernels: str = _field("all", "STREAM: all, triad or nstream.", flag="stream_kernels")
     devices: str = _field(
         "one",
-        "STREAM: one (first local device) or all (sharded over every device).",
+        "STREAM: one (first local device), all (sharded over every device) or each (every "
+        "device alone, in turn, one figure per device).",
         flag="stream_devices",
     )
     csv: bool = _field(False, "STREAM: print CSV instead of the table.")
@@ -473,6 +590,11 @@ class RunConfig:
             serves == self.model.workload,
             f"--dataset={self.data.dataset}: a data set of --workload={serves}, not of "
             f"--workload={self.model.workload}",
+        )
+        _require(
+            self.optim.label_smoothing == 0 or self.model.workload == "image_classification",
+            f"--label_smoothing={self.optim.label_smoothing}: only for "
+            f"--workload=image_classification",
         )
         if self.scored:
             self.quality_target()

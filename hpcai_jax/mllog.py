@@ -117,7 +117,6 @@ class MLLog:
             "learning_rate": optim.learning_rate,
             "reference_batch": optim.lr_reference_batch,
         }
-        warmup = optim.warmup_epochs if optim.lr_schedule == "warmup_cosine" else 0.0
         benchmark = {"model": config.model.model, "dataset": config.data.dataset}
         settings = [
             ("submission_benchmark", f"hpcai500_{config.model.workload}", benchmark),
@@ -142,11 +141,19 @@ class MLLog:
         settings += [
             ("opt_name", optim.optimizer, None),
             ("opt_base_learning_rate", peak, scaling),
-            ("opt_learning_rate_warmup_epochs", warmup, None),
+            ("opt_learning_rate_warmup_epochs", optim.warmup_epochs, None),
             ("opt_learning_rate_decay_schedule", optim.lr_schedule, None),
             ("opt_momentum", optim.momentum, None),
             ("opt_weight_decay", optim.weight_decay, None),
+            ("label_smoothing", optim.label_smoothing, None),
         ]
+        if optim.lr_schedule == "warmup_polynomial":
+            settings += [
+                ("opt_learning_rate_decay_poly_power", optim.lr_decay_power, None),
+                ("opt_end_learning_rate", optim.lr_end_value, None),
+            ]
+        if optim.optimizer == "lars":
+            settings.append(("lars_opt_trust_coefficient", optim.lars_trust_coefficient, None))
         for key, value, metadata in settings:
             kind = "start" if key == "init_start" else "event"
             early = key in ("cache_clear", "init_start")  # both belong to the run's start

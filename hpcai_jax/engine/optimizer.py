@@ -1,37 +1,115 @@
-"""Every member's optimizer (the paper's Table 2 default: SGD with momentum, warm-up and the
-linear scaling rule). Applied per member under the ensemble transform, so per-member transforms
-never mix members."""
+"""Every member's optimizer: the paper's Table 2 default (SGD with momentum) and its alternatives
+(Adam, AdaGrad, LARS, LAMB), on the learning-rate schedule of `schedules.py`.
+
+The engine applies the update per member, under vmap or an unrolled loop inside shard_map
+(engine/step.py: member_train_step), so every per-layer figure (LARS/LAMB trust ratios, Adam's
+moments) is each member's own and never mixes members. docs/optimizers.md has the update rules.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import jax
 import optax
 
 from hpcai_jax.config import OptimConfig
+from hpcai_jax.engine.schedules import make_schedule
+
+# Parameters that get neither weight decay nor a trust ratio, by leaf name: biases and the
+# normalisation layers' scales (flax's BatchNorm, LayerNorm and GroupNorm name theirs "scale" and
+# "bias"). MLPerf's LARS recipe excludes the same.
+EXEMPT_NAMES = ("bias", "scale")
+
+# AdaGrad's epsilon inside the square root: optax's default, not a flag (it only guards 0 / 0).
+_ADAGRAD_EPS = 1e-7
+
+
+def kernel_mask(params):
+    """True for the parameters that are decayed and trust-ratio scaled: a leaf not named in
+    EXEMPT_NAMES, and never a vector (ndim ≤ 1), so that a normalisation parameter under another
+    name is exempt too. Per member: under the ensemble transform a leaf has no member axis."""
+
+    def is_kernel(path, leaf) -> bool:
+        name = getattr(path[-1], "key", None) if path else None
+        return leaf.ndim > 1 and name not in EXEMPT_NAMES
+
+    return jax.tree_util.tree_map_with_path(is_kernel, params)
 
 
 def make_optimizer(
     config: OptimConfig, batch_size: int, steps_per_epoch: int, total_steps: int
 ) -> optax.GradientTransformation:
-    """SGD with momentum, the linear scaling rule, optional warm-up + cosine decay, and weight
-    decay on kernels only (not on BatchNorm scales and biases)."""
-    peak = config.learning_rate * batch_size / config.lr_reference_batch
-    if config.lr_schedule == "constant":
-        schedule = optax.constant_schedule(peak)
-    else:
-        warmup = int(round(config.warmup_epochs * steps_per_epoch))
-        if warmup:
-            schedule = optax.warmup_cosine_decay_schedule(
-                init_value=0.0,
-                peak_value=peak,
-                warmup_steps=warmup,
-                decay_steps=max(total_steps, warmup + 1),
-                end_value=0.0,
-            )
-        else:
-            schedule = optax.cosine_decay_schedule(peak, decay_steps=max(total_steps, 1))
-    decay_mask = lambda params: jax.tree.map(lambda p: p.ndim > 1, params)  # noqa: E731
+    """`config.optimizer` on the schedule (linear scaling rule, warm-up), weight decay and trust
+    ratios on kernels only."""
+    schedule = make_schedule(config, batch_size, steps_per_epoch, total_steps)
+    return _OPTIMIZERS[config.optimizer](config, schedule)
+
+
+def _decay(config: OptimConfig) -> optax.GradientTransformation:
+    return optax.add_decayed_weights(config.weight_decay, mask=kernel_mask)
+
+
+def _sgd(config, schedule):
+    # L2 added to the gradient before momentum (the ResNet recipes' weight decay). The engine's
+    # first optimizer, unchanged: the same updates and the same layout of its state.
+    momentum = config.momentum or None
     return optax.chain(
-        optax.add_decayed_weights(config.weight_decay, mask=decay_mask),
-        optax.sgd(schedule, momentum=config.momentum or None),
+        _decay(config), optax.sgd(schedule, momentum=momentum, nesterov=config.nesterov)
     )
+
+
+def _adam(config, schedule):
+    # AdamW: the decay is added after Adam's scaling (decoupled), then scaled by the schedule.
+    return optax.adamw(
+        schedule,
+        b1=config.adam_b1,
+        b2=config.adam_b2,
+        eps=config.adam_eps,
+        weight_decay=config.weight_decay,
+        mask=kernel_mask,
+    )
+
+
+def _adagrad(config, schedule):
+    # optax.adagrad has no weight decay: its two parts with the decoupled decay between them.
+    return optax.chain(
+        optax.scale_by_rss(config.adagrad_initial_accumulator, eps=_ADAGRAD_EPS),
+        _decay(config),
+        optax.scale_by_learning_rate(schedule),
+    )
+
+
+def _lars(config, schedule):
+    # optax.lars: g + wd·w on kernels, × eta‖w‖/‖g + wd·w‖ on kernels, × learning rate, momentum.
+    # eps 0 as in MLPerf's reference; optax uses a ratio of 1 where either norm is 0.
+    return optax.lars(
+        schedule,
+        weight_decay=config.weight_decay,
+        weight_decay_mask=kernel_mask,
+        trust_coefficient=config.lars_trust_coefficient,
+        eps=0.0,
+        trust_ratio_mask=kernel_mask,
+        momentum=config.momentum,
+        nesterov=config.nesterov,
+    )
+
+
+def _lamb(config, schedule):
+    # optax.lamb's chain, with the trust ratio masked too: optax.lamb's `mask` masks only the
+    # weight decay and applies the trust ratio to every parameter.
+    return optax.chain(
+        optax.scale_by_adam(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps),
+        _decay(config),
+        optax.masked(optax.scale_by_trust_ratio(), kernel_mask),
+        optax.scale_by_learning_rate(schedule),
+    )
+
+
+_OPTIMIZERS: dict[str, Callable[[OptimConfig, optax.Schedule], optax.GradientTransformation]] = {
+    "sgd": _sgd,
+    "adam": _adam,
+    "adagrad": _adagrad,
+    "lars": _lars,
+    "lamb": _lamb,
+}

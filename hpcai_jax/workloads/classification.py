@@ -1,4 +1,5 @@
-"""Image classification (HPC AI500's first workload): softmax cross-entropy, top-1 accuracy.
+"""Image classification (HPC AI500's first workload): softmax cross-entropy, optionally with
+label smoothing, and top-1 accuracy.
 
 The ensemble predicts the argmax of its members' mean softmax probabilities.
 """
@@ -22,6 +23,7 @@ class ClassificationWorkload:
     spec: ImageSpec
     model_name: str
     dtype: str = "float32"
+    label_smoothing: float = 0.0  # --label_smoothing: the training loss's targets only
     name: str = "image_classification"
     metric: str = "top1_accuracy"
 
@@ -37,7 +39,13 @@ class ClassificationWorkload:
 
     def loss(self, outputs, batch):
         labels = batch["label"]
-        loss = optax.softmax_cross_entropy_with_integer_labels(outputs, labels).mean()
+        if self.label_smoothing:
+            targets = jax.nn.one_hot(labels, outputs.shape[-1], dtype=outputs.dtype)
+            targets = optax.smooth_labels(targets, self.label_smoothing)
+            loss = optax.softmax_cross_entropy(outputs, targets).mean()
+        else:  # integer labels: no [B, classes] targets to build
+            loss = optax.softmax_cross_entropy_with_integer_labels(outputs, labels).mean()
+        # Accuracy on the hard labels, smoothed or not.
         accuracy = jnp.mean((jnp.argmax(outputs, -1) == labels).astype(jnp.float32))
         return loss, {"accuracy": accuracy}
 
