@@ -3,17 +3,20 @@
 A batch is a dict of the workload's fields; the training batch has a leading [M, B] on every
 field, sharded P('ensemble', 'data'). Each device's block is built by
 `jax.make_array_from_callback`, so a process reads exactly the rows of the members and batch
-slices its own devices hold, and nothing else (multi-host included). A background thread keeps
+slices its own devices hold, and nothing else (multi-host included). A source that offers a
+`train_reader` (tfds images: decoding and augmentation) has those blocks made in worker
+processes (`workers.py`); the others (in-memory sets) are read here. A background thread keeps
 `prefetch` batches on the devices ahead of the step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import jax
 import numpy as np
@@ -22,6 +25,7 @@ from jax.sharding import Mesh, NamedSharding
 from hpcai_jax.axes import BATCH_SPEC, EVAL_SPEC
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.source import Fields, Source
+from hpcai_jax.data.workers import Block, BlockStream, ReadBlock, TrainReader, default_workers
 
 Batch = dict[str, jax.Array]  # a workload's fields, each with a leading [M, B] or [E] shape
 _VALID = "__valid__"  # the padding mask travels with the fields, then leaves the batch
@@ -39,6 +43,16 @@ def _bounds(index: tuple, dim: int, size: int) -> tuple[int, int]:
     return start, stop
 
 
+def _block_key(index: tuple, lead: tuple[int, ...]) -> tuple:
+    return tuple(_bounds(index, d, lead[d]) for d in range(len(lead)))
+
+
+def local_blocks(lead: tuple[int, ...], sharding: NamedSharding) -> tuple[Block, ...]:
+    """The distinct blocks (bounds on the leading axes) this process's devices hold, sorted."""
+    indices = sharding.addressable_devices_indices_map(lead).values()
+    return tuple(sorted({_block_key(index, lead) for index in indices}))
+
+
 def _global_batch(lead: tuple[int, ...], fields: Fields, sharding: NamedSharding, read) -> Batch:
     """One global array per field from per-device blocks; read(bounds) returns every field of the
     block whose bounds on the leading axes are `bounds`, and is called once per distinct block."""
@@ -46,7 +60,7 @@ def _global_batch(lead: tuple[int, ...], fields: Fields, sharding: NamedSharding
 
     def callback(name):
         def fill(index):
-            key = tuple(_bounds(index, d, lead[d]) for d in range(len(lead)))
+            key = _block_key(index, lead)
             if key not in blocks:
                 blocks[key] = read(key)
             return blocks[key][name]
@@ -77,6 +91,56 @@ def train_batch(
         source.spec.fields,
         NamedSharding(mesh, BATCH_SPEC),
         read,
+    )
+
+
+class WorkerBatches:
+    """step → Batch for a source with a `train_reader`: worker processes decode and augment this
+    process's blocks; this one only assembles the global arrays from ready blocks."""
+
+    def __init__(
+        self,
+        reader: TrainReader,
+        fields: Fields,
+        sampler: BootstrapSampler,
+        mesh: Mesh,
+        ensemble_size: int,
+        last: int,
+        workers: int,
+    ):
+        self._fields = fields
+        self._lead = (ensemble_size, sampler.batch_size)
+        self._sharding = NamedSharding(mesh, BATCH_SPEC)
+        read = ReadBlock(reader, sampler, local_blocks(self._lead, self._sharding))
+        self._stream = BlockStream(read, last, workers)
+
+    def __call__(self, step: int) -> Batch:
+        blocks = self._stream.step(step)
+        return _global_batch(self._lead, self._fields, self._sharding, blocks.__getitem__)
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def train_batches(
+    source: Source,
+    sampler: BootstrapSampler,
+    mesh: Mesh,
+    ensemble_size: int,
+    last: int,
+    workers: int = -1,
+) -> Callable[[int], Batch]:
+    """step → the global batch of that step, for steps below `last`: through worker processes
+    (`workers`; -1: `default_workers`, 0: none) where the source offers a `train_reader`
+    (its training transform differs from `read`'s), else `train_batch`. Close it with
+    Prefetcher.close, or its own `close` where it has one."""
+    train_reader = getattr(source, "train_reader", None)
+    if train_reader is None:
+        return functools.partial(train_batch, source, sampler, mesh, ensemble_size)
+    if workers < 0:
+        workers = default_workers(len(mesh.local_devices))
+    return WorkerBatches(
+        train_reader(), source.spec.fields, sampler, mesh, ensemble_size, last, workers
     )
 
 
@@ -118,6 +182,7 @@ class Prefetcher:
     """Produces batches for steps [first, last) on a background thread, `depth` ahead.
 
     `wait_s` accumulates how long the consumer waited for data: the record's data-stall figure.
+    With worker reads, the thread waits on the workers, so the figure counts their lag too.
     """
 
     _DONE = object()
@@ -125,6 +190,7 @@ class Prefetcher:
     def __init__(self, make_batch, first: int, last: int, depth: int):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._make_batch = make_batch
         self.wait_s = 0.0
         self._thread = threading.Thread(
             target=self._run, args=(make_batch, first, last), name="prefetch", daemon=True
@@ -159,5 +225,9 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
+        """Stops the thread, then whatever make_batch holds (worker processes)."""
         self._stop.set()
         self._thread.join(timeout=5)
+        close = getattr(self._make_batch, "close", None)
+        if close is not None:
+            close()

@@ -49,6 +49,10 @@ class Source(Protocol):
     def head(self, n: int) -> Source:
         """The first n examples (n = 0: all)."""
 
+    # Optional: train_reader() -> a picklable data.workers.TrainReader. A source that has one
+    # (tfds image sets) is read for training in worker processes, with per-example augmentation
+    # keys; sources without one are read directly (data/pipeline.py).
+
 
 @dataclasses.dataclass(frozen=True)
 class ArraySource:

@@ -1,8 +1,10 @@
 """Any tensorflow-datasets image-classification set prepared in array_record format, read by
 random access with `tfds.data_source` (no TensorFlow needed; docs/design.md, fact 7).
 
-ImageNet (`imagenet2012`) is the production target. Images are decoded by tfds, then resized
-(shorter side to size/0.875) and centre-cropped to `image_size` on host threads.
+ImageNet (`imagenet2012`) is the production target. Images come undecoded (JPEG or PNG bytes)
+and are decoded with PIL (`augment.py`). `read` (held-out, out of bag) resizes and centre-crops
+on host threads; training reads go through `train_reader`, which the pipeline runs in worker
+processes and which crops at random and flips (`augment.train_image`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcai_jax.data import augment
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.errors import UsageError
 
@@ -29,6 +32,15 @@ def _how_to_prepare(name: str, data_dir: str) -> str:
             if name.startswith("imagenet")
             else ""
         )
+    )
+
+
+def _open_undecoded(name: str, split: str, data_dir: str):
+    """The split's tfds data source, images as their file bytes: we decode them (augment.py)."""
+    import tensorflow_datasets as tfds
+
+    return tfds.data_source(
+        name, split=split, data_dir=data_dir, decoders={"image": tfds.decode.SkipDecoding()}
     )
 
 
@@ -56,7 +68,7 @@ class TfdsSource:
                     f"--dataset={name}: no split {split!r} under --data_dir={data_dir} "
                     f"(has {', '.join(info.splits)})"
                 )
-            self._source = tfds.data_source(name, split=split, data_dir=data_dir)
+            self._source = _open_undecoded(name, split, data_dir)
         except UsageError:
             raise
         except Exception as e:  # noqa: BLE001 - tfds raises many types for a missing/unprepared set
@@ -78,33 +90,29 @@ class TfdsSource:
             mean=_IMAGENET_MEAN if channels == 3 else (127.5,) * channels,
             std=_IMAGENET_STD if channels == 3 else (64.0,) * channels,
         )
+        self._name, self._split, self._data_dir = name, split, data_dir
         self._size = image_size
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
 
     def __len__(self) -> int:
         return len(self._source)
 
-    def _resize(self, image: np.ndarray) -> np.ndarray:
-        from PIL import Image
-
-        if image.ndim == 2:
-            image = image[..., None]
-        h, w = image.shape[:2]
-        short = round(self._size / 0.875)
-        scale = short / min(h, w)
-        pil = Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image)
-        pil = pil.resize(
-            (max(short, round(w * scale)), max(short, round(h * scale))), Image.Resampling.BILINEAR
-        )
-        top, left = (pil.height - self._size) // 2, (pil.width - self._size) // 2
-        out = np.asarray(pil.crop((left, top, left + self._size, top + self._size)), np.uint8)
-        return out.reshape(self.spec.image_shape)
+    def _eval_image(self, encoded) -> np.ndarray:
+        channels = self.spec.image_shape[-1]
+        return augment.eval_image(augment.decode(encoded, channels), self._size)
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Held-out form: shorter side to size/0.875, centre crop."""
         records = self._source.__getitems__([int(i) for i in indices])
-        images = list(self._pool.map(lambda r: self._resize(np.asarray(r["image"])), records))
+        images = list(self._pool.map(lambda r: self._eval_image(r["image"]), records))
         labels = np.asarray([r["label"] for r in records], dtype=np.int32)
         return {"image": np.stack(images), "label": labels}
+
+    def train_reader(self) -> TrainImages:
+        """Training form (random-resized crop, flip), for the pipeline's worker processes."""
+        return TrainImages(
+            self._name, self._split, self._data_dir, self._size, self.spec.image_shape[-1]
+        )
 
     def head(self, n: int) -> TfdsSource | _Head:
         return self if n == 0 or n >= len(self) else _Head(self, n)
@@ -121,6 +129,41 @@ class _Head:
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         return self._source.read(indices)
+
+    def train_reader(self) -> TrainImages:
+        return self._source.train_reader()
+
+
+class TrainImages:
+    """Reads and augments training images. It pickles as the split's name and place and opens
+    the files where it runs (grain's workers): the tfds source object would carry its builder,
+    and a builder class defined in a script cannot be re-created in a worker."""
+
+    def __init__(self, name: str, split: str, data_dir: str, size: int, channels: int):
+        self._args = (name, split, data_dir, size, channels)
+        self._source = None
+
+    def __getstate__(self):
+        return self._args
+
+    def __setstate__(self, args):
+        self._args, self._source = args, None
+
+    def __call__(self, indices: np.ndarray, keys: np.ndarray) -> dict[str, np.ndarray]:
+        name, split, data_dir, size, channels = self._args
+        if self._source is None:
+            self._source = _open_undecoded(name, split, data_dir)
+        records = self._source.__getitems__([int(i) for i in indices])
+        images = [
+            augment.train_image(
+                augment.decode(r["image"], channels),
+                size,
+                augment.example_rng(*(int(k) for k in key)),
+            )
+            for r, key in zip(records, keys, strict=True)
+        ]
+        labels = np.asarray([r["label"] for r in records], dtype=np.int32)
+        return {"image": np.stack(images), "label": labels}
 
 
 def eval_split_name(name: str, data_dir: str) -> str:

@@ -9,7 +9,6 @@ device every step and read every few steps.
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from typing import NamedTuple
 
@@ -20,7 +19,7 @@ from absl import logging
 
 from hpcai_jax import results
 from hpcai_jax.config import RunConfig
-from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batch
+from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
 from hpcai_jax.engine import record as run_record
 from hpcai_jax.engine.checkpoint import Checkpointer, fingerprint
@@ -40,15 +39,20 @@ from hpcai_jax.mllog import MLLog
 
 
 def _batches(setup: RunSetup):
-    """A function step → Batch."""
+    """A function step → Batch (the Prefetcher closes its workers, if any)."""
     tc = setup.config.train
     if setup.datasets.synthetic:
         batch = synthetic_batch(
             setup.workload.synthetic, setup.mesh, setup.layout.ensemble_size, tc.batch_size, tc.seed
         )
         return lambda step: batch
-    return functools.partial(
-        train_batch, setup.datasets.train, setup.sampler, setup.mesh, setup.layout.ensemble_size
+    return train_batches(
+        setup.datasets.train,
+        setup.sampler,
+        setup.mesh,
+        setup.layout.ensemble_size,
+        setup.total_steps,
+        setup.config.data.data_workers,
     )
 
 

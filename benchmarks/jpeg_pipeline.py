@@ -1,0 +1,146 @@
+"""The training input pipeline for JPEG sets: decode + random-resized crop + flip, by worker count.
+
+Builds a tfds array_record set of ImageNet-like JPEGs here (about 500 × 375, quality 90, smooth
+content with some texture, so the files are ImageNet-sized rather than noise-sized), then reads
+training steps of one member through the pipeline's block stream (`hpcai_jax/data/workers.py`)
+with each worker count, in one run: images/s after the workers have started, and the ratio to
+0 workers (decoding in the training process). Rounds are interleaved so that machine noise hits
+every worker count alike; each figure is the median over rounds. Next to images/s (which a
+busy machine lowers) it prints images per CPU-second of the training process and its workers
+together (Linux /proc; what a core yields, busy machine or not). The device side is left out:
+this is the host's supply of images.
+
+    python benchmarks/jpeg_pipeline.py [--images=512] [--workers=0,1,2] [--rounds=3]
+        [--steps=16] [--batch_size=64] [--image_size=224] [--data_dir=DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import multiprocessing
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.tfds_source import TfdsSource
+from hpcai_jax.data.workers import BlockStream, ReadBlock
+
+
+def _photo_like(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """A low-frequency colour field plus fine noise: compresses like a photograph."""
+    coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8))
+    smooth = np.asarray(coarse.resize((width, height), Image.Resampling.BICUBIC), np.int16)
+    texture = rng.normal(0, 12, (height, width, 1))
+    return np.clip(smooth + texture, 0, 255).astype(np.uint8)
+
+
+class JpegBench(tfds.core.GeneratorBasedBuilder):
+    """ImageNet-like JPEGs, generated here: nothing is downloaded."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    images = 512  # set from --images before building
+
+    def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
+                    "label": tfds.features.ClassLabel(num_classes=10),
+                }
+            ),
+        )
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples(self.images)}
+
+    def _generate_examples(self, n):
+        rng = np.random.default_rng(0)
+        for i in range(n):
+            # ImageNet's typical frame, landscape or portrait, ±10%.
+            long, short = (int(s * rng.uniform(0.9, 1.1)) for s in (500, 375))
+            h, w = (short, long) if i % 4 else (long, short)
+            buf = io.BytesIO()
+            Image.fromarray(_photo_like(rng, h, w)).save(buf, format="JPEG", quality=90)
+            yield i, {"image": buf.getvalue(), "label": i % 10}
+
+
+def _cpu_s() -> float:
+    """CPU seconds used so far by this process and its live children (the workers)."""
+    total = 0
+    for pid in [os.getpid(), *(p.pid for p in multiprocessing.active_children())]:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(reader, sampler, batch_size: int, steps: int, workers: int) -> tuple[float, float]:
+    """(images/s, images per CPU-second) over `steps` steps, after the first."""
+    block = ((0, 1), (0, batch_size))
+    stream = BlockStream(ReadBlock(reader, sampler, (block,)), steps + 1, workers)
+    try:
+        stream.step(0)  # workers started, first step out: not timed
+        start, cpu = time.perf_counter(), _cpu_s()
+        for step in range(1, steps + 1):
+            stream.step(step)
+        images = steps * batch_size
+        return images / (time.perf_counter() - start), images / (_cpu_s() - cpu)
+    finally:
+        stream.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--workers", default="0,1,2")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--batch_size", type=int, default=64)
+    parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument(
+        "--data_dir", default="", help="keep the set here, and reuse one built there before"
+    )
+    args = parser.parse_args()
+    JpegBench.images = args.images
+    with tempfile.TemporaryDirectory() as tmp:
+        data_dir = args.data_dir or tmp
+        builder = JpegBench(data_dir=data_dir, file_format="array_record")
+        start = time.perf_counter()
+        builder.download_and_prepare()
+        print(f"set: {args.images} JPEGs in {data_dir} ({time.perf_counter() - start:.1f} s)")
+        source = TfdsSource("jpeg_bench", "train", data_dir, args.image_size)
+        sampler = BootstrapSampler("with_replacement", len(source), args.batch_size, seed=0)
+        reader = source.train_reader()
+        counts = [int(w) for w in args.workers.split(",")]
+        rates: dict[int, list[tuple[float, float]]] = {w: [] for w in counts}
+        for round_ in range(args.rounds):
+            for workers in counts:
+                rate, per_cpu = _measure(reader, sampler, args.batch_size, args.steps, workers)
+                rates[workers].append((rate, per_cpu))
+                print(
+                    f"round {round_}: {workers} workers {rate:7.1f} images/s, "
+                    f"{per_cpu:6.1f} per CPU-second",
+                    flush=True,
+                )
+    wall = {w: statistics.median(r for r, _ in rs) for w, rs in rates.items()}
+    per_cpu = {w: statistics.median(c for _, c in rs) for w, rs in rates.items()}
+    cores = len(os.sched_getaffinity(0))
+    print(f"\n{cores} cores; decode + random-resized crop + flip to {args.image_size}² (medians)")
+    for workers in counts:
+        ratio = f" ({wall[workers] / wall[0]:.2f}× 0 workers)" if 0 in wall else ""
+        print(
+            f"{workers} workers: {wall[workers]:7.1f} images/s{ratio}, "
+            f"{per_cpu[workers]:6.1f} images per CPU-second"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The image transforms: decoding, the random-resized crop and flip, the held-out centre crop."""
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from hpcai_jax.data import augment
+from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.workers import augment_keys
+
+
+def _ramp(height: int, width: int) -> Image.Image:
+    """R = row, G = column: a crop's pixels tell where in the image they came from."""
+    rows, cols = np.mgrid[0:height, 0:width]
+    return Image.fromarray(np.stack([rows, cols, np.zeros_like(rows)], -1).astype(np.uint8))
+
+
+def _noise(seed: int = 0) -> Image.Image:
+    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (30, 40, 3), np.uint8))
+
+
+def test_decode_bytes_and_arrays_to_the_asked_channels():
+    rgb = np.random.default_rng(0).integers(0, 256, (6, 5, 3), np.uint8)
+    png = io.BytesIO()
+    Image.fromarray(rgb).save(png, format="PNG")
+    np.testing.assert_array_equal(np.asarray(augment.decode(png.getvalue(), 3)), rgb)
+    np.testing.assert_array_equal(np.asarray(augment.decode(rgb, 3)), rgb)
+    gray = io.BytesIO()
+    Image.fromarray(np.full((4, 7), 200, np.uint8)).save(gray, format="JPEG")
+    as_rgb = np.asarray(augment.decode(gray.getvalue(), 3))
+    assert as_rgb.shape == (4, 7, 3) and np.all(np.abs(as_rgb.astype(int) - 200) <= 2)
+    # ITU-R 601 luma of pure red: 0.299 × 255 = 76.
+    red = np.zeros((3, 3, 3), np.uint8)
+    red[..., 0] = 255
+    assert np.asarray(augment.decode(red, 1)).tolist() == [[76] * 3] * 3
+    assert np.asarray(augment.decode(red[..., :1], 1)).shape == (3, 3)
+
+
+def test_eval_image_takes_the_central_square_of_the_resized_image():
+    out = augment.eval_image(_ramp(60, 80), 14)  # shorter side to 16: 21 × 16, then 14 × 14
+    assert out.shape == (14, 14, 3) and out.dtype == np.uint8
+    # The crop starts 1 row and 3 columns into the resized image; resized pixel k's centre is
+    # at (k + 0.5) × 60/16 − 0.5 rows and (k + 0.5) × 80/21 − 0.5 columns of the source.
+    rows = (np.arange(14) + 1.5) * 60 / 16 - 0.5
+    cols = (np.arange(14) + 3.5) * 80 / 21 - 0.5
+    np.testing.assert_allclose(out[:, 7, 0], rows, atol=1)
+    np.testing.assert_allclose(out[7, :, 1], cols, atol=1)
+    gray = augment.eval_image(augment.decode(np.zeros((9, 30, 1), np.uint8), 1), 8)
+    assert gray.shape == (8, 8, 1)
+
+
+@pytest.mark.parametrize("shape", [(30, 40), (375, 500), (12, 200)])
+def test_crop_boxes_stay_inside_with_the_recipes_area_and_aspect(shape):
+    height, width = shape
+    boxes = [augment.crop_box(height, width, augment.example_rng(0, 0, 0, i)) for i in range(500)]
+    found = [b for b in boxes if b is not None]
+    for top, left, h, w in found:
+        assert 0 <= top <= height - h and 0 <= left <= width - w
+        # Rounding each side moves the area and aspect by at most half a pixel per side.
+        assert 0.08 * height * width - (h + w) <= h * w <= height * width
+        assert (w + 0.5) / (h - 0.5) >= 3 / 4 and (w - 0.5) / (h + 0.5) <= 4 / 3
+    if shape == (375, 500):
+        assert len(found) >= 495  # nearly always found in 10 attempts on ImageNet-like shapes
+        areas = np.array([h * w for _, _, h, w in found]) / (height * width)
+        assert 0.08 <= areas.min() < 0.12 and 0.9 < areas.max() <= 1.0
+        # Uniform on [0.08, 1] has mean 0.54; big areas miss more often (a 4:3 frame fits a 4:3
+        # crop of area 1 only), so the retries pull the mean down.
+        assert 0.38 < np.mean(areas) < 0.54
+    if shape == (12, 200):  # aspect 1:16: a crop of aspect ≤ 4/3 holds ≤ 192/2400 of the area
+        assert len(found) < 50
+
+
+def test_train_crop_samples_the_box_and_flips_half_the_time():
+    image, size = _ramp(40, 60), 16
+    flips = 0
+    for slot in range(300):
+        top, left, h, w = augment.crop_box(40, 60, augment.example_rng(3, 1, 0, slot))
+        out = augment.train_image(image, size, augment.example_rng(3, 1, 0, slot)).astype(float)
+        flipped = out[size // 2, -1, 1] < out[size // 2, 0, 1]
+        flips += flipped
+        cols = out[:, ::-1, 1] if flipped else out[:, :, 1]
+        # Output pixel i's centre maps to top + (i + 0.5) h / S - 0.5 in the source.
+        centres = (np.arange(size) + 0.5) / size
+        np.testing.assert_allclose(out[:, size // 2, 0], top + centres * h - 0.5, atol=1.01)
+        np.testing.assert_allclose(cols[size // 2], left + centres * w - 0.5, atol=1.01)
+    assert 120 <= flips <= 180  # binomial(300, 1/2): mean 150, sd 8.7
+
+
+def test_augmentation_is_a_function_of_seed_member_epoch_and_slot():
+    image = _noise()
+
+    def crop(seed, member, epoch, slot):
+        return augment.train_image(image, 16, augment.example_rng(seed, member, epoch, slot))
+
+    base = crop(0, 1, 2, 3)
+    assert base.shape == (16, 16, 3) and base.dtype == np.uint8
+    np.testing.assert_array_equal(base, crop(0, 1, 2, 3))
+    for other in [(1, 1, 2, 3), (0, 0, 2, 3), (0, 1, 3, 3), (0, 1, 2, 4)]:
+        assert not np.array_equal(base, crop(*other)), other
+
+
+def test_fallback_after_ten_misses_is_the_held_out_crop():
+    image = Image.fromarray(np.random.default_rng(1).integers(0, 256, (4, 120, 3), np.uint8))
+    for slot in range(20):
+        out = augment.train_image(image, 8, augment.example_rng(0, 0, 0, slot))
+        reference = augment.eval_image(image, 8)
+        assert np.array_equal(out, reference) or np.array_equal(out, reference[:, ::-1])
+
+
+def test_augment_keys_follow_the_members_epoch_order():
+    sampler = BootstrapSampler("with_replacement", num_examples=40, batch_size=8, seed=7)
+    keys = augment_keys(sampler, step=11, block=((2, 4), (4, 8)))  # 5 steps an epoch
+    assert keys.shape == (2, 4, 4) and keys.dtype == np.int64
+    assert keys[..., 0].tolist() == [[7] * 4] * 2
+    assert keys[..., 1].tolist() == [[2] * 4, [3] * 4]
+    assert keys[..., 2].tolist() == [[2] * 4] * 2
+    assert keys[..., 3].tolist() == [[12, 13, 14, 15]] * 2  # step 1 of epoch 2, rows 4..7
