@@ -1,0 +1,385 @@
+"""ExtremeWeather (Racah et al., NeurIPS 2017): the authors' HDF5 years, read directly or
+converted once into a layout that random reads are fast on.
+
+The raw files, one per year, `climo_YYYY.h5` (≈ 62 GB each, gzip): dataset `images` float32
+[1460, 16, 768, 1152] (4 fields a day, channels first, in CAM5 units) and `boxes` int
+[1460, 15, 5]. A random read from them decompresses whole HDF5 chunks, so training from them is
+slow; `python -m hpcai_jax.data.extremeweather` converts them once, at one image height.
+
+--data_dir layout (the height H is --image_size):
+
+    DATA_DIR/train/climo_*.h5       raw training years  } from https://extremeweatherdataset.github.io
+    DATA_DIR/test/climo_*.h5        raw held-out years  } (nothing is downloaded)
+    DATA_DIR/converted_<H>/train/   written by the converter: images.npy float16 [n, H, W, 16]
+    DATA_DIR/converted_<H>/test/    (in climate.UNITS), boxes.npy float32 [n, 15, 4],
+                                    classes.npy int32 [n, 15], stats.json
+
+`open_extremeweather` prefers converted_<H> and otherwise reads the raw years. The converter
+builds converted_<H> under a hidden `.converted_<H>.partial-*` name and renames it when complete,
+so an interrupted conversion never leaves a directory that looks complete (delete stale
+`.partial-*` directories by hand).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from hpcai_jax.data.climate import (
+    CHANNELS,
+    CLASSES,
+    FULL_SHAPE,
+    MAX_BOXES,
+    NUM_CHANNELS,
+    STORAGE_SCALE,
+    UNITS,
+    ClimateSpec,
+    box_fields,
+    channel_stats,
+    check_image_size,
+    downscale_images,
+    scale_boxes,
+)
+from hpcai_jax.errors import UsageError
+
+NAME = "extremeweather"
+URL = "https://extremeweatherdataset.github.io"
+SPLITS = ("train", "test")
+STATS_EXAMPLES = 64  # raw training examples, evenly spaced, that the spec's mean/std come from
+_READ_ROWS = 4  # full-resolution examples read from HDF5 at once (56 MB float32 each)
+_HOW_TO_GET = (
+    f"expected DATA_DIR/train/climo_*.h5 and DATA_DIR/test/climo_*.h5 from {URL} (not downloaded "
+    "here), or DATA_DIR/converted_<H>/ from `python -m hpcai_jax.data.extremeweather`"
+)
+
+Stats = tuple[tuple[float, ...], tuple[float, ...]]  # per-channel (mean, std)
+
+
+class RawClimateSource:
+    """The examples of one or more raw years, in order, at `height` rows.
+
+    Box rows are (ymin, xmin, ymax, xmax, class) with y along the 768 axis and unused rows all
+    -1: the layout the dataset's site documents, and what public readers of these files unpack
+    (`ymin, xmin, ymax, xmax, event_class = row`, skipping rows that are all -1).
+
+    Args:
+      paths: the HDF5 files, read as one set in the given order.
+      height: image rows after downscaling (a divisor of grid[0]).
+      stats: the spec's per-channel (mean, std) in climate.UNITS; None: computed from
+        STATS_EXAMPLES evenly spaced examples of these files.
+      grid: the files' (height, width); tests use a small one.
+    """
+
+    def __init__(
+        self,
+        paths: list[Path],
+        height: int,
+        stats: Stats | None = None,
+        grid: tuple[int, int] = FULL_SHAPE,
+    ):
+        import h5py  # only the raw files need it
+
+        self._factor = check_image_size(height, grid)
+        self._files, self._images, boxes = [], [], []
+        for path in paths:
+            f, images, raw_boxes = _open_year(h5py, Path(path), grid)
+            self._files.append(f)
+            self._images.append(images)
+            boxes.append(raw_boxes)
+        raw = np.concatenate(boxes) if boxes else np.zeros((0, MAX_BOXES, 5), np.int32)
+        self._boxes, self._classes = box_fields(raw)
+        self._boxes = scale_boxes(self._boxes, self._factor)
+        self._starts = np.cumsum([0] + [len(images) for images in self._images])
+        self._length = int(self._starts[-1])
+        self.paths = [Path(p) for p in paths]
+        self._image_shape = (height, grid[1] // self._factor, NUM_CHANNELS)
+        self.spec = ClimateSpec(NAME, self._image_shape, *(stats or self._sample_stats()))
+
+    def __len__(self) -> int:
+        return self._length
+
+    def head(self, n: int) -> RawClimateSource:
+        """The first n examples (n = 0: all), sharing the open files."""
+        if n == 0 or n >= len(self):
+            return self
+        first = copy.copy(self)
+        first._length = n
+        return first
+
+    def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Reads each distinct example once, in file order and in runs of consecutive rows (so
+        HDF5 decompresses each chunk once per run), then puts them in the order asked."""
+        indices = np.asarray(indices, np.int64).reshape(-1)
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
+            raise IndexError(f"example index out of range [0, {len(self)})")
+        distinct, order = np.unique(indices, return_inverse=True)
+        images = np.empty((len(distinct), *self._image_shape), np.float16)
+        for lo, hi in _runs(distinct, self._starts):
+            file_no = int(np.searchsorted(self._starts, distinct[lo], side="right") - 1)
+            first = int(distinct[lo] - self._starts[file_no])
+            for start in range(0, hi - lo, _READ_ROWS):
+                count = min(_READ_ROWS, hi - lo - start)
+                block = self._images[file_no][first + start : first + start + count]
+                images[lo + start : lo + start + count] = self._to_image(block)
+        return {
+            "image": images[order],
+            "boxes": self._boxes[indices],
+            "classes": self._classes[indices],
+        }
+
+    def _to_image(self, block: np.ndarray) -> np.ndarray:
+        """[k, 16, H, W] float32 CAM5 fields → [k, h, w, 16] float16 in climate.UNITS."""
+        small = downscale_images(block.transpose(0, 2, 3, 1), self._factor)
+        return (small * STORAGE_SCALE).astype(np.float16)
+
+    def _sample_stats(self) -> Stats:
+        picks = np.unique(np.linspace(0, len(self) - 1, min(STATS_EXAMPLES, len(self))).round())
+        return channel_stats(
+            self.read(picks[i : i + _READ_ROWS])["image"] for i in range(0, len(picks), _READ_ROWS)
+        )
+
+
+def _open_year(h5py, path: Path, grid: tuple[int, int]):
+    """Opens one raw year and checks its layout; a mismatch names the file and what was expected."""
+    expected = (
+        f"expected datasets images float32 [n, 16, {grid[0]}, {grid[1]}] and boxes int [n, 15, 5]"
+    )
+    if not path.is_file():
+        raise UsageError(f"{path}: ExtremeWeather file not found; {_HOW_TO_GET}")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise UsageError(f"{path}: not a readable HDF5 file ({e}); {expected}") from None
+    missing = [name for name in ("images", "boxes") if name not in f]
+    if missing:
+        f.close()
+        raise UsageError(f"{path}: no dataset {' or '.join(missing)}; {expected}")
+    images, boxes = f["images"], f["boxes"]
+    if (
+        images.ndim != 4
+        or images.shape[1:] != (NUM_CHANNELS, *grid)
+        or images.dtype != np.float32
+        or boxes.shape != (images.shape[0], MAX_BOXES, 5)
+        or boxes.dtype.kind not in "iu"
+    ):
+        found = (
+            f"images {images.dtype} {list(images.shape)}, boxes {boxes.dtype} {list(boxes.shape)}"
+        )
+        f.close()
+        raise UsageError(f"{path}: has {found}; {expected}")
+    raw_boxes = np.asarray(boxes[...], np.int32)
+    if not np.isin(raw_boxes[..., 4], range(-1, len(CLASSES))).all():
+        f.close()
+        raise UsageError(f"{path}: boxes class column outside -1..3 ({', '.join(CLASSES)})")
+    return f, images, raw_boxes
+
+
+def _runs(distinct: np.ndarray, starts: np.ndarray) -> list[tuple[int, int]]:
+    """[lo, hi) positions of runs of consecutive indices in sorted `distinct` within one file."""
+    if len(distinct) == 0:
+        return []
+    file_no = np.searchsorted(starts, distinct, side="right")
+    breaks = np.flatnonzero((np.diff(distinct) != 1) | (np.diff(file_no) != 0)) + 1
+    edges = [0, *breaks.tolist(), len(distinct)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+class ConvertedClimateSource:
+    """One split written by `convert`: the images memory-mapped, so a read touches only its rows."""
+
+    def __init__(self, directory: Path):
+        directory = Path(directory)
+        stats_file = directory / "stats.json"
+        try:
+            meta = json.loads(stats_file.read_text())
+            height, width = int(meta["height"]), int(meta["width"])
+            stats = (tuple(meta["mean"]), tuple(meta["std"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UsageError(
+                f"{stats_file}: not a converter's stats.json ({e}); convert again with "
+                "`python -m hpcai_jax.data.extremeweather`"
+            ) from None
+        self.spec = ClimateSpec(NAME, (height, width, NUM_CHANNELS), *stats)
+        expected = {name: shape for name, (shape, _) in self.spec.fields.items()}
+        arrays = {}
+        for name, file in (("image", "images"), ("boxes", "boxes"), ("classes", "classes")):
+            path = directory / f"{file}.npy"
+            try:
+                array = np.load(path, mmap_mode="r")
+            except (OSError, ValueError) as e:
+                raise UsageError(f"{path}: not readable ({e}); convert again") from None
+            dtype = self.spec.fields[name][1]
+            if array.shape[1:] != expected[name] or array.dtype != dtype:
+                raise UsageError(
+                    f"{path}: has {array.dtype} {list(array.shape)}; expected {dtype} "
+                    f"[n, {', '.join(map(str, expected[name]))}] as its stats.json says"
+                )
+            arrays[name] = array if name == "image" else np.asarray(array)
+        if len({len(a) for a in arrays.values()}) != 1:
+            raise UsageError(f"{directory}: images, boxes and classes differ in length")
+        self._arrays = arrays
+        self._length = len(arrays["image"])
+        self.meta = meta
+
+    def __len__(self) -> int:
+        return self._length
+
+    def head(self, n: int) -> ConvertedClimateSource:
+        """The first n examples (n = 0: all)."""
+        if n == 0 or n >= len(self):
+            return self
+        first = copy.copy(self)
+        first._length = n
+        return first
+
+    def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        indices = np.asarray(indices, np.int64).reshape(-1)
+        if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
+            raise IndexError(f"example index out of range [0, {len(self)})")
+        return {name: np.asarray(array[indices]) for name, array in self._arrays.items()}
+
+
+def raw_files(raw_dir: Path, split: str) -> list[Path]:
+    """The split's climo_*.h5 files in name (year) order; none → UsageError."""
+    paths = sorted((Path(raw_dir) / split).glob("climo_*.h5"))
+    if not paths:
+        raise UsageError(f"--data_dir={raw_dir}: no {split}/climo_*.h5 files; {_HOW_TO_GET}")
+    return paths
+
+
+def converted_dir(data_dir: Path, height: int) -> Path:
+    return Path(data_dir) / f"converted_{height}"
+
+
+def convert(
+    raw_dir: str | Path,
+    out_dir: str | Path,
+    height: int,
+    chunk_size: int = 8,
+    grid: tuple[int, int] = FULL_SHAPE,
+) -> Path:
+    """Converts raw_dir/{train,test}/climo_*.h5 into out_dir/converted_<height>/ (module doc),
+    `chunk_size` examples at a time, so a year never sits in memory; returns the directory.
+
+    The mean and std in both splits' stats.json are the training split's, over every training
+    pixel of the converted (downscaled, float16) images.
+    """
+    check_image_size(height, grid)
+    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
+    if not raw_dir.is_dir():
+        raise UsageError(f"--raw_dir={raw_dir}: directory not found; {_HOW_TO_GET}")
+    paths = {split: raw_files(raw_dir, split) for split in SPLITS}
+    final = converted_dir(out_dir, height)
+    if final.exists():
+        raise UsageError(
+            f"--out_dir={out_dir}: {final.name} already exists; delete it to convert again"
+        )
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=out_dir))
+    except OSError as e:
+        raise UsageError(f"--out_dir={out_dir}: cannot write there ({e})") from None
+    try:
+        # Placeholder statistics: the exact ones are computed from what is written.
+        unit = ((0.0,) * NUM_CHANNELS, (1.0,) * NUM_CHANNELS)
+        for split in SPLITS:
+            source = RawClimateSource(paths[split], height, stats=unit, grid=grid)
+            _write_split(source, partial / split, chunk_size)
+        mean, std = channel_stats(np.load(partial / "train" / "images.npy", mmap_mode="r"))
+        for split in SPLITS:
+            meta = {
+                "height": height,
+                "width": grid[1] * height // grid[0],
+                "channels": list(CHANNELS),
+                "units": list(UNITS),
+                "mean": list(mean),
+                "std": list(std),
+                "stats_from": "train",
+                "examples": int(np.load(partial / split / "classes.npy", mmap_mode="r").shape[0]),
+                "sources": [{"file": str(p), "bytes": p.stat().st_size} for p in paths[split]],
+            }
+            (partial / split / "stats.json").write_text(json.dumps(meta, indent=1) + "\n")
+        os.rename(partial, final)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    return final
+
+
+def _write_split(source: RawClimateSource, directory: Path, chunk_size: int) -> None:
+    directory.mkdir()
+    n = len(source)
+    images = np.lib.format.open_memmap(
+        directory / "images.npy", mode="w+", dtype=np.float16, shape=(n, *source.spec.image_shape)
+    )
+    boxes = np.empty((n, MAX_BOXES, 4), np.float32)
+    classes = np.empty((n, MAX_BOXES), np.int32)
+    for start in range(0, n, chunk_size):
+        rows = np.arange(start, min(n, start + chunk_size))
+        chunk = source.read(rows)
+        images[rows[0] : rows[-1] + 1] = chunk["image"]
+        boxes[rows], classes[rows] = chunk["boxes"], chunk["classes"]
+    images.flush()
+    del images
+    np.save(directory / "boxes.npy", boxes)
+    np.save(directory / "classes.npy", classes)
+
+
+def open_extremeweather(
+    data_dir: str | Path, height: int, grid: tuple[int, int] = FULL_SHAPE
+) -> tuple[ConvertedClimateSource | RawClimateSource, ConvertedClimateSource | RawClimateSource]:
+    """(train, test) from DATA_DIR/converted_<height>/ if complete, else from the raw years
+    (the spec's mean/std then from STATS_EXAMPLES training examples)."""
+    check_image_size(height, grid)
+    data_dir = Path(data_dir) if data_dir else None
+    if data_dir is None or not data_dir.is_dir():
+        raise UsageError(
+            f"--data_dir={data_dir or ''}: ExtremeWeather directory not found; {_HOW_TO_GET}"
+        )
+    converted = converted_dir(data_dir, height)
+    if all((converted / split / "stats.json").is_file() for split in SPLITS):
+        return tuple(ConvertedClimateSource(converted / split) for split in SPLITS)
+    train = RawClimateSource(raw_files(data_dir, "train"), height, grid=grid)
+    test = RawClimateSource(
+        raw_files(data_dir, "test"), height, stats=(train.spec.mean, train.spec.std), grid=grid
+    )
+    return train, test
+
+
+PROG = "hpcai_jax.data.extremeweather"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m hpcai_jax.data.extremeweather --raw_dir=D --image_size=192 [--out_dir=O]`."""
+    p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p.add_argument("--raw_dir", required=True, help="directory with train/ and test/ climo_*.h5")
+    p.add_argument("--out_dir", help="where converted_<H>/ goes (default: --raw_dir)")
+    p.add_argument("--image_size", type=int, default=192, help="image height, a divisor of 768")
+    p.add_argument("--chunk_size", type=int, default=8, help="examples converted at a time")
+    try:
+        args = p.parse_args(sys.argv[1:] if argv is None else argv)
+        if args.chunk_size < 1:
+            raise UsageError(f"--chunk_size={args.chunk_size}: expected >= 1")
+        out = convert(args.raw_dir, args.out_dir or args.raw_dir, args.image_size, args.chunk_size)
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    print(f"converted: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
