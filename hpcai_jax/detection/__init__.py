@@ -1,0 +1,1 @@
+"""Two-stage detection with static shapes: boxes, anchors, NMS, RoIAlign, targets, losses."""
