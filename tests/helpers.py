@@ -25,6 +25,26 @@ def tiny_config(**overrides) -> C.RunConfig:
     return C.RunConfig(**parts).validate()
 
 
+def train_alone(setup, member: int, steps: int):
+    """Member `member` of `setup` trained alone for `steps` steps on one device: plain jit,
+    statistics over its whole batch, its own bootstrap indices. The reference the sharded
+    ensemble must equal."""
+    import jax
+
+    from hpcai_jax.engine.state import init_member, member_keys
+    from hpcai_jax.engine.step import member_train_step
+
+    wl, tx = setup.workload, setup.tx
+    state = jax.jit(lambda k: init_member(wl, tx, k))(
+        member_keys(setup.config.train.seed, setup.layout.ensemble_size)[member]
+    )
+    step = jax.jit(lambda s, b: member_train_step(wl, tx, None, s, b))
+    source = setup.datasets.train
+    for t in range(steps):
+        state, *_ = step(state, source.read(setup.sampler.step_indices(member, t)))
+    return state
+
+
 def run_main(*args: str, devices: int = 8, timeout: float = 300) -> subprocess.CompletedProcess:
     """Runs the CLI in a fresh process with `devices` forced CPU devices."""
     env = dict(os.environ)

@@ -6,15 +6,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import tiny_config
+from helpers import tiny_config, train_alone
 from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import eval_batches, train_batch
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.state import init_member, member_keys
-from hpcai_jax.engine.step import member_train_step, resolve_member_strategy
+from hpcai_jax.engine.step import resolve_member_strategy
 
 STEPS = 3
 
@@ -26,25 +25,12 @@ REGRESSION = dict(
 WORKLOADS = {"image_classification": {}, "regression": REGRESSION}
 
 
-def _reference_member(setup, member: int):
-    """Member `member` trained alone on one device: plain jit, statistics over its whole batch."""
-    wl, tx = setup.workload, setup.tx
-    state = jax.jit(lambda k: init_member(wl, tx, k))(
-        member_keys(setup.config.train.seed, setup.layout.ensemble_size)[member]
-    )
-    step = jax.jit(lambda s, b: member_train_step(wl, tx, None, s, b))
-    source = setup.datasets.train
-    for t in range(STEPS):
-        state, *_ = step(state, source.read(setup.sampler.step_indices(member, t)))
-    return state
-
-
 @pytest.fixture(scope="module", params=list(WORKLOADS))
 def workload(request):
     """(name, config overrides, each member trained alone)."""
     overrides = WORKLOADS[request.param]
     setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 1, 2), **overrides))
-    return request.param, overrides, [_reference_member(setup, m) for m in range(4)]
+    return request.param, overrides, [train_alone(setup, m, STEPS) for m in range(4)]
 
 
 @pytest.mark.parametrize(

@@ -23,21 +23,51 @@ class Datasets:
 def synthetic_spec(config: DataConfig) -> ImageSpec:
     return ImageSpec(
         name="synthetic",
-        image_shape=(config.image_size, config.image_size, 3),
+        image_shape=(config.square_image_size, config.square_image_size, 3),
         num_classes=config.num_classes,
         mean=(127.5,) * 3,
         std=(64.0,) * 3,
     )
 
 
+# The climate grid's height when --image_size is 0: the full grid for the real data, a CPU-sized
+# one (1/8 of it) for the generated fields.
+CLIMATE_DEFAULT_HEIGHT = {"extremeweather": 768, "synthetic_climate": 96}
+
+
+def climate_height(config: DataConfig) -> int:
+    """The climate grid's height (a divisor of 768); UsageError otherwise."""
+    from hpcai_jax.data import climate
+
+    height = config.image_size or CLIMATE_DEFAULT_HEIGHT[config.dataset]
+    climate.check_image_size(height)
+    return height
+
+
 def data_spec(config: DataConfig) -> DataSpec:
-    """The data set's fields without loading it (a tfds set's metadata is read)."""
+    """The data set's fields without loading it (a tfds set's metadata is read). A climate set's
+    spec carries neutral statistics here: only shapes matter when nothing is loaded."""
     fixed = {
         "synthetic": lambda: synthetic_spec(config),
         "fashion_mnist": lambda: fashion_mnist.SPEC,
         "friedman1": lambda: friedman.SPEC,
+        "extremeweather": lambda: _climate_shape_spec(config),
+        "synthetic_climate": lambda: _climate_shape_spec(config),
     }
     return fixed[config.dataset]() if config.dataset in fixed else open_datasets(config).spec
+
+
+def _climate_shape_spec(config: DataConfig) -> DataSpec:
+    from hpcai_jax.data import climate
+
+    height = climate_height(config)
+    channels = len(climate.CHANNELS)
+    return climate.ClimateSpec(
+        name=config.dataset,
+        image_shape=(height, height * 3 // 2, channels),
+        mean=(0.0,) * channels,
+        std=(1.0,) * channels,
+    )
 
 
 def open_datasets(config: DataConfig) -> Datasets:
@@ -49,15 +79,30 @@ def open_datasets(config: DataConfig) -> Datasets:
         held_out = fashion_mnist.load_split(config.data_dir, "test")
     elif config.dataset == "friedman1":
         train, held_out = friedman.load()
+    elif config.dataset == "synthetic_climate":
+        from hpcai_jax.data import synthetic_climate
+
+        train, held_out = synthetic_climate.load(
+            climate_height(config),
+            config.train_examples or synthetic_climate.TRAIN_EXAMPLES,
+            config.eval_examples or synthetic_climate.EVAL_EXAMPLES,
+            seed=0,  # one fixed data set: --seed varies the members, not the data
+        )
+    elif config.dataset == "extremeweather":
+        from hpcai_jax.data import extremeweather
+
+        train, held_out = extremeweather.open_extremeweather(
+            config.data_dir, climate_height(config)
+        )
     else:
         from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
 
-        train = TfdsSource(config.dataset, "train", config.data_dir, config.image_size)
+        train = TfdsSource(config.dataset, "train", config.data_dir, config.square_image_size)
         held_out = TfdsSource(
             config.dataset,
             eval_split_name(config.dataset, config.data_dir),
             config.data_dir,
-            config.image_size,
+            config.square_image_size,
         )
     return Datasets(
         train.spec, train.head(config.train_examples), held_out.head(config.eval_examples)

@@ -39,6 +39,9 @@ class EnsembleQuality:
     ensemble: float
     examples: int
     oob: OutOfBag | None
+    # The workload's further figures (e.g. a detector's mAP@[.5:.95] and per-class AP), for the
+    # ensemble and every member; None when the workload has none (`quality_details`).
+    details: dict | None = None
 
     @property
     def member_mean(self) -> float | None:
@@ -79,12 +82,22 @@ def evaluate(setup, state, pruned: frozenset[int] = frozenset()) -> EnsembleQual
         return (kept[list(members), None] & (rows >= 0)[None]).astype(np.float32)
 
     counts = _score(setup, state, source, None, held_out_votes)
+    describe = getattr(workload, "quality_details", None)
+    details = (
+        {
+            "ensemble": describe(counts.ensemble),
+            "members": [describe(c) for c in counts.members],
+        }
+        if describe
+        else None
+    )
     return EnsembleQuality(
         members=[workload.quality(c) for c in counts.members],
         kept=kept.tolist(),
         ensemble=workload.quality(counts.ensemble),
         examples=len(source),
         oob=out_of_bag(setup, state, kept),
+        details=details,
     )
 
 

@@ -66,6 +66,13 @@ def build(
             "member_strategy": setup.member_strategy,
             "member_strategy_why": setup.member_strategy_why,
         },
+        # Table 2's precision and communication options, as the compiled step runs them.
+        precision={
+            "dtype": config.model.dtype,
+            "master_weights": "float32",
+            "loss_scaling": "dynamic" if config.model.dtype == "float16" else None,
+            **setup.allreduce.to_dict(),
+        },
         data={
             "dataset": config.data.dataset,
             "synthetic": setup.datasets.synthetic,
@@ -156,6 +163,7 @@ def build(
             "ensemble": achieved,
             "ensemble_members": len(kept) if quality else None,
             "oob": quality.oob.to_dict() if quality and quality.oob else None,
+            "details": quality.details if quality else None,
         },
         train={
             "final_loss": None if last_metrics is None else np.asarray(last_metrics.loss).tolist(),
@@ -163,6 +171,12 @@ def build(
                 None
                 if last_metrics is None
                 else {k: np.asarray(v).tolist() for k, v in last_metrics.metrics.items()}
+            ),
+            # Per member: steps skipped on float16 overflow (None without loss scaling).
+            "skipped_steps": (
+                None
+                if last_metrics is None or last_metrics.skipped is None
+                else np.asarray(last_metrics.skipped).tolist()
             ),
         },
     )

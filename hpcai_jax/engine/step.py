@@ -2,13 +2,15 @@
 inside (docs/design.md, facts 1, 2, 10).
 
 Inside shard_map each device sees its local members' state [m_local, ...] and their batch
-rows [m_local, B / P_degree, ...]. The loss is averaged over `data` with `pmean` (under shard_map's
-replication checks the gradient of data-invariant parameters is then the exact global mean),
-and BatchNorm statistics are averaged over `data` inside one member, never across members.
+rows [m_local, B / P_degree, ...]. The loss is averaged over `data` with `pmean`, and BatchNorm
+statistics are averaged over `data` inside one member, never across members. The train step's
+gradient sum over `data` is explicit (engine/collectives.py), so its dtype and communication
+mode are the ones the record names (docs/system_options.md).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
@@ -22,6 +24,8 @@ from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC
 from hpcai_jax.data.source import Fields
+from hpcai_jax.engine import loss_scale
+from hpcai_jax.engine.collectives import AllreducePlan, reduce_gradients
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.workloads.base import Workload
@@ -60,6 +64,7 @@ class StepMetrics(struct.PyTreeNode):
     loss: jax.Array  # [M]
     finite: jax.Array  # [M] bool: loss and updated parameters all finite
     metrics: dict  # name → [M]: the workload's training metrics on the step's batch
+    skipped: jax.Array | None = None  # [M]: steps skipped on float16 overflow, over the run
 
 
 class EvalCounts(struct.PyTreeNode):
@@ -79,6 +84,62 @@ def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train:
     return model.apply(variables, x, train=True, mutable=list(state.model_state))
 
 
+def member_gradients(workload: Workload, axis_name: str | None, state: EnsembleState, batch):
+    """One member's (loss, gradient, model state, metrics) on its (local part of the) batch.
+
+    With an axis name the parameters are cast device-varying over it first, so the gradient that
+    comes back is this device's share of the global-batch gradient (the loss is pmean'ed), and
+    its sum over the axis is left to `collectives.reduce_gradients`: the reduction is explicit,
+    in the dtype and mode the plan names. Under --dtype=float16 the gradient is of the loss
+    times the member's loss scale (unscaled by `member_update`).
+    """
+    model = workload.model(axis_name)
+    mean = (lambda v: lax.pmean(v, axis_name)) if axis_name else (lambda v: v)
+    x = workload.inputs(batch)
+    scale = state.loss_scale.scale if state.loss_scale is not None else None
+
+    def loss_fn(params):
+        outputs, model_state = _apply(workload, model, state.replace(params=params), x, True)
+        loss, metrics = workload.loss(outputs, batch)
+        loss = mean(loss)
+        scaled = loss * scale if scale is not None else loss
+        return scaled, (loss, model_state, metrics)
+
+    params = lax.pcast(state.params, axis_name, to="varying") if axis_name else state.params
+    (_, (loss, model_state, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return loss, grads, model_state, jax.tree.map(mean, metrics)
+
+
+def member_update(
+    tx: optax.GradientTransformation, state: EnsembleState, grads, model_state: dict
+) -> tuple[EnsembleState, jax.Array]:
+    """Applies one member's summed gradient: (state, parameters finite).
+
+    With a loss scale the gradient is unscaled first, and a step whose gradient is not finite
+    keeps the parameters and optimizer state (the loss scale halves and counts it).
+    """
+    ls = state.loss_scale
+    if ls is not None:
+        grads = jax.tree.map(lambda g: g / ls.scale, grads)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    if ls is not None:
+        ok = loss_scale.all_finite(grads)
+        params, opt_state = loss_scale.keep_if(
+            ok, (params, opt_state), (state.params, state.opt_state)
+        )
+        ls = ls.adjust(ok)
+    new_state = state.replace(
+        step=state.step + 1,
+        params=params,
+        model_state=model_state,
+        opt_state=opt_state,
+        loss_scale=ls,
+    )
+    # One reduction over the parameters: cheap next to the step, and catches inf/NaN anywhere.
+    return new_state, jnp.isfinite(optax.tree.norm(params))
+
+
 def member_train_step(
     workload: Workload,
     tx: optax.GradientTransformation,
@@ -86,28 +147,16 @@ def member_train_step(
     state: EnsembleState,
     batch: dict,
 ) -> tuple[EnsembleState, jax.Array, dict, jax.Array]:
-    """One member's step on its (local part of the) batch: (state, loss, metrics, finite).
+    """One member's step on a batch that lives on one device: (state, loss, metrics, finite).
 
-    axis_name=None trains on a batch that lives on one device: the reference for equivalence.
+    The single-device reference the sharded step is checked against (axis_name=None); with an
+    axis name the gradient would be a local share, so `build_train_step` reduces it in between.
     """
-    model = workload.model(axis_name)
-    mean = (lambda v: lax.pmean(v, axis_name)) if axis_name else (lambda v: v)
-    x = workload.inputs(batch)
-
-    def loss_fn(params):
-        outputs, model_state = _apply(workload, model, state.replace(params=params), x, True)
-        loss, metrics = workload.loss(outputs, batch)
-        return mean(loss), (model_state, metrics)
-
-    (loss, (model_state, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    # One reduction over the parameters: cheap next to the step, and catches inf/NaN anywhere.
-    finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(params))
-    new_state = state.replace(
-        step=state.step + 1, params=params, model_state=model_state, opt_state=opt_state
-    )
-    return new_state, loss, jax.tree.map(mean, metrics), finite
+    if axis_name is not None:
+        raise ValueError("member_train_step is the one-device reference; see build_train_step")
+    loss, grads, model_state, metrics = member_gradients(workload, None, state, batch)
+    new_state, finite = member_update(tx, state, grads, model_state)
+    return new_state, loss, metrics, finite & jnp.isfinite(loss)
 
 
 def map_members(fn: Callable, strategy: str, *stacked):
@@ -133,60 +182,127 @@ def gather_members(local: jax.Array) -> jax.Array:
 
 
 def build_train_step(
-    workload: Workload, tx: optax.GradientTransformation, mesh: Mesh, strategy: str
+    workload: Workload,
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    strategy: str,
+    plan: AllreducePlan | None = None,
 ):
-    """jit(shard_map(step)) with the state donated: (state, batch) → (state, StepMetrics)."""
+    """jit of two shard_maps with the state donated: (state, batch) → (state, StepMetrics).
 
-    def local_step(state, batch):
-        step = lambda s, b: member_train_step(workload, tx, DATA, s, b)  # noqa: E731
-        new_state, loss, metrics, finite = map_members(step, strategy, state, batch)
-        metrics = jax.tree.map(gather_members, metrics)
-        finite = gather_members(finite.astype(jnp.int32)) > 0
-        return new_state, StepMetrics(gather_members(loss), finite, metrics)
+    The first computes every device's local gradients; the second sums them over `data` as
+    `plan` says (engine/collectives.py; default: flat, float32) and updates the members.
+    """
+    plan = plan or AllreducePlan("flat", "float32", mesh.shape[DATA], mesh.shape[DATA])
 
-    # check_vma=True is load-bearing, not a default left alone: with it, shard_map knows the
-    # parameters are invariant over `data` and the gradient of the pmean'ed loss comes back
-    # psum'ed over `data` (the exact global-batch gradient). Without it the gradient is each
-    # device's local one, silently wrong.
-    sharded = jax.shard_map(
-        local_step,
+    def local_gradients(state, batch):
+        step = lambda s, b: member_gradients(workload, DATA, s, b)  # noqa: E731
+        loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
+        # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
+        grads = jax.tree.map(lambda g: g[:, None], grads)
+        return grads, model_state, gather_members(loss), jax.tree.map(gather_members, metrics)
+
+    # check_vma=True is load-bearing: it types the parameters invariant over `data` until
+    # member_gradients casts them varying, so BatchNorm's and the loss's pmean transpose
+    # correctly and the gradient is each device's exact share of the global-batch gradient.
+    gradients = jax.shard_map(
+        local_gradients,
         mesh=mesh,
         in_specs=(MEMBER_SPEC, BATCH_SPEC),
-        out_specs=(MEMBER_SPEC, P()),
+        out_specs=(BATCH_SPEC, MEMBER_SPEC, P(), P()),
         check_vma=True,
     )
-    return jax.jit(sharded, donate_argnums=0)
+
+    def local_update(state, grads, model_state):
+        grads = reduce_gradients(plan, jax.tree.map(lambda g: g[:, 0], grads))
+        step = lambda s, g, ms: member_update(tx, s, g, ms)  # noqa: E731
+        new_state, finite = map_members(step, strategy, state, grads, model_state)
+        skipped = None
+        if new_state.loss_scale is not None:
+            skipped = gather_members(new_state.loss_scale.skipped)
+        return new_state, gather_members(finite.astype(jnp.int32)) > 0, skipped
+
+    # check_vma=False: jax 0.10 has no grouped psum under it (collectives.py). Nothing here is
+    # differentiated, and every device of a member ends with the same summed gradient.
+    update = jax.shard_map(
+        local_update,
+        mesh=mesh,
+        in_specs=(MEMBER_SPEC, BATCH_SPEC, MEMBER_SPEC),
+        out_specs=(MEMBER_SPEC, P(), P()),
+        check_vma=False,
+    )
+
+    def train_step(state, batch):
+        grads, model_state, loss, metrics = gradients(state, batch)
+        new_state, finite, skipped = update(state, grads, model_state)
+        return new_state, StepMetrics(loss, finite & jnp.isfinite(loss), metrics, skipped)
+
+    return jax.jit(train_step, donate_argnums=0)
+
+
+def _voters_mean(local, votes: jax.Array):
+    """The voting members' mean of a tree of per-member arrays [m_local, e, ...] → [e, ...],
+    over every device of the ensemble axis (votes [m_local, e] are 1 or 0)."""
+    voters = jnp.maximum(lax.psum(jnp.sum(votes, axis=0), ENSEMBLE), 1.0)
+
+    def mean(x):
+        shape = votes.shape + (1,) * (x.ndim - 2)
+        # where(), not a product: a pruned member's predictions may be NaN.
+        summed = lax.psum(jnp.sum(jnp.where(votes.reshape(shape) > 0, x, 0.0), axis=0), ENSEMBLE)
+        return summed / voters.reshape(voters.shape + (1,) * (summed.ndim - 1))
+
+    return jax.tree.map(mean, local)
+
+
+def _mean_of_predictions(workload: Workload, x, apply_members, average):
+    """The default ensemble: every member predicts alone; the ensemble predicts their mean."""
+    preds = apply_members(lambda apply: workload.predict(apply(x, train=False)))
+    return preds, average(preds)
 
 
 def build_eval_step(workload: Workload, mesh: Mesh, strategy: str):
     """(state, batch [E], valid [E], votes [M, E]) → EvalCounts, replicated.
 
-    The ensemble predicts an example by the mean of the predictions of the members that vote on
-    it (votes 1): every kept member on held-out data; on training data, the kept members that
-    never trained on the example (the out-of-bag estimate). An example without a voter is not
+    The ensemble predicts an example from the members that vote on it (votes 1): every kept
+    member on held-out data; on training data, the kept members that never trained on the
+    example (the out-of-bag estimate). By default that is the mean of their predictions; a
+    workload whose ensemble is staged (a detector's shared proposals) defines
+    `eval_predictions(x, apply_members, average)` instead. An example without a voter is not
     scored; padding rows (valid false) have no votes and count for no member.
     """
     model = workload.model(None)
+    eval_predictions = getattr(workload, "eval_predictions", None)
+    if eval_predictions is None:
+        eval_predictions = functools.partial(_mean_of_predictions, workload)
 
     def local_eval(state, batch, valid, votes):
         x = workload.inputs(batch)
 
-        def member_prediction(s):
-            return workload.predict(_apply(workload, model, s, x, False)[0])
+        def apply_members(fn, *stacked):
+            """fn(apply, *member_slices) for each local member, stacked [m_local, ...];
+            apply(*args, **kwargs) is model.apply with that member's variables."""
 
-        preds = map_members(member_prediction, strategy, state)  # [m_local, e, ...]
+            def one(s, *args):
+                variables = {"params": s.params, **s.model_state}
+                return fn(lambda *a, **kw: model.apply(variables, *a, **kw), *args)
+
+            return map_members(one, strategy, state, *stacked)
+
+        preds, ensemble = eval_predictions(x, apply_members, lambda t: _voters_mean(t, votes))
         weight = valid.astype(jnp.float32)
-        members = jnp.stack([workload.counts(p, batch, weight) for p in preds])
-        # where(), not a product: a pruned member's predictions may be NaN.
-        mask = votes.reshape(votes.shape + (1,) * (preds.ndim - 2)) > 0
-        summed = lax.psum(jnp.sum(jnp.where(mask, preds, 0.0), axis=0), ENSEMBLE)
+        m_local = votes.shape[0]
+        members = jnp.stack(
+            [
+                workload.counts(jax.tree.map(lambda p, i=i: p[i], preds), batch, weight)
+                for i in range(m_local)
+            ]
+        )
         voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
         scored = voters > 0
-        mean = summed / jnp.maximum(voters, 1.0).reshape(voters.shape + (1,) * (summed.ndim - 1))
-        ensemble = workload.counts(mean, batch, scored.astype(jnp.float32))
+        counts = workload.counts(ensemble, batch, scored.astype(jnp.float32))
         return EvalCounts(
             gather_members(lax.psum(members, DATA)),
-            lax.psum(ensemble, DATA),
+            lax.psum(counts, DATA),
             lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
             lax.psum(jnp.sum(voters), DATA),
         )

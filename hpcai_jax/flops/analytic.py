@@ -180,6 +180,10 @@ _FREE = frozenset(
         "random_seed",
         "stack",
         "unstack",
+        # Selection, not arithmetic: XLA's cost analysis gives a plain scatter no FLOPs and
+        # top_k (a custom call on CPU) none it can count (a detector's proposals and NMS).
+        "scatter",
+        "top_k",
     }
 )
 
@@ -215,6 +219,9 @@ class FlopCount:
     rows: tuple[OperatorCount, ...]  # one per kind in KINDS order, kinds with no ops left out
     batch: int
     notes: tuple[str, ...] = ()
+    # FLOPs (XLA's rules) of the operators inside each of SCOPES, part of the totals: the share
+    # of a detector's step that is not convolution or dense work (NMS, RoIAlign, targets).
+    scopes: tuple[tuple[str, int], ...] = ()
 
     def total(self, convention: str) -> int:
         _check_convention(convention)
@@ -244,7 +251,8 @@ class FlopCount:
             scaled = OperatorCount(row.kind)
             scaled.add(row, factor)
             rows.append(scaled)
-        return FlopCount(tuple(rows), self.batch, self.notes)
+        scopes = tuple((name, flops * factor) for name, flops in self.scopes)
+        return FlopCount(tuple(rows), self.batch, self.notes, scopes)
 
     def to_dict(self) -> dict:
         return {
@@ -255,6 +263,7 @@ class FlopCount:
             "transcendentals": self.transcendentals,
             "operators": [dataclasses.asdict(row) for row in self.rows],
             "notes": list(self.notes),
+            "scopes_xla": dict(self.scopes),
         }
 
 
@@ -518,16 +527,38 @@ def _live_eqns(jaxpr: core.Jaxpr, live_out: list[bool] | None):
     return reversed(kept)
 
 
+# Named scopes (jax.named_scope) whose operators are also totalled on their own: the detector's
+# non-matmul stages (hpcai_jax/detection/), so a record states their share of the step.
+SCOPES = ("nms", "roi_align", "box_targets", "proposals")
+
+
+def _scope_of(eqn, inherited: str | None) -> str | None:
+    """The first of SCOPES on the equation's name stack (or its caller's, for inner jaxprs)."""
+    if inherited:
+        return inherited
+    stack = str(eqn.source_info.name_stack)
+    parts = set(stack.replace("(", "/").replace(")", "/").split("/"))
+    return next((name for name in SCOPES if name in parts), None)
+
+
 class _Walk:
     def __init__(self) -> None:
+        self.scoped: dict[str, int] = {}
         self.rows = {kind: OperatorCount(kind) for kind in KINDS}
         # (scope, is_backward) of each normalization call -> (largest array it touches, times)
         self.norm_calls: dict[tuple[str, bool], tuple[int, int]] = {}
         self.notes: list[str] = []
         self.unknown: set[str] = set()
 
-    def jaxpr(self, jaxpr: core.Jaxpr, times: int, live_out: list[bool] | None = None) -> None:
+    def jaxpr(
+        self,
+        jaxpr: core.Jaxpr,
+        times: int,
+        live_out: list[bool] | None = None,
+        scope: str | None = None,
+    ) -> None:
         for eqn, used in _live_eqns(jaxpr, live_out):
+            eqn_scope = _scope_of(eqn, scope)
             subs = _sub_jaxprs(eqn)
             if subs and eqn.primitive.name == "cond":
                 self._cond(subs, times)
@@ -540,12 +571,14 @@ class _Walk:
                     )
                 for sub, sub_times in subs:
                     one_for_one = eqn.primitive.name in _CALLS and len(sub.outvars) == len(used)
-                    self.jaxpr(sub, times * sub_times, used if one_for_one else None)
+                    self.jaxpr(sub, times * sub_times, used if one_for_one else None, eqn_scope)
                 continue
             count = _count_eqn(eqn)
             if count is None:
                 self.unknown.add(eqn.primitive.name)
                 continue
+            if eqn_scope:
+                self.scoped[eqn_scope] = self.scoped.get(eqn_scope, 0) + count.xla * times
             call = _norm_call(eqn)
             if call is not None and count.kind in ("elementwise", "reduction", "conversion"):
                 self._normalization(eqn, count, call, times)
@@ -601,7 +634,7 @@ def count_jaxpr(closed_jaxpr: core.ClosedJaxpr, batch: int) -> FlopCount:
             "no FLOP rule for primitive(s) " + ", ".join(sorted(walk.unknown)) + ": counted as 0"
         )
     kept = tuple(rows[k] for k in KINDS if rows[k].ops or rows[k].xla or rows[k].table3)
-    return FlopCount(kept, batch, tuple(notes))
+    return FlopCount(kept, batch, tuple(notes), tuple(sorted(walk.scoped.items())))
 
 
 def count_fn(fn: Callable, *args: Any, batch: int, **kwargs: Any) -> FlopCount:

@@ -13,7 +13,13 @@ def make_workload(config: RunConfig, spec: DataSpec) -> Workload:
     """The configured workload on data of `spec` (config.validate has matched the two)."""
     if config.model.workload == "regression":
         return RegressionWorkload(spec)
-    return ClassificationWorkload(spec, config.model.model, config.model.dtype)
+    if config.model.workload == "extreme_weather":
+        from hpcai_jax.workloads.extreme_weather import ExtremeWeatherWorkload
+
+        return ExtremeWeatherWorkload(spec, config.model.model, config.model.dtype)
+    return ClassificationWorkload(
+        spec, config.model.model, config.model.dtype, label_smoothing=config.optim.label_smoothing
+    )
 
 
 __all__ = ["Workload", "make_workload"]

@@ -49,3 +49,14 @@ class Workload(Protocol):
 
     def synthetic(self, key: jax.Array, lead: tuple[int, ...]) -> Batch:
         """A random batch with leading axes `lead`, generated on the device (throughput runs)."""
+
+
+# Optional methods, looked up with getattr by the engine:
+#
+#   eval_predictions(x, apply_members, average) -> (member predictions [m_local, ...], ensemble
+#       prediction): for an ensemble that is not the mean of finished predictions (a detector
+#       averages its members' proposal scores, then their box heads on shared proposals).
+#       apply_members(fn, *stacked) runs fn(apply, *member_slices) for every local member, where
+#       apply(*args, **kwargs) is model.apply with that member's variables; average(tree) is the
+#       voting members' mean over the whole ensemble axis. Default: the mean of `predict`.
+#   quality_details(counts) -> dict: further figures for the record (e.g. mAP@[.5:.95]).
