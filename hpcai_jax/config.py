@@ -43,7 +43,10 @@ BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "float16")
+# Table 2's communication options (engine/collectives.py, docs/system_options.md).
+ALLREDUCE_MODES = ("flat", "hierarchical", "2d_torus")
+GRAD_ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 ON_DIVERGENCE = ("stop", "prune")
 PRECISIONS = ("float64", "float32", "bfloat16")  # STREAM
 KERNEL_SETS = ("all", "triad", "nstream")
@@ -108,6 +111,24 @@ class MeshConfig:
         "(the measured default for the backend).",
         choices=MEMBER_STRATEGIES,
     )
+    allreduce: str = _field(
+        "flat",
+        "How a member's gradient is summed over its P_degree devices: flat (one all-reduce), "
+        "hierarchical (reduce-scatter in a node, all-reduce across nodes, all-gather in a node), "
+        "2d_torus (the same over the data axis factored into two sides).",
+        choices=ALLREDUCE_MODES,
+    )
+    allreduce_group_size: int = _field(
+        0,
+        "Devices in the inner group of --allreduce=hierarchical (a node) or 2d_torus (the first "
+        "side). 0: devices per process (hierarchical), the squarest factoring (2d_torus).",
+    )
+    grad_allreduce_dtype: str = _field(
+        "float32",
+        "Element type of the gradient all-reduce (cast back to float32 after); int8 is "
+        "all-gathered with per-tensor scales (--allreduce=flat only).",
+        choices=GRAD_ALLREDUCE_DTYPES,
+    )
 
     def validate(self) -> None:
         _require(self.ensemble_size >= 1, f"--ensemble_size={self.ensemble_size}: expected >= 1")
@@ -120,6 +141,12 @@ class MeshConfig:
             f"--parallel_degree={self.parallel_degree}: expected >= 1 (or 0 for the local device count)",
         )
         _one_of("member_strategy", self.member_strategy, MEMBER_STRATEGIES)
+        _one_of("allreduce", self.allreduce, ALLREDUCE_MODES)
+        _one_of("grad_allreduce_dtype", self.grad_allreduce_dtype, GRAD_ALLREDUCE_DTYPES)
+        _require(
+            self.allreduce_group_size >= 0,
+            f"--allreduce_group_size={self.allreduce_group_size}: expected >= 2 (or 0 to derive)",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +216,11 @@ class DataConfig:
 class ModelConfig:
     workload: str = _field("image_classification", "HPC AI500 workload.", choices=WORKLOADS)
     model: str = _field("resnet_small", "Base model of every member.", choices=MODELS)
-    dtype: str = _field("float32", "Compute dtype (parameters stay float32).", choices=DTYPES)
+    dtype: str = _field(
+        "float32",
+        "Compute dtype (parameters stay float32; float16 adds dynamic loss scaling).",
+        choices=DTYPES,
+    )
 
     def validate(self) -> None:
         _one_of("workload", self.workload, WORKLOADS)

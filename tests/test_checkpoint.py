@@ -26,7 +26,8 @@ def _with(config: C.RunConfig, part: str, **changes) -> C.RunConfig:
 
 def test_fingerprint_holds_what_changes_the_trajectory():
     fp = fingerprint(tiny_config(), LAYOUT)
-    assert set(fp) == {"mesh", "model", "data", "optim", "train"}
+    assert set(fp) == {"mesh", "grad_allreduce_dtype", "model", "data", "optim", "train"}
+    assert fp["grad_allreduce_dtype"] == "float32"
     assert fp["mesh"] == {
         "ensemble_size": 4,
         "members_per_device": 1,
@@ -43,7 +44,7 @@ def test_fingerprint_holds_what_changes_the_trajectory():
         "data_dir": "",
         "train_examples": 512,
         "eval_examples": 200,
-        "image_size": 224,
+        "image_size": 0,
         "num_classes": 1000,
     }
     assert fp["optim"] == dataclasses.asdict(C.OptimConfig(lr_schedule="constant"))

@@ -27,12 +27,14 @@ def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
     """What must match for a checkpoint to be resumable: whatever changes the trajectory."""
     return {
         "mesh": dataclasses.asdict(layout),
+        # The gradient reduction's dtype rounds the gradients (the mode only reorders sums).
+        "grad_allreduce_dtype": config.mesh.grad_allreduce_dtype,
         "model": dataclasses.asdict(config.model),
         "data": {
             k: v
             for k, v in dataclasses.asdict(config.data).items()
-            if k not in ("prefetch", "oob_examples")
-        },  # neither changes the trajectory
+            if k not in ("prefetch", "oob_examples", "data_workers")
+        },  # none changes the trajectory (workers give the batches of in-process reads)
         "optim": dataclasses.asdict(config.optim),
         "train": {
             k: getattr(config.train, k)

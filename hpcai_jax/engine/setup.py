@@ -16,6 +16,7 @@ from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
+from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout, sharding
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.step import (
@@ -45,6 +46,7 @@ class RunSetup:
     tx: optax.GradientTransformation
     member_strategy: str
     member_strategy_why: str
+    allreduce: AllreducePlan
     train_step: object  # jitted (state, batch) -> (state, StepMetrics)
     eval_step: object  # jitted (state, batch, valid, votes) -> EvalCounts
 
@@ -69,6 +71,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     devices = jax.devices() if devices is None else list(devices)
     local = sum(d.process_index == jax.process_index() for d in devices)
     layout = resolve_layout(config.mesh, len(devices), local)
+    plan = resolve_plan(config.mesh, layout.parallel_degree, local)
     tc = config.train
     if tc.batch_size % layout.parallel_degree:
         raise UsageError(
@@ -106,7 +109,8 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         tx=tx,
         member_strategy=strategy,
         member_strategy_why=why,
-        train_step=build_train_step(workload, tx, mesh, strategy),
+        allreduce=plan,
+        train_step=build_train_step(workload, tx, mesh, strategy, plan),
         eval_step=build_eval_step(workload, mesh, strategy),
     )
 

@@ -13,6 +13,7 @@ from flax import struct
 from jax.sharding import Mesh
 
 from hpcai_jax.axes import MEMBER_SPEC
+from hpcai_jax.engine.loss_scale import LossScale
 from hpcai_jax.engine.mesh import sharding
 from hpcai_jax.workloads.base import Workload
 
@@ -22,6 +23,7 @@ class EnsembleState(struct.PyTreeNode):
     params: dict
     model_state: dict  # the model's other collections (BatchNorm's "batch_stats"); may be empty
     opt_state: optax.OptState
+    loss_scale: LossScale | None = None  # --dtype=float16 only (engine/loss_scale.py)
 
 
 def member_keys(seed: int, ensemble_size: int) -> jax.Array:
@@ -37,6 +39,11 @@ def dummy_batch(workload: Workload, rows: int = 1) -> dict:
     }
 
 
+def uses_loss_scaling(workload: Workload) -> bool:
+    """float16 compute needs a dynamic loss scale; float32 and bfloat16 do not."""
+    return getattr(workload, "dtype", "float32") == "float16"
+
+
 def init_member(
     workload: Workload, tx: optax.GradientTransformation, key: jax.Array
 ) -> EnsembleState:
@@ -50,6 +57,7 @@ def init_member(
         params=params,
         model_state=variables,
         opt_state=tx.init(params),
+        loss_scale=LossScale.create() if uses_loss_scaling(workload) else None,
     )
 
 
