@@ -1,5 +1,7 @@
-"""Floating-point type names as users write them (--dtype, --precision) and the numpy dtypes
-they mean: the one table every module reads. bfloat16 comes from ml_dtypes, which JAX installs."""
+"""Type names as users write them (--dtype, --precision) and the numpy dtypes they mean: the one
+table every module reads. bfloat16 comes from ml_dtypes, which JAX installs. int8 is the type of
+--dtype=int8's quantized products (models/int8.py), not of any model's parameters or activations;
+the matmul peak for MFU is measured in it."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ DTYPES = {
     "float32": np.dtype(np.float32),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
     "float16": np.dtype(np.float16),
+    "int8": np.dtype(np.int8),
 }
 
 

@@ -321,15 +321,16 @@ def test_detection_loss_literal():
     loss, m = jax.jit(detection_loss)(outputs)
     sp = lambda x: math.log1p(math.exp(x))  # noqa: E731
     rpn_cls = 0.5 * sp(-0.0) + 0.5 * sp(2.0)
-    head_cls = (math.log(3) + (math.log(math.e + 2) - 0.0)) / 2
+    # Normalised by the RoI slots (3, the unused one included), not by the 2 sampled RoIs.
+    head_cls = (math.log(3) + (math.log(math.e + 2) - 0.0)) / 3
     expected = {
         "rpn_cls": rpn_cls,
         "rpn_box": 0.5 * 0.5,
         "head_cls": head_cls,
-        "head_box": 2.0 / 2,
+        "head_box": 2.0 / 3,
         "fg_fraction": 0.5,
         "head_accuracy": 0.0,
     }
     for name, value in expected.items():
         assert float(m[name]) == pytest.approx(value, rel=1e-5), name
-    assert float(loss) == pytest.approx(rpn_cls + 0.25 + head_cls + 1.0, rel=1e-5)
+    assert float(loss) == pytest.approx(rpn_cls + 0.25 + head_cls + 2.0 / 3, rel=1e-5)

@@ -71,6 +71,12 @@ def build(
             "dtype": config.model.dtype,
             "master_weights": "float32",
             "loss_scaling": "dynamic" if config.model.dtype == "float16" else None,
+            "quantized": (
+                "convolutions and dense layers int8 x int8 -> int32, forward and backward "
+                "(qwix, per-channel absmax scales); FLOPs are the same ops, counted as float"
+                if config.model.dtype == "int8"
+                else None
+            ),
             **setup.allreduce.to_dict(),
         },
         data={

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from hpcai_jax import dtypes
 from hpcai_jax.data.source import ImageSpec
+from hpcai_jax.models import int8
 from hpcai_jax.models.resnet import make_resnet
 
 
@@ -28,9 +28,10 @@ class ClassificationWorkload:
     metric: str = "top1_accuracy"
 
     def model(self, axis_name: str | None) -> nn.Module:
-        return make_resnet(
-            self.model_name, self.spec.num_classes, dtypes.dtype(self.dtype), bn_axis_name=axis_name
+        model = make_resnet(
+            self.model_name, self.spec.num_classes, int8.compute_dtype(self.dtype), axis_name
         )
+        return int8.apply_policy(model, self.dtype)
 
     def inputs(self, batch) -> jax.Array:
         mean = jnp.asarray(self.spec.mean, jnp.float32)

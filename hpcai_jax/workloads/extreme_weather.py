@@ -19,11 +19,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from hpcai_jax import dtypes
 from hpcai_jax.data.climate import CLASSES, ClimateSpec
 from hpcai_jax.detection import average_precision as ap
 from hpcai_jax.detection.losses import detection_loss
-from hpcai_jax.models import faster_rcnn
+from hpcai_jax.models import faster_rcnn, int8
 
 # Score bins of the AP histograms: 4 × finer than average_precision's default, since a
 # detector's scores crowd into few logit bins and binning can only lower AP (the record's
@@ -40,13 +39,14 @@ class ExtremeWeatherWorkload:
     metric: str = "map_iou50"
 
     def model(self, axis_name: str | None) -> nn.Module:
-        return faster_rcnn.make_detector(
+        model = faster_rcnn.make_detector(
             self.model_name,
             num_classes=self.spec.num_classes,
-            dtype=dtypes.dtype(self.dtype),
+            dtype=int8.compute_dtype(self.dtype),
             bn_axis_name=axis_name,
             image_shape=self.spec.image_shape,
         )
+        return int8.apply_policy(model, self.dtype)
 
     def inputs(self, batch):
         """Per-channel normalisation with the training split's statistics, on the device; the
