@@ -191,7 +191,7 @@ class JaxStream:
     def __init__(self, args):
         import jax
 
-        from hpcai_jax.stream.config import jnp_dtype
+        from hpcai_jax.dtypes import dtype as jnp_dtype
         from hpcai_jax.stream.kernels import KERNELS as SPECS
         from hpcai_jax.stream.kernels import compile_kernel, init_arrays
         from hpcai_jax.stream.placement import make_placement

@@ -43,7 +43,7 @@ BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16", "float16", "int8")
 # Table 2's communication options (engine/collectives.py, docs/system_options.md).
 ALLREDUCE_MODES = ("flat", "hierarchical", "2d_torus")
 GRAD_ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16", "int8")
@@ -218,7 +218,8 @@ class ModelConfig:
     model: str = _field("resnet_small", "Base model of every member.", choices=MODELS)
     dtype: str = _field(
         "float32",
-        "Compute dtype (parameters stay float32; float16 adds dynamic loss scaling).",
+        "Compute dtype (parameters stay float32; float16 adds dynamic loss scaling; int8: "
+        "qwix int8 convolutions and dense layers, forward and backward).",
         choices=DTYPES,
     )
 

@@ -16,9 +16,10 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.flops.xla import XlaCost, xla_cost
-from hpcai_jax.stream.placement import Placement
+from hpcai_jax.stream.placement import STREAM_AXIS, Placement
 
 # BabelStream's start values and scalar.
 START_A = 0.1
@@ -57,10 +58,46 @@ def _triad(a, b, c, scalar):
     return b + scalar * c
 
 
+# On CPUs, Dot sums DOT_ROWS partial sums per device, each over a contiguous row of its shard:
+# XLA fuses the multiply into the row reduction and splits the rows over the cores (one loop,
+# like the other kernels'), where a plain dot becomes a YNNPACK fusion that measured 10-20 %
+# slower here (docs/stream.md). Other platforms keep the plain dot.
+DOT_ROWS = 16
+# Bytes per device that Dot moves beyond BabelStream's count: its partial sums, their halves and
+# its scalar (XLA's "bytes accessed": 264 for float64 on one device, 280 per device sharded).
+DOT_EXTRA_BYTES = 4 * DOT_ROWS * 8 + 32
+# On CPUs, XLA's tree-reduction rewriter would materialise the products before reducing them
+# (4 arrays' traffic instead of 2), and the YNNPACK fusion would take the reduction over.
+CPU_COMPILER_OPTIONS = {
+    "dot": {
+        "xla_cpu_experimental_ynn_fusion_type": "",
+        "xla_disable_hlo_passes": "tree_reduction_rewriter",
+    }
+}
+
+
 def _dot(a, b, c, scalar):
+    return jax.lax.platform_dependent(a, b, cpu=_dot_in_rows, default=_dot_plain)
+
+
+def _accumulator(dtype):
     # bfloat16 accumulates in float32 (the same bytes move; a bf16 sum of 2^25 terms is noise).
-    acc = jnp.float32 if a.dtype == jnp.bfloat16 else a.dtype
-    return jnp.dot(a, b, preferred_element_type=acc)
+    return jnp.float32 if dtype == jnp.bfloat16 else dtype
+
+
+def _dot_plain(a, b):
+    return jnp.dot(a, b, preferred_element_type=_accumulator(a.dtype))
+
+
+def _dot_in_rows(a, b):
+    acc = _accumulator(a.dtype)
+    rows = DOT_ROWS if a.shape[0] % DOT_ROWS == 0 else 1
+    partial = jnp.sum((a.astype(acc) * b.astype(acc)).reshape(rows, -1), axis=1)
+    # Halves added before the last sum: XLA would merge a sum of sums into one reduction of
+    # every element, which it runs on one core.
+    if rows > 1:
+        partial = partial[: rows // 2] + partial[rows // 2 :]
+    return jnp.sum(partial)
 
 
 def _nstream(a, b, c, scalar):
@@ -138,22 +175,36 @@ def compile_kernel(
 ) -> CompiledKernel:
     """Lowers and compiles one kernel ahead of timing, for arrays of `elements` in `placement`."""
     donate = () if spec.writes is None else (ARRAY_NAMES.index(spec.writes),)
-    out_sharding = placement.replicated if spec.writes is None else placement.sharded
+    fn = functools.partial(spec.fn, scalar=scalar)
+    if spec.writes is None and placement.num_devices > 1:
+        fn = _summed_over_devices(fn, placement)
     jitted = jax.jit(
-        functools.partial(spec.fn, scalar=scalar),
+        fn,
         in_shardings=(placement.sharded,) * 3,
-        out_shardings=out_sharding,
+        out_shardings=placement.replicated if spec.writes is None else placement.sharded,
         donate_argnums=donate,
         keep_unused=True,
     )
     arg = jax.ShapeDtypeStruct((elements,), dtype, sharding=placement.sharded)
-    compiled = jitted.lower(arg, arg, arg).compile()
+    options = CPU_COMPILER_OPTIONS.get(spec.key, {}) if placement.platform == "cpu" else {}
+    compiled = jitted.lower(arg, arg, arg).compile(compiler_options=options)
     return CompiledKernel(
         spec=spec,
         compiled=compiled,
         donate_index=donate[0] if donate else None,
         cost=xla_cost(compiled, placement.num_devices),
         allocation=_allocation_check(compiled),
+    )
+
+
+def _summed_over_devices(fn: Callable, placement: Placement) -> Callable:
+    """A reduction kernel run on each device's shard, then one all-reduce of the scalars (the
+    reduction's own layout per device stays what `fn` says, whatever the sharding)."""
+    return jax.shard_map(
+        lambda a, b, c: jax.lax.psum(fn(a, b, c), STREAM_AXIS),
+        mesh=placement.mesh,
+        in_specs=(P(STREAM_AXIS),) * 3,
+        out_specs=P(),
     )
 
 

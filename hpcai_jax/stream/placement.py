@@ -1,8 +1,11 @@
-"""Where the STREAM arrays live: one local device, or sharded over every device of the job.
+"""Where the STREAM arrays live: one local device, sharded over every device of the job, or on
+each local device in turn.
 
-Both placements use a one-axis mesh, so the kernels are the same code either way: with one
+Every placement uses a one-axis mesh, so the kernels are the same code either way: with one
 device the "shard" is the whole array; with all devices each holds N / devices elements and an
-elementwise kernel runs with no communication (Dot adds one all-reduce of a scalar).
+elementwise kernel runs with no communication (Dot adds one all-reduce of a scalar). `each`
+is a list of one-device placements, measured one after the other, so that every device gets
+its own figure instead of a share of the aggregate.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ STREAM_AXIS = "stream"
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    mode: str  # "one" or "all"
+    mode: str  # "one", "all" or "each" (one of several one-device placements)
     devices: tuple[jax.Device, ...]
     mesh: Mesh
 
@@ -54,6 +57,11 @@ class Placement:
     def describe(self) -> str:
         if self.mode == "one":
             return f"one device: {self.devices[0]}"
+        if self.mode == "each":
+            return (
+                f"each device alone, in turn: {jax.local_device_count()} local devices per "
+                f"process, {jax.device_count()} in all, {jax.process_count()} process(es)"
+            )
         return (
             f"all {self.num_devices} devices of {jax.process_count()} process(es), arrays "
             f"sharded {self.num_devices} ways"
@@ -63,9 +71,21 @@ class Placement:
 def make_placement(mode: str) -> Placement:
     """`one`: this process's first local device (every process measures its own); `all`: every
     device of the job, in `jax.devices()` order."""
+    if mode == "each":
+        raise ValueError("--stream_devices=each is several placements: use make_placements")
     devices = (jax.local_devices()[0],) if mode == "one" else tuple(jax.devices())
-    mesh = Mesh(np.asarray(devices), (STREAM_AXIS,))
-    return Placement(mode=mode, devices=devices, mesh=mesh)
+    return _placement(mode, devices)
+
+
+def make_placements(mode: str) -> tuple[Placement, ...]:
+    """The placements a run measures in turn: one per local device for `each`, else the one."""
+    if mode == "each":
+        return tuple(_placement("each", (d,)) for d in jax.local_devices())
+    return (make_placement(mode),)
+
+
+def _placement(mode: str, devices: tuple[jax.Device, ...]) -> Placement:
+    return Placement(mode=mode, devices=devices, mesh=Mesh(np.asarray(devices), (STREAM_AXIS,)))
 
 
 def device_memory_bytes(device: jax.Device) -> int | None:

@@ -140,6 +140,43 @@ def table(figures: list[KernelFigures], mibibytes: bool) -> str:
     return "\n".join(rows)
 
 
+@dataclasses.dataclass(frozen=True)
+class DeviceFigures:
+    """--stream_devices=each: one device's figures, measured with that device alone at work."""
+
+    device_id: int  # jax.Device.id, unique in the job
+    process_index: int
+    figures: list[KernelFigures]
+    passed: bool  # its validation
+
+
+def slowest(devices: list[DeviceFigures]) -> list[KernelFigures]:
+    """Per kernel, the slowest device's figures: what every device of the job reaches."""
+    return [
+        min((d.figures[i] for d in devices), key=lambda f: f.gb_per_s)
+        for i in range(len(devices[0].figures))
+    ]
+
+
+def each_device_table(devices: list[DeviceFigures], mibibytes: bool) -> str:
+    """One row per device, its best-call rate per kernel, and its Triad (or Nstream) against the
+    median device's, so that a slow device stands out."""
+    unit = "MiBytes/sec" if mibibytes else "MBytes/sec"
+    merit = merit_kernel(devices[0].figures)
+    median = float(np.median([merit_kernel(d.figures).gb_per_s for d in devices]))
+    labels = [f.label for f in devices[0].figures]
+    rows = [
+        f"Each device alone ({len(devices)} devices, {unit}, fastest call):",
+        "".join(h.ljust(COLUMN) for h in ("Device", "Process", *labels, f"{merit.label}/median")),
+    ]
+    for d in devices:
+        cells = [str(d.device_id), str(d.process_index)]
+        cells += [f"{f.rate(mibibytes):.3f}" for f in d.figures]
+        cells.append(f"{merit_kernel(d.figures).gb_per_s / median:.3f}")
+        rows.append("".join(c.ljust(COLUMN) for c in cells))
+    return "\n".join(rows)
+
+
 def per_device_table(figures: list[KernelFigures], mibibytes: bool) -> str:
     """With arrays sharded over several devices: each device's share of the aggregate rate."""
     unit = "MiBytes/sec" if mibibytes else "MBytes/sec"
@@ -188,6 +225,19 @@ def csv(
     return "\n".join(rows)
 
 
+def each_device_csv(
+    devices: list[DeviceFigures], num_times: int, elements: int, itemsize: int, mibibytes: bool
+) -> str:
+    """BabelStream's CSV with the device and its process in front: one row per device and kernel."""
+    lines = []
+    for d in devices:
+        rows = csv(d.figures, num_times, elements, itemsize, mibibytes).splitlines()
+        if not lines:
+            lines.append("device,process," + rows[0])
+        lines += [f"{d.device_id},{d.process_index},{row}" for row in rows[1:]]
+    return "\n".join(lines)
+
+
 def _csv_value(value) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
@@ -215,12 +265,13 @@ def merit_kernel(figures: list[KernelFigures]) -> KernelFigures:
     return next((f for f in figures if f.key == "triad"), figures[-1])
 
 
-def figure_of_merit(figures: list[KernelFigures], mibibytes: bool) -> str:
-    """The closing line: the figure of merit's rate."""
+def figure_of_merit(figures: list[KernelFigures], mibibytes: bool, note: str = "") -> str:
+    """The closing line: the figure of merit's rate (`note`: what the figure is of)."""
     fom = merit_kernel(figures)
     unit = "MiBytes/sec" if mibibytes else "MBytes/sec"
     return (
-        f"Figure of merit: {fom.label} {fom.rate(mibibytes):.3f} {unit} (= {fom.gb_per_s:.3f} GB/s)"
+        f"Figure of merit: {fom.label} {fom.rate(mibibytes):.3f} {unit} "
+        f"(= {fom.gb_per_s:.3f} GB/s{note})"
     )
 
 

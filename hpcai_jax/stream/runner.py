@@ -2,27 +2,30 @@
 
 `num_times` iterations of the run order; each kernel call is timed on its own, from dispatch to
 `block_until_ready`. The first iteration is kept in the raw times but excluded from the
-statistics (report.py). In a multi-process job each process times its own calls; afterwards a
-call's time is the slowest process's, because the job has done the call only when every
-process has.
+statistics (report.py). When the arrays span several processes, every call starts behind a
+barrier (sync.py), so the processes' calls overlap in time, and afterwards a call's time is the
+slowest process's, because the job has done the call only when every process has.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
 
-from hpcai_jax.distributed import allgather, barrier
+from hpcai_jax.distributed import allgather
 from hpcai_jax.stream.kernels import ARRAY_NAMES, CompiledKernel
 
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     times_s: dict[str, np.ndarray]  # kernel key -> seconds of each call, first iteration included
+    # kernel key -> when each call started, this process's monotonic clock (perf_counter): on one
+    # host, comparable across processes, which shows whether their calls overlapped
+    starts_s: dict[str, np.ndarray]
     arrays: dict[str, jax.Array]  # a, b, c after the run
     dot_sum: jax.Array | None  # Dot's last result, for validation
     buffer_reused: dict[str, bool | None]  # kernel key -> the output took the donated buffer
@@ -40,13 +43,13 @@ def run_kernels(
     kernels: Sequence[CompiledKernel],
     arrays: dict[str, jax.Array],
     num_times: int,
-    across_processes: bool,
+    barrier: Callable[[], None] | None = None,
 ) -> RunResult:
     """Runs `num_times` iterations of `kernels` in order over (a, b, c), timing every call.
 
-    `across_processes`: the arrays span every process (--stream_devices=all), so processes
-    start together and a call's time is the slowest process's. Otherwise each process measures
-    its own device independently.
+    `barrier`: for arrays that span several processes (`sync.call_barrier`): called before every
+    call, outside its timing, so that all processes start it together; a call's time is then the
+    slowest process's (a collective at the end). None: this process's devices only.
 
     On the first iteration (excluded from the statistics anyway) the donated input's buffer
     addresses are compared with the output's: equal addresses prove that the call wrote in
@@ -54,20 +57,22 @@ def run_kernels(
     """
     arrays = dict(arrays)
     times = {k.spec.key: np.zeros(num_times) for k in kernels}
+    starts = {k.spec.key: np.zeros(num_times) for k in kernels}
     reused: dict[str, bool | None] = {k.spec.key: None for k in kernels}
     dot_sum = None
-    if across_processes:
-        barrier("stream-start")
     for iteration in range(num_times):
         for kernel in kernels:
             a, b, c = (arrays[name] for name in ARRAY_NAMES)
             donated = None
             if iteration == 0 and kernel.donate_index is not None:
                 donated = _buffer_pointers((a, b, c)[kernel.donate_index])
+            if barrier is not None:
+                barrier()
             start = time.perf_counter()
             out = kernel(a, b, c)
             out.block_until_ready()
             times[kernel.spec.key][iteration] = time.perf_counter() - start
+            starts[kernel.spec.key][iteration] = start
             if kernel.spec.writes is None:
                 dot_sum = out
             else:
@@ -75,9 +80,11 @@ def run_kernels(
                 if iteration == 0 and donated is not None:
                     after = _buffer_pointers(out)
                     reused[kernel.spec.key] = None if after is None else after == donated
-    if across_processes:
+    if barrier is not None:
         times = _slowest_process(times)
-    return RunResult(times_s=times, arrays=arrays, dot_sum=dot_sum, buffer_reused=reused)
+    return RunResult(
+        times_s=times, starts_s=starts, arrays=arrays, dot_sum=dot_sum, buffer_reused=reused
+    )
 
 
 def _slowest_process(times: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

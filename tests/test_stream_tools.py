@@ -1,0 +1,144 @@
+"""STREAM's tools: the datasheet table, the comparison against BabelStream itself (parsing,
+ratios, a fake BabelStream binary end to end, the skip without one) and the one-accelerator
+device check in its dry mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+from hpcai_jax.stream.datasheet import memory_bandwidth
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import stream_vs_babelstream as vs  # noqa: E402
+
+BABELSTREAM_CSV = """BabelStream banner line
+function,num_times,n_elements,sizeof,max_MB_per_sec,min_runtime,max_runtime,avg_runtime
+Copy,5,1000000,8,0,0.001,0.002,0.0015
+Triad,5,1000000,8,0,0.002,0.003,0.0025
+Dot,5,1000000,8,0,0.0008,0.001,0.0009
+"""
+
+
+@pytest.mark.parametrize(
+    "kind, tb_per_s",
+    [
+        ("NVIDIA H200", 4.8),
+        ("NVIDIA H100 80GB HBM3", 3.35),
+        ("NVIDIA H100 PCIe", 2.0),
+        ("NVIDIA A100-SXM4-80GB", 2.039),
+        ("NVIDIA A100-SXM4-40GB", 1.555),
+        ("AMD Instinct MI300X", 5.3),
+        ("TPU v4", 1.2),
+        ("TPU v5 lite", 0.819),
+        ("TPU v5", 2.765),
+        ("TPU v6 lite", 1.638),
+    ],
+)
+def test_datasheet_bandwidth_by_device_kind(kind, tb_per_s):
+    rate, source = memory_bandwidth(kind)
+    assert rate == pytest.approx(tb_per_s * 1e12) and source
+
+
+def test_no_datasheet_row_for_a_cpu():
+    assert memory_bandwidth("cpu") is None
+
+
+def test_rates_from_either_csv_are_weight_times_bytes_over_the_fastest_call():
+    rates = vs.rates_from_csv(BABELSTREAM_CSV)
+    # Copy: 2 x 1e6 x 8 B / 1 ms = 16 GB/s; Triad: 3 x 8e6 / 2 ms = 12; Dot: 2 x 8e6 / 0.8 ms = 20.
+    assert rates == pytest.approx({"Copy": 16.0, "Triad": 12.0, "Dot": 20.0})
+    with pytest.raises(ValueError, match="no CSV header"):
+        vs.rates_from_csv("Function MBytes/sec\nCopy 1.0")
+
+
+def test_summary_gives_each_kernels_median_ratio_and_range():
+    pairs = [
+        {"jax": {"Copy": 9.0}, "babelstream": {"Copy": 10.0}},
+        {"jax": {"Copy": 12.0}, "babelstream": {"Copy": 10.0}},
+        {"jax": {"Copy": 10.0}, "babelstream": {"Copy": 10.0}},
+    ]
+    s = vs.summarize(pairs)["Copy"]
+    assert s["ratios"] == pytest.approx([0.9, 1.2, 1.0])
+    assert (s["ratio_median"], s["ratio_min"], s["ratio_max"]) == pytest.approx((1.0, 0.9, 1.2))
+    assert (s["jax_gb_per_s"], s["babelstream_gb_per_s"]) == (10.0, 10.0)
+    assert "| Copy | 10.0 | 10.0 | 1.00 | 0.90–1.20 | 0.90, 1.20, 1.00 |" in vs.format_summary(
+        vs.summarize(pairs)
+    )
+
+
+def test_without_babelstream_it_skips_and_says_how_to_run_it(capsys):
+    assert vs.main([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("stream_vs_babelstream: skipped: no BabelStream given")
+    assert "--babelstream=PATH" in out and "stream_vs_numpy.py" in out
+
+
+def test_a_path_that_is_neither_binary_nor_source_tree_is_refused(tmp_path, capsys):
+    assert vs.main([f"--babelstream={tmp_path}"]) == 2
+    assert "expected an executable or a BabelStream source tree" in capsys.readouterr().err
+
+
+def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
+    """A stand-in binary that prints BabelStream's CSV: the JAX CLI really runs, both are parsed,
+    and the ratio is JAX's rate over the stand-in's."""
+    fake = tmp_path / "omp-stream"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'test "$1" = --csv && test "$3" = 4096 || exit 3\n'
+        "echo function,num_times,n_elements,sizeof,max_MB_per_sec,min_runtime,max_runtime,"
+        "avg_runtime\n"
+        "echo Triad,2,4096,8,0,0.001,0.001,0.001\n"
+    )
+    fake.chmod(0o755)
+    json_path = tmp_path / "pairs.json"
+    code = vs.main(
+        [
+            f"--babelstream={fake}",
+            "--array_size=4096",
+            "--num_times=2",
+            "--pairs=1",
+            "--jax_args=--stream_kernels=triad",
+            f"--json={json_path}",
+        ]
+    )
+    assert code == 0
+    saved = json.loads(json_path.read_text())
+    [pair] = saved["pairs"]
+    assert pair["babelstream"] == {"Triad": pytest.approx(3 * 4096 * 8 / 0.001 * 1e-9)}
+    ratio = saved["summary"]["Triad"]["ratio_median"]
+    assert ratio == pytest.approx(pair["jax"]["Triad"] / pair["babelstream"]["Triad"])
+    assert "| Triad |" in capsys.readouterr().out
+
+
+def test_device_check_runs_end_to_end_in_dry_mode(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHON=sys.executable)
+    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    proc = subprocess.run(
+        ["bash", "benchmarks/device_check.sh", "--dry", f"--out={tmp_path}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = proc.stdout[proc.stdout.index("== summary") :].splitlines()
+    assert summary[1] == f"device: cpu (cpu); records in {tmp_path}"
+    rows = {line[:34].strip(): line[34:].split() for line in summary[3:]}
+    for kernel in ("Copy", "Mul", "Add", "Triad", "Dot"):
+        measured, sheet, ratio = rows[f"STREAM {kernel} [GB/s]"]
+        assert float(measured) > 0 and (sheet, ratio) == ("-", "n/a")  # a CPU has no row
+    stream = json.loads((tmp_path / "stream.json").read_text())
+    train = json.loads((tmp_path / "resnet50.json").read_text())
+    triad = stream["kernels"]["triad"]["gb_per_s_per_device"]
+    assert float(rows["STREAM Triad [GB/s]"][0]) == pytest.approx(triad, abs=0.05)
+    peak = train["peak_flops"]["measured_per_device"]
+    assert float(rows["matmul peak float32 [TFLOP/s]"][0]) == pytest.approx(peak / 1e12, abs=5e-4)
+    assert str(tmp_path / "stream.json") in train["roofline"]["bandwidth_source"]
+    assert summary[-1] == "STREAM validation passed; training complete"
