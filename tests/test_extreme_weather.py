@@ -159,31 +159,33 @@ def test_cli_run_states_the_detector_stages_share_of_flops(cli_run):
     assert not any("no FLOP rule" in note for note in cross["notes"]), cross["notes"]
 
 
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (("--image_size=224",), "--image_size=224: expected an even height that divides 768"),
-        (
-            ("--dataset=extremeweather", "--data_dir=/nonexistent/ew"),
-            "/nonexistent/ew",
-        ),
-        (("--dataset=fashion_mnist",), "--dataset=fashion_mnist: a data set of"),
-    ],
-)
-def test_bad_input_is_one_line(args, expected, tmp_path):
-    base = {
-        "--workload": "extreme_weather",
-        "--model": "faster_rcnn_small",
-        "--dataset": "synthetic_climate",
-        "--target_quality": "0.35",
-        "--steps": "1",
-        "--results_dir": str(tmp_path),
-    }
-    for arg in args:
-        key, value = arg.split("=", 1)
-        base[key] = value
-    proc = run_main(*(f"{k}={v}" for k, v in base.items()), timeout=120)
+def test_bad_image_size_is_one_line_on_the_command_line(tmp_path):
+    proc = run_main(
+        "--workload=extreme_weather",
+        "--model=faster_rcnn_small",
+        "--dataset=synthetic_climate",
+        "--image_size=224",
+        "--target_quality=0.35",
+        "--steps=1",
+        f"--results_dir={tmp_path}",
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "Traceback" not in proc.stderr
-    assert expected in lines[-1], lines[-1]
+    assert "--image_size=224: expected an even height that divides 768" in lines[-1], lines[-1]
+
+
+def test_missing_data_and_wrong_workload_are_usage_errors():
+    from hpcai_jax.data.datasets import open_datasets
+    from hpcai_jax.errors import UsageError
+
+    data = C.DataConfig(dataset="extremeweather", data_dir="/nonexistent/ew")
+    with pytest.raises(UsageError, match="/nonexistent/ew"):
+        open_datasets(data)
+    with pytest.raises(UsageError, match="--dataset=fashion_mnist: a data set of"):
+        C.RunConfig(
+            model=C.ModelConfig(workload="extreme_weather", model="faster_rcnn_small"),
+            data=C.DataConfig(dataset="fashion_mnist"),
+            results=C.ResultsConfig(target_quality=0.35),
+        ).validate()
