@@ -63,7 +63,25 @@ _HOW_TO_GET = (
 Stats = tuple[tuple[float, ...], tuple[float, ...]]  # per-channel (mean, std)
 
 
-class RawClimateSource:
+class _FirstN:
+    """`len` and `head` of a source whose first `_length` examples are in use: a head is a
+    shallow copy sharing the open files or maps, with a shorter length."""
+
+    _length: int
+
+    def __len__(self) -> int:
+        return self._length
+
+    def head(self, n: int):
+        """The first n examples (n = 0: all)."""
+        if n == 0 or n >= len(self):
+            return self
+        first = copy.copy(self)
+        first._length = n
+        return first
+
+
+class RawClimateSource(_FirstN):
     """The examples of one or more raw years, in order, at `height` rows.
 
     Box rows are (ymin, xmin, ymax, xmax, class) with y along the 768 axis and unused rows all
@@ -102,17 +120,6 @@ class RawClimateSource:
         self.paths = [Path(p) for p in paths]
         self._image_shape = (height, grid[1] // self._factor, NUM_CHANNELS)
         self.spec = ClimateSpec(NAME, self._image_shape, *(stats or self._sample_stats()))
-
-    def __len__(self) -> int:
-        return self._length
-
-    def head(self, n: int) -> RawClimateSource:
-        """The first n examples (n = 0: all), sharing the open files."""
-        if n == 0 or n >= len(self):
-            return self
-        first = copy.copy(self)
-        first._length = n
-        return first
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Reads each distinct example once, in file order and in runs of consecutive rows (so
@@ -192,7 +199,7 @@ def _runs(distinct: np.ndarray, starts: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:], strict=True))
 
 
-class ConvertedClimateSource:
+class ConvertedClimateSource(_FirstN):
     """One split written by `convert`: the images memory-mapped, so a read touches only its rows."""
 
     def __init__(self, directory: Path):
@@ -228,17 +235,6 @@ class ConvertedClimateSource:
         self._arrays = arrays
         self._length = len(arrays["image"])
         self.meta = meta
-
-    def __len__(self) -> int:
-        return self._length
-
-    def head(self, n: int) -> ConvertedClimateSource:
-        """The first n examples (n = 0: all)."""
-        if n == 0 or n >= len(self):
-            return self
-        first = copy.copy(self)
-        first._length = n
-        return first
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         indices = np.asarray(indices, np.int64).reshape(-1)
