@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging as std_logging
 import os
+import re
 
 import jax
 import numpy as np
@@ -51,6 +52,13 @@ class DistributedConfig:
             )
 
 
+def _env_count(env, name: str, default: int) -> int:
+    """A count from the environment; an empty or malformed value (SLURM exports some empty)
+    reads as the default rather than stopping the job with a traceback."""
+    m = re.match(r"\s*(\d+)", env.get(name, ""))
+    return int(m.group(1)) if m else default
+
+
 def detect_cluster(env: dict | None = None) -> str | None:
     """The multi-process launcher JAX can auto-detect, or None (a single process)."""
     env = os.environ if env is None else env
@@ -61,9 +69,9 @@ def detect_cluster(env: dict | None = None) -> str | None:
         "SLURM_PROCID",
         "SLURM_LOCALID",
     )
-    if all(v in env for v in slurm_vars) and int(env["SLURM_NTASKS"]) > 1:
+    if all(v in env for v in slurm_vars) and _env_count(env, "SLURM_NTASKS", 1) > 1:
         return "slurm"
-    if int(env.get("OMPI_COMM_WORLD_SIZE", "1")) > 1:
+    if _env_count(env, "OMPI_COMM_WORLD_SIZE", 1) > 1:
         return "ompi"
     if "," in env.get("TPU_WORKER_HOSTNAMES", "") or env.get("MEGASCALE_COORDINATOR_ADDRESS"):
         return "tpu_pod"
@@ -74,7 +82,7 @@ def _gpus_on_node(env) -> int:
     visible = env.get("CUDA_VISIBLE_DEVICES", "")
     if visible:
         return len([d for d in visible.split(",") if d.strip()])
-    return int(env.get("SLURM_GPUS_ON_NODE", "0") or 0)
+    return _env_count(env, "SLURM_GPUS_ON_NODE", 0)
 
 
 def local_device_ids(config: DistributedConfig, cluster: str | None, env: dict | None = None):

@@ -96,6 +96,12 @@ def test_other_launchers(env, expected):
     assert detect_cluster(env) == expected
 
 
+@pytest.mark.parametrize("name", ["SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"])
+def test_empty_counts_read_as_one_process(name):
+    env = {**SLURM_PER_GPU, name: ""} if name.startswith("SLURM") else {name: ""}
+    assert detect_cluster(env) is None
+
+
 def test_slurm_is_checked_before_open_mpi_and_tpu():
     env = dict(SLURM_PER_GPU, OMPI_COMM_WORLD_SIZE="8", TPU_WORKER_HOSTNAMES="t0,t1")
     assert detect_cluster(env) == "slurm"

@@ -161,7 +161,10 @@ class Checkpointer:
         return self._every > 0 and step % self._every == 0
 
     def save(self, step: int, state, meta: dict) -> None:
-        """Asynchronous where orbax allows: returns once the arrays are copied off the devices."""
+        """Asynchronous where orbax allows: returns once the arrays are copied off the devices.
+        A step already on disk is kept: it holds this state (a finished run resumed again)."""
+        if step in self._manager.all_steps():
+            return
         meta = dict(
             meta, fingerprint=self._fingerprint, fingerprint_digest=_digest(self._fingerprint)
         )
