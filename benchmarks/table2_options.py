@@ -1,6 +1,8 @@
-"""Table 2's communication and precision options on one small workload, in one run: each
-option's step time relative to the default (flat, float32) and the bytes its gradient collectives
-move per step per device, read from the compiled HLO (engine/comm.py).
+"""Table 2's system options on one small workload, in one run: each option's step time and
+held-out quality after a short run relative to the default (data parallel, flat all-reduce,
+float32), and the bytes its collectives move per step per device, by mesh axis and by
+collective and element type, read from the HLO (engine/comm.py): as the program wrote them
+(before XLA's passes) and as this backend runs them (XLA:CPU widens bf16/f16 reductions to f32).
 
 Run: python benchmarks/table2_options.py [--devices 8] [--steps 20]
 Compare the ratios of one run only (docs/design.md, fact 11: ±30% between runs on 2 cores).
@@ -9,10 +11,44 @@ Compare the ratios of one run only (docs/design.md, fact 11: ±30% between runs 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
 import time
+
+
+@dataclasses.dataclass(frozen=True)
+class Option:
+    allreduce: str = "flat"
+    group: int = 0
+    comm: str = "float32"
+    dtype: str = "float32"
+    model_parallel: int = 1
+
+    @property
+    def name(self) -> str:
+        mp = f" model×{self.model_parallel}" if self.model_parallel > 1 else ""
+        return f"{self.allreduce}/{self.comm}/{self.dtype}{mp}"
+
+
+OPTIONS = [
+    Option(),
+    Option(comm="bfloat16"),
+    Option(comm="float16"),
+    Option(comm="int8"),
+    Option("hierarchical", 2),
+    Option("hierarchical", 2, "bfloat16"),
+    Option("2d_torus"),
+    Option(dtype="bfloat16"),
+    Option(dtype="float16"),
+    Option(dtype="int8"),
+    Option(model_parallel=2),
+]
+
+
+def _kinds(table: dict[str, int]) -> str:
+    return " ".join(f"{k}:{v:,d}" for k, v in sorted(table.items())) or "-"
 
 
 def main() -> None:
@@ -28,32 +64,23 @@ def main() -> None:
     from hpcai_jax import config as C
     from hpcai_jax.data.pipeline import train_batch
     from hpcai_jax.engine.comm import comm_volume
+    from hpcai_jax.engine.evaluate import evaluate
     from hpcai_jax.engine.setup import build_setup
 
-    options = [
-        ("flat", 0, "float32", "float32"),
-        ("flat", 0, "bfloat16", "float32"),
-        ("flat", 0, "float16", "float32"),
-        ("flat", 0, "int8", "float32"),
-        ("hierarchical", 2, "float32", "float32"),
-        ("hierarchical", 2, "bfloat16", "float32"),
-        ("2d_torus", 0, "float32", "float32"),
-        ("flat", 0, "float32", "bfloat16"),
-        ("flat", 0, "float32", "float16"),
-    ]
     rows = []
-    for mode, group, comm, dtype in options:
+    for opt in OPTIONS:
         config = C.RunConfig(
             mesh=C.MeshConfig(
                 2,
                 1,
-                args.devices // 2,
-                allreduce=mode,
-                allreduce_group_size=group,
-                grad_allreduce_dtype=comm,
+                args.devices // 2 // opt.model_parallel,
+                model_parallel=opt.model_parallel,
+                allreduce=opt.allreduce,
+                allreduce_group_size=opt.group,
+                grad_allreduce_dtype=opt.comm,
             ),
-            model=C.ModelConfig(dtype=dtype),
-            data=C.DataConfig(train_examples=1024, eval_examples=100),
+            model=C.ModelConfig(dtype=opt.dtype),
+            data=C.DataConfig(train_examples=1024, eval_examples=500),
             train=C.TrainConfig(batch_size=32, steps=args.steps, eval_batch_size=100),
             optim=C.OptimConfig(lr_schedule="constant"),
             results=C.ResultsConfig(target_quality=0.9),
@@ -64,29 +91,40 @@ def main() -> None:
             train_batch(setup.datasets.train, setup.sampler, setup.mesh, 2, t)
             for t in range(args.steps)
         ]
-        compiled = setup.train_step.lower(state, batches[0]).compile()
-        volume = comm_volume(compiled.as_text(), setup.mesh)
+        lowered = setup.train_step.lower(state, batches[0])
+        written = comm_volume(lowered.as_text(dialect="hlo"), setup.mesh)
+        compiled = lowered.compile()
+        moved = comm_volume(compiled.as_text(), setup.mesh)
         times = []
         for batch in batches:
             start = time.perf_counter()
             state, metrics = compiled(state, batch)
             jax.block_until_ready(metrics.loss)
             times.append(time.perf_counter() - start)
-        rows.append(
-            (
-                f"{mode}/{comm}/{dtype}",
-                statistics.median(times[2:]),
-                volume.bytes_per_step["data"],
-                float(metrics.loss.mean()),
-            )
-        )
-    base = rows[0][1]
+        quality = evaluate(setup, state)
+        rows.append((opt, statistics.median(times[2:]), quality.ensemble, written, moved))
+
+    base_t, base_q = rows[0][1], rows[0][2]
     print(
-        f"{'allreduce/comm dtype/compute dtype':36} {'step ms':>8} {'× default':>9} "
-        f"{'data bytes/step':>15} {'final loss':>10}"
+        f"{args.steps} steps, M = 2, {args.devices} CPU devices; quality = ensemble top-1 on "
+        f"500 held-out Fashion-MNIST images\n"
     )
-    for name, t, nbytes, loss in rows:
-        print(f"{name:36} {t * 1e3:8.1f} {t / base:9.2f} {nbytes:15,d} {loss:10.4f}")
+    print(
+        f"{'option (allreduce/comm/compute)':34} {'step ms':>8} {'× def':>6} {'top-1':>6} "
+        f"{'− def':>6} {'data B':>9} {'model B':>9}"
+    )
+    for opt, t, q, _, moved in rows:
+        b = moved.bytes_per_step
+        print(
+            f"{opt.name:34} {t * 1e3:8.1f} {t / base_t:6.2f} {q:6.3f} {q - base_q:+6.3f} "
+            f"{b['data']:9,d} {b['model']:9,d}"
+        )
+    print("\nbytes per step per device by collective and element type (data axis; model axis)")
+    for opt, _, _, written, moved in rows:
+        print(f"{opt.name}")
+        for label, vol in (("  written", written), ("  compiled", moved)):
+            by = vol.by_collective
+            print(f"{label:10} {_kinds(by.get('data', {}))}; {_kinds(by.get('model', {}))}")
 
 
 if __name__ == "__main__":

@@ -88,10 +88,11 @@ def _field(
 
 @dataclasses.dataclass(frozen=True)
 class MeshConfig:
-    """Eq. 5 generalised: (ensemble_size / members_per_device) × parallel_degree = devices.
+    """Eq. 5 generalised: (ensemble_size / members_per_device) × parallel_degree × model_parallel
+    = devices.
 
-    0 means "derive": parallel_degree from the local device count (the paper's acc_num),
-    members_per_device from the other three numbers.
+    0 means "derive": parallel_degree from the local device count (the paper's acc_num) over
+    model_parallel, members_per_device from the other numbers.
     """
 
     ensemble_size: int = _field(4, "M: number of bagged base models.")
@@ -103,7 +104,18 @@ class MeshConfig:
     parallel_degree: int = _field(
         0,
         "P_degree: devices that data-parallel-train one member. 0: the local device count "
-        "(the paper's acc_num).",
+        "(the paper's acc_num) over --model_parallel.",
+    )
+    model_parallel: int = _field(
+        1,
+        "P_model: devices that share one member's layers (tensor parallel: every convolution's "
+        "and dense layer's output features split over them). Eq. 5 becomes (M / "
+        "members_per_device) × P_degree × P_model = devices.",
+    )
+    pipeline_stages: int = _field(
+        1,
+        "Pipeline stages per member. Only 1: pipeline parallelism is not offered "
+        "(docs/system_options.md says why).",
     )
     member_strategy: str = _field(
         "auto",
@@ -139,6 +151,13 @@ class MeshConfig:
         _require(
             self.parallel_degree >= 0,
             f"--parallel_degree={self.parallel_degree}: expected >= 1 (or 0 for the local device count)",
+        )
+        _require(self.model_parallel >= 1, f"--model_parallel={self.model_parallel}: expected >= 1")
+        _require(
+            self.pipeline_stages == 1,
+            f"--pipeline_stages={self.pipeline_stages}: only 1 is supported; pipeline "
+            "microbatches would change BatchNorm's batch statistics, so the option would change "
+            "what is trained (docs/system_options.md); use --model_parallel to split a member",
         )
         _one_of("member_strategy", self.member_strategy, MEMBER_STRATEGIES)
         _one_of("allreduce", self.allreduce, ALLREDUCE_MODES)
@@ -627,6 +646,11 @@ class RunConfig:
             self.optim.label_smoothing == 0 or self.model.workload == "image_classification",
             f"--label_smoothing={self.optim.label_smoothing}: only for "
             f"--workload=image_classification",
+        )
+        _require(
+            self.mesh.model_parallel == 1 or self.model.dtype != "int8",
+            f"--model_parallel={self.mesh.model_parallel}: not with --dtype=int8 (qwix "
+            "quantizes whole layers; a split layer's scales would differ per device)",
         )
         if self.scored:
             self.quality_target()

@@ -33,6 +33,7 @@ def test_fingerprint_holds_what_changes_the_trajectory():
         "members_per_device": 1,
         "parallel_degree": 2,
         "num_devices": 8,
+        "model_parallel": 1,
     }
     assert fp["model"] == {
         "workload": "image_classification",

@@ -60,6 +60,11 @@ def test_both_spellings_of_replica_groups_and_async_collectives():
         ]
     )
     volume = comm_volume(hlo, mesh)
-    assert volume.bytes_per_step == {"data": 40 + 32, "ensemble": 40 + 12}
-    assert volume.metrics_bytes_per_step == {"ensemble": 16, "data": 0}
+    assert volume.bytes_per_step == {"data": 40 + 32, "ensemble": 40 + 12, "model": 0}
+    assert volume.metrics_bytes_per_step == {"ensemble": 16, "data": 0, "model": 0}
+    # The async all-gather counts its result (bf16[16]), not its operand.
+    assert volume.by_collective == {
+        "data": {"all-reduce f32": 40, "all-gather bf16": 32},
+        "ensemble": {"all-reduce f32": 40, "collective-permute f32": 12},
+    }
     assert volume.collectives == 5  # the done and the group-of-one all-reduce are not traffic

@@ -82,7 +82,7 @@ def test_end_to_end_record(tmp_path):
         value = dict(_walk(record))["/" + key]
         assert isinstance(value, int | float) and value > 0 and math.isfinite(value), (key, value)
     assert record["timing"]["data_wait_s"] >= 0
-    assert record["mesh"]["shape"] == {"ensemble": 2, "data": 4}
+    assert record["mesh"]["shape"] == {"ensemble": 2, "data": 4, "model": 1}
     assert record["timing"]["timed_steps"] == 3  # one warm-up step excluded
     assert len(record["quality"]["members"]) == 4
     assert all(0 < a <= 1 for a in record["quality"]["members"])

@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from hpcai_jax.axes import DATA, ENSEMBLE
+from hpcai_jax.axes import DATA, ENSEMBLE, MODEL
 from hpcai_jax.config import MeshConfig
 from hpcai_jax.engine.mesh import make_mesh, resolve_layout
 from hpcai_jax.errors import UsageError
@@ -51,5 +51,28 @@ def test_mismatch_shows_the_arithmetic(m, mpd, p, message):
 def test_mesh_axes_and_order():
     layout = resolve_layout(MeshConfig(4, 1, 2), 8, 8)
     mesh = make_mesh(layout)
-    assert dict(mesh.shape) == {ENSEMBLE: 4, DATA: 2}
+    assert dict(mesh.shape) == {ENSEMBLE: 4, DATA: 2, MODEL: 1}
     assert mesh.devices.size == len(jax.devices())
+
+
+@pytest.mark.parametrize(
+    "m,mpd,p,pm,expected",
+    [
+        (2, 1, 2, 2, (2, 1, 2)),  # ensemble 2 × data 2 × model 2
+        (4, 0, 0, 2, (4, 1, 4)),  # P_degree = local devices / P_model = 4; 4 × 4 × 2 = 32 / 1
+        (2, 0, 1, 4, (2, 1, 1)),
+    ],
+)
+def test_model_parallel_enters_eq_5(m, mpd, p, pm, expected):
+    devices = 32 if (m, p, pm) == (4, 0, 2) else 8
+    layout = resolve_layout(MeshConfig(m, mpd, p, model_parallel=pm), devices, 8)
+    assert (layout.ensemble_size, layout.members_per_device, layout.parallel_degree) == expected
+    assert layout.ensemble_axis_size * layout.parallel_degree * pm == devices
+    assert layout.devices_per_member == layout.parallel_degree * pm
+
+
+def test_model_axis_is_innermost():
+    mesh = make_mesh(resolve_layout(MeshConfig(2, 1, 2, model_parallel=2), 8, 8))
+    assert dict(mesh.shape) == {ENSEMBLE: 2, DATA: 2, MODEL: 2}
+    ids = [[[d.id for d in row] for row in plane] for plane in mesh.devices]
+    assert ids[0][0] == [0, 1] and ids[0][1] == [2, 3] and ids[1][0] == [4, 5]

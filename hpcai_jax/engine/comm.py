@@ -6,7 +6,10 @@ Bagging's promise is visible here: members never exchange training data, so the 
 traffic over the `ensemble` axis must be 0; everything a member sends goes over `data` (its
 gradient all-reduce and BatchNorm statistics). Bytes are each collective's result per device
 (for an all-reduce, the payload every device contributes and receives), summed over the step.
-A ring all-reduce of S bytes over n devices sends 2 (n − 1) / n × S per device.
+A ring all-reduce of S bytes over n devices sends 2 (n − 1) / n × S per device. The training
+traffic is also broken down by collective and element type (`by_collective`): read from the
+optimized HLO it is what the backend moves (XLA:CPU widens bf16/f16 reductions to f32), read
+from the HLO before XLA's passes it is what the program asked for.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class CommVolume:
     bytes_per_step: dict[str, int]  # training traffic by mesh axis ("ensemble", "data", or both)
     metrics_bytes_per_step: dict[str, int]  # per-member figures gathered for the host
     collectives: int
+    # Training traffic by axis, then "collective element-type" (e.g. "all-reduce f32") → bytes.
+    by_collective: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -44,14 +49,19 @@ class CommVolume:
         }
 
 
-def _nbytes(shape: str) -> int:
-    total = 0
+def _arrays(shape: str) -> list[tuple[str, int]]:
+    """(element type, bytes) of every array in an HLO shape, e.g. `(f32[8,4], bf16[2])`."""
+    out = []
     for m in _ARRAY.finditer(shape):
         dtype = m["dtype"]
         bits = _BITS.get(dtype) or int(re.sub(r"\D", "", dtype) or 8)
         dims = [int(d) for d in m["dims"].split(",") if d]
-        total += int(np.prod(dims, dtype=np.int64)) * bits // 8
-    return total
+        out.append((dtype, int(np.prod(dims, dtype=np.int64)) * bits // 8))
+    return out
+
+
+def _nbytes(shape: str) -> int:
+    return sum(n for _, n in _arrays(shape))
 
 
 def _groups(text: str) -> list[list[int]]:
@@ -85,6 +95,7 @@ def comm_volume(hlo_text: str, mesh: Mesh) -> CommVolume:
     """Collectives of an SPMD-partitioned program whose device ids index `mesh.devices.flat`."""
     training: dict[str, int] = {}
     metrics: dict[str, int] = {}
+    kinds: dict[str, dict[str, int]] = {}
     count = 0
     for line in hlo_text.splitlines():
         op = _OP.search(line)
@@ -99,8 +110,13 @@ def comm_volume(hlo_text: str, mesh: Mesh) -> CommVolume:
             shape = shape.rsplit(",", 1)[-1]  # (operand, result): count the result
         target = metrics if METRICS_SCOPE in line else training
         target[axis] = target.get(axis, 0) + _nbytes(shape)
+        if target is training:
+            table = kinds.setdefault(axis, {})
+            for dtype, nbytes in _arrays(shape):
+                key = f"{op['op']} {dtype}"
+                table[key] = table.get(key, 0) + nbytes
         count += 1
     for table in (training, metrics):
         for name in mesh.axis_names:
             table.setdefault(name, 0)
-    return CommVolume(training, metrics, count)
+    return CommVolume(training, metrics, count, kinds)

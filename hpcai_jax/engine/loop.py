@@ -286,11 +286,13 @@ def _train(
     if not resuming:
         state = setup.init_state()
     logging.info(
-        "mesh %s: M=%d members, %d per device, P_degree=%d, %d devices; strategy %s (%s)",
+        "mesh %s: M=%d members, %d per device, P_degree=%d, P_model=%d, %d devices; "
+        "strategy %s (%s)",
         dict(setup.mesh.shape),
         layout.ensemble_size,
         layout.members_per_device,
         layout.parallel_degree,
+        layout.model_parallel,
         layout.num_devices,
         setup.member_strategy,
         setup.member_strategy_why,

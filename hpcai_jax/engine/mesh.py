@@ -1,4 +1,4 @@
-"""The device mesh: axis names and Eq. 5, (M / members_per_device) × P_degree = devices.
+"""The device mesh: axis names and Eq. 5, (M / members_per_device) × P_degree × P_model = devices.
 
 Axis names and partition specs live in hpcai_jax/axes.py.
 """
@@ -12,7 +12,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax.axes import DATA, ENSEMBLE
+from hpcai_jax.axes import DATA, ENSEMBLE, MODEL
 from hpcai_jax.config import MeshConfig
 from hpcai_jax.errors import UsageError
 
@@ -21,56 +21,77 @@ from hpcai_jax.errors import UsageError
 class MeshLayout:
     ensemble_size: int  # M
     members_per_device: int
-    parallel_degree: int  # P_degree
+    parallel_degree: int  # P_degree: data-parallel devices of one member
     num_devices: int
+    model_parallel: int = 1  # P_model: devices sharing one member's layers
 
     @property
     def ensemble_axis_size(self) -> int:
         return self.ensemble_size // self.members_per_device
 
     @property
+    def devices_per_member(self) -> int:
+        """The paper's P_degree when a member is also split over `model`: P_degree × P_model."""
+        return self.parallel_degree * self.model_parallel
+
+    @property
     def shape(self) -> dict[str, int]:
-        return {ENSEMBLE: self.ensemble_axis_size, DATA: self.parallel_degree}
+        return {
+            ENSEMBLE: self.ensemble_axis_size,
+            DATA: self.parallel_degree,
+            MODEL: self.model_parallel,
+        }
 
 
 def resolve_layout(config: MeshConfig, num_devices: int, local_device_count: int) -> MeshLayout:
     """Fills the derived numbers and checks Eq. 5; raises UsageError showing the arithmetic."""
-    m = config.ensemble_size
-    p = config.parallel_degree or local_device_count
+    m, pm = config.ensemble_size, config.model_parallel
+    if num_devices % pm:
+        raise UsageError(f"--model_parallel={pm} must divide the {num_devices} devices")
+    p = config.parallel_degree or max(1, local_device_count // pm)
     mpd = config.members_per_device
+    replicas = m * p * pm
+    product = f"--ensemble_size={m} × --parallel_degree={p}" + (
+        f" × --model_parallel={pm}" if pm > 1 else ""
+    )
     if mpd == 0:
-        if (m * p) % num_devices or m * p < num_devices:
+        if replicas % num_devices or replicas < num_devices:
             raise UsageError(
-                f"--ensemble_size={m} × --parallel_degree={p} = {m * p} member-replicas cannot be "
-                f"spread evenly over {num_devices} devices: set --members_per_device or change M/P_degree"
+                f"{product} = {replicas} member-replicas cannot be spread evenly over "
+                f"{num_devices} devices: set --members_per_device or change M/P_degree"
             )
-        mpd = m * p // num_devices
+        mpd = replicas // num_devices
     if m % mpd:
         raise UsageError(f"--members_per_device={mpd} must divide --ensemble_size={m}")
-    if (m // mpd) * p != num_devices:
+    if (m // mpd) * p * pm != num_devices:
         raise UsageError(
             f"Eq. 5 fails: (--ensemble_size={m} / --members_per_device={mpd}) × "
-            f"--parallel_degree={p} = {(m // mpd) * p}, but there are {num_devices} devices"
+            f"--parallel_degree={p}"
+            + (f" × --model_parallel={pm}" if pm > 1 else "")
+            + f" = {(m // mpd) * p * pm}, but there are {num_devices} devices"
         )
     return MeshLayout(
-        ensemble_size=m, members_per_device=mpd, parallel_degree=p, num_devices=num_devices
+        ensemble_size=m,
+        members_per_device=mpd,
+        parallel_degree=p,
+        num_devices=num_devices,
+        model_parallel=pm,
     )
 
 
 def make_mesh(layout: MeshLayout, devices: list | None = None) -> Mesh:
-    """An (ensemble, data) mesh. The data axis is innermost so that one member's replicas sit on
-    neighbouring devices (one host, when P_degree is the local device count)."""
+    """An (ensemble, data, model) mesh. `model` is innermost (a member's layer-by-layer
+    gathers are its most frequent traffic), then `data`, so that one member's devices sit
+    next to each other (one host, when they are the local devices)."""
     devices = jax.devices() if devices is None else devices
-    shape = (layout.ensemble_axis_size, layout.parallel_degree)
+    shape = (layout.ensemble_axis_size, layout.parallel_degree, layout.model_parallel)
+    names = (ENSEMBLE, DATA, MODEL)
+    # Auto axes: every sharded computation here runs inside shard_map, so sharding-in-types
+    # (Explicit) buys nothing and trips jnp helpers outside it.
+    types = (AxisType.Auto,) * 3
     if len(devices) == len(jax.devices()):
-        # Auto axes: every sharded computation here runs inside shard_map, so sharding-in-types
-        # (Explicit) buys nothing and trips jnp helpers outside it.
-        return jax.make_mesh(
-            shape, (ENSEMBLE, DATA), axis_types=(AxisType.Auto,) * 2, devices=devices
-        )
-    return Mesh(
-        np.asarray(devices).reshape(shape), (ENSEMBLE, DATA), axis_types=(AxisType.Auto,) * 2
-    )
+        return jax.make_mesh(shape, names, axis_types=types, devices=devices)
+    return Mesh(np.asarray(devices).reshape(shape), names, axis_types=types)
 
 
 def sharding(mesh: Mesh, spec: P) -> NamedSharding:

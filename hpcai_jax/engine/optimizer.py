@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import optax
+from jax import lax
 
 from hpcai_jax.config import OptimConfig
 from hpcai_jax.engine.schedules import make_schedule
@@ -38,19 +40,46 @@ def kernel_mask(params):
 
 
 def make_optimizer(
-    config: OptimConfig, batch_size: int, steps_per_epoch: int, total_steps: int
+    config: OptimConfig,
+    batch_size: int,
+    steps_per_epoch: int,
+    total_steps: int,
+    model_axis: str | None = None,
 ) -> optax.GradientTransformation:
     """`config.optimizer` on the schedule (linear scaling rule, warm-up), weight decay and trust
-    ratios on kernels only."""
+    ratios on kernels only. With `model_axis` every parameter is split over that mesh axis
+    (--model_parallel), so a layer's norm sums its squares over the axis."""
     schedule = make_schedule(config, batch_size, steps_per_epoch, total_steps)
-    return _OPTIMIZERS[config.optimizer](config, schedule)
+    return _OPTIMIZERS[config.optimizer](config, schedule, model_axis)
+
+
+def _trust_ratio(
+    model_axis: str | None, trust_coefficient: float = 1.0, eps: float = 0.0
+) -> optax.GradientTransformation:
+    """optax.scale_by_trust_ratio, or the same with whole-layer norms of split layers."""
+    if model_axis is None:
+        return optax.scale_by_trust_ratio(trust_coefficient=trust_coefficient, eps=eps)
+
+    def norm(x):
+        return jnp.sqrt(lax.psum(jnp.sum(jnp.square(x)), model_axis))
+
+    def update(updates, state, params):
+        def scale(u, p):
+            p_norm, u_norm = norm(p), norm(u)
+            ratio = trust_coefficient * p_norm / (u_norm + eps)
+            # optax's rule: a ratio of 1 where either norm is 0.
+            return u * jnp.where((p_norm == 0.0) | (u_norm == 0.0), 1.0, ratio).astype(u.dtype)
+
+        return jax.tree.map(scale, updates, params), state
+
+    return optax.GradientTransformation(optax.init_empty_state, update)
 
 
 def _decay(config: OptimConfig) -> optax.GradientTransformation:
     return optax.add_decayed_weights(config.weight_decay, mask=kernel_mask)
 
 
-def _sgd(config, schedule):
+def _sgd(config, schedule, model_axis):
     # L2 added to the gradient before momentum (the ResNet recipes' weight decay). The engine's
     # first optimizer, unchanged: the same updates and the same layout of its state.
     momentum = config.momentum or None
@@ -59,7 +88,7 @@ def _sgd(config, schedule):
     )
 
 
-def _adam(config, schedule):
+def _adam(config, schedule, model_axis):
     # AdamW: the decay is added after Adam's scaling (decoupled), then scaled by the schedule.
     return optax.adamw(
         schedule,
@@ -71,7 +100,7 @@ def _adam(config, schedule):
     )
 
 
-def _adagrad(config, schedule):
+def _adagrad(config, schedule, model_axis):
     # optax.adagrad has no weight decay: its two parts with the decoupled decay between them.
     return optax.chain(
         optax.scale_by_rss(config.adagrad_initial_accumulator, eps=_ADAGRAD_EPS),
@@ -80,33 +109,31 @@ def _adagrad(config, schedule):
     )
 
 
-def _lars(config, schedule):
-    # optax.lars: g + wd·w on kernels, × eta‖w‖/‖g + wd·w‖ on kernels, × learning rate, momentum.
-    # eps 0 as in MLPerf's reference; optax uses a ratio of 1 where either norm is 0.
-    return optax.lars(
-        schedule,
-        weight_decay=config.weight_decay,
-        weight_decay_mask=kernel_mask,
-        trust_coefficient=config.lars_trust_coefficient,
-        eps=0.0,
-        trust_ratio_mask=kernel_mask,
-        momentum=config.momentum,
-        nesterov=config.nesterov,
+def _lars(config, schedule, model_axis):
+    # optax.lars's chain: g + wd·w on kernels, × eta‖w‖/‖g + wd·w‖ on kernels, × learning rate,
+    # momentum. eps 0 as in MLPerf's reference; a ratio of 1 where either norm is 0.
+    return optax.chain(
+        optax.add_decayed_weights(config.weight_decay, mask=kernel_mask),
+        optax.masked(_trust_ratio(model_axis, config.lars_trust_coefficient, eps=0.0), kernel_mask),
+        optax.scale_by_learning_rate(schedule),
+        optax.trace(decay=config.momentum, nesterov=config.nesterov),
     )
 
 
-def _lamb(config, schedule):
+def _lamb(config, schedule, model_axis):
     # optax.lamb's chain, with the trust ratio masked too: optax.lamb's `mask` masks only the
     # weight decay and applies the trust ratio to every parameter.
     return optax.chain(
         optax.scale_by_adam(b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps),
         _decay(config),
-        optax.masked(optax.scale_by_trust_ratio(), kernel_mask),
+        optax.masked(_trust_ratio(model_axis), kernel_mask),
         optax.scale_by_learning_rate(schedule),
     )
 
 
-_OPTIMIZERS: dict[str, Callable[[OptimConfig, optax.Schedule], optax.GradientTransformation]] = {
+_OPTIMIZERS: dict[
+    str, Callable[[OptimConfig, optax.Schedule, str | None], optax.GradientTransformation]
+] = {
     "sgd": _sgd,
     "adam": _adam,
     "adagrad": _adagrad,

@@ -62,6 +62,9 @@ def build(
             "ensemble_size": m,
             "members_per_device": layout.members_per_device,
             "parallel_degree": layout.parallel_degree,
+            "model_parallel": layout.model_parallel,
+            "pipeline_stages": config.mesh.pipeline_stages,
+            "devices_per_member": layout.devices_per_member,
             "num_devices": layout.num_devices,
             "member_strategy": setup.member_strategy,
             "member_strategy_why": setup.member_strategy_why,
@@ -206,9 +209,10 @@ def summary(record: dict) -> str:
     rows = [
         ("status", record["status"] + (f" ({record['reason']})" if record["reason"] else "")),
         (
-            "mesh (ensemble x data)",
+            "mesh (ensemble x data x model)",
             f"{mesh['shape']}  M={mesh['ensemble_size']} "
-            f"P_degree={mesh['parallel_degree']} strategy={mesh['member_strategy']}",
+            f"P_degree={mesh['parallel_degree']} P_model={mesh.get('model_parallel', 1)} "
+            f"strategy={mesh['member_strategy']}",
         ),
         ("steps (timed)", f"{t['steps']}/{t['planned_steps']} ({t['timed_steps']})"),
         ("step time median [s]", num(t["step_s"]["median_s"])),

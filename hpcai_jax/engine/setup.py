@@ -10,14 +10,14 @@ import jax
 import optax
 from jax.sharding import Mesh
 
-from hpcai_jax.axes import MEMBER_SPEC
+from hpcai_jax.axes import MODEL
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
-from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout, sharding
+from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.step import (
     build_eval_step,
@@ -47,22 +47,29 @@ class RunSetup:
     member_strategy: str
     member_strategy_why: str
     allreduce: AllreducePlan
+    state_specs: object  # per-leaf PartitionSpecs under --model_parallel, else None
     train_step: object  # jitted (state, batch) -> (state, StepMetrics)
     eval_step: object  # jitted (state, batch, valid, votes) -> EvalCounts
 
     @property
     def abstract_state(self):
         """Shapes and shardings of the stacked state, without computing it."""
-        m, tx, wl = self.layout.ensemble_size, self.tx, self.workload
-        shapes = jax.eval_shape(
-            lambda: jax.vmap(lambda k: ensemble.init_member(wl, tx, k))(ensemble.member_keys(0, m))
+        shapes = ensemble.abstract_state(self.workload, self.tx, self.layout.ensemble_size)
+        shardings = ensemble.shardings(self.mesh, self.state_specs)
+        if self.state_specs is None:
+            shardings = jax.tree.map(lambda _: shardings, shapes)
+        return jax.tree.map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings
         )
-        sh = sharding(self.mesh, MEMBER_SPEC)
-        return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes)
 
     def init_state(self) -> ensemble.EnsembleState:
         return ensemble.init_state(
-            self.workload, self.tx, self.mesh, self.layout.ensemble_size, self.config.train.seed
+            self.workload,
+            self.tx,
+            self.mesh,
+            self.layout.ensemble_size,
+            self.config.train.seed,
+            self.state_specs,
         )
 
 
@@ -94,7 +101,15 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     sampler = BootstrapSampler(tc.bootstrap, num_examples, tc.batch_size, tc.seed)
     total_steps = tc.steps or max(1, math.ceil(tc.epochs * sampler.steps_per_epoch))
     workload = make_workload(config, spec)
-    tx = make_optimizer(config.optim, tc.batch_size, sampler.steps_per_epoch, total_steps)
+    pm = layout.model_parallel
+    tx = make_optimizer(
+        config.optim,
+        tc.batch_size,
+        sampler.steps_per_epoch,
+        total_steps,
+        model_axis=MODEL if pm > 1 else None,
+    )
+    specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
     strategy, why = resolve_member_strategy(
         config.mesh.member_strategy, jax.default_backend(), layout.members_per_device
     )
@@ -110,8 +125,9 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         member_strategy=strategy,
         member_strategy_why=why,
         allreduce=plan,
-        train_step=build_train_step(workload, tx, mesh, strategy, plan),
-        eval_step=build_eval_step(workload, mesh, strategy),
+        state_specs=specs,
+        train_step=build_train_step(workload, tx, mesh, strategy, plan, specs),
+        eval_step=build_eval_step(workload, mesh, strategy, specs),
     )
 
 

@@ -11,10 +11,12 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
-from hpcai_jax.axes import MEMBER_SPEC
+from hpcai_jax.axes import MEMBER_SPEC, member_spec
 from hpcai_jax.engine.loss_scale import LossScale
 from hpcai_jax.engine.mesh import sharding
+from hpcai_jax.errors import UsageError
 from hpcai_jax.workloads.base import Workload
 
 
@@ -61,13 +63,61 @@ def init_member(
     )
 
 
-def init_state(
-    workload: Workload, tx: optax.GradientTransformation, mesh: Mesh, ensemble_size: int, seed: int
+def abstract_state(
+    workload: Workload, tx: optax.GradientTransformation, ensemble_size: int
 ) -> EnsembleState:
-    """Stacked state, born sharded over the ensemble axis (no host copy of all members)."""
+    """The stacked state's shapes and dtypes, without computing it."""
+    return jax.eval_shape(
+        lambda: jax.vmap(lambda k: init_member(workload, tx, k))(member_keys(0, ensemble_size))
+    )
+
+
+def state_specs(
+    workload: Workload, tx: optax.GradientTransformation, ensemble_size: int, model_parallel: int
+):
+    """Every state leaf's PartitionSpec (axes.member_spec); None without --model_parallel (one
+    prefix spec, MEMBER_SPEC, serves). Raises UsageError for a workload that cannot be split or
+    a layer whose output features do not divide by P_model."""
+    if model_parallel == 1:
+        return None
+    if not hasattr(workload, "split_model"):
+        raise UsageError(
+            f"--model_parallel={model_parallel}: --workload={workload.name} has no tensor-"
+            "parallel model (only --workload=image_classification's ResNets)"
+        )
+    shapes = abstract_state(workload, tx, ensemble_size)
+    for path, leaf in jax.tree_util.tree_flatten_with_path((shapes.params, shapes.model_state))[0]:
+        if leaf.ndim >= 2 and leaf.shape[-1] % model_parallel:
+            name = "/".join(str(getattr(k, "key", k)) for k in path[1:])
+            raise UsageError(
+                f"--model_parallel={model_parallel}: layer {name} has {leaf.shape[-1]} output "
+                f"features, not divisible by {model_parallel}"
+            )
+    return jax.tree.map(lambda leaf: member_spec(leaf, model_parallel), shapes)
+
+
+def shardings(mesh: Mesh, specs):
+    """NamedShardings of `state_specs` (a tree, or None: MEMBER_SPEC for every leaf)."""
+    if specs is None:
+        return sharding(mesh, MEMBER_SPEC)
+    return jax.tree.map(
+        lambda spec: sharding(mesh, spec), specs, is_leaf=lambda x: isinstance(x, P)
+    )
+
+
+def init_state(
+    workload: Workload,
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    ensemble_size: int,
+    seed: int,
+    specs=None,
+) -> EnsembleState:
+    """Stacked state, born sharded over the ensemble axis (no host copy of all members), and
+    over `model` as `specs` says (state_specs)."""
 
     def init(seed_array):
         keys = jax.random.split(jax.random.key(seed_array), ensemble_size)
         return jax.vmap(lambda k: init_member(workload, tx, k))(keys)
 
-    return jax.jit(init, out_shardings=sharding(mesh, MEMBER_SPEC))(jnp.asarray(seed, jnp.uint32))
+    return jax.jit(init, out_shardings=shardings(mesh, specs))(jnp.asarray(seed, jnp.uint32))

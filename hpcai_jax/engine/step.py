@@ -22,7 +22,7 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC
+from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC, MODEL
 from hpcai_jax.data.source import Fields
 from hpcai_jax.engine import loss_scale
 from hpcai_jax.engine.collectives import AllreducePlan, reduce_gradients
@@ -84,7 +84,21 @@ def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train:
     return model.apply(variables, x, train=True, mutable=list(state.model_state))
 
 
-def member_gradients(workload: Workload, axis_name: str | None, state: EnsembleState, batch):
+def member_model(workload: Workload, axis_name: str | None, model_parallel: int = 1):
+    """The module one device runs for a member: the whole member, or its share of a member
+    split over `model` (--model_parallel, models/tensor_parallel.py)."""
+    if model_parallel == 1:
+        return workload.model(axis_name)
+    return workload.split_model(axis_name, model_parallel)
+
+
+def member_gradients(
+    workload: Workload,
+    axis_name: str | None,
+    state: EnsembleState,
+    batch,
+    model_parallel: int = 1,
+):
     """One member's (loss, gradient, model state, metrics) on its (local part of the) batch.
 
     With an axis name the parameters are cast device-varying over it first, so the gradient that
@@ -93,7 +107,7 @@ def member_gradients(workload: Workload, axis_name: str | None, state: EnsembleS
     in the dtype and mode the plan names. Under --dtype=float16 the gradient is of the loss
     times the member's loss scale (unscaled by `member_update`).
     """
-    model = workload.model(axis_name)
+    model = member_model(workload, axis_name, model_parallel)
     mean = (lambda v: lax.pmean(v, axis_name)) if axis_name else (lambda v: v)
     x = workload.inputs(batch)
     scale = state.loss_scale.scale if state.loss_scale is not None else None
@@ -110,13 +124,26 @@ def member_gradients(workload: Workload, axis_name: str | None, state: EnsembleS
     return loss, grads, model_state, jax.tree.map(mean, metrics)
 
 
+def _everywhere(ok: jax.Array, model_axis: str | None) -> jax.Array:
+    """A flag true on every device of a member split over `model_axis` (None: not split)."""
+    if model_axis is None:
+        return ok
+    return lax.pmin(ok.astype(jnp.int32), model_axis) > 0
+
+
 def member_update(
-    tx: optax.GradientTransformation, state: EnsembleState, grads, model_state: dict
+    tx: optax.GradientTransformation,
+    state: EnsembleState,
+    grads,
+    model_state: dict,
+    model_axis: str | None = None,
 ) -> tuple[EnsembleState, jax.Array]:
     """Applies one member's summed gradient: (state, parameters finite).
 
     With a loss scale the gradient is unscaled first, and a step whose gradient is not finite
-    keeps the parameters and optimizer state (the loss scale halves and counts it).
+    keeps the parameters and optimizer state (the loss scale halves and counts it). Under
+    --model_parallel each device holds a slice of the member (`model_axis`): the finite flags
+    are agreed over it, so that its devices skip or keep a step together.
     """
     ls = state.loss_scale
     if ls is not None:
@@ -124,7 +151,7 @@ def member_update(
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     if ls is not None:
-        ok = loss_scale.all_finite(grads)
+        ok = _everywhere(loss_scale.all_finite(grads), model_axis)
         params, opt_state = loss_scale.keep_if(
             ok, (params, opt_state), (state.params, state.opt_state)
         )
@@ -137,7 +164,7 @@ def member_update(
         loss_scale=ls,
     )
     # One reduction over the parameters: cheap next to the step, and catches inf/NaN anywhere.
-    return new_state, jnp.isfinite(optax.tree.norm(params))
+    return new_state, _everywhere(jnp.isfinite(optax.tree.norm(params)), model_axis)
 
 
 def member_train_step(
@@ -181,22 +208,47 @@ def gather_members(local: jax.Array) -> jax.Array:
         return lax.psum(full, ENSEMBLE)
 
 
+def model_parallel_of(mesh: Mesh) -> int:
+    return mesh.shape.get(MODEL, 1)
+
+
+def _specs(state_specs):
+    """(state, local gradients [M, P_degree, ...], model state) specs. Without a tree of
+    per-leaf specs (no --model_parallel) one prefix spec shards every leaf's member axis."""
+    if state_specs is None:
+        return MEMBER_SPEC, BATCH_SPEC, MEMBER_SPEC
+    grads = jax.tree.map(
+        lambda spec: P(ENSEMBLE, DATA, *spec[1:]),
+        state_specs.params,
+        is_leaf=lambda x: isinstance(x, P),
+    )
+    return state_specs, grads, state_specs.model_state
+
+
 def build_train_step(
     workload: Workload,
     tx: optax.GradientTransformation,
     mesh: Mesh,
     strategy: str,
     plan: AllreducePlan | None = None,
+    state_specs: EnsembleState | None = None,
 ):
     """jit of two shard_maps with the state donated: (state, batch) → (state, StepMetrics).
 
     The first computes every device's local gradients; the second sums them over `data` as
     `plan` says (engine/collectives.py; default: flat, float32) and updates the members.
+    `state_specs` (a tree of PartitionSpecs, axes.member_spec) is needed when the mesh's
+    `model` axis splits the members.
     """
     plan = plan or AllreducePlan("flat", "float32", mesh.shape[DATA], mesh.shape[DATA])
+    pm = model_parallel_of(mesh)
+    if pm > 1 and state_specs is None:
+        raise ValueError("a mesh with a model axis needs the state's per-leaf specs")
+    model_axis = MODEL if pm > 1 else None
+    state_spec, grads_spec, model_state_spec = _specs(state_specs)
 
     def local_gradients(state, batch):
-        step = lambda s, b: member_gradients(workload, DATA, s, b)  # noqa: E731
+        step = lambda s, b: member_gradients(workload, DATA, s, b, pm)  # noqa: E731
         loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
         # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
         grads = jax.tree.map(lambda g: g[:, None], grads)
@@ -208,14 +260,14 @@ def build_train_step(
     gradients = jax.shard_map(
         local_gradients,
         mesh=mesh,
-        in_specs=(MEMBER_SPEC, BATCH_SPEC),
-        out_specs=(BATCH_SPEC, MEMBER_SPEC, P(), P()),
+        in_specs=(state_spec, BATCH_SPEC),
+        out_specs=(grads_spec, model_state_spec, P(), P()),
         check_vma=True,
     )
 
     def local_update(state, grads, model_state):
         grads = reduce_gradients(plan, jax.tree.map(lambda g: g[:, 0], grads))
-        step = lambda s, g, ms: member_update(tx, s, g, ms)  # noqa: E731
+        step = lambda s, g, ms: member_update(tx, s, g, ms, model_axis)  # noqa: E731
         new_state, finite = map_members(step, strategy, state, grads, model_state)
         skipped = None
         if new_state.loss_scale is not None:
@@ -227,8 +279,8 @@ def build_train_step(
     update = jax.shard_map(
         local_update,
         mesh=mesh,
-        in_specs=(MEMBER_SPEC, BATCH_SPEC, MEMBER_SPEC),
-        out_specs=(MEMBER_SPEC, P(), P()),
+        in_specs=(state_spec, grads_spec, model_state_spec),
+        out_specs=(state_spec, P(), P()),
         check_vma=False,
     )
 
@@ -260,7 +312,9 @@ def _mean_of_predictions(workload: Workload, x, apply_members, average):
     return preds, average(preds)
 
 
-def build_eval_step(workload: Workload, mesh: Mesh, strategy: str):
+def build_eval_step(
+    workload: Workload, mesh: Mesh, strategy: str, state_specs: EnsembleState | None = None
+):
     """(state, batch [E], valid [E], votes [M, E]) → EvalCounts, replicated.
 
     The ensemble predicts an example from the members that vote on it (votes 1): every kept
@@ -270,7 +324,7 @@ def build_eval_step(workload: Workload, mesh: Mesh, strategy: str):
     `eval_predictions(x, apply_members, average)` instead. An example without a voter is not
     scored; padding rows (valid false) have no votes and count for no member.
     """
-    model = workload.model(None)
+    model = member_model(workload, None, model_parallel_of(mesh))
     eval_predictions = getattr(workload, "eval_predictions", None)
     if eval_predictions is None:
         eval_predictions = functools.partial(_mean_of_predictions, workload)
@@ -310,7 +364,7 @@ def build_eval_step(workload: Workload, mesh: Mesh, strategy: str):
     sharded = jax.shard_map(
         local_eval,
         mesh=mesh,
-        in_specs=(MEMBER_SPEC, EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
+        in_specs=(_specs(state_specs)[0], EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
         out_specs=P(),
         check_vma=True,
     )

@@ -140,6 +140,7 @@ _COLLECTIVE_REDUCE = frozenset({"psum", "pmax", "pmin", "psum_invariant"})
 _COLLECTIVE_MOVE = frozenset(
     {
         "all_gather",
+        "all_gather_invariant",
         "psum_scatter",
         "reduce_scatter",
         "ppermute",

@@ -2,6 +2,8 @@
 
 `bn_axis_name` names the mesh axis over which BatchNorm statistics are averaged inside one
 member (docs/design.md, fact 2); None for a model that sees its whole batch on one device.
+`model_parallel` > 1 builds this device's share of a tensor-parallel member
+(models/tensor_parallel.py); the parameter tree's names are the same, its last axes split.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
+
+from hpcai_jax.models import tensor_parallel
 
 ModuleDef = Any
 
@@ -70,12 +74,28 @@ class ResNet(nn.Module):
     small_stem: bool = False
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
+    model_parallel: int = 1
 
     @nn.compact
     def __call__(self, x, train: bool = True):
-        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
+        split = self.model_parallel > 1
+        # Under tensor parallelism every convolution is followed by its BatchNorm, which
+        # gathers the channels back (tensor_parallel.py).
+        conv = functools.partial(
+            tensor_parallel.split_features,
+            nn.Conv,
+            self.model_parallel,
+            use_bias=False,
+            dtype=self.dtype,
+        )
+        dense = functools.partial(
+            tensor_parallel.split_features,
+            tensor_parallel.Dense if split else nn.Dense,
+            self.model_parallel,
+            dtype=self.dtype,
+        )
         norm = functools.partial(
-            nn.BatchNorm,
+            tensor_parallel.BatchNorm if split else nn.BatchNorm,
             use_running_average=not train,
             momentum=0.9,
             epsilon=1e-5,
@@ -99,7 +119,7 @@ class ResNet(nn.Module):
                     self.num_filters * 2**i, strides=strides, conv=conv, norm=norm, act=nn.relu
                 )(x)
         x = jnp.mean(x, axis=(1, 2))
-        x = nn.Dense(self.num_classes, dtype=self.dtype)(x)
+        x = dense(self.num_classes)(x)
         return x.astype(jnp.float32)
 
 
@@ -117,7 +137,17 @@ _ARCHS = {
 
 
 def make_resnet(
-    name: str, num_classes: int, dtype: Any = jnp.float32, bn_axis_name: str | None = None
+    name: str,
+    num_classes: int,
+    dtype: Any = jnp.float32,
+    bn_axis_name: str | None = None,
+    model_parallel: int = 1,
 ) -> ResNet:
     """Builds a member model by name (config.MODELS)."""
-    return ResNet(num_classes=num_classes, dtype=dtype, bn_axis_name=bn_axis_name, **_ARCHS[name])
+    return ResNet(
+        num_classes=num_classes,
+        dtype=dtype,
+        bn_axis_name=bn_axis_name,
+        model_parallel=model_parallel,
+        **_ARCHS[name],
+    )

@@ -60,3 +60,7 @@ class Workload(Protocol):
 #       apply(*args, **kwargs) is model.apply with that member's variables; average(tree) is the
 #       voting members' mean over the whole ensemble axis. Default: the mean of `predict`.
 #   quality_details(counts) -> dict: further figures for the record (e.g. mAP@[.5:.95]).
+#   split_model(axis_name, parts) -> nn.Module: this device's share of a member whose layers are
+#       split `parts` ways over the `model` axis (--model_parallel; models/tensor_parallel.py),
+#       with the same parameter tree as model(), every leaf's last axis split. A workload
+#       without it runs with --model_parallel=1 only.

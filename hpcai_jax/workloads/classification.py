@@ -33,6 +33,16 @@ class ClassificationWorkload:
         )
         return int8.apply_policy(model, self.dtype)
 
+    def split_model(self, axis_name: str | None, parts: int) -> nn.Module:
+        """This device's share of a member whose layers are split `parts` ways over `model`."""
+        return make_resnet(
+            self.model_name,
+            self.spec.num_classes,
+            int8.compute_dtype(self.dtype),
+            axis_name,
+            model_parallel=parts,
+        )
+
     def inputs(self, batch) -> jax.Array:
         mean = jnp.asarray(self.spec.mean, jnp.float32)
         std = jnp.asarray(self.spec.std, jnp.float32)
