@@ -127,3 +127,27 @@ def test_bfloat16_compute_runs():
     state, metrics = setup.train_step(state, batch)
     assert np.all(np.isfinite(np.asarray(metrics.loss)))
     assert state.params["conv_init"]["kernel"].dtype == jnp.float32
+
+
+@pytest.mark.parametrize(
+    # The products' result type: int8 × int8 accumulates in int32 (tests/test_int8.py reads
+    # the operands).
+    "dtype, element",
+    [("bfloat16", "bf16"), ("float16", "f16"), ("int8", "s32")],
+)
+def test_regression_computes_in_the_asked_dtype(dtype, element):
+    """--dtype is honoured by every workload (the record names it): the MLP's products run in
+    it, parameters stay float32, float16 brings its loss scale."""
+    config = tiny_config(
+        **{**REGRESSION, "model": C.ModelConfig(workload="regression", model="mlp", dtype=dtype)}
+    )
+    setup = build_setup(config)
+    state = setup.init_state()
+    batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
+    hlo = setup.train_step.lower(state, batch).compiler_ir("hlo").as_hlo_text()
+    dots = [line.split("=")[1].split()[0] for line in hlo.splitlines() if " dot(" in line]
+    assert dots and all(d.startswith(f"{element}[") for d in dots), dots
+    assert (state.loss_scale is not None) == (dtype == "float16")
+    state, metrics = setup.train_step(state, batch)
+    assert np.all(np.asarray(metrics.finite))
+    assert all(leaf.dtype == jnp.float32 for leaf in jax.tree.leaves(state.params))

@@ -12,7 +12,7 @@ from hpcai_jax.workloads.regression import RegressionWorkload
 def make_workload(config: RunConfig, spec: DataSpec) -> Workload:
     """The configured workload on data of `spec` (config.validate has matched the two)."""
     if config.model.workload == "regression":
-        return RegressionWorkload(spec)
+        return RegressionWorkload(spec, config.model.dtype)
     if config.model.workload == "extreme_weather":
         from hpcai_jax.workloads.extreme_weather import ExtremeWeatherWorkload
 

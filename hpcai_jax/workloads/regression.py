@@ -8,34 +8,39 @@ The ensemble predicts the mean of its members' predictions (bagging's original u
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from hpcai_jax.data.friedman import TableSpec
+from hpcai_jax.models import int8
 
 
 class MLP(nn.Module):
     hidden: tuple[int, ...] = (64, 64)
+    dtype: Any = jnp.float32  # compute dtype; parameters stay float32
 
     @nn.compact
     def __call__(self, x, train: bool = False):
         del train  # no layer behaves differently in training
+        x = x.astype(self.dtype)
         for width in self.hidden:
-            x = nn.relu(nn.Dense(width)(x))
-        return nn.Dense(1)(x)[..., 0]
+            x = nn.relu(nn.Dense(width, dtype=self.dtype)(x))
+        return nn.Dense(1, dtype=self.dtype)(x)[..., 0].astype(jnp.float32)
 
 
 @dataclasses.dataclass(frozen=True)
 class RegressionWorkload:
     spec: TableSpec
+    dtype: str = "float32"  # --dtype, as for the other workloads
     name: str = "regression"
     metric: str = "r2"
 
     def model(self, axis_name: str | None) -> nn.Module:
         del axis_name  # nothing is reduced across a batch
-        return MLP()
+        return int8.apply_policy(MLP(dtype=int8.compute_dtype(self.dtype)), self.dtype)
 
     def inputs(self, batch) -> jax.Array:
         return batch["x"]
