@@ -133,6 +133,7 @@ class MLLog:
             ("global_batch_size", m * b, None),
             ("members_per_device", layout.members_per_device, None),
             ("parallel_degree", layout.parallel_degree, None),
+            ("model_parallel", layout.model_parallel, None),
             ("number_of_devices", layout.num_devices, None),
             ("train_samples", setup.sampler.num_examples, None),
         ]

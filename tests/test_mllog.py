@@ -61,8 +61,11 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     assert first["epoch_start"]["metadata"]["epoch_num"] == 1
     assert lines[-1]["key"] == "run_stop" and lines[-1]["metadata"]["status"] == "success"
     assert first["run_start"]["metadata"]["file"] == "hpcai_jax/engine/loop.py"
-    # Every workload the engine runs is a benchmark the ruleset knows.
-    assert all(f"hpcai500_{w}" in mllog.RULESET.read_text() for w in C.WORKLOADS)
+    # Every workload, optimizer and schedule the engine runs is one the ruleset accepts.
+    rules = mllog.RULESET.read_text()
+    assert all(f"hpcai500_{w}" in rules for w in C.WORKLOADS)
+    assert all(f"'{name}'" in rules for name in C.OPTIMIZERS + C.LR_SCHEDULES)
+    assert value["model_parallel"] == 1
 
     proc = _check(log, tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -76,23 +79,39 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         ("number_of_models", {"value": 0}, "CHECK for 'number_of_models' failed"),
         ("run_stop", {"metadata": {"status": "aborted"}}, "CHECK for 'run_stop' failed"),
         ("global_batch_size", {"value": 32}, "s['values']['global_batch_size'] =="),
+        # Eq. 5 with P_model: the same 8 devices cannot hold members split two ways.
+        ("model_parallel", {"value": 2}, "* s['values']['model_parallel'] =="),
+        ("opt_name", {"value": "rmsprop"}, "CHECK for 'opt_name' failed"),
     ],
-    ids=["no-run_stop", "no-models", "aborted", "batch-mismatch"],
+    ids=["no-run_stop", "no-models", "aborted", "batch-mismatch", "eq5-model", "optimizer"],
 )
 def test_broken_log_fails_the_checker(good_run, tmp_path, key, edit, expected):
-    log, _ = good_run
-    lines = []
-    for line in _lines(log.read_text()):
-        if line["key"] == key:
-            if edit is None:
-                continue
-            line = {**line, **edit}
-        lines.append(":::MLLOG " + json.dumps(line))
-    broken = tmp_path / "broken.mllog"
-    broken.write_text("\n".join(lines) + "\n")
-    proc = _check(broken, tmp_path)
+    proc = _check(_edited(good_run[0], tmp_path, {key: edit}), tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED" in proc.stderr and expected in proc.stderr, proc.stderr
+
+
+def test_table_2_optimizer_and_schedule_pass_the_checker(good_run, tmp_path):
+    edits = {
+        "opt_name": {"value": "lars"},
+        "opt_learning_rate_decay_schedule": {"value": "warmup_polynomial"},
+    }
+    proc = _check(_edited(good_run[0], tmp_path, edits), tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _edited(log, tmp_path, edits: dict):
+    """A copy of `log` with the lines of some keys changed (an edit of None drops the line)."""
+    lines = []
+    for line in _lines(log.read_text()):
+        if line["key"] in edits:
+            if edits[line["key"]] is None:
+                continue
+            line = {**line, **edits[line["key"]]}
+        lines.append(":::MLLOG " + json.dumps(line))
+    path = tmp_path / "edited.mllog"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def test_unwritable_mllog_path(tmp_path):

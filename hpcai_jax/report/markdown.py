@@ -57,13 +57,14 @@ def runs(collection: Collection) -> str:
     for r in collection.train:
         mesh = r.data["mesh"]
         ensemble, p, s = mesh["ensemble_size"], mesh["parallel_degree"], mesh["num_devices"]
-        rows.append([r.run_id, "train", ensemble, p, s, _device(r.data), r.path.name])
+        pm = mesh.get("model_parallel", 1)  # records before --model_parallel have none
+        rows.append([r.run_id, "train", ensemble, p, pm, s, _device(r.data), r.path.name])
     for r in collection.stream:
         devices = (r.data.get("placement") or {}).get("num_devices", "n/a")
-        rows.append([r.run_id, "stream", "", "", devices, _device(r.data), r.path.name])
+        rows.append([r.run_id, "stream", "", "", "", devices, _device(r.data), r.path.name])
     if not rows:
         return "No record could be plotted: see Skipped records."
-    headers = ["run", "mode", "M", "P_degree", "Sys_scale (devices)", "device", "file"]
+    headers = ["run", "mode", "M", "P_degree", "P_model", "Sys_scale (devices)", "device", "file"]
     return table(headers, rows)
 
 
