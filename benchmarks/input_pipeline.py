@@ -1,22 +1,26 @@
-"""The training input pipeline for JPEG sets: decode + random-resized crop + flip, by worker count.
+"""The training input pipeline for JPEG sets: decode + random-resized crop + flip, the old
+thread-pool path against the worker path.
 
 Builds a tfds array_record set of ImageNet-like JPEGs here (about 500 × 375, quality 90, smooth
 content with some texture, so the files are ImageNet-sized rather than noise-sized), then reads
-training steps of one member through the pipeline's block stream (`hpcai_jax/data/workers.py`)
-with each worker count, in one run: images/s after the workers have started, and the ratio to
-0 workers (decoding in the training process). Rounds are interleaved so that machine noise hits
-every worker count alike; each figure is the median over rounds. Next to images/s (which a
+training steps of one member, in one run, two ways: on a thread pool of one thread per core in
+the training process (the path before the worker pipeline: `TfdsSource.read` decoded there, on
+threads), and through the pipeline's block stream (`hpcai_jax/data/workers.py`) with each
+worker count (0: in the training process, one thread). It reports images/s after start-up and
+the ratio to the thread pool. Rounds are interleaved so that machine noise hits every path
+alike; each figure is the median over rounds. Next to images/s (which a
 busy machine lowers) it prints images per CPU-second of the training process and its workers
 together (Linux /proc; what a core yields, busy machine or not). The device side is left out:
 this is the host's supply of images.
 
-    python benchmarks/jpeg_pipeline.py [--images=512] [--workers=0,1,2] [--rounds=3]
+    python benchmarks/input_pipeline.py [--images=512] [--workers=0,1,2] [--rounds=3]
         [--steps=16] [--batch_size=64] [--image_size=224] [--data_dir=DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import io
 import multiprocessing
 import os
@@ -30,7 +34,7 @@ from PIL import Image
 
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.tfds_source import TfdsSource
-from hpcai_jax.data.workers import BlockStream, ReadBlock
+from hpcai_jax.data.workers import BlockStream, ReadBlock, augment_keys
 
 
 def _photo_like(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
@@ -97,6 +101,28 @@ def _measure(reader, sampler, batch_size: int, steps: int, workers: int) -> tupl
         stream.close()
 
 
+def _measure_threads(reader, sampler, batch_size: int, steps: int) -> tuple[float, float]:
+    """(images/s, images per CPU-second) with one thread per core decoding in this process."""
+    block = ((0, 1), (0, batch_size))
+    threads = len(os.sched_getaffinity(0))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads) as pool:
+
+        def step_images(step):
+            indices = sampler.step_indices(0, step)
+            keys = augment_keys(sampler, step, block)[0]  # [rows, 4]: member 0
+            rows = pool.map(
+                lambda i: reader(indices[i : i + 1], keys[i : i + 1]), range(len(indices))
+            )
+            return np.concatenate([r["image"] for r in rows])
+
+        step_images(0)  # the pool's threads and the files opened: not timed
+        start, cpu = time.perf_counter(), _cpu_s()
+        for step in range(1, steps + 1):
+            step_images(step)
+    images = steps * batch_size
+    return images / (time.perf_counter() - start), images / (_cpu_s() - cpu)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=512)
@@ -119,27 +145,36 @@ def main() -> None:
         source = TfdsSource("jpeg_bench", "train", data_dir, args.image_size)
         sampler = BootstrapSampler("with_replacement", len(source), args.batch_size, seed=0)
         reader = source.train_reader()
-        counts = [int(w) for w in args.workers.split(",")]
-        rates: dict[int, list[tuple[float, float]]] = {w: [] for w in counts}
+        cores = len(os.sched_getaffinity(0))
+        paths = {f"thread pool ({cores} threads)": None}
+        paths.update({f"{w} workers": w for w in (int(w) for w in args.workers.split(","))})
+        rates: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
         for round_ in range(args.rounds):
-            for workers in counts:
-                rate, per_cpu = _measure(reader, sampler, args.batch_size, args.steps, workers)
-                rates[workers].append((rate, per_cpu))
+            for path, workers in paths.items():
+                if workers is None:
+                    rate, per_cpu = _measure_threads(reader, sampler, args.batch_size, args.steps)
+                else:
+                    rate, per_cpu = _measure(reader, sampler, args.batch_size, args.steps, workers)
+                rates[path].append((rate, per_cpu))
                 print(
-                    f"round {round_}: {workers} workers {rate:7.1f} images/s, "
+                    f"round {round_}: {path:22} {rate:7.1f} images/s, "
                     f"{per_cpu:6.1f} per CPU-second",
                     flush=True,
                 )
-    wall = {w: statistics.median(r for r, _ in rs) for w, rs in rates.items()}
-    per_cpu = {w: statistics.median(c for _, c in rs) for w, rs in rates.items()}
-    cores = len(os.sched_getaffinity(0))
+    wall = {p: statistics.median(r for r, _ in rs) for p, rs in rates.items()}
+    per_cpu = {p: statistics.median(c for _, c in rs) for p, rs in rates.items()}
+    base = next(iter(paths))
     print(f"\n{cores} cores; decode + random-resized crop + flip to {args.image_size}² (medians)")
-    for workers in counts:
-        ratio = f" ({wall[workers] / wall[0]:.2f}× 0 workers)" if 0 in wall else ""
+    for path in paths:
         print(
-            f"{workers} workers: {wall[workers]:7.1f} images/s{ratio}, "
-            f"{per_cpu[workers]:6.1f} images per CPU-second"
+            f"{path:22} {wall[path]:7.1f} images/s ({wall[path] / wall[base]:.2f}× thread pool), "
+            f"{per_cpu[path]:6.1f} images per CPU-second"
         )
+    best = max(per_cpu.values())
+    print(
+        f"a device training at 3,000 images/s needs ≈ {3000 / best:.0f} such cores "
+        f"({best:.0f} images per CPU-second)"
+    )
 
 
 if __name__ == "__main__":

@@ -201,6 +201,12 @@ class DataConfig:
     num_classes: int = _field(
         1000, "Number of classes of synthetic data (real data sets carry their own)."
     )
+    augment: bool = _field(
+        True,
+        "Training augmentation of tfds image sets: random-resized crop (area 0.08-1, aspect "
+        "3/4-4/3) and horizontal flip. --noaugment gives training images the held-out "
+        "transform (resize, centre crop), for ablations.",
+    )
     prefetch: int = _field(2, "Batches prepared ahead on the devices.")
     data_workers: int = _field(
         -1,

@@ -47,6 +47,7 @@ def test_fingerprint_holds_what_changes_the_trajectory():
         "eval_examples": 200,
         "image_size": 0,
         "num_classes": 1000,
+        "augment": True,
     }
     assert fp["optim"] == dataclasses.asdict(C.OptimConfig(lr_schedule="constant"))
     assert fp["train"] == {

@@ -1,5 +1,6 @@
 """The JPEG training pipeline: tfds array_record images decoded and augmented in grain workers."""
 
+import dataclasses
 import io
 import json
 import multiprocessing
@@ -119,6 +120,17 @@ def test_in_process_batches_are_the_augmented_bootstrap_examples(jpeg_dir, data,
     # Training reads are augmented; held-out reads of the same examples are not.
     held_out = datasets.train.read(sampler.step_indices(0, 0))["image"]
     assert held_out.shape == (B, SIZE, SIZE, 3) and not np.array_equal(held_out, images[0])
+
+
+def test_noaugment_trains_on_the_held_out_transform(jpeg_dir):
+    config = C.DataConfig(dataset="tiny_jpeg", data_dir=str(jpeg_dir), image_size=SIZE)
+    plain = open_datasets(dataclasses.replace(config, augment=False)).train
+    indices = np.arange(8)
+    keys = np.stack([np.full(8, 5), np.zeros(8), np.zeros(8), indices], axis=1)
+    trained = plain.train_reader()(indices, keys)
+    np.testing.assert_array_equal(trained["image"], plain.read(indices)["image"])
+    augmented = open_datasets(config).train.train_reader()(indices, keys)
+    assert not np.array_equal(augmented["image"], trained["image"])
 
 
 def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):

@@ -97,7 +97,13 @@ def open_datasets(config: DataConfig) -> Datasets:
     else:
         from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
 
-        train = TfdsSource(config.dataset, "train", config.data_dir, config.square_image_size)
+        train = TfdsSource(
+            config.dataset,
+            "train",
+            config.data_dir,
+            config.square_image_size,
+            augment=config.augment,
+        )
         held_out = TfdsSource(
             config.dataset,
             eval_split_name(config.dataset, config.data_dir),

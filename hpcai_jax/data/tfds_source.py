@@ -51,7 +51,7 @@ def _default_dir() -> str:
 class TfdsSource:
     """One split of a prepared tfds data set, resized to a fixed square size."""
 
-    def __init__(self, name: str, split: str, data_dir: str, image_size: int):
+    def __init__(self, name: str, split: str, data_dir: str, image_size: int, augment: bool = True):
         import tensorflow_datasets as tfds  # slow import: only when a tfds set is used
 
         data_dir = data_dir or _default_dir()
@@ -92,6 +92,7 @@ class TfdsSource:
         )
         self._name, self._split, self._data_dir = name, split, data_dir
         self._size = image_size
+        self._augment = augment
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
 
     def __len__(self) -> int:
@@ -109,9 +110,15 @@ class TfdsSource:
         return {"image": np.stack(images), "label": labels}
 
     def train_reader(self) -> TrainImages:
-        """Training form (random-resized crop, flip), for the pipeline's worker processes."""
+        """Training form (random-resized crop and flip, or the held-out form with
+        --noaugment), for the pipeline's worker processes."""
         return TrainImages(
-            self._name, self._split, self._data_dir, self._size, self.spec.image_shape[-1]
+            self._name,
+            self._split,
+            self._data_dir,
+            self._size,
+            self.spec.image_shape[-1],
+            self._augment,
         )
 
     def head(self, n: int) -> TfdsSource | _Head:
@@ -139,8 +146,10 @@ class TrainImages:
     the files where it runs (grain's workers): the tfds source object would carry its builder,
     and a builder class defined in a script cannot be re-created in a worker."""
 
-    def __init__(self, name: str, split: str, data_dir: str, size: int, channels: int):
-        self._args = (name, split, data_dir, size, channels)
+    def __init__(
+        self, name: str, split: str, data_dir: str, size: int, channels: int, augment: bool = True
+    ):
+        self._args = (name, split, data_dir, size, channels, augment)
         self._source = None
 
     def __getstate__(self):
@@ -150,7 +159,7 @@ class TrainImages:
         self._args, self._source = args, None
 
     def __call__(self, indices: np.ndarray, keys: np.ndarray) -> dict[str, np.ndarray]:
-        name, split, data_dir, size, channels = self._args
+        name, split, data_dir, size, channels, augmented = self._args
         if self._source is None:
             self._source = _open_undecoded(name, split, data_dir)
         records = self._source.__getitems__([int(i) for i in indices])
@@ -160,6 +169,8 @@ class TrainImages:
                 size,
                 augment.example_rng(*(int(k) for k in key)),
             )
+            if augmented
+            else augment.eval_image(augment.decode(r["image"], channels), size)
             for r, key in zip(records, keys, strict=True)
         ]
         labels = np.asarray([r["label"] for r in records], dtype=np.int32)

@@ -22,7 +22,7 @@ import numpy as np
 from hpcai_jax.data.sampler import BootstrapSampler
 
 Block = tuple[tuple[int, int], tuple[int, int]]  # ((first member, end), (first row, end))
-# ~300 images/s per core (benchmarks/jpeg_pipeline.py): 16 feed several thousand images/s, what
+# ~300 images/s per core (benchmarks/input_pipeline.py): 16 feed several thousand images/s, what
 # one GPU trains ResNet-50 at; more per device would only hold memory.
 _MAX_AUTO_WORKERS_PER_DEVICE = 16
 
