@@ -96,6 +96,11 @@ def test_the_step_moves_activations_over_model_and_nothing_over_ensemble(split, 
         ),
         (dict(mesh=C.MeshConfig(2, 1, 1, model_parallel=3)), "must divide the 8 devices"),
         (dict(mesh=C.MeshConfig(4, 1, 2, model_parallel=2)), "Eq. 5 fails"),
+        # A node's share of `data` is its devices over P_model: 8 / 4 = 2 = P_degree, one node.
+        (
+            dict(mesh=C.MeshConfig(1, 1, 2, model_parallel=4, allreduce="hierarchical")),
+            r"inner group of 2 \(devices per process\)",
+        ),
         (
             dict(
                 mesh=C.MeshConfig(2, 1, 2, model_parallel=2),

@@ -78,7 +78,8 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     devices = jax.devices() if devices is None else list(devices)
     local = sum(d.process_index == jax.process_index() for d in devices)
     layout = resolve_layout(config.mesh, len(devices), local)
-    plan = resolve_plan(config.mesh, layout.parallel_degree, local)
+    # A node's share of `data`: its devices over P_model (`model` is the innermost axis).
+    plan = resolve_plan(config.mesh, layout.parallel_degree, max(1, local // layout.model_parallel))
     tc = config.train
     if tc.batch_size % layout.parallel_degree:
         raise UsageError(
