@@ -444,6 +444,15 @@ class ResultsConfig:
         "the mlperf-logging package). Check it with the compliance checker and the ruleset "
         "hpcai_jax/mllog_rules/hpcai500.yaml. Empty: no MLLOG file.",
     )
+    submission_org: str = _field(
+        "",
+        "The submitting organisation, written to the MLLOG's submission_org (empty: unspecified).",
+    )
+    submission_platform: str = _field(
+        "",
+        "The system's name, written to the MLLOG's submission_platform (empty: <devices>x<device "
+        "kind>, e.g. 8xcpu).",
+    )
     stream_record: str = _field(
         "",
         "A STREAM record (--mode=stream) whose Triad bandwidth per device is the roofline's "

@@ -3,7 +3,9 @@
 The lines come from the `mlperf-logging` package's `mllog` module (standard library only, an
 optional dependency: `pip install 'mlperf-logging>=4.1,<5'`). Process 0 writes them, line by line,
 each line flushed, into a file truncated when the run starts (after its record id is claimed):
-submission info, `cache_clear`, `init_start`/`init_stop` (start-up: data, state, compilation),
+submission info (`--submission_org`, `--submission_platform`, the record's division by the same
+`rules.py`, its violations in the metadata), `number_of_nodes` and `accelerators_per_node` (host
+names and their processes' devices), `cache_clear`, `init_start`/`init_stop` (start-up: data, state, compilation),
 the run's settings (`seed`, `number_of_models` = M, `per_model_batch_size` = |B|,
 `global_batch_size` = M × |B|, Eq. 5's mesh, the optimizer), `run_start`, `epoch_start`/
 `epoch_stop` (1-based `epoch_num`, logged when a step is dispatched: no host sync), the ensemble's
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import jax
 
+from hpcai_jax import results, rules
 from hpcai_jax.errors import UsageError
 
 RULESET = Path(__file__).resolve().parent / "mllog_rules" / "hpcai500.yaml"
@@ -78,7 +81,11 @@ class MLLog:
         be written or mlperf-logging is not installed."""
         config = setup.config
         path = config.results.mllog
-        if not path or jax.process_index() != 0:
+        if not path:
+            return cls()
+        # A collective, so every process gathers the host names before process 0 goes on alone.
+        hosts = results.hostnames()
+        if jax.process_index() != 0:
             return cls()
         try:
             from mlperf_logging.mllog import mllog
@@ -96,7 +103,7 @@ class MLLog:
         logger.addHandler(handler)
         writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
         log = cls(writer, stream, setup.sampler.steps_per_epoch, setup.workload.metric)
-        log._header(setup, _ms(wall_start))
+        log._header(setup, _ms(wall_start), hosts)
         return log
 
     def _line(self, kind: str, key: str, value=None, metadata=None, time_ms=None, depth=0) -> None:
@@ -105,13 +112,16 @@ class MLLog:
         write = getattr(self._mllogger, kind)
         write(key, value, metadata, time_ms=time_ms, stack_offset=_CALLER_OFFSET + depth)
 
-    def _header(self, setup, start_ms: int) -> None:
+    def _header(self, setup, start_ms: int, hosts: list[str]) -> None:
         config, layout = setup.config, setup.layout
         m, b, optim = layout.ensemble_size, config.train.batch_size, config.optim
-        target = config.quality_target() if config.scored else None
-        official = target is not None and target.target_is_official and target.exponent_is_official
-        self._target = target
-        device = setup.mesh.devices.flat[0].device_kind
+        self._target = config.quality_target() if config.scored else None
+        submission = rules.of_setup(setup)  # the record's division, by the same rules
+        devices = list(setup.mesh.devices.flat)
+        nodes, per_node = results.node_counts(hosts, [d.process_index for d in devices])
+        platform = (
+            config.results.submission_platform or f"{layout.num_devices}x{devices[0].device_kind}"
+        )
         peak = optim.learning_rate * b / optim.lr_reference_batch  # the linear scaling rule
         scaling = {
             "learning_rate": optim.learning_rate,
@@ -120,10 +130,16 @@ class MLLog:
         benchmark = {"model": config.model.model, "dataset": config.data.dataset}
         settings = [
             ("submission_benchmark", f"hpcai500_{config.model.workload}", benchmark),
-            ("submission_org", "unspecified", None),
-            ("submission_division", "closed" if official else "open", None),
-            ("submission_platform", f"{layout.num_devices}x{device}", None),
+            ("submission_org", config.results.submission_org or "unspecified", None),
+            (
+                "submission_division",
+                submission.division,
+                {"violations": list(submission.violations)},
+            ),
+            ("submission_platform", platform, None),
             ("submission_status", "research", None),
+            ("number_of_nodes", nodes, None),
+            ("accelerators_per_node", per_node, None),
             # hpcai_jax drops no OS cache; a launch script that does may log its own cache_clear.
             ("cache_clear", False, None),
             ("init_start", None, None),

@@ -7,6 +7,7 @@ reproducible), then the mode's own sections.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 import os
@@ -65,11 +66,21 @@ def hostnames() -> list[str]:
     return [bytes(row).rstrip(b"\0").decode() for row in allgather(raw)]
 
 
+def node_counts(hosts: list[str], device_processes: list[int]) -> tuple[int, int]:
+    """(number_of_nodes, accelerators_per_node) as MLPerf counts them: a node is a host name
+    (several processes may share one); its accelerators are the devices of all its processes,
+    the largest node's where they differ. `hosts` per process, `device_processes` per device."""
+    per_node = collections.Counter(hosts[p] for p in device_processes)
+    return len(set(hosts)), max(per_node.values())
+
+
 def provenance() -> dict:
     """Versions, devices, hosts and commit: what another site needs to reproduce the run.
 
     Every process must call it (the host names are gathered)."""
     devices = jax.devices()
+    hosts = hostnames()
+    nodes, per_node = node_counts(hosts, [d.process_index for d in devices])
     return {
         "versions": package_versions(),
         "git_commit": git_commit(),
@@ -79,7 +90,9 @@ def provenance() -> dict:
         "local_device_count": jax.local_device_count(),
         "process_count": jax.process_count(),
         "hostname": socket.gethostname(),
-        "hosts": hostnames(),
+        "hosts": hosts,
+        "number_of_nodes": nodes,
+        "accelerators_per_node": per_node,
         "platform": platform.platform(),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }

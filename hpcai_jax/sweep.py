@@ -8,7 +8,9 @@ inside an allocation, launch/local.py on one machine), writing its own record; t
 a table of the records at the end and writes their report (`hpcai_jax.report`: markdown and PNG
 plots of FLOPS/VFLOPS against Sys_scale, quality against training time, MFU) into
 <results_dir>/report/. Placeholders in --launcher: {devices} (= Sys_scale), {nodes},
-{devices_per_node}.
+{devices_per_node}. A --mllog=PATH among the runs' flags (or in their flagfile) gives each run
+its own MLLOG file beside PATH, <stem>.<run id><suffix> (e.g. logs/sweep.mllog ->
+logs/sweep.sweep-tradeoff-M2-P1.mllog), since one file would be truncated by every run.
 
     python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=8 --max_ensemble=8 \\
         --devices_per_node=8 --launcher='srun --nodes={nodes} --ntasks-per-node={devices_per_node}' \\
@@ -24,6 +26,8 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+from absl import flags
 
 from hpcai_jax import results
 from hpcai_jax.errors import UsageError
@@ -54,9 +58,37 @@ def plan(
     raise ValueError(f"--experiment={experiment!r}: expected scalability or tradeoff")
 
 
+def mllog_path(main_args: list[str]) -> str:
+    """The --mllog the runs' flags give (flagfiles read, the last one wins), or ''."""
+    try:
+        args = flags.FlagValues().read_flags_from_files(main_args, force_gnu=False)
+    except flags.Error as e:
+        raise UsageError(str(e).splitlines()[0].removeprefix("ERROR:: ")) from None
+    path = ""
+    for i, arg in enumerate(args):
+        if arg.startswith("--mllog="):
+            path = arg.removeprefix("--mllog=")
+        elif arg == "--mllog" and i + 1 < len(args):
+            path = args[i + 1]
+    return path
+
+
+def run_mllog(path: str, run_name: str) -> str:
+    """One run's MLLOG file: <stem>.<run_name><suffix> beside `path`."""
+    base = Path(path)
+    return str(base.with_name(f"{base.stem}.{run_name}{base.suffix}"))
+
+
 def command(
-    point: Point, launcher: str, devices_per_node: int, run_name: str, main_args: list[str]
+    point: Point,
+    launcher: str,
+    devices_per_node: int,
+    run_name: str,
+    main_args: list[str],
+    mllog: str = "",
 ) -> list[str]:
+    """The run's command line; `mllog`, the --mllog of the runs' flags, becomes the run's own
+    file (`run_mllog`)."""
     nodes = -(-point.devices // devices_per_node)
     prefix = launcher.format(
         devices=point.devices, nodes=nodes, devices_per_node=min(devices_per_node, point.devices)
@@ -71,6 +103,7 @@ def command(
         f"--parallel_degree={point.parallel_degree}",
         "--members_per_device=1",
         f"--run_name={run_name}",
+        *([f"--mllog={run_mllog(mllog, run_name)}"] if mllog else []),
     ]
 
 
@@ -98,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     parser = argparse.ArgumentParser(
-        prog="python -m hpcai_jax.sweep", description=__doc__.split("\n")[0]
+        prog="python -m hpcai_jax.sweep",
+        description=__doc__.split("\n")[0],
+        epilog="Flags after -- are the runs' (python -m hpcai_jax.main). A --mllog=PATH among "
+        "them, or in their flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> "
+        "beside PATH.",
     )
     parser.add_argument("--experiment", required=True, choices=["scalability", "tradeoff"])
     parser.add_argument("--parallel_degree", type=int, default=0)
@@ -112,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(own)
     try:
         points = plan(args.experiment, args.parallel_degree, args.max_ensemble, args.sys_scale)
-    except ValueError as e:
+        mllog = mllog_path(main_args)
+    except (ValueError, UsageError) as e:
         parser.exit(2, f"hpcai_jax.sweep: error: {e}\n")
     records, written, failed = [], [], 0
     for point in points:
@@ -123,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             args.devices_per_node,
             run_name,
             [*main_args, f"--results_dir={args.results_dir}"],
+            mllog,
         )
         print("+ " + shlex.join(cmd), flush=True)
         if args.dry_run:

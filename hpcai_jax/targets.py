@@ -51,8 +51,14 @@ class QualityTarget:
     exponent_is_official: bool
 
 
-def _dataset_name(dataset: str) -> str:
-    return dataset.split(":")[0].split("/")[0]  # tfds "imagenet2012:5.1.0" → "imagenet2012"
+def dataset_name(dataset: str) -> str:
+    """A --dataset without its tfds version or config: "imagenet2012:5.1.0" → "imagenet2012"."""
+    return dataset.split(":")[0].split("/")[0]
+
+
+def official_target(workload: str, model: str, dataset: str) -> OfficialTarget | None:
+    """The official target of (workload, model, data set), or None where there is none."""
+    return OFFICIAL_TARGETS.get((workload, model, dataset_name(dataset)))
 
 
 def resolve_target(
@@ -62,7 +68,7 @@ def resolve_target(
 
     Raises UsageError when no official target exists for the run and none was given.
     """
-    official = OFFICIAL_TARGETS.get((workload, model, _dataset_name(dataset)))
+    official = official_target(workload, model, dataset)
     if target_quality <= 0 and official is None:
         known = (
             "; ".join(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import typing
 
 import pytest
@@ -146,3 +147,26 @@ def test_bad_values_raise_usage_error(parse):
     parse("--mode=stream", "--stream_kernels=copy")
     with pytest.raises(UsageError, match="--stream_kernels='copy'"):
         hflags.config_from_flags()
+
+
+def test_a_records_config_section_gives_back_every_flag(parse):
+    """A record's `config` (RunConfig.to_dict, through JSON) holds every flag's value: flags
+    rebuilt from it through FLAG_FIELDS give the same configuration, so a record needs no
+    separate flag list to be rerun."""
+    config = C.RunConfig(
+        mesh=C.MeshConfig(ensemble_size=8, allreduce="2d_torus"),
+        data=C.DataConfig(dataset="imagenet2012", augment=False, image_size=160),
+        optim=C.OptimConfig(weight_decay=1e-4, lr_step_epochs="10,20", nesterov=True),
+        results=C.ResultsConfig(
+            target_quality=0.7, mllog="logs/a b.mllog", submission_org="ACME Labs, Inc."
+        ),
+        stream=C.StreamConfig(kernels="triad", csv=True),
+        distributed=C.DistributedConfig(timeout_s=7),
+    )
+    section = json.loads(json.dumps(config.to_dict()))
+    argv = []
+    for name, path in hflags.FLAG_FIELDS.items():
+        value = functools.reduce(lambda part, key: part[key], path, section)
+        argv.append(f"--{name}={str(value).lower() if isinstance(value, bool) else value}")
+    parse(*argv)
+    assert hflags.build_config() == config

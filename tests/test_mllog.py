@@ -22,7 +22,13 @@ def good_run(tmp_path_factory):
     """One tiny training run with --mllog (the log's directory does not exist yet)."""
     tmp = tmp_path_factory.mktemp("mllog")
     log = tmp / "logs" / "run.mllog"
-    proc = run_main(*TINY, f"--results_dir={tmp}/r", f"--mllog={log}")
+    proc = run_main(
+        *TINY,
+        f"--results_dir={tmp}/r",
+        f"--mllog={log}",
+        "--submission_org=Test Org",
+        "--submission_platform=8 CPU devices",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (record,) = (tmp / "r").glob("*.json")
     return log, json.loads(record.read_text())
@@ -50,7 +56,16 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         first.setdefault(line["key"], line)
     value = {key: line["value"] for key, line in first.items()}
     assert value["submission_benchmark"] == "hpcai500_image_classification"
-    assert value["submission_division"] == "open"  # Fashion-MNIST has no official target
+    # Fashion-MNIST has no official target: open, by the rules the record's division follows.
+    assert value["submission_division"] == "open" == record["submission"]["division"]
+    assert (
+        first["submission_division"]["metadata"]["violations"]
+        == (record["submission"]["violations"])
+    )
+    assert record["submission"]["violations"][0].startswith("no official target for")
+    assert (value["submission_org"], value["submission_platform"]) == ("Test Org", "8 CPU devices")
+    assert (value["number_of_nodes"], value["accelerators_per_node"]) == (1, 8)
+    assert record["mllog"] == str(log)  # the record names its log
     assert (value["number_of_models"], value["per_model_batch_size"]) == (4, 16)
     assert value["global_batch_size"] == 64
     assert value["opt_name"] == "sgd" and value["opt_base_learning_rate"] == 0.1 * 16 / 256
@@ -82,8 +97,19 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         # Eq. 5 with P_model: the same 8 devices cannot hold members split two ways.
         ("model_parallel", {"value": 2}, "* s['values']['model_parallel'] =="),
         ("opt_name", {"value": "rmsprop"}, "CHECK for 'opt_name' failed"),
+        ("number_of_nodes", None, "Required EXACTLY_ONE occurrence of 'number_of_nodes'"),
+        ("submission_division", {"value": "closed"}, "CHECK for 'submission_division' failed"),
     ],
-    ids=["no-run_stop", "no-models", "aborted", "batch-mismatch", "eq5-model", "optimizer"],
+    ids=[
+        "no-run_stop",
+        "no-models",
+        "aborted",
+        "batch-mismatch",
+        "eq5-model",
+        "optimizer",
+        "no-nodes",
+        "closed-with-violations",
+    ],
 )
 def test_broken_log_fails_the_checker(good_run, tmp_path, key, edit, expected):
     proc = _check(_edited(good_run[0], tmp_path, {key: edit}), tmp_path)

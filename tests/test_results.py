@@ -26,6 +26,15 @@ def test_envelope_is_the_same_for_every_mode():
         results.envelope("train", "x", "done", config)
 
 
+def test_nodes_are_host_names_and_hold_their_processes_devices():
+    # Two hosts, two processes each with two devices (launch/local.py's shape, twice).
+    hosts = ["a", "a", "b", "b"]
+    assert results.node_counts(hosts, [0, 0, 1, 1, 2, 2, 3, 3]) == (2, 4)
+    assert results.node_counts(["a"], [0] * 8) == (1, 8)  # one process holding 8 devices
+    provenance = results.provenance()
+    assert (provenance["number_of_nodes"], provenance["accelerators_per_node"]) == (1, 8)
+
+
 def test_run_id_is_the_run_name_or_a_fresh_one():
     assert results.run_id(tiny_config(), "stream").startswith("stream-")
     import dataclasses

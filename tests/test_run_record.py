@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
 
 import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
+from hpcai_jax.data.datasets import Datasets
 from hpcai_jax.engine import record as run_record
 from hpcai_jax.engine.evaluate import EnsembleQuality, OutOfBag
 from hpcai_jax.engine.flop_count import SOURCE_ANALYTIC, SOURCE_XLA, FlopFigures, crosscheck
@@ -108,6 +111,40 @@ def test_a_pruned_member_counts_only_while_healthy(setup):
     assert q["members"] == [0.80, 0.10, 0.82, 0.84]  # the pruned one still listed
     assert q["kept_members"] == [0, 2, 3] and q["ensemble_members"] == 3
     assert "0.1000 (pruned)" in run_record.summary(record)
+
+
+def test_the_record_says_its_division(setup):
+    record = _build(setup, _progress({}), _cross(M * 1e9), _quality([True] * 4))
+    submission = record["submission"]
+    assert submission["division"] == "open" and len(submission["violations"]) == 4
+    assert submission["violations"][0] == (
+        "no official target for image_classification/resnet_small/fashion_mnist"
+    )
+    assert re.search(r"^division +open \(4 rules broken", run_record.summary(record), re.M)
+    assert record["mllog"] is None
+    # ResNet-50 on imagenet2012 by the rules (nothing loaded): closed, scored officially; the
+    # same run on 1,000 images: open, and its target no longer official.
+    closed = C.RunConfig(
+        model=C.ModelConfig(model="resnet50"),
+        data=C.DataConfig(dataset="imagenet2012"),
+        train=C.TrainConfig(batch_size=B, epochs=90),
+        results=C.ResultsConfig(mllog="logs/run.mllog"),
+    ).validate()
+    unloaded = Datasets(setup.datasets.spec, None, None)
+    for config, division, official in (
+        (closed, "closed", True),
+        (
+            dataclasses.replace(closed, data=C.DataConfig("imagenet2012", train_examples=1000)),
+            "open",
+            False,
+        ),
+    ):
+        fake = dataclasses.replace(setup, config=config, datasets=unloaded)
+        record = _build(fake, _progress({}), _cross(M * 1e9), _quality([True] * 4))
+        assert record["submission"]["division"] == division
+        assert record["quality"]["target_is_official"] is official
+        assert re.search(f"^division +{division}\\b", run_record.summary(record), re.M)
+    assert record["mllog"] == os.path.abspath("logs/run.mllog")
 
 
 def test_an_invalid_run_has_no_flops(setup):

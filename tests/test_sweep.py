@@ -7,7 +7,8 @@ import sys
 import pytest
 from helpers import ROOT
 
-from hpcai_jax.sweep import Point, command, plan
+from hpcai_jax.errors import UsageError
+from hpcai_jax.sweep import Point, command, mllog_path, plan
 
 
 def test_plans():
@@ -46,6 +47,18 @@ def test_command_fills_the_launcher_template():
     ]
 
 
+def test_each_run_gets_its_own_mllog(tmp_path):
+    flagfile = tmp_path / "runs.flags"
+    flagfile.write_text("--mllog=logs/sweep.mllog\n--steps=2\n")
+    assert mllog_path([f"--flagfile={flagfile}"]) == "logs/sweep.mllog"
+    assert mllog_path([f"--flagfile={flagfile}", "--mllog", "other.log"]) == "other.log"
+    assert mllog_path(["--steps=2"]) == ""
+    cmd = command(Point(2, 8), "", 8, "s-M2", [f"--flagfile={flagfile}"], "logs/sweep.mllog")
+    assert cmd[-2:] == ["--run_name=s-M2", "--mllog=logs/sweep.s-M2.mllog"]  # the last one wins
+    with pytest.raises(UsageError, match="Unable to open flagfile"):
+        mllog_path([f"--flagfile={tmp_path}/none.flags"])
+
+
 @pytest.mark.multiprocess
 def test_local_tradeoff_sweep(tmp_path):
     """Sys_scale = 2 CPU devices: (M, P) = (2, 1) and (1, 2), each a record, then a table."""
@@ -67,6 +80,7 @@ def test_local_tradeoff_sweep(tmp_path):
             "--eval_batch_size=50",
             "--model=resnet_small",
             "--target_quality=0.9",
+            f"--mllog={tmp_path}/logs/sweep.mllog",
         ],
         cwd=ROOT,
         capture_output=True,
@@ -78,6 +92,11 @@ def test_local_tradeoff_sweep(tmp_path):
     assert names == ["sweep-tradeoff-M1-P2.json", "sweep-tradeoff-M2-P1.json"]
     record = json.loads((tmp_path / "sweep-tradeoff-M2-P1.json").read_text())
     assert record["mesh"]["ensemble_size"] == 2 and record["mesh"]["num_devices"] == 2
+    # One MLLOG per run, each named in its record.
+    logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
+    assert logs == ["sweep.sweep-tradeoff-M1-P2.mllog", "sweep.sweep-tradeoff-M2-P1.mllog"]
+    assert record["mllog"] == str(tmp_path / "logs" / "sweep.sweep-tradeoff-M2-P1.mllog")
+    assert '"key": "run_stop"' in (tmp_path / "logs" / logs[1]).read_text()
     assert "Sys_scale" in proc.stdout and proc.stdout.count("complete") >= 2
     _check_report(tmp_path)
 

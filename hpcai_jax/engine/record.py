@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from hpcai_jax import metrics, results
+from hpcai_jax import metrics, results, rules
 from hpcai_jax.engine.comm import CommVolume
 from hpcai_jax.engine.energy import EnergyReading, energy_record
 from hpcai_jax.engine.evaluate import EnsembleQuality
@@ -50,6 +52,7 @@ def build(
     per_device = flops / layout.num_devices if flops else None
     achieved = quality.ensemble if quality else None
     target = config.quality_target() if config.scored else None
+    submission = rules.of_setup(setup)
     kept = [i for i in range(m) if i not in progress.diverged]
     return results.envelope(
         "train",
@@ -57,6 +60,9 @@ def build(
         status,
         config,
         reason,
+        # The division a ranking reads first: closed, or open with one line per broken rule.
+        submission=submission.to_dict(),
+        mllog=os.path.abspath(config.results.mllog) if config.results.mllog else None,
         mesh={
             "shape": dict(setup.mesh.shape),
             "ensemble_size": m,
@@ -164,7 +170,12 @@ def build(
             "metric": setup.workload.metric,
             "target": target.target if target else None,
             "exponent": target.exponent if target else None,
-            "target_is_official": target.target_is_official if target else None,
+            # Official only where the whole run is: a shrunk ImageNet run is not scored officially.
+            "target_is_official": (
+                target.target_is_official and submission.division == rules.CLOSED
+                if target
+                else None
+            ),
             "exponent_is_official": target.exponent_is_official if target else None,
             "members": quality.members if quality else None,
             "kept_members": kept if quality else None,
@@ -206,8 +217,18 @@ def summary(record: dict) -> str:
     f, oob, metric = record["flops"], record["quality"]["oob"], record["quality"]["metric"]
 
     num = results.cell
+    division, broken = record["submission"]["division"], len(record["submission"]["violations"])
     rows = [
         ("status", record["status"] + (f" ({record['reason']})" if record["reason"] else "")),
+        (
+            "division",
+            division
+            + (
+                f" ({broken} rule{'s' if broken > 1 else ''} broken: submission.violations)"
+                if broken
+                else ""
+            ),
+        ),
         (
             "mesh (ensemble x data x model)",
             f"{mesh['shape']}  M={mesh['ensemble_size']} "

@@ -27,6 +27,9 @@ _RUN_IDENTITY = (
     "results.run_name",
     "results.results_dir",
     "results.overwrite",
+    "results.mllog",  # one file per run (a sweep's runs each have their own)
+    "results.submission_org",
+    "results.submission_platform",
     "data.data_dir",
     "distributed.",
     "reliability.checkpoint_dir",

@@ -29,7 +29,7 @@ TRAIN_FIGURES = (
     ("compile time", "timing.compile_s", duration),
 )
 # Run identity, not configuration: always differs, explains nothing.
-IDENTITY = ("results.run_name", "results.results_dir", "results.overwrite")
+IDENTITY = ("results.run_name", "results.results_dir", "results.overwrite", "results.mllog")
 PROVENANCE = ("device_kind", "backend", "device_count", "local_device_count", "process_count")
 PROVENANCE += ("git_commit", "versions")
 
