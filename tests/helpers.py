@@ -25,31 +25,46 @@ def tiny_config(**overrides) -> C.RunConfig:
     return C.RunConfig(**parts).validate()
 
 
+_ALONE: dict[int, tuple] = {}  # id(setup) → (setup, jitted init, jitted step): one compile each
+
+
 def train_alone(setup, member: int, steps: int):
     """Member `member` of `setup` trained alone for `steps` steps on one device: plain jit,
     statistics over its whole batch, its own bootstrap indices. The reference the sharded
-    ensemble must equal."""
+    ensemble must equal. Every member of a setup shares the two compiled functions."""
     import jax
 
     from hpcai_jax.engine.state import init_member, member_keys
     from hpcai_jax.engine.step import member_train_step
 
-    wl, tx = setup.workload, setup.tx
-    state = jax.jit(lambda k: init_member(wl, tx, k))(
-        member_keys(setup.config.train.seed, setup.layout.ensemble_size)[member]
-    )
-    step = jax.jit(lambda s, b: member_train_step(wl, tx, None, s, b))
+    if id(setup) not in _ALONE:
+        wl, tx = setup.workload, setup.tx
+        _ALONE[id(setup)] = (
+            setup,
+            jax.jit(lambda k: init_member(wl, tx, k)),
+            jax.jit(lambda s, b: member_train_step(wl, tx, None, s, b)),
+        )
+    _, init, step = _ALONE[id(setup)]
+    state = init(member_keys(setup.config.train.seed, setup.layout.ensemble_size)[member])
     source = setup.datasets.train
     for t in range(steps):
         state, *_ = step(state, source.read(setup.sampler.step_indices(member, t)))
     return state
 
 
+def subprocess_env(devices: int = 8, **extra: str) -> dict[str, str]:
+    """The environment of a JAX subprocess: the suite's compile flags and cache (conftest), with
+    `devices` forced CPU devices."""
+    from conftest import FAST_COMPILE
+
+    env = dict(os.environ, JAX_PLATFORMS="cpu", **extra)
+    env["XLA_FLAGS"] = f"{FAST_COMPILE} --xla_force_host_platform_device_count={devices}"
+    return env
+
+
 def run_main(*args: str, devices: int = 8, timeout: float = 300) -> subprocess.CompletedProcess:
     """Runs the CLI in a fresh process with `devices` forced CPU devices."""
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    env["JAX_PLATFORMS"] = "cpu"
+    env = subprocess_env(devices)
     return subprocess.run(
         [sys.executable, "-m", "hpcai_jax.main", *args],
         cwd=ROOT,

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, run_main
+from helpers import ROOT, run_main, subprocess_env
 from test_reliability import _final_params, _leaves
 
 pytestmark = pytest.mark.multiprocess
@@ -98,16 +98,14 @@ def test_slurm_variables_are_auto_detected(tmp_path):
     port = _free_port()
     procs = []
     for rank in range(2):
-        env = dict(
-            os.environ,
+        env = subprocess_env(
+            4,
             SLURM_JOB_ID="4242",
             SLURM_STEP_NODELIST="localhost",
             SLURM_NTASKS="2",
             SLURM_PROCID=str(rank),
             SLURM_LOCALID=str(rank),
             JAX_COORDINATOR_PORT=str(port),
-            JAX_PLATFORMS="cpu",
-            XLA_FLAGS="--xla_force_host_platform_device_count=4",
         )
         procs.append(
             subprocess.Popen(

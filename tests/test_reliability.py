@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from helpers import ROOT, run_main
+from helpers import ROOT, run_main, subprocess_env
 from test_main import _assert_one_line_error
 
 from hpcai_jax.engine.checkpoint import Checkpointer
@@ -57,9 +57,7 @@ def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
     )
     assert whole.returncode == 0, whole.stderr[-2000:]
 
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
+    env = subprocess_env()
     args = [
         sys.executable,
         "-m",
@@ -174,9 +172,7 @@ runpy.run_module("hpcai_jax.main", run_name="__main__")
 
 
 def _run_main_with_staggered_reads(*args):
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
+    env = subprocess_env()
     return subprocess.run(
         [sys.executable, "-c", _STAGGERED_READS, *args],
         cwd=ROOT,
