@@ -1,6 +1,8 @@
 """float16 training: float32 master weights, a per-member dynamic loss scale that halves and skips
 the update on overflow, grows back after good steps, and counts what it skipped."""
 
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +15,11 @@ from hpcai_jax.engine.loss_scale import INITIAL_SCALE, LossScale
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import member_update
+
+FLOAT16_REGRESSION = dict(
+    model=C.ModelConfig(workload="regression", model="mlp", dtype="float16"),
+    data=C.DataConfig(dataset="friedman1", train_examples=256, eval_examples=64),
+)
 
 
 def test_float16_keeps_float32_master_weights_and_trains():
@@ -75,3 +82,48 @@ def test_nan_also_counts_as_overflow():
     tx = optax.sgd(0.1)
     new, _ = member_update(tx, state, {"w": jnp.array([jnp.nan, 0.0])}, {})
     np.testing.assert_array_equal(new.params["w"], [1.0, 2.0])
+
+
+def test_one_members_overflow_skips_only_that_members_step():
+    """The sharded step decides per member. M = 4, two per device (mesh ensemble 2 × data 4):
+    member 1's loss scale is raised to 2^40, so its float16 gradient overflows; the others' are
+    2^8, small enough for none to overflow on this batch. Member 1's step is skipped (parameters
+    and momentum kept, scale halved, one skipped step); member 0 (on its device) and members 2, 3
+    (on the other) take the very step they take when nobody overflows."""
+    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4), **FLOAT16_REGRESSION))
+    assert setup.member_strategy == "unroll"
+    batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
+    low, huge = 2.0**8, 2.0**40
+
+    init = setup.init_state()  # once (it compiles): the step donates copies of it
+    saved = jax.tree.map(np.asarray, init)
+
+    def start(scales):
+        state = jax.tree.map(lambda h, x: jax.device_put(h, x.sharding), saved, init)
+        scale = jax.device_put(np.asarray(scales, np.float32), init.loss_scale.scale.sharding)
+        return state.replace(loss_scale=state.loss_scale.replace(scale=scale))
+
+    def host(state):
+        return jax.tree.map(np.asarray, (state.params, state.opt_state))
+
+    before = host(init)
+    calm, calm_metrics = setup.train_step(start([low] * 4), batch)
+    np.testing.assert_array_equal(np.asarray(calm_metrics.skipped), [0] * 4)
+    state, metrics = setup.train_step(start([low, huge, low, low]), batch)
+
+    after, calm_after = host(state), host(calm)
+    for m in range(4):
+        old, new, want = (jax.tree.map(lambda x, m=m: x[m], t) for t in (before, after, calm_after))
+        if m == 1:
+            same = partial(np.testing.assert_array_equal, err_msg="member 1's step not skipped")
+            jax.tree.map(same, new, old)
+        else:
+            moved = jax.tree.map(lambda n, o: not np.array_equal(n, o), new, old)
+            assert all(jax.tree.leaves(moved)), f"member {m} did not update: {moved}"
+            alone = partial(np.testing.assert_array_equal, err_msg=f"member {m}: not its own step")
+            jax.tree.map(alone, new, want)
+    np.testing.assert_array_equal(np.asarray(state.loss_scale.scale), [low, huge / 2, low, low])
+    np.testing.assert_array_equal(np.asarray(state.loss_scale.skipped), [0, 1, 0, 0])
+    np.testing.assert_array_equal(np.asarray(state.loss_scale.good_steps), [1, 0, 1, 1])
+    np.testing.assert_array_equal(np.asarray(metrics.skipped), [0, 1, 0, 0])
+    assert np.all(np.asarray(metrics.finite))  # a skipped step is not a divergence

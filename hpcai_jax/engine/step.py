@@ -225,6 +225,41 @@ def _specs(state_specs):
     return state_specs, grads, state_specs.model_state
 
 
+def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs):
+    """shard_map: (state, batch) → (every device's local gradients [M, P_degree, ...], model
+    state, loss [M], metrics {name: [M]}): the first half of the train step."""
+    pm = model_parallel_of(mesh)
+    state_spec, grads_spec, model_state_spec = _specs(state_specs)
+
+    def local_gradients(state, batch):
+        step = lambda s, b: member_gradients(workload, DATA, s, b, pm)  # noqa: E731
+        loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
+        # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
+        grads = jax.tree.map(lambda g: g[:, None], grads)
+        return grads, model_state, gather_members(loss), jax.tree.map(gather_members, metrics)
+
+    # check_vma=True is load-bearing: it types the parameters invariant over `data` until
+    # member_gradients casts them varying, so BatchNorm's and the loss's pmean transpose
+    # correctly and the gradient is each device's exact share of the global-batch gradient.
+    return jax.shard_map(
+        local_gradients,
+        mesh=mesh,
+        in_specs=(state_spec, BATCH_SPEC),
+        out_specs=(grads_spec, model_state_spec, P(), P()),
+        check_vma=True,
+    )
+
+
+def _summed(plan: AllreducePlan, grads):
+    """This device's local gradients [m_local, 1, ...] summed over `data` as `plan` says →
+    [m_local, ...]; inside a shard_map with check_vma=False."""
+    return reduce_gradients(plan, jax.tree.map(lambda g: g[:, 0], grads))
+
+
+def _default_plan(mesh: Mesh) -> AllreducePlan:
+    return AllreducePlan("flat", "float32", mesh.shape[DATA], mesh.shape[DATA])
+
+
 def build_train_step(
     workload: Workload,
     tx: optax.GradientTransformation,
@@ -240,33 +275,16 @@ def build_train_step(
     `state_specs` (a tree of PartitionSpecs, axes.member_spec) is needed when the mesh's
     `model` axis splits the members.
     """
-    plan = plan or AllreducePlan("flat", "float32", mesh.shape[DATA], mesh.shape[DATA])
+    plan = plan or _default_plan(mesh)
     pm = model_parallel_of(mesh)
     if pm > 1 and state_specs is None:
         raise ValueError("a mesh with a model axis needs the state's per-leaf specs")
     model_axis = MODEL if pm > 1 else None
     state_spec, grads_spec, model_state_spec = _specs(state_specs)
-
-    def local_gradients(state, batch):
-        step = lambda s, b: member_gradients(workload, DATA, s, b, pm)  # noqa: E731
-        loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
-        # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
-        grads = jax.tree.map(lambda g: g[:, None], grads)
-        return grads, model_state, gather_members(loss), jax.tree.map(gather_members, metrics)
-
-    # check_vma=True is load-bearing: it types the parameters invariant over `data` until
-    # member_gradients casts them varying, so BatchNorm's and the loss's pmean transpose
-    # correctly and the gradient is each device's exact share of the global-batch gradient.
-    gradients = jax.shard_map(
-        local_gradients,
-        mesh=mesh,
-        in_specs=(state_spec, BATCH_SPEC),
-        out_specs=(grads_spec, model_state_spec, P(), P()),
-        check_vma=True,
-    )
+    gradients = _local_gradients(workload, mesh, strategy, state_specs)
 
     def local_update(state, grads, model_state):
-        grads = reduce_gradients(plan, jax.tree.map(lambda g: g[:, 0], grads))
+        grads = _summed(plan, grads)
         step = lambda s, g, ms: member_update(tx, s, g, ms, model_axis)  # noqa: E731
         new_state, finite = map_members(step, strategy, state, grads, model_state)
         skipped = None
@@ -290,6 +308,36 @@ def build_train_step(
         return new_state, StepMetrics(loss, finite & jnp.isfinite(loss), metrics, skipped)
 
     return jax.jit(train_step, donate_argnums=0)
+
+
+def build_gradient_step(
+    workload: Workload,
+    mesh: Mesh,
+    strategy: str,
+    plan: AllreducePlan | None = None,
+    state_specs: EnsembleState | None = None,
+):
+    """jit: (state, batch) → (local, summed), both [M, P_degree, ...] per parameter: every
+    device's local gradient, and every device's copy of its member's gradient after the
+    reduction over `data` — what the train step's update receives (still times the loss scale
+    under --dtype=float16). The same local-gradient shard_map and reduction code as
+    `build_train_step`, without the update: the check of each all-reduce mode and dtype."""
+    plan = plan or _default_plan(mesh)
+    _, grads_spec, _ = _specs(state_specs)
+    gradients = _local_gradients(workload, mesh, strategy, state_specs)
+    summed = jax.shard_map(
+        lambda g: jax.tree.map(lambda x: x[:, None], _summed(plan, g)),
+        mesh=mesh,
+        in_specs=(grads_spec,),
+        out_specs=grads_spec,
+        check_vma=False,
+    )
+
+    def gradient_step(state, batch):
+        local = gradients(state, batch)[0]
+        return local, summed(local)
+
+    return jax.jit(gradient_step)
 
 
 def _voters_mean(local, votes: jax.Array):
