@@ -17,10 +17,56 @@ FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_
 if "HPCAI_JAX_TEST_ENV" not in os.environ:  # set once, by the first process (xdist's controller)
     os.environ["HPCAI_JAX_TEST_ENV"] = "1"
     os.environ["XLA_FLAGS"] = (
-        f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE} "
-        "--xla_force_host_platform_device_count=8"
+        f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE} --xla_force_host_platform_device_count=8"
     ).strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ.setdefault(
         "JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="hpcai_jax_test_xla_cache_")
     )
+
+
+# Fixtures below import from the tests' own modules, which import JAX: only after the set-up.
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+
+# The smallest real command-line training run (Fashion-MNIST, resnet_small, 4 members on 8
+# devices, 4 steps): one run of it serves every test that reads a training record or an MLLOG.
+TINY = [
+    "--ensemble_size=4",
+    "--members_per_device=2",
+    "--parallel_degree=4",
+    "--batch_size=16",
+    "--steps=4",
+    "--train_examples=512",
+    "--eval_examples=300",
+    "--eval_batch_size=128",
+    "--log_every=2",
+    "--lr_schedule=constant",
+    "--model=resnet_small",
+    "--target_quality=0.9",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The tiny run through the real CLI, in a subprocess, once per session: its completed
+    process, record (run id `real-train`), results folder and MLLOG path (whose folder did not
+    exist before the run)."""
+    from helpers import run_main
+
+    folder = tmp_path_factory.mktemp("tiny_run")
+    log = folder / "logs" / "run.mllog"
+    proc = run_main(
+        *TINY,
+        f"--results_dir={folder}/r",
+        "--run_name=real-train",
+        f"--mllog={log}",
+        "--submission_org=Test Org",
+        "--submission_platform=8 CPU devices",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(Path(folder / "r" / "real-train.json").read_text())
+    return SimpleNamespace(proc=proc, record=record, results=folder / "r", mllog=log)

@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from hpcai_jax import config as C
+
+_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")
+
+
+def assert_one_line_error(proc, *fragments):
+    """Exit code 2, one line on stderr besides absl's log lines, naming every fragment."""
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    # Progress log lines (absl's "I1202 10:58:23.335358 ..." prefix) may precede the error.
+    lines = [
+        line for line in proc.stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)
+    ]
+    assert len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith("hpcai_jax: error: ")
+    assert "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,4 +90,43 @@ def run_main(*args: str, devices: int = 8, timeout: float = 300) -> subprocess.C
         capture_output=True,
         text=True,
         timeout=timeout,
+    )
+
+
+def run_in_process(*args: str) -> subprocess.CompletedProcess:
+    """The CLI's main in this process, as `python -m hpcai_jax.main ARGS` runs it: flags parsed
+    by the CLI's own parser, exit code from its SystemExit, stdout and stderr (absl's log lines
+    included, in absl's format) captured. For the command-line contract (one-line errors, exit
+    codes) without paying a JAX import and a compile per case; an exception that escapes main
+    (which would be a traceback on the command line) propagates to the test."""
+    import contextlib
+    import io
+    import logging as std_logging
+
+    from absl import logging
+
+    from hpcai_jax import flags as hflags
+    from hpcai_jax import main as cli
+
+    out, err = io.StringIO(), io.StringIO()
+    handler = std_logging.StreamHandler(err)
+    handler.setFormatter(logging.PythonFormatter())
+    absl_logger = logging.get_absl_logger()
+    absl_logger.addHandler(handler)
+    verbosity = logging.get_verbosity()
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            hflags.FLAGS.unparse_flags()
+            argv = cli._parse(["hpcai_jax.main", *args])
+            logging.set_verbosity(logging.INFO)  # as the command line logs (parsing resets it)
+            cli.main(argv)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        hflags.FLAGS.unparse_flags()
+        absl_logger.removeHandler(handler)
+        logging.set_verbosity(verbosity)
+    return subprocess.CompletedProcess(
+        ["hpcai_jax.main", *args], code, out.getvalue(), err.getvalue()
     )

@@ -1,44 +1,12 @@
 """The command line: an end-to-end run writes a complete record; bad input is one line, exit 2."""
 
-import json
 import math
-import re
 import shutil
 from pathlib import Path
 
 import pytest
-from helpers import run_main
-
-TINY = [
-    "--ensemble_size=4",
-    "--members_per_device=2",
-    "--parallel_degree=4",
-    "--batch_size=16",
-    "--steps=4",
-    "--train_examples=512",
-    "--eval_examples=300",
-    "--eval_batch_size=128",
-    "--log_every=2",
-    "--lr_schedule=constant",
-    "--model=resnet_small",
-    "--target_quality=0.9",
-]
-
-
-_LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")
-
-
-def _assert_one_line_error(proc, *fragments):
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    # Progress log lines (absl's "I1202 10:58:23.335358 ..." prefix) may precede the error.
-    lines = [
-        line for line in proc.stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)
-    ]
-    assert len(lines) == 1, proc.stderr[-2000:]
-    assert lines[0].startswith("hpcai_jax: error: ")
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
+from conftest import TINY
+from helpers import assert_one_line_error, run_in_process, run_main
 
 
 def _walk(value, path=""):
@@ -49,12 +17,9 @@ def _walk(value, path=""):
         yield path, value
 
 
-def test_end_to_end_record(tmp_path):
-    proc = run_main(*TINY, f"--results_dir={tmp_path}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = list(tmp_path.glob("*.json"))
-    assert len(records) == 1
-    record = json.loads(records[0].read_text())
+def test_end_to_end_record(tiny_run):
+    proc, record = tiny_run.proc, tiny_run.record
+    assert [p.name for p in tiny_run.results.iterdir()] == ["real-train.json"]
     for key in (
         "flops/per_step",
         "flops/xla_per_step_per_device",
@@ -166,8 +131,8 @@ def test_end_to_end_record(tmp_path):
     ],
 )
 def test_bad_input_is_one_line(tmp_path, args, fragments):
-    proc = run_main(*TINY, f"--results_dir={tmp_path}/r", *args, timeout=120)
-    _assert_one_line_error(proc, *fragments)
+    proc = run_in_process(*TINY, f"--results_dir={tmp_path}/r", *args)
+    assert_one_line_error(proc, *fragments)
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
 
 
@@ -177,13 +142,27 @@ def test_corrupt_data_file(tmp_path):
     for src in Path("/usr/share/datasets/fashion-mnist").iterdir():
         shutil.copy(src, data / src.name)
     (data / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b garbage")
-    proc = run_main(*TINY, f"--data_dir={data}", f"--results_dir={tmp_path}/r", timeout=120)
-    _assert_one_line_error(proc, "train-images-idx3-ubyte.gz", "not a valid IDX file")
+    proc = run_in_process(*TINY, f"--data_dir={data}", f"--results_dir={tmp_path}/r")
+    assert_one_line_error(proc, "train-images-idx3-ubyte.gz", "not a valid IDX file")
 
 
 def test_unwritable_results_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    proc = run_main(*TINY, f"--results_dir={blocker}/sub", timeout=120)
-    _assert_one_line_error(proc, f"--results_dir={blocker}/sub")
+    proc = run_in_process(*TINY, f"--results_dir={blocker}/sub")
+    assert_one_line_error(proc, f"--results_dir={blocker}/sub")
     assert blocker.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--batch_size=abc"], "--batch_size"),  # refused by the flag parser (absl's app.run)
+        (["--ensemble_size=3", "--members_per_device=1"], "Eq. 5 fails"),  # by the config
+    ],
+)
+def test_the_command_line_ends_bad_input_in_one_line(tmp_path, args, fragment):
+    """The real `python -m hpcai_jax.main`, in a process of its own: what the in-process checks
+    above stand for (exit 2, one line, no traceback) holds through the interpreter too."""
+    proc = run_main(*TINY, f"--results_dir={tmp_path}/r", *args, timeout=120)
+    assert_one_line_error(proc, fragment)

@@ -9,8 +9,8 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-from helpers import run_main
-from test_main import TINY, _assert_one_line_error
+from conftest import TINY
+from helpers import assert_one_line_error, run_in_process
 
 from hpcai_jax import config as C
 from hpcai_jax import mllog
@@ -18,20 +18,9 @@ from hpcai_jax.errors import UsageError
 
 
 @pytest.fixture(scope="module")
-def good_run(tmp_path_factory):
-    """One tiny training run with --mllog (the log's directory does not exist yet)."""
-    tmp = tmp_path_factory.mktemp("mllog")
-    log = tmp / "logs" / "run.mllog"
-    proc = run_main(
-        *TINY,
-        f"--results_dir={tmp}/r",
-        f"--mllog={log}",
-        "--submission_org=Test Org",
-        "--submission_platform=8 CPU devices",
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (record,) = (tmp / "r").glob("*.json")
-    return log, json.loads(record.read_text())
+def good_run(tiny_run):
+    """The session's tiny CLI run, made with --mllog (the log's directory did not exist yet)."""
+    return tiny_run.mllog, tiny_run.record
 
 
 def _lines(text: str) -> list[dict]:
@@ -143,8 +132,8 @@ def _edited(log, tmp_path, edits: dict):
 def test_unwritable_mllog_path(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    proc = run_main(*TINY, f"--results_dir={tmp_path}/r", f"--mllog={blocker}/sub/run.mllog")
-    _assert_one_line_error(proc, f"--mllog={blocker}/sub/run.mllog", "cannot write")
+    proc = run_in_process(*TINY, f"--results_dir={tmp_path}/r", f"--mllog={blocker}/sub/run.mllog")
+    assert_one_line_error(proc, f"--mllog={blocker}/sub/run.mllog", "cannot write")
     assert blocker.read_text() == "not a directory"
     assert not list((tmp_path / "r").iterdir())  # no record either
 

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, run_main, subprocess_env
+from helpers import ROOT, run_in_process, subprocess_env
 from test_reliability import _final_params, _leaves
 
 pytestmark = pytest.mark.multiprocess
@@ -31,6 +31,7 @@ RUN = [
     "--eval_batch_size=100",
     "--model=resnet_small",
     "--log_every=1",
+    "--lr_schedule=constant",  # one program whatever --steps: compiled once for the module
     f"--distributed_timeout_s={JOIN_S}",
     "--target_quality=0.9",  # Fashion-MNIST has no official target
 ]
@@ -53,48 +54,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_match_one_process(tmp_path):
-    single = run_main(*RUN, f"--checkpoint_dir={tmp_path}/ck1", f"--results_dir={tmp_path}/r1")
-    assert single.returncode == 0, single.stderr[-2000:]
-    multi = _launch(
-        "--num_processes=2",
-        "--devices_per_process=4",
-        f"--timeout_s={JOIN_S + 300}",
-        "--",
-        sys.executable,
-        "-m",
-        "hpcai_jax.main",
-        *RUN,
-        f"--checkpoint_dir={tmp_path}/ck2",
-        f"--results_dir={tmp_path}/r2",
-        timeout=JOIN_S + 360,
-    )
-    assert multi.returncode == 0, multi.stdout[-3000:] + multi.stderr[-3000:]
-    assert "[p1] " in multi.stdout + multi.stderr
-    assert "start-up: flags; process 1 of 2; 4 local devices" in multi.stdout + multi.stderr
-
-    one = json.loads(next((tmp_path / "r1").glob("*.json")).read_text())
-    records = list((tmp_path / "r2").glob("*.json"))
-    assert len(records) == 1  # process 0 writes, alone
-    two = json.loads(records[0].read_text())
-    assert two["provenance"]["process_count"] == 2 and two["provenance"]["device_count"] == 8
-    assert len(two["provenance"]["hosts"]) == 2
-    assert two["quality"]["ensemble"] == pytest.approx(one["quality"]["ensemble"], abs=1e-9)
-    np.testing.assert_allclose(two["quality"]["members"], one["quality"]["members"], atol=1e-9)
-    assert two["flops"]["per_step"] == pytest.approx(one["flops"]["per_step"], rel=0.01)
-    # Each process builds the out-of-bag votes of its own devices' members: the same estimate.
-    assert two["quality"]["oob"] == pytest.approx(one["quality"]["oob"])
-    assert two["data"]["distinct_fraction"] == one["data"]["distinct_fraction"]
-
-    _, params_one = _final_params(tmp_path / "ck1")
-    _, params_two = _final_params(tmp_path / "ck2")
-    # The cross-process all-reduce (gloo) sums in another order than one process does: float32
-    # rounding, ~1e-6 after 6 steps. A desynchronised or wrongly reduced run differs by ~1e-2.
-    for a, b in zip(_leaves(params_one), _leaves(params_two), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=5e-6)
-
-
-def test_slurm_variables_are_auto_detected(tmp_path):
+def _slurm_step(*args: str) -> list[str]:
+    """Two processes of a hand-made SLURM step on this machine (JAX auto-detects it: no
+    distributed flags), 4 CPU devices each; returns each process's output."""
     port = _free_port()
     procs = []
     for rank in range(2):
@@ -109,14 +71,7 @@ def test_slurm_variables_are_auto_detected(tmp_path):
         )
         procs.append(
             subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "hpcai_jax.main",
-                    *RUN,
-                    "--steps=2",
-                    f"--results_dir={tmp_path}",
-                ],
+                [sys.executable, "-m", "hpcai_jax.main", *args],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -132,9 +87,39 @@ def test_slurm_variables_are_auto_detected(tmp_path):
         for proc in procs:
             proc.kill()
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    return outputs
+
+
+def test_two_processes_match_one_process(tmp_path):
+    """One job of 2 processes × 4 devices, joined by SLURM auto-detection, trains what one
+    process of 8 devices trains; each process derives its own members' samples."""
+    single = run_in_process(
+        *RUN, f"--checkpoint_dir={tmp_path}/ck1", f"--results_dir={tmp_path}/r1"
+    )
+    assert single.returncode == 0, single.stderr[-2000:]
+    outputs = _slurm_step(*RUN, f"--checkpoint_dir={tmp_path}/ck2", f"--results_dir={tmp_path}/r2")
     assert "auto-detected slurm" in outputs[1] and "process 1 of 2" in outputs[1]
-    record = json.loads(next(tmp_path.glob("*.json")).read_text())
-    assert record["provenance"]["process_count"] == 2
+
+    one = json.loads(next((tmp_path / "r1").glob("*.json")).read_text())
+    records = list((tmp_path / "r2").glob("*.json"))
+    assert len(records) == 1  # process 0 writes, alone
+    two = json.loads(records[0].read_text())
+    assert two["provenance"]["process_count"] == 2 and two["provenance"]["device_count"] == 8
+    assert len(two["provenance"]["hosts"]) == 2
+    assert two["quality"]["ensemble"] == pytest.approx(one["quality"]["ensemble"], abs=1e-9)
+    np.testing.assert_allclose(two["quality"]["members"], one["quality"]["members"], atol=1e-9)
+    assert two["flops"]["per_step"] == pytest.approx(one["flops"]["per_step"], rel=0.01)
+    # Each process builds the out-of-bag votes of its own devices' members: the same estimate.
+    assert two["quality"]["oob"] == pytest.approx(one["quality"]["oob"])
+    # Members 2 and 3 live on process 1's devices: their figures are process 1's own.
+    assert two["data"]["distinct_fraction"] == one["data"]["distinct_fraction"]
+
+    _, params_one = _final_params(tmp_path / "ck1")
+    _, params_two = _final_params(tmp_path / "ck2")
+    # The cross-process all-reduce (gloo) sums in another order than one process does: float32
+    # rounding, ~1e-6 after 6 steps. A desynchronised or wrongly reduced run differs by ~1e-2.
+    for a, b in zip(_leaves(params_one), _leaves(params_two), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=5e-6)
 
 
 def test_a_killed_process_stops_the_job(tmp_path):

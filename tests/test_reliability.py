@@ -1,7 +1,10 @@
 """Checkpoint and resume, preemption, divergence, records that are never lost or overwritten."""
 
+import asyncio
 import json
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,8 +13,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from helpers import ROOT, run_main, subprocess_env
-from test_main import _assert_one_line_error
+from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
 
 from hpcai_jax.engine.checkpoint import Checkpointer
 
@@ -20,7 +22,7 @@ RUN = [
     "--members_per_device=2",
     "--parallel_degree=4",
     "--batch_size=16",
-    "--train_examples=512",
+    "--train_examples=128",  # 8 steps per epoch
     "--eval_examples=200",
     "--eval_batch_size=100",
     "--lr_schedule=warmup_cosine",
@@ -28,6 +30,21 @@ RUN = [
     "--log_every=1",
     "--target_quality=0.9",  # Fashion-MNIST has no official target
 ]
+STEPS = 20  # two and a half epochs: a run stopped in the first one resumes across two boundaries
+# The runs that do not resume: a constant schedule, so that their steps compile to one program
+# whatever their step count (the suite's compilation cache loads it after the first).
+SHORT = [*RUN, "--lr_schedule=constant"]
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """The uninterrupted run (in process): its checkpoint directory and record."""
+    folder = tmp_path_factory.mktemp("whole")
+    proc = run_in_process(
+        *RUN, f"--steps={STEPS}", f"--checkpoint_dir={folder}/ck", f"--results_dir={folder}/r"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return folder
 
 
 def _final_params(checkpoint_dir):
@@ -50,27 +67,23 @@ def _record(results_dir):
     return json.loads(records[0].read_text())
 
 
-def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
-    steps = ["--steps=24"]
-    whole = run_main(
-        *RUN, *steps, f"--checkpoint_dir={tmp_path}/ck_whole", f"--results_dir={tmp_path}/r_whole"
-    )
-    assert whole.returncode == 0, whole.stderr[-2000:]
-
-    env = subprocess_env()
+def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
+    """SIGTERM to the real command line in the first epoch: exit 75, a partial record, a
+    checkpoint; the resumed run crosses two epoch boundaries (each member keeps its one bootstrap
+    sample, reshuffled per epoch) and ends with the uninterrupted run's parameters."""
     args = [
         sys.executable,
         "-m",
         "hpcai_jax.main",
         *RUN,
-        *steps,
+        f"--steps={STEPS}",
         "--run_name=interrupted",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={tmp_path}/r",
     ]
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=ROOT, env=subprocess_env(), stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
-        if "step 3/24" in line:
+        if f"step 3/{STEPS}" in line:
             proc.send_signal(signal.SIGTERM)
             break
     proc.stderr.read()
@@ -78,11 +91,14 @@ def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
     partial = _record(tmp_path / "r")
     assert partial["status"] == "partial" and "SIGTERM" in partial["reason"]
     stopped_at = partial["timing"]["steps"]
-    assert 3 <= stopped_at < 24
+    # The guard is read every step (--log_every=1): the run stops a step or two after the signal,
+    # well before the second epoch ends, so the resumed run crosses at least one boundary.
+    assert 3 <= stopped_at < 2 * 8
+    assert partial["data"]["steps_per_epoch"] == 8
 
-    resumed = run_main(
+    resumed = run_in_process(
         *RUN,
-        *steps,
+        f"--steps={STEPS}",
         "--run_name=interrupted",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={tmp_path}/r",
@@ -92,12 +108,13 @@ def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
     assert record["status"] == "complete" and record["run_id"] == "interrupted"
     assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
     # Timed steps: both segments, each without its first (warm-up) step.
-    assert record["timing"]["timed_steps"] == 24 - 2
+    assert record["timing"]["timed_steps"] == STEPS - 2
     assert record["metrics"]["flops_per_s"] > 0
+    assert record["quality"] == _record(whole / "r")["quality"]
 
-    step_a, params_a = _final_params(tmp_path / "ck_whole")
+    step_a, params_a = _final_params(whole / "ck")
     step_b, params_b = _final_params(tmp_path / "ck")
-    assert step_a == step_b == 24
+    assert step_a == step_b == STEPS
     leaves_a, leaves_b = list(_leaves(params_a)), list(_leaves(params_b))
     assert len(leaves_a) == len(leaves_b) > 10
     for a, b in zip(leaves_a, leaves_b, strict=True):
@@ -112,24 +129,11 @@ def _leaves(tree):
         yield np.asarray(tree).ravel()
 
 
-def test_checkpoint_of_another_configuration_is_refused(tmp_path):
-    first = run_main(
-        *RUN, "--steps=2", f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r1"
-    )
-    assert first.returncode == 0, first.stderr[-2000:]
-    other = run_main(
-        *RUN,
-        "--steps=2",
-        "--seed=5",
-        f"--checkpoint_dir={tmp_path}/ck",
-        f"--results_dir={tmp_path}/r2",
-    )
-    _assert_one_line_error(
-        other,
-        f"--checkpoint_dir={tmp_path}/ck",
-        "another configuration",
-        "train.seed: checkpoint 0, now 5",
-    )
+def test_checkpoint_of_another_configuration_is_refused(whole, tmp_path, monkeypatch):
+    shutil.copytree(whole / "ck", tmp_path / "ck")
+    ck = f"--checkpoint_dir={tmp_path}/ck"
+    other = run_in_process(*RUN, f"--steps={STEPS}", "--seed=5", ck, f"--results_dir={tmp_path}/r2")
+    assert_one_line_error(other, ck, "another configuration", "train.seed: checkpoint 0, now 5")
     assert not (tmp_path / "r2").exists() or not list((tmp_path / "r2").glob("*.json"))
 
     # A truncated checkpoint: one line, exit 2, and the checkpoint is left as it was, byte for byte.
@@ -137,50 +141,29 @@ def test_checkpoint_of_another_configuration_is_refused(tmp_path):
     victim = max(files, key=lambda p: p.stat().st_size)
     victim.write_bytes(victim.read_bytes()[:50])
     before = _contents(tmp_path / "ck")
-    broken = run_main(
-        *RUN, "--steps=2", f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r3"
-    )
-    _assert_one_line_error(broken, f"--checkpoint_dir={tmp_path}/ck", "unreadable")
+    broken = run_in_process(*RUN, f"--steps={STEPS}", ck, f"--results_dir={tmp_path}/r3")
+    assert_one_line_error(broken, ck, "unreadable")
     assert _contents(tmp_path / "ck") == before
-    # The same with other reads still in flight when the first one fails, as on a loaded machine.
-    staggered = _run_main_with_staggered_reads(
-        *RUN, "--steps=2", f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r4"
-    )
-    _assert_one_line_error(staggered, f"--checkpoint_dir={tmp_path}/ck", "unreadable")
+    # The same with each shard read started after a random delay of up to 50 ms: on a loaded
+    # machine reads overlap like this, and when one fails the others are still running while
+    # orbax closes its event loop under them. (orbax's private read function: if it is renamed,
+    # this fails loudly rather than testing nothing.)
+    from orbax.checkpoint._src.serialization import serialization
+
+    read = serialization._read_shard
+
+    async def staggered(*args, **kwargs):
+        await asyncio.sleep(random.Random(len(args)).random() / 20)
+        return await read(*args, **kwargs)
+
+    monkeypatch.setattr(serialization, "_read_shard", staggered)
+    late = run_in_process(*RUN, f"--steps={STEPS}", ck, f"--results_dir={tmp_path}/r4")
+    assert_one_line_error(late, ck, "unreadable")
     assert _contents(tmp_path / "ck") == before
 
 
 def _contents(directory):
     return {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
-
-
-# The CLI with each shard read of a restore started after a random delay of up to 50 ms. On a
-# loaded machine reads overlap like this: when one fails, the others are still running, and orbax
-# has closed its event loop under them. (orbax's private read function: if it is renamed, this
-# fails loudly rather than testing nothing.)
-_STAGGERED_READS = """
-import asyncio, random, runpy, sys
-from orbax.checkpoint._src.serialization import serialization
-read = serialization._read_shard
-async def staggered(*args, **kwargs):
-    await asyncio.sleep(random.random() / 20)
-    return await read(*args, **kwargs)
-serialization._read_shard = staggered
-sys.argv[0] = "hpcai_jax.main"
-runpy.run_module("hpcai_jax.main", run_name="__main__")
-"""
-
-
-def _run_main_with_staggered_reads(*args):
-    env = subprocess_env()
-    return subprocess.run(
-        [sys.executable, "-c", _STAGGERED_READS, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_close_is_safe_to_repeat(tmp_path):
@@ -208,8 +191,8 @@ def test_saving_a_step_already_on_disk_keeps_it(tmp_path):
 
 @pytest.mark.parametrize("policy", ["stop", "prune"])
 def test_diverged_member(tmp_path, policy):
-    proc = run_main(
-        *RUN,
+    proc = run_in_process(
+        *SHORT,
         "--steps=6",
         "--inject_nan=1@2",
         "--divergence_check_every=2",
@@ -241,11 +224,11 @@ def test_existing_record_is_not_overwritten(tmp_path):
     # Another run's finished record (its fields beyond these do not matter to the check).
     original = json.dumps({"run_id": "same", "mode": "train", "status": "complete"})
     (tmp_path / "same.json").write_text(original)
-    again = run_main(*RUN, "--steps=2", "--run_name=same", f"--results_dir={tmp_path}")
-    _assert_one_line_error(again, "already holds a record of run id same", "--overwrite")
+    again = run_in_process(*SHORT, "--steps=2", "--run_name=same", f"--results_dir={tmp_path}")
+    assert_one_line_error(again, "already holds a record of run id same", "--overwrite")
     assert (tmp_path / "same.json").read_text() == original
-    forced = run_main(
-        *RUN, "--steps=2", "--run_name=same", "--overwrite", f"--results_dir={tmp_path}"
+    forced = run_in_process(
+        *SHORT, "--steps=2", "--run_name=same", "--overwrite", f"--results_dir={tmp_path}"
     )
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert (tmp_path / "same.json").read_text() != original

@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, run_main
-from test_main import TINY
+from helpers import ROOT, run_in_process
 
 from hpcai_jax.errors import UsageError
 from hpcai_jax.report import compare, write_report
@@ -28,12 +27,11 @@ PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory) -> dict[str, dict]:
-    """One real training record and one real STREAM record, made once."""
+def real(tmp_path_factory, tiny_run) -> dict[str, dict]:
+    """One real training record (the session's tiny CLI run) and one real STREAM record."""
     folder = tmp_path_factory.mktemp("real")
-    train = run_main(*TINY, f"--results_dir={folder}", "--run_name=real-train")
-    assert train.returncode == 0, train.stderr[-3000:]
-    stream = run_main(
+    (folder / "real-train.json").write_text(json.dumps(tiny_run.record))
+    stream = run_in_process(
         "--mode=stream",
         "--array_size=65536",
         "--num_times=3",

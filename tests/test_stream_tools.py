@@ -5,12 +5,11 @@ device check in its dry mode."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, subprocess_env
 
 from hpcai_jax.stream.datasheet import memory_bandwidth
 
@@ -117,8 +116,7 @@ def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
 
 
 def test_device_check_runs_end_to_end_in_dry_mode(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHON=sys.executable)
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    env = subprocess_env(1, PYTHON=sys.executable)
     proc = subprocess.run(
         ["bash", "benchmarks/device_check.sh", "--dry", f"--out={tmp_path}"],
         cwd=ROOT,

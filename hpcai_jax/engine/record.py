@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 
+import jax
 import numpy as np
 
 from hpcai_jax import metrics, results, rules
+from hpcai_jax.distributed import allgather
 from hpcai_jax.engine.comm import CommVolume
 from hpcai_jax.engine.energy import EnergyReading, energy_record
 from hpcai_jax.engine.evaluate import EnsembleQuality
@@ -97,7 +99,7 @@ def build(
             "steps_per_epoch": setup.sampler.steps_per_epoch,
             "epochs_trained": progress.step / setup.sampler.steps_per_epoch,
             # Per member: the share of the training set its one sample holds (≈ 0.632).
-            "distinct_fraction": [setup.sampler.distinct_fraction(i) for i in range(m)],
+            "distinct_fraction": _distinct_fractions(setup),
         },
         timing={
             "compile_s": float(sum(progress.compile_s)),
@@ -209,6 +211,21 @@ def _energy(readings, flops: float | None) -> dict:
     if start is None:
         return {"available": False, "why": "no timed step"}
     return energy_record(start, end, flops)
+
+
+def _distinct_fractions(setup) -> list[float]:
+    """Each member's distinct fraction as the first process that trains it derives it from its
+    own sampler: a process whose samples differ from process 0's (another seed, another data set
+    size) shows in the record instead of hiding behind process 0's figures. A collective."""
+    m, per_device = setup.layout.ensemble_size, setup.layout.members_per_device
+    mine = np.full(m, np.nan)
+    for e, row in enumerate(setup.mesh.devices):  # [ensemble, data, model]
+        if any(d.process_index == jax.process_index() for d in row.flat):
+            for member in range(e * per_device, (e + 1) * per_device):
+                mine[member] = setup.sampler.distinct_fraction(member)
+    every = allgather(mine)  # [processes, M]; NaN where a process trains no part of the member
+    first = np.argmax(~np.isnan(every), axis=0)
+    return [float(every[p, member]) for member, p in enumerate(first)]
 
 
 def summary(record: dict) -> str:

@@ -4,6 +4,7 @@ mesh, data, workload, sampler, optimizer, compiled-step builders."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -62,15 +63,14 @@ class RunSetup:
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings
         )
 
-    def init_state(self) -> ensemble.EnsembleState:
-        return ensemble.init_state(
-            self.workload,
-            self.tx,
-            self.mesh,
-            self.layout.ensemble_size,
-            self.config.train.seed,
-            self.state_specs,
+    @functools.cached_property
+    def _init(self):
+        return ensemble.build_init(
+            self.workload, self.tx, self.mesh, self.layout.ensemble_size, self.state_specs
         )
+
+    def init_state(self) -> ensemble.EnsembleState:
+        return self._init(self.config.train.seed)
 
 
 def build_setup(config: RunConfig, devices: list | None = None, open_data: bool = True) -> RunSetup:

@@ -105,19 +105,20 @@ def shardings(mesh: Mesh, specs):
     )
 
 
-def init_state(
+def build_init(
     workload: Workload,
     tx: optax.GradientTransformation,
     mesh: Mesh,
     ensemble_size: int,
-    seed: int,
     specs=None,
-) -> EnsembleState:
-    """Stacked state, born sharded over the ensemble axis (no host copy of all members), and
-    over `model` as `specs` says (state_specs)."""
+):
+    """The jitted seed → stacked state: born sharded over the ensemble axis (no host copy of all
+    members), and over `model` as `specs` says (state_specs). Built once per setup, so that
+    initialising again (a test, a resume check) does not compile again."""
 
     def init(seed_array):
         keys = jax.random.split(jax.random.key(seed_array), ensemble_size)
         return jax.vmap(lambda k: init_member(workload, tx, k))(keys)
 
-    return jax.jit(init, out_shardings=shardings(mesh, specs))(jnp.asarray(seed, jnp.uint32))
+    jitted = jax.jit(init, out_shardings=shardings(mesh, specs))
+    return lambda seed: jitted(jnp.asarray(seed, jnp.uint32))
