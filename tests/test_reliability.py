@@ -30,7 +30,7 @@ RUN = [
     "--log_every=1",
     "--target_quality=0.9",  # Fashion-MNIST has no official target
 ]
-STEPS = 20  # two and a half epochs: a run stopped in the first one resumes across two boundaries
+STEPS = 20  # two and a half epochs: a run stopped in the second one resumes across a boundary
 # The runs that do not resume: a constant schedule, so that their steps compile to one program
 # whatever their step count (the suite's compilation cache loads it after the first).
 SHORT = [*RUN, "--lr_schedule=constant"]
@@ -68,9 +68,11 @@ def _record(results_dir):
 
 
 def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
-    """SIGTERM to the real command line in the first epoch: exit 75, a partial record, a
-    checkpoint; the resumed run crosses two epoch boundaries (each member keeps its one bootstrap
-    sample, reshuffled per epoch) and ends with the uninterrupted run's parameters."""
+    """SIGTERM to the real command line in the second epoch: exit 75, a partial record, a
+    checkpoint; the resumed run starts in that epoch and crosses into the third, and ends with
+    the uninterrupted run's parameters. Stopping after a boundary is what lets this tell one
+    bootstrap sample per member for the whole run from a sample drawn afresh by each process
+    (or each epoch it starts in): the resumed process never saw epoch 0."""
     args = [
         sys.executable,
         "-m",
@@ -83,7 +85,7 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     ]
     proc = subprocess.Popen(args, cwd=ROOT, env=subprocess_env(), stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
-        if f"step 3/{STEPS}" in line:
+        if f"step 10/{STEPS}" in line:
             proc.send_signal(signal.SIGTERM)
             break
     proc.stderr.read()
@@ -92,8 +94,8 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     assert partial["status"] == "partial" and "SIGTERM" in partial["reason"]
     stopped_at = partial["timing"]["steps"]
     # The guard is read every step (--log_every=1): the run stops a step or two after the signal,
-    # well before the second epoch ends, so the resumed run crosses at least one boundary.
-    assert 3 <= stopped_at < 2 * 8
+    # before the second epoch ends, so the resumed run starts in it and crosses into the third.
+    assert 10 <= stopped_at < 2 * 8
     assert partial["data"]["steps_per_epoch"] == 8
 
     resumed = run_in_process(
