@@ -58,12 +58,12 @@ def test_end_to_end_record(tmp_path):
     for key in (
         "flops/per_step",
         "flops/xla_per_step_per_device",
-        "metrics/flops_per_s",
+        "metrics/flops_per_s_steady",
         "flops/crosscheck/xla_over_analytic",
         "metrics/mfu_measured",
         "peak_flops/measured_per_device",
         "metrics/flops_per_s_per_device",
-        "metrics/vflops_per_s",
+        "metrics/vflops_per_s_steady",
         "metrics/penalty",
         "metrics/images_per_s",
         "timing/compile_s",
@@ -92,12 +92,22 @@ def test_end_to_end_record(tmp_path):
     assert record["provenance"]["versions"]["jax"]
     assert record["provenance"]["git_commit"]
     expected_vflops = (
-        record["metrics"]["flops_per_s"]
+        record["metrics"]["flops_per_s_steady"]
         * (record["quality"]["ensemble"] / record["quality"]["target"])
         ** record["quality"]["exponent"]
     )
-    assert record["metrics"]["vflops_per_s"] == pytest.approx(expected_vflops)
+    assert record["metrics"]["vflops_per_s_steady"] == pytest.approx(expected_vflops)
     assert "ensemble top1_accuracy" in proc.stdout
+    # 4 steps of an epoch of 32: no Eq. 6 figure, hence no VFLOPS; the summary says why.
+    assert record["epochs"] == [] and record["metrics"]["flops_per_s"] is None
+    assert record["metrics"]["vflops_per_s"] is None
+    assert "n/a (no completed epoch (4 steps of 32 per epoch)" in proc.stdout
+    # One evaluation, at the end, below the target 0.9: no time to target, and why.
+    (point,) = record["quality"]["curve"]
+    assert (point["step"], point["ensemble"]) == (4, record["quality"]["ensemble"])
+    assert record["time_to_target_s"] is None
+    assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
+    assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
     # The score's provenance: bagging, the out-of-bag estimate, the target, the FLOP source.
     assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
     oob = record["quality"]["oob"]

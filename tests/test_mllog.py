@@ -19,10 +19,12 @@ from hpcai_jax.errors import UsageError
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
-    """One tiny training run with --mllog (the log's directory does not exist yet)."""
+    """One tiny training run with --mllog (the log's directory does not exist yet): 2 epochs of
+    2 steps, the ensemble evaluated after each (Eq. 6 needs a completed epoch)."""
     tmp = tmp_path_factory.mktemp("mllog")
     log = tmp / "logs" / "run.mllog"
-    proc = run_main(*TINY, f"--results_dir={tmp}/r", f"--mllog={log}")
+    epochs = ["--train_examples=32", "--eval_every_epochs=1"]
+    proc = run_main(*TINY, *epochs, f"--results_dir={tmp}/r", f"--mllog={log}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (record,) = (tmp / "r").glob("*.json")
     return log, json.loads(record.read_text())
@@ -45,17 +47,22 @@ def _check(log, tmp_path) -> subprocess.CompletedProcess:
 def test_run_log_passes_the_checker(good_run, tmp_path):
     log, record = good_run
     lines = _lines(log.read_text())
-    first = {}
+    first, last = {}, {}
     for line in lines:
         first.setdefault(line["key"], line)
+        last[line["key"]] = line
     value = {key: line["value"] for key, line in first.items()}
     assert value["submission_benchmark"] == "hpcai500_image_classification"
     assert value["submission_division"] == "open"  # Fashion-MNIST has no official target
     assert (value["number_of_models"], value["per_model_batch_size"]) == (4, 16)
     assert value["global_batch_size"] == 64
     assert value["opt_name"] == "sgd" and value["opt_base_learning_rate"] == 0.1 * 16 / 256
-    assert value["eval_accuracy"] == record["quality"]["ensemble"]
+    evals = [line for line in lines if line["key"] == "eval_accuracy"]
+    assert [e["metadata"]["epoch_num"] for e in evals] == [1, 2]
+    assert [e["value"] for e in evals] == [p["ensemble"] for p in record["quality"]["curve"]]
+    assert last["eval_accuracy"]["value"] == record["quality"]["ensemble"]
     assert first["eval_accuracy"]["metadata"]["metric"] == "top1_accuracy"
+    assert first["flops_per_s"]["metadata"]["epochs"] == 2
     assert value["flops_per_s"] == record["metrics"]["flops_per_s"]
     assert value["vflops_per_s"] == record["metrics"]["vflops_per_s"]
     assert first["epoch_start"]["metadata"]["epoch_num"] == 1
@@ -82,8 +89,18 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         # Eq. 5 with P_model: the same 8 devices cannot hold members split two ways.
         ("model_parallel", {"value": 2}, "* s['values']['model_parallel'] =="),
         ("opt_name", {"value": "rmsprop"}, "CHECK for 'opt_name' failed"),
+        # A run shorter than one epoch has no Eq. 6 figure: nothing a ranking can take.
+        ("flops_per_s", None, "Required EXACTLY_ONE occurrence of 'flops_per_s' but found 0"),
     ],
-    ids=["no-run_stop", "no-models", "aborted", "batch-mismatch", "eq5-model", "optimizer"],
+    ids=[
+        "no-run_stop",
+        "no-models",
+        "aborted",
+        "batch-mismatch",
+        "eq5-model",
+        "optimizer",
+        "no-eq6",
+    ],
 )
 def test_broken_log_fails_the_checker(good_run, tmp_path, key, edit, expected):
     proc = _check(_edited(good_run[0], tmp_path, {key: edit}), tmp_path)
@@ -131,7 +148,7 @@ def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):
     assert not (tmp_path / "x").exists()
     # Without --mllog every call is a no-op.
     off = mllog.MLLog.start(SimpleNamespace(config=C.RunConfig()), 0.0)
-    off.run_start(0)
+    off.run_start(0, 0.0)
     off.step(0)
-    off.train_stop(1)
-    off.evaluated(None, 0.0)
+    off.close_epoch(1)
+    off.evaluated(None, 0.0, 1.0)

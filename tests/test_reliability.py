@@ -51,7 +51,7 @@ def _record(results_dir):
 
 
 def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
-    steps = ["--steps=24"]
+    steps = ["--steps=24", "--train_examples=128"]  # 3 epochs of 8 steps
     whole = run_main(
         *RUN, *steps, f"--checkpoint_dir={tmp_path}/ck_whole", f"--results_dir={tmp_path}/r_whole"
     )
@@ -72,7 +72,7 @@ def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
     ]
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
-        if "step 3/24" in line:
+        if "step 10/24" in line:
             proc.send_signal(signal.SIGTERM)
             break
     proc.stderr.read()
@@ -80,7 +80,7 @@ def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
     partial = _record(tmp_path / "r")
     assert partial["status"] == "partial" and "SIGTERM" in partial["reason"]
     stopped_at = partial["timing"]["steps"]
-    assert 3 <= stopped_at < 24
+    assert 10 <= stopped_at < 24
 
     resumed = run_main(
         *RUN,
@@ -95,7 +95,14 @@ def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path):
     assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
     # Timed steps: both segments, each without its first (warm-up) step.
     assert record["timing"]["timed_steps"] == 24 - 2
-    assert record["metrics"]["flops_per_s"] > 0
+    assert record["metrics"]["flops_per_s"] > 0 and record["metrics"]["flops_per_s_steady"] > 0
+    # Epochs completed before the preemption come back from the checkpoint as they were; the
+    # interrupted one is completed by the resumed segment.
+    done_before = stopped_at // 8
+    assert len(partial["epochs"]) == done_before >= 1
+    assert [e["index"] for e in record["epochs"]] == [1, 2, 3]
+    assert record["epochs"][:done_before] == partial["epochs"]
+    assert all(e["wall_s"] > 0 for e in record["epochs"])
 
     step_a, params_a = _final_params(tmp_path / "ck_whole")
     step_b, params_b = _final_params(tmp_path / "ck")
