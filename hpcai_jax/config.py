@@ -391,7 +391,20 @@ class TrainConfig:
     eval_batch_size: int = _field(1000, "Held-out examples per eval step.")
     log_every: int = _field(50, "Steps between progress lines.")
     timing_warmup_steps: int = _field(
-        1, "First steps trained but excluded from step-time statistics and FLOPS."
+        1,
+        "First steps trained but excluded from the steady-state step-time statistics "
+        "(flops_per_s_steady); Eq. 6's per-epoch FLOPS counts them.",
+    )
+    eval_every_epochs: int = _field(
+        0,
+        "Evaluate members and ensemble on the held-out set every K epochs during training, "
+        "timed apart from training (the record's quality.curve and time to target). 0: only "
+        "once, at the end.",
+    )
+    stop_at_target: bool = _field(
+        False,
+        "End training at the first evaluation (--eval_every_epochs) where the ensemble reaches "
+        "the target quality; the run is complete, its quality that evaluation's.",
     )
 
     def validate(self) -> None:
@@ -409,6 +422,15 @@ class TrainConfig:
         _require(
             self.timing_warmup_steps >= 0,
             f"--timing_warmup_steps={self.timing_warmup_steps}: expected >= 0",
+        )
+        _require(
+            self.eval_every_epochs >= 0,
+            f"--eval_every_epochs={self.eval_every_epochs}: expected >= 0 (0: only at the end)",
+        )
+        _require(
+            not self.stop_at_target or self.eval_every_epochs > 0,
+            "--stop_at_target: needs --eval_every_epochs > 0 (without it the only evaluation is "
+            "the last one)",
         )
 
 
@@ -666,6 +688,10 @@ class RunConfig:
             self.mesh.model_parallel == 1 or self.model.dtype != "int8",
             f"--model_parallel={self.mesh.model_parallel}: not with --dtype=int8 (qwix "
             "quantizes whole layers; a split layer's scales would differ per device)",
+        )
+        _require(
+            not self.train.stop_at_target or self.scored,
+            f"--stop_at_target: --dataset={self.data.dataset} has no held-out quality to reach",
         )
         if self.scored:
             self.quality_target()

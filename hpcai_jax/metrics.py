@@ -1,5 +1,6 @@
-"""The benchmark's arithmetic, in one place: APC (Eq. 3–4), FLOPS (Eq. 6), the quality penalty
-and VFLOPS (Eq. 7–8), MFU and the roofline. The run record and `--mode=flops` call these and nothing else.
+"""The benchmark's arithmetic, in one place: APC (Eq. 3–4), FLOPS (Eq. 6, over epochs and over
+the steady-state steps), the quality penalty and VFLOPS (Eq. 7–8), MFU and the roofline. The run
+record and `--mode=flops` call these and nothing else.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ def per_second(per_member_step: float | None, member_steps: int, seconds: float)
     if per_member_step is None or seconds <= 0:
         return None
     return per_member_step * member_steps / seconds
+
+
+def over_epochs(flops: list[float], seconds: list[float]) -> float | None:
+    """Eq. 6 over completed epochs: their FLOPs over their wall time, Σ FLOPs / Σ T (the
+    time-weighted mean of the per-epoch figures, docs/score.md §5); None without an epoch."""
+    total_s = sum(seconds)
+    if not flops or total_s <= 0:
+        return None
+    return sum(flops) / total_s
 
 
 def penalty(achieved_quality: float, target_quality: float, exponent: float) -> float:

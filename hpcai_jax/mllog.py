@@ -5,15 +5,21 @@ optional dependency: `pip install 'mlperf-logging>=4.1,<5'`). Process 0 writes t
 each line flushed, into a file truncated when the run starts (after its record id is claimed):
 submission info (`--submission_org`, `--submission_platform`, the record's division by the same
 `rules.py`, its violations in the metadata), `number_of_nodes` and `accelerators_per_node` (host
-names and their processes' devices), `cache_clear`, `init_start`/`init_stop` (start-up: data, state, compilation),
+names and their processes' devices), `cache_clear`, `init_start`/`init_stop` (start-up: data,
+state, compilation),
 the run's settings (`seed`, `number_of_models` = M, `per_model_batch_size` = |B|,
 `global_batch_size` = M × |B|, Eq. 5's mesh, the optimizer), `run_start`, `epoch_start`/
-`epoch_stop` (1-based `epoch_num`, logged when a step is dispatched: no host sync), the ensemble's
-`eval_accuracy` (in the workload's metric), the benchmark's `flops_per_s` and `vflops_per_s`, and
-`run_stop` once the record is written. `run_stop` says `success` for a complete run, `aborted`
-(with the reason) for a preempted or invalid one; a run that dies logs no `run_stop` at all, so a
-log never claims a success the run did not have. A resumed run writes its own log, from the step
-it resumed at (`run_start`'s `first_step`).
+`epoch_stop` (1-based `epoch_num`, logged when a step is dispatched: no host sync),
+`eval_start`/`eval_stop`/`eval_accuracy` for every held-out evaluation (the ensemble's quality in
+the workload's metric; during training under --eval_every_epochs, between two epochs), the
+benchmark's `flops_per_s` (Eq. 6 over completed epochs: a run shorter than one epoch logs none,
+and its log fails the check) and `vflops_per_s`, and `run_stop` once the record is written.
+`run_stop` says `success` for a complete run, `aborted` (with the reason) for a preempted or
+invalid one; a run that dies logs no `run_stop` at all, so a log never claims a success the run
+did not have. A resumed run writes its own log, from the step
+it resumed at (`run_start`'s `first_step`). Every line's time is a reading of the training loop's
+monotonic clock, tied to the wall clock once when the log opens: the log's eval_stop − run_start
+is the record's time to target.
 
 Check a log with the project's ruleset (`RULESET`; the checker needs its absolute path):
 
@@ -56,18 +62,22 @@ def checker_command(log: str | Path, output: str | Path) -> list[str]:
     ]
 
 
-def _ms(perf_counter_s: float) -> int:
-    """A time.perf_counter() reading as milliseconds since the epoch, as MLLOG lines carry."""
-    return int((time.time() - (time.perf_counter() - perf_counter_s)) * 1e3)
-
-
 class MLLog:
     """The run's MLLOG writer; every method is a no-op without --mllog and on processes other
     than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`, `step`,
-    `train_stop`, `evaluated`, `run_stop`)."""
+    `close_epoch`, `evaluated`, `run_stop`). Instants come as readings of the loop's clock, so
+    that the log and the record time the run alike."""
 
-    def __init__(self, mllogger=None, stream=None, steps_per_epoch: int = 1, metric: str = ""):
-        self._mllogger, self._stream = mllogger, stream
+    def __init__(
+        self,
+        mllogger=None,
+        stream=None,
+        steps_per_epoch: int = 1,
+        metric: str = "",
+        clock=time.perf_counter,
+    ):
+        self._mllogger, self._stream, self._clock = mllogger, stream, clock
+        self._anchor = (time.time(), clock())  # one wall-clock instant, as a clock reading
         self._steps_per_epoch, self._metric = max(1, steps_per_epoch), metric
         self._first = 0
         self._epoch: int | None = None  # the open epoch (1-based)
@@ -75,8 +85,8 @@ class MLLog:
         self._target = None
 
     @classmethod
-    def start(cls, setup, wall_start: float) -> MLLog:
-        """Opens --mllog and logs the header; `wall_start` (time.perf_counter()) is when the run
+    def start(cls, setup, wall_start: float, clock=time.perf_counter) -> MLLog:
+        """Opens --mllog and logs the header; `wall_start` (a `clock` reading) is when the run
         started, its init_start. Raises UsageError (one line, naming the flag) when the file cannot
         be written or mlperf-logging is not installed."""
         config = setup.config
@@ -102,14 +112,21 @@ class MLLog:
         logger = logging.Logger("hpcai_jax.mllog")  # unregistered: never reaches absl's root
         logger.addHandler(handler)
         writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
-        log = cls(writer, stream, setup.sampler.steps_per_epoch, setup.workload.metric)
-        log._header(setup, _ms(wall_start), hosts)
+        log = cls(writer, stream, setup.sampler.steps_per_epoch, setup.workload.metric, clock)
+        log._header(setup, log._ms(wall_start), hosts)
         return log
 
+    def _ms(self, reading: float) -> int:
+        """A clock reading as milliseconds since the Unix epoch, as MLLOG lines carry."""
+        wall, at = self._anchor
+        return int((wall + reading - at) * 1e3)
+
     def _line(self, kind: str, key: str, value=None, metadata=None, time_ms=None, depth=0) -> None:
-        """One line: kind is event, start (INTERVAL_START) or end (INTERVAL_END); `depth` counts
-        the frames between the public method and this call."""
+        """One line: kind is event, start (INTERVAL_START) or end (INTERVAL_END), at `time_ms`
+        (default: now on the clock); `depth` counts the frames between the public method and this
+        call."""
         write = getattr(self._mllogger, kind)
+        time_ms = self._ms(self._clock()) if time_ms is None else time_ms
         write(key, value, metadata, time_ms=time_ms, stack_offset=_CALLER_OFFSET + depth)
 
     def _header(self, setup, start_ms: int, hosts: list[str]) -> None:
@@ -180,11 +197,13 @@ class MLLog:
         if self._mllogger:
             self._line("end", "init_stop")
 
-    def run_start(self, first_step: int) -> None:
-        """Before the first step (`first_step` > 0 on a resumed run)."""
+    def run_start(self, first_step: int, at: float) -> None:
+        """Before the first step (`first_step` > 0 on a resumed run); `at` is the clock reading
+        time to target counts from."""
         if self._mllogger:
             self._first = first_step
-            self._line("start", "run_start", metadata={"first_step": first_step})
+            meta = {"first_step": first_step}
+            self._line("start", "run_start", metadata=meta, time_ms=self._ms(at))
 
     def step(self, step: int) -> None:
         """Step `step` is about to be dispatched: closes the epoch it ends and opens the next one.
@@ -196,20 +215,22 @@ class MLLog:
         self._epoch = step // self._steps_per_epoch + 1
         self._line("start", "epoch_start", metadata={"epoch_num": self._epoch})
 
-    def train_stop(self, steps_done: int) -> None:
-        """Training ended (all steps, or an early stop): closes the open epoch."""
+    def close_epoch(self, steps_done: int) -> None:
+        """Closes the open epoch, if any: an evaluation follows, or training ended (all steps,
+        or an early stop)."""
         if self._mllogger and self._epoch is not None:
             stop = {"epoch_num": self._epoch, "step_num": steps_done}
             self._line("end", "epoch_stop", metadata=stop)
             self._last_epoch, self._epoch = self._epoch, None
 
-    def evaluated(self, quality, eval_s: float) -> None:
-        """The ensemble's held-out quality, evaluated in `eval_s` seconds just now."""
+    def evaluated(self, quality, start: float, end: float) -> None:
+        """The ensemble's held-out quality, evaluated between clock readings `start` and `end`,
+        after the last closed epoch."""
         if not self._mllogger or quality is None:
             return
         epoch = {"epoch_num": self._last_epoch}
-        self._line("start", "eval_start", None, epoch, int((time.time() - eval_s) * 1e3))
-        self._line("end", "eval_stop", metadata=epoch)
+        self._line("start", "eval_start", None, epoch, self._ms(start))
+        self._line("end", "eval_stop", None, epoch, self._ms(end))
         about = {**epoch, "metric": self._metric, "member_mean": quality.member_mean}
         if self._target is not None:
             about["target"] = self._target.target
@@ -222,7 +243,11 @@ class MLLog:
             return
         metrics, flops, quality = record["metrics"], record["flops"], record["quality"]
         if metrics.get("flops_per_s") is not None:
-            about = {"per_step": flops["per_step"], "source": flops["source"]}
+            about = {
+                "per_step": flops["per_step"],
+                "source": flops["source"],
+                "epochs": len(record["epochs"]),
+            }
             self._line("event", "flops_per_s", float(metrics["flops_per_s"]), about)
         if metrics.get("vflops_per_s") is not None:
             about = {k: quality[k] for k in ("metric", "target", "exponent")}

@@ -52,15 +52,17 @@ TINY = [
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory):
-    """The tiny run through the real CLI, in a subprocess, once per session: its completed
-    process, record (run id `real-train`), results folder and MLLOG path (whose folder did not
-    exist before the run)."""
+    """The tiny run through the real CLI, in a subprocess, once per session, on 32 training
+    examples (2 epochs, the ensemble evaluated after each): its completed process, record (run
+    id `real-train`), results folder and MLLOG path (whose folder did not exist before)."""
     from helpers import run_main
 
     folder = tmp_path_factory.mktemp("tiny_run")
     log = folder / "logs" / "run.mllog"
     proc = run_main(
         *TINY,
+        "--train_examples=32",  # 2 epochs of 2 steps: Eq. 6 needs a completed epoch
+        "--eval_every_epochs=1",
         f"--results_dir={folder}/r",
         "--run_name=real-train",
         f"--mllog={log}",

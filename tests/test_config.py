@@ -101,6 +101,18 @@ def test_quality_exponent_zero_means_zero():
         (dict(results=C.ResultsConfig(quality_exponent=-2)), "--quality_exponent=-2"),
         (dict(results=C.ResultsConfig(flops_source="guess")), "--flops_source='guess'"),
         (dict(mesh=C.MeshConfig(ensemble_size=0)), "--ensemble_size=0"),
+        (dict(train=C.TrainConfig(eval_every_epochs=-1)), "--eval_every_epochs=-1: expected >= 0"),
+        (
+            dict(train=C.TrainConfig(stop_at_target=True)),
+            "--stop_at_target: needs --eval_every_epochs > 0",
+        ),
+        (
+            dict(
+                data=C.DataConfig(dataset="synthetic"),
+                train=C.TrainConfig(stop_at_target=True, eval_every_epochs=1),
+            ),
+            "--stop_at_target: --dataset=synthetic has no held-out quality to reach",
+        ),
     ],
 )
 def test_validation_messages(kwargs, message):

@@ -24,11 +24,13 @@ def test_end_to_end_record(tiny_run):
         "flops/per_step",
         "flops/xla_per_step_per_device",
         "metrics/flops_per_s",
+        "metrics/flops_per_s_steady",
         "flops/crosscheck/xla_over_analytic",
         "metrics/mfu_measured",
         "peak_flops/measured_per_device",
         "metrics/flops_per_s_per_device",
         "metrics/vflops_per_s",
+        "metrics/vflops_per_s_steady",
         "metrics/penalty",
         "metrics/images_per_s",
         "timing/compile_s",
@@ -56,17 +58,31 @@ def test_end_to_end_record(tiny_run):
     assert 0.9 < record["flops"]["crosscheck"]["xla_over_analytic"] < 1.2
     assert record["provenance"]["versions"]["jax"]
     assert record["provenance"]["git_commit"]
-    expected_vflops = (
-        record["metrics"]["flops_per_s"]
-        * (record["quality"]["ensemble"] / record["quality"]["target"])
-        ** record["quality"]["exponent"]
-    )
-    assert record["metrics"]["vflops_per_s"] == pytest.approx(expected_vflops)
+    for steady in ("", "_steady"):  # Eq. 6 over the epochs, and the steady-state figure
+        expected_vflops = (
+            record["metrics"][f"flops_per_s{steady}"]
+            * (record["quality"]["ensemble"] / record["quality"]["target"])
+            ** record["quality"]["exponent"]
+        )
+        assert record["metrics"][f"vflops_per_s{steady}"] == pytest.approx(expected_vflops)
     assert "ensemble top1_accuracy" in proc.stdout
+    # 2 epochs of 2 steps (32 examples), each timed and counted: Eq. 6 is their FLOPs over their
+    # wall time (the per-epoch figure's own checks are tests/test_epochs.py's).
+    epochs = record["epochs"]
+    assert [(e["index"], e["first_step"], e["steps"]) for e in epochs] == [(1, 0, 2), (2, 2, 2)]
+    assert record["metrics"]["flops_per_s"] == pytest.approx(
+        sum(e["flops"] for e in epochs) / sum(e["wall_s"] for e in epochs)
+    )
+    # Evaluated after each epoch, below the target 0.9: no time to target, and why.
+    assert [(p["step"], p["epoch"]) for p in record["quality"]["curve"]] == [(2, 1), (4, 2)]
+    assert record["quality"]["curve"][-1]["ensemble"] == record["quality"]["ensemble"]
+    assert record["time_to_target_s"] is None
+    assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
+    assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
     # The score's provenance: bagging, the out-of-bag estimate, the target, the FLOP source.
-    assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
+    assert all(0.4 < f < 0.85 for f in record["data"]["distinct_fraction"])  # 32 examples
     oob = record["quality"]["oob"]
-    assert oob["subset"] == 512 and 0 < oob["scored"] < 512 and 0 <= oob["quality"] <= 1
+    assert oob["subset"] == 32 and 0 < oob["scored"] < 32 and 0 <= oob["quality"] <= 1
     assert 1 <= oob["mean_voters"] < 4
     assert record["quality"]["target_is_official"] is False and record["quality"]["target"] == 0.9
     assert record["flops"]["crosscheck_ok"] is True

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hpcai_jax.metrics import apc, mfu, penalty, per_second, vflops_per_s
+from hpcai_jax.metrics import apc, mfu, over_epochs, penalty, per_second, vflops_per_s
 
 
 def test_apc_sums_over_members_and_examples():
@@ -17,6 +17,12 @@ def test_flops_are_the_work_done_over_the_time_it_took():
     assert per_second(2e9, 2502 * 4, 1000.0) == pytest.approx(2e9 * 2502 * 4 / 1000.0)
     assert per_second(None, 10, 1.0) is None
     assert per_second(1e9, 10, 0.0) is None
+
+
+def test_eq6_over_epochs_is_their_flops_over_their_time():
+    # Epochs of 4 s and 1 s, 2e9 and 1e9 FLOPs: 3e9 / 5 s, not the mean of 0.5e9 and 1e9.
+    assert over_epochs([2e9, 1e9], [4.0, 1.0]) == pytest.approx(0.6e9)
+    assert over_epochs([], []) is None
 
 
 def test_penalty_rewards_above_the_target_and_exponent_zero_is_neutral():

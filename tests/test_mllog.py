@@ -19,7 +19,8 @@ from hpcai_jax.errors import UsageError
 
 @pytest.fixture(scope="module")
 def good_run(tiny_run):
-    """The session's tiny CLI run, made with --mllog (the log's directory did not exist yet)."""
+    """The session's tiny CLI run, made with --mllog (the log's directory did not exist yet): 2
+    epochs of 2 steps, the ensemble evaluated after each (Eq. 6 needs a completed epoch)."""
     return tiny_run.mllog, tiny_run.record
 
 
@@ -40,9 +41,10 @@ def _check(log, tmp_path) -> subprocess.CompletedProcess:
 def test_run_log_passes_the_checker(good_run, tmp_path):
     log, record = good_run
     lines = _lines(log.read_text())
-    first = {}
+    first, last = {}, {}
     for line in lines:
         first.setdefault(line["key"], line)
+        last[line["key"]] = line
     value = {key: line["value"] for key, line in first.items()}
     assert value["submission_benchmark"] == "hpcai500_image_classification"
     # Fashion-MNIST has no official target: open, by the rules the record's division follows.
@@ -58,8 +60,12 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     assert (value["number_of_models"], value["per_model_batch_size"]) == (4, 16)
     assert value["global_batch_size"] == 64
     assert value["opt_name"] == "sgd" and value["opt_base_learning_rate"] == 0.1 * 16 / 256
-    assert value["eval_accuracy"] == record["quality"]["ensemble"]
+    evals = [line for line in lines if line["key"] == "eval_accuracy"]
+    assert [e["metadata"]["epoch_num"] for e in evals] == [1, 2]
+    assert [e["value"] for e in evals] == [p["ensemble"] for p in record["quality"]["curve"]]
+    assert last["eval_accuracy"]["value"] == record["quality"]["ensemble"]
     assert first["eval_accuracy"]["metadata"]["metric"] == "top1_accuracy"
+    assert first["flops_per_s"]["metadata"]["epochs"] == 2
     assert value["flops_per_s"] == record["metrics"]["flops_per_s"]
     assert value["vflops_per_s"] == record["metrics"]["vflops_per_s"]
     assert first["epoch_start"]["metadata"]["epoch_num"] == 1
@@ -88,6 +94,8 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         ("opt_name", {"value": "rmsprop"}, "CHECK for 'opt_name' failed"),
         ("number_of_nodes", None, "Required EXACTLY_ONE occurrence of 'number_of_nodes'"),
         ("submission_division", {"value": "closed"}, "CHECK for 'submission_division' failed"),
+        # A run shorter than one epoch has no Eq. 6 figure: nothing a ranking can take.
+        ("flops_per_s", None, "Required EXACTLY_ONE occurrence of 'flops_per_s' but found 0"),
     ],
     ids=[
         "no-run_stop",
@@ -98,6 +106,7 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         "optimizer",
         "no-nodes",
         "closed-with-violations",
+        "no-eq6",
     ],
 )
 def test_broken_log_fails_the_checker(good_run, tmp_path, key, edit, expected):
@@ -146,7 +155,7 @@ def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):
     assert not (tmp_path / "x").exists()
     # Without --mllog every call is a no-op.
     off = mllog.MLLog.start(SimpleNamespace(config=C.RunConfig()), 0.0)
-    off.run_start(0)
+    off.run_start(0, 0.0)
     off.step(0)
-    off.train_stop(1)
-    off.evaluated(None, 0.0)
+    off.close_epoch(1)
+    off.evaluated(None, 0.0, 1.0)

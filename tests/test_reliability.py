@@ -111,7 +111,13 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
     # Timed steps: both segments, each without its first (warm-up) step.
     assert record["timing"]["timed_steps"] == STEPS - 2
-    assert record["metrics"]["flops_per_s"] > 0
+    assert record["metrics"]["flops_per_s"] > 0 and record["metrics"]["flops_per_s_steady"] > 0
+    # Epochs completed before the preemption come back from the checkpoint as they were; the
+    # interrupted one is completed by the resumed segment.
+    assert len(partial["epochs"]) == 1
+    assert [e["index"] for e in record["epochs"]] == [1, 2]
+    assert record["epochs"][:1] == partial["epochs"]
+    assert all(e["wall_s"] > 0 for e in record["epochs"])
     assert record["quality"] == _record(whole / "r")["quality"]
 
     step_a, params_a = _final_params(whole / "ck")
@@ -234,4 +240,15 @@ def test_existing_record_is_not_overwritten(tmp_path):
     )
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert (tmp_path / "same.json").read_text() != original
+    # 2 steps of an epoch of 8: no Eq. 6 figure, hence no VFLOPS; the summary says why. One
+    # evaluation, at the end, below the target 0.9: no time to target, and why.
+    record = json.loads((tmp_path / "same.json").read_text())
+    assert record["epochs"] == [] and record["metrics"]["flops_per_s"] is None
+    assert record["metrics"]["vflops_per_s"] is None and record["metrics"]["flops_per_s_steady"]
+    assert "n/a (no completed epoch (2 steps of 8 per epoch)" in forced.stdout
+    (point,) = record["quality"]["curve"]
+    assert (point["step"], point["ensemble"]) == (2, record["quality"]["ensemble"])
+    assert record["time_to_target_s"] is None
+    assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
+    assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json"]  # no temp files left

@@ -63,6 +63,13 @@ def variant(record: dict, run_id: str, m: int, p: int, flops: float, **fields) -
     return r
 
 
+# Three evaluations during training, the third above a target of 0.75.
+CURVE = [
+    {"epoch": e, "step": 8 * e, "wall_s": 5.0 * e, "ensemble": q, "member_mean": q - 0.1}
+    for e, q in ((1, 0.5), (2, 0.7), (3, 0.8))
+]
+
+
 def write(folder: Path, records: dict[str, object]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, record in records.items():
@@ -86,7 +93,13 @@ def results(real, tmp_path_factory) -> Path:
             "s-M1.json": variant(t, "s-M1", 1, 2, 10e9, **{"timing.train_wall_s": 4.0}),
             "s-M2.json": variant(t, "s-M2", 2, 2, 18e9, **{"timing.train_wall_s": 4.4}),
             "s-M4.json": variant(
-                t, "s-M4", 4, 2, 30e9, **{"timing.train_wall_s": 5.0, "quality.ensemble": 0.8}
+                t,
+                "s-M4",
+                4,
+                2,
+                30e9,
+                **{"timing.train_wall_s": 5.0, "quality.ensemble": 0.8},
+                **{"quality.target": 0.75, "quality.curve": CURVE, "time_to_target_s": 15.0},
             ),
             "t-M2.json": variant(
                 t, "t-M2", 2, 4, 33e9, **{"timing.train_wall_s": 3.0, "quality.ensemble": 0.7}
@@ -144,6 +157,7 @@ def test_report_has_every_section_and_valid_pngs(report):
     images = [line[line.index("](") + 2 : -1] for line in md.splitlines() if line.startswith("![")]
     assert {"scalability.png", "tradeoff_sys8.png", "mfu.png", "stream.png"} <= set(images)
     assert {"roofline_s-M1.png", "roofline_t-M2.png"} <= set(images)  # one per training run
+    assert "quality_curve.png" in images
     for name in images:
         data = (path.parent / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000, name
@@ -201,13 +215,13 @@ def test_tradeoff_mfu_and_stream_tables(report, results, real):
     oob = real["train"]["quality"]["oob"]["quality"]
     assert table[0]["out-of-bag top1_accuracy"] == figure(oob)
 
-    mfu = {r["run"]: r for r in rows(section(md, SECTIONS[3]))}
+    mfu = {r["run"]: r for r in rows(section(md, SECTIONS[4]))}
     assert set(mfu) == {"s-M1", "s-M2", "s-M4", "t-M2"}
     measured = real["train"]["metrics"]["mfu_measured"]
     assert mfu["s-M1"]["MFU measured [%]"] == figure(measured * 100)
     assert mfu["s-M1"]["MFU datasheet [%]"] == "n/a"  # a CPU has no datasheet peak
 
-    stream = rows(section(md, SECTIONS[5]))
+    stream = rows(section(md, SECTIONS[6]))
     kernels = real["stream"]["kernels"]
     assert [r["kernel"] for r in stream] == [k["label"] for k in kernels.values()]
     for row, k in zip(stream, kernels.values(), strict=True):
@@ -215,9 +229,27 @@ def test_tradeoff_mfu_and_stream_tables(report, results, real):
         assert row["GB/s per device"] == figure(k["gb_per_s_per_device"])
 
 
+def test_quality_curve_tables_hold_the_records_points(report, real):
+    _, md = report
+    text = section(md, SECTIONS[3])
+    summary, points = (rows(p) for p in text.split("\n\n") if p.startswith("|"))
+    by_run = {r["run"]: r for r in summary}
+    assert set(by_run) == {"s-M1", "s-M2", "s-M4", "t-M2"}
+    assert (by_run["s-M4"]["evaluations"], by_run["s-M4"]["target"]) == ("3", "0.75")
+    assert by_run["s-M4"]["time to target [s]"] == "15"
+    why = real["train"]["time_to_target_why"]
+    assert by_run["s-M1"]["time to target [s]"] == "n/a" and by_run["s-M1"]["why none"] == why
+    mine = [(r["epoch"], r["wall time [s]"], r["ensemble top1_accuracy"]) for r in points]
+    assert [row for row, r in zip(mine, points, strict=True) if r["run"] == "s-M4"] == [
+        ("1", "5", "0.5"),
+        ("2", "10", "0.7"),
+        ("3", "15", "0.8"),
+    ]
+
+
 def test_roofline_table_holds_the_records_figures(report, real):
     _, md = report
-    roof = {r["run"]: r for r in rows(section(md, SECTIONS[4]))}
+    roof = {r["run"]: r for r in rows(section(md, SECTIONS[5]))}
     assert set(roof) == {"s-M1", "s-M2", "s-M4", "t-M2"}
     figures = real["train"]["roofline"]
     row = roof["s-M1"]
@@ -230,7 +262,7 @@ def test_roofline_table_holds_the_records_figures(report, real):
 
 def test_skipped_records_say_why(report):
     _, md = report
-    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, SECTIONS[6]))}
+    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, SECTIONS[7]))}
     assert set(skipped) == {
         "diverged.json",
         "preempted.json",
@@ -268,6 +300,7 @@ def test_records_without_quality_plot_what_exists(real, tmp_path):
     t = copy.deepcopy(real["train"])
     t["metrics"].update(vflops_per_s=None, penalty=None)
     t["quality"].update(ensemble=None, member_mean=None, members=None, oob=None, target=None)
+    t["quality"]["curve"] = []
     folder = write(
         tmp_path / "synthetic",
         {f"M{m}.json": variant(t, f"M{m}", m, 1, m * 1e9) for m in (1, 2)},
@@ -278,7 +311,8 @@ def test_records_without_quality_plot_what_exists(real, tmp_path):
     assert [r[vflops_h] for r in table] == ["n/a", "n/a"]
     assert "No run has a VFLOPS figure" in md
     assert "nothing to plot" in section(md, SECTIONS[2])
-    assert "No complete STREAM record" in section(md, SECTIONS[5])
+    assert "No training record has a held-out evaluation" in section(md, SECTIONS[3])
+    assert "No complete STREAM record" in section(md, SECTIONS[6])
     assert (tmp_path / "out" / "scalability.png").read_bytes().startswith(PNG_MAGIC)
 
 
@@ -293,6 +327,7 @@ def test_compare_shows_ratios_and_what_differs(results, tmp_path):
     assert figures["MFU datasheet"]["B/A"] == "n/a"
     for label in ("VFLOPS", "ensemble quality", "out-of-bag quality", "step time median"):
         assert label in figures
+    assert figures["time to target"]["A: s-M1"] == "n/a"  # the real run never reached 0.9
     config = {r["config field"]: r for r in rows(section(proc.stdout, "Configuration differences"))}
     assert set(config) == {"mesh.ensemble_size"}
     assert (config["mesh.ensemble_size"]["A"], config["mesh.ensemble_size"]["B"]) == ("1", "2")
@@ -385,6 +420,7 @@ def test_api_raises_usage_error_and_rewrites_in_place(results, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == [
         "mfu.png",
         "notes.txt",
+        "quality_curve.png",
         "report.md",
         "roofline_s-M1.png",
         "scalability.png",

@@ -1,5 +1,6 @@
-"""The record's arithmetic on a fake clock: FLOPS, MFU, VFLOPS, useful member-steps, pruned
-members, and what a failed FLOP cross-check does to the record."""
+"""The record's arithmetic on a fake clock: FLOPS (Eq. 6 per epoch, and steady), MFU, VFLOPS,
+useful member-steps, pruned members, time to target, and what a failed FLOP cross-check does to
+the record."""
 
 from __future__ import annotations
 
@@ -81,12 +82,15 @@ def test_flops_mfu_vflops_from_the_clock(setup):
     m = record["metrics"]
     assert record["flops"]["useful_member_steps"] == 5 * M == record["flops"]["timed_member_steps"]
     flops = M * 1e9 * len(STEP_S) / WALL  # per-step FLOPs × timed steps / timed seconds
-    assert m["flops_per_s"] == pytest.approx(flops)
+    assert m["flops_per_s_steady"] == pytest.approx(flops)
     assert m["flops_per_s_per_device"] == pytest.approx(flops / DEVICES)
     assert m["mfu_measured"] == pytest.approx(flops / DEVICES / 1e9)
     assert m["mfu_datasheet"] == pytest.approx(flops / DEVICES / 2e9)
     assert m["penalty"] == pytest.approx((0.86 / 0.9) ** 5)
-    assert m["vflops_per_s"] == pytest.approx(flops * (0.86 / 0.9) ** 5)
+    assert m["vflops_per_s_steady"] == pytest.approx(flops * (0.86 / 0.9) ** 5)
+    # 6 steps of an epoch of 32: no Eq. 6 figure, and the record and the summary say why.
+    assert record["epochs"] == [] and m["flops_per_s"] is None and m["vflops_per_s"] is None
+    assert m["flops_per_s_why"].startswith("no completed epoch (6 steps of 32 per epoch)")
     assert m["images_per_s"] == m["useful_images_per_s"] == pytest.approx(M * B * 5 / WALL)
     q = record["quality"]
     assert (q["target"], q["exponent"], q["target_is_official"]) == (0.9, 5.0, False)
@@ -96,6 +100,7 @@ def test_flops_mfu_vflops_from_the_clock(setup):
     assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
     text = run_record.summary(record)
     assert "out-of-bag top1_accuracy" in text and "not official" in text and "FAILED" not in text
+    assert "n/a (no completed epoch" in text
 
 
 def test_a_pruned_member_counts_only_while_healthy(setup):
@@ -104,7 +109,7 @@ def test_a_pruned_member_counts_only_while_healthy(setup):
     m, q = record["metrics"], record["quality"]
     useful = 3 * 5 + 2
     assert record["flops"]["useful_member_steps"] == useful
-    assert m["flops_per_s"] == pytest.approx(1e9 * useful / WALL)
+    assert m["flops_per_s_steady"] == pytest.approx(1e9 * useful / WALL)
     assert m["useful_images_per_s"] == pytest.approx(B * useful / WALL)
     assert m["images_per_s"] == pytest.approx(B * M * 5 / WALL)  # every member's, all the time
     assert q["member_mean"] == pytest.approx((0.80 + 0.82 + 0.84) / 3)  # kept members only
@@ -148,8 +153,62 @@ def test_the_record_says_its_division(setup):
 
 
 def test_an_invalid_run_has_no_flops(setup):
-    record = _build(setup, _progress({1: 3}), _cross(M * 1e9), None, status="invalid")
-    assert record["metrics"]["flops_per_s"] is None and record["metrics"]["vflops_per_s"] is None
+    progress = _progress({1: 3})
+    progress.epochs = [{"index": 1, "first_step": 0, "steps": 32, "wall_s": 4.0}]
+    record = _build(setup, progress, _cross(M * 1e9), None, status="invalid")
+    m = record["metrics"]
+    assert m["flops_per_s"] is None and m["vflops_per_s"] is None
+    assert m["flops_per_s_steady"] is None and m["flops_per_s_why"] == "the run is invalid"
+    assert record["epochs"][0]["flops"] is None and record["epochs"][0]["wall_s"] == 4.0
+
+
+def test_eq6_is_every_completed_epochs_flops_over_their_time(setup):
+    """Two epochs of 32 steps, 4 s and 2 s; member 1 non-finite from step 40 (8 steps into epoch
+    2). Eq. 6 is Σ FLOPs / Σ T over the epochs, not the mean of their rates."""
+    progress = _progress({1: 40})
+    progress.step = 64
+    progress.epochs = [
+        {"index": 1, "first_step": 0, "steps": 32, "wall_s": 4.0},
+        {"index": 2, "first_step": 32, "steps": 32, "wall_s": 2.0},
+    ]
+    record = _build(setup, progress, _cross(M * 1e9), _quality([True, False, True, True]))
+    epochs, m = record["epochs"], record["metrics"]
+    assert [e["flops"] for e in epochs] == [1e9 * 4 * 32, 1e9 * (3 * 32 + 8)]
+    assert [e["flops_per_s"] for e in epochs] == pytest.approx([1e9 * 128 / 4, 1e9 * 104 / 2])
+    assert m["flops_per_s"] == pytest.approx(1e9 * (128 + 104) / 6)  # not (32 + 52) / 2 GFLOP/s
+    assert m["flops_per_s_why"] is None
+    assert m["vflops_per_s"] == pytest.approx(m["flops_per_s"] * (0.86 / 0.9) ** 5)
+    assert m["flops_per_s_steady"] != m["flops_per_s"]
+    assert "3.867e+10 over 2 epoch(s)" in run_record.summary(record)
+
+
+def _curve(*points: tuple[int, float, float]) -> list[dict]:
+    return [
+        {"epoch": s / 32, "step": s, "wall_s": t, "ensemble": q, "member_mean": q, "members": []}
+        for s, t, q in points
+    ]
+
+
+def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
+    progress = _progress({})
+    progress.curve = _curve((32, 10.0, 0.85), (64, 21.0, 0.91), (96, 33.0, 0.93))
+    record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
+    assert (record["time_to_target_s"], record["time_to_target_why"]) == (21.0, None)
+    assert record["quality"]["curve"] == progress.curve
+    assert "time to target" in run_record.summary(record)
+    # Reached only after a resume: not an uninterrupted run's time.
+    progress.resumes = [{"at_step": 40, "utc": "then"}]
+    record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
+    assert record["time_to_target_s"] is None
+    assert "after a resume at step 40" in record["time_to_target_why"]
+    # Never reached: the best evaluation says by how much.
+    progress.resumes, progress.curve = [], _curve((32, 10.0, 0.85))
+    record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
+    assert record["time_to_target_s"] is None
+    assert record["time_to_target_why"] == (
+        "the ensemble never reached the target 0.9: best 0.8500 in 1 evaluation(s)"
+    )
+    assert "n/a (the ensemble never reached" in run_record.summary(record)
 
 
 def test_exponent_zero_means_no_penalty(setup):
@@ -163,7 +222,8 @@ def test_exponent_zero_means_no_penalty(setup):
         _quality([True] * 4),
     )
     assert record["metrics"]["penalty"] == 1.0
-    assert record["metrics"]["vflops_per_s"] == record["metrics"]["flops_per_s"]
+    m = record["metrics"]
+    assert m["vflops_per_s_steady"] == m["flops_per_s_steady"]
 
 
 def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
@@ -176,7 +236,7 @@ def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     f = record["flops"]
     assert f["crosscheck_ok"] is False and f["source"] == SOURCE_ANALYTIC
     assert f["per_step"] == analytic and "OUTSIDE" in f["source_reason"]
-    assert record["metrics"]["flops_per_s"] == pytest.approx(analytic * len(STEP_S) / WALL)
+    assert record["metrics"]["flops_per_s_steady"] == pytest.approx(analytic * len(STEP_S) / WALL)
     assert "CROSS-CHECK FAILED" in run_record.summary(record)
     # --flops_source=xla uses XLA's figure anyway, still flagged.
     forced = dataclasses.replace(

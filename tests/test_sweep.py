@@ -75,7 +75,7 @@ def test_local_tradeoff_sweep(tmp_path):
             "--",
             "--batch_size=16",
             "--steps=2",
-            "--train_examples=256",
+            "--train_examples=32",  # one epoch: Eq. 6's FLOPS is per epoch
             "--eval_examples=100",
             "--eval_batch_size=50",
             "--model=resnet_small",

@@ -69,9 +69,12 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of) -> dict:
     return total
 
 
-def evaluate(setup, state, pruned: frozenset[int] = frozenset()) -> EnsembleQuality | None:
+def evaluate(
+    setup, state, pruned: frozenset[int] = frozenset(), oob: bool = True
+) -> EnsembleQuality | None:
     """None for synthetic data, which has no held-out set worth a quality figure. Pruned members
-    still get their own quality but take no part in the ensemble's prediction."""
+    still get their own quality but take no part in the ensemble's prediction. Without `oob`
+    (evaluations during training) the out-of-bag estimate is skipped."""
     source = setup.datasets.eval if setup.datasets else None
     if source is None:
         return None
@@ -96,7 +99,7 @@ def evaluate(setup, state, pruned: frozenset[int] = frozenset()) -> EnsembleQual
         kept=kept.tolist(),
         ensemble=workload.quality(counts.ensemble),
         examples=len(source),
-        oob=out_of_bag(setup, state, kept),
+        oob=out_of_bag(setup, state, kept) if oob else None,
         details=details,
     )
 

@@ -1,14 +1,17 @@
 """The training run: resume or initialise, compile, train with timing, watch for divergence and
-preemption, checkpoint, evaluate the ensemble, write the record.
+preemption, checkpoint, evaluate the ensemble (every --eval_every_epochs, and at the end), write
+the record.
 
 Step times are read one step late (the host blocks on step k-1 after dispatching step k), so the
 device always has work queued and the timing adds no bubble; divergence flags are computed on the
-device every step and read every few steps.
+device every step and read every few steps. Every training-time figure (steps, epochs, run time,
+evaluations, checkpoint saves) is read through `clock`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from typing import NamedTuple
 
@@ -21,11 +24,13 @@ from hpcai_jax import results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
+from hpcai_jax.engine import curve
 from hpcai_jax.engine import record as run_record
 from hpcai_jax.engine.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.engine.comm import CommVolume, comm_volume
 from hpcai_jax.engine.energy import read_energy
-from hpcai_jax.engine.evaluate import evaluate
+from hpcai_jax.engine.epochs import EpochTimer
+from hpcai_jax.engine.evaluate import EnsembleQuality, evaluate, out_of_bag
 from hpcai_jax.engine.flop_count import FlopFigures, crosscheck
 from hpcai_jax.engine.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
 from hpcai_jax.engine.progress import DivergenceWatch, Progress
@@ -36,6 +41,13 @@ from hpcai_jax.engine.timing import format_duration
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.mllog import MLLog
+
+
+def clock() -> float:
+    """The loop's one monotonic clock, in seconds. A test replaces it (monkeypatch
+    `hpcai_jax.engine.loop.clock`); it reads `time.perf_counter` at each call, so patching
+    `hpcai_jax.engine.loop.time.perf_counter` reaches it too."""
+    return time.perf_counter()
 
 
 def _batches(setup: RunSetup):
@@ -85,12 +97,16 @@ def _poison(state, member: int):
 class StepClock:
     """Books each step's time one step late: the host blocks on step k-1 only after dispatching
     step k, so the device always has work queued and the timer adds no bubble. Steps before
-    `timed_from` (warm-up) are trained but not timed; a checkpoint save is booked apart."""
+    `timed_from` (warm-up) are trained but not timed; checkpoint saves and evaluations are
+    booked apart. Every completion also goes to the epoch timer (Eq. 6)."""
 
-    def __init__(self, progress: Progress, timed_from: int, prefetch: Prefetcher):
+    def __init__(
+        self, progress: Progress, timed_from: int, prefetch: Prefetcher, epochs: EpochTimer
+    ):
         self._progress, self._timed_from, self._prefetch = progress, timed_from, prefetch
+        self._epochs = epochs
         self._inflight: tuple[int, StepMetrics] | None = None
-        self._last_done = time.perf_counter()
+        self._last_done = clock()
         self._wait_mark = 0.0  # the prefetcher's wait before the first timed step
         self.last_metrics: StepMetrics | None = None
         first = progress.step
@@ -108,7 +124,8 @@ class StepClock:
         step, metrics = self._inflight
         self._inflight = None
         jax.block_until_ready(metrics)
-        now = time.perf_counter()
+        now = clock()
+        self._epochs.completed(step, now)
         if step >= self._timed_from:
             self._progress.time_step(step, now - self._last_done)
         elif step == self._timed_from - 1:
@@ -118,13 +135,17 @@ class StepClock:
         self._progress.step = step + 1
 
     @contextlib.contextmanager
-    def paused(self):
-        """Time spent inside (a checkpoint save) is booked as checkpoint time, not step time."""
+    def paused(self, evaluation: bool = False):
+        """Time spent inside is no step's: a checkpoint save (booked as checkpoint time; it stays
+        in its epoch) or an evaluation (booked by the caller, and cut out of the epoch)."""
         self.flush()
-        start = time.perf_counter()
+        start = clock()
         yield
-        self._last_done = time.perf_counter()
-        self._progress.checkpoint_s += self._last_done - start
+        self._last_done = clock()
+        if evaluation:
+            self._epochs.excise(self._last_done - start)
+        else:
+            self._progress.checkpoint_s += self._last_done - start
 
     @property
     def data_wait_s(self) -> float:
@@ -224,6 +245,38 @@ def _compile(
     return CompiledStep(compiled, cost, cross, memory, peaks, comm)
 
 
+def _evaluate(setup, state, progress: Progress, mlog: MLLog, since_start, oob: bool):
+    """Members' and ensemble's held-out quality now, timed on the loop's clock and booked as
+    evaluation time; adds the curve point and logs eval_start/eval_stop/eval_accuracy."""
+    start = clock()
+    quality = evaluate(setup, state, frozenset(progress.diverged), oob=oob)
+    end = clock()
+    progress.eval_s += end - start
+    if quality is not None:
+        at = since_start(end)
+        progress.curve.append(
+            curve.point(quality, progress.step, setup.sampler.steps_per_epoch, at)
+        )
+        mlog.evaluated(quality, start, end)
+        logging.info(
+            "evaluated at step %d in %.1f s: ensemble %s %.4f",
+            progress.step,
+            end - start,
+            setup.workload.metric,
+            quality.ensemble,
+        )
+    return quality
+
+
+def _with_oob(setup, state, quality: EnsembleQuality, progress: Progress) -> EnsembleQuality:
+    """The last evaluation, taken at the final step, as the run's quality: only the out-of-bag
+    estimate is still to compute (booked as evaluation time)."""
+    start = clock()
+    oob = out_of_bag(setup, state, np.asarray(quality.kept))
+    progress.eval_s += clock() - start
+    return dataclasses.replace(quality, oob=oob)
+
+
 def run_train(config: RunConfig) -> int:
     """`--mode=train`: the benchmark run; prints the summary (process 0), returns the exit code."""
     record, exit_code = train_and_evaluate(config)
@@ -234,7 +287,7 @@ def run_train(config: RunConfig) -> int:
 
 def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     """Runs the bagged-ensemble benchmark; returns its record (also written) and the exit code."""
-    wall_start = time.perf_counter()
+    wall_start = clock()
     results.check_writable(config.results.results_dir)
     # A --stream_record is read before any work, so that a bad one fails at once.
     bandwidth = (
@@ -282,7 +335,7 @@ def _train(
     else:
         progress = Progress(run_id=results.run_id(config, "train"))
     results.claim(config.results.results_dir, progress.run_id, config.results.overwrite, resuming)
-    mlog = MLLog.start(setup, wall_start)  # --mllog: MLPerf-style lines (no-op without it)
+    mlog = MLLog.start(setup, wall_start, clock)  # --mllog: MLPerf-style lines (no-op without it)
     if not resuming:
         state = setup.init_state()
     logging.info(
@@ -309,10 +362,27 @@ def _train(
     timed_from = first + min(tc.timing_warmup_steps, max(0, setup.total_steps - first - 1))
     injection = rc.nan_injection
     status, reason = "complete", ""
+    steps_per_epoch = setup.sampler.steps_per_epoch
+    eval_every = tc.eval_every_epochs * steps_per_epoch
+    target = config.quality_target().target if config.scored else None
+    stopped_at_target = False
+    last_eval: tuple[int, EnsembleQuality | None] | None = None  # (step, quality) of the latest
     barrier("before-timing")
-    mlog.run_start(first)
+    run_start, run_s_before = clock(), progress.run_s
+    mlog.run_start(first, run_start)
+
+    def since_start(reading: float) -> float:
+        """Run time at a clock reading: earlier segments', then this one's since its run_start."""
+        return run_s_before + reading - run_start
+
+    def save(step: int) -> None:
+        progress.run_s = since_start(clock())
+        ckpt.save(step, state, progress.to_meta())
+
     prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
-    clock = StepClock(progress, timed_from, prefetch)
+    timer = StepClock(
+        progress, timed_from, prefetch, EpochTimer(progress, steps_per_epoch, run_start)
+    )
     try:
         for step in range(first, setup.total_steps):
             mlog.step(step)  # epoch_start / epoch_stop at epoch boundaries
@@ -321,53 +391,66 @@ def _train(
                 state = _poison(state, injection[0])
             state, metrics = compiled(state, batch)
             watch.add(step, metrics.finite)
-            clock.dispatched(step, metrics)
+            timer.dispatched(step, metrics)
             done = step + 1
             if done % check_every == 0 or done == setup.total_steps:
                 reason = watch.check(keep_last=True)
                 if reason:
                     status = "invalid"
                     break
-            if done % tc.log_every == 0 and clock.last_metrics is not None:
+            if done % tc.log_every == 0 and timer.last_metrics is not None:
                 _log_progress(
                     progress,
                     setup.total_steps,
-                    clock.last_metrics,
+                    timer.last_metrics,
                     layout.ensemble_size * tc.batch_size,
                 )
+            if eval_every and done % eval_every == 0:
+                timer.flush()
+                reason = watch.check(keep_last=False)  # a diverged member votes no more
+                if reason:
+                    status = "invalid"
+                    break
+                mlog.close_epoch(done)
+                with timer.paused(evaluation=True):
+                    quality = _evaluate(setup, state, progress, mlog, since_start, oob=False)
+                last_eval = (done, quality)
+                if tc.stop_at_target and curve.reached(quality, target):
+                    stopped_at_target = True
+                    logging.info("the ensemble reached the target %g at step %d", target, done)
+                    break
             if done < setup.total_steps and guard.stop_now(done % check_every == 0):
                 status, reason = "partial", f"preempted by {guard.signal_name} at step {done}"
                 break
             if ckpt and ckpt.due(done) and done < setup.total_steps:
-                with clock.paused():
-                    ckpt.save(done, state, progress.to_meta())
-        clock.flush()
-        mlog.train_stop(progress.step)
+                with timer.paused():
+                    save(done)
+        timer.flush()
+        mlog.close_epoch(progress.step)
         if status == "complete":
             reason = watch.check(keep_last=False)
             status = "invalid" if reason else status
     finally:
         prefetch.close()
         guard.restore()
-    progress.data_wait_s += clock.data_wait_s
+    progress.data_wait_s += timer.data_wait_s
     energy_end = read_energy()
     diverged = progress.diverged
     if diverged and rc.on_divergence == "prune" and len(diverged) == layout.ensemble_size:
         status, reason = "invalid", "every member diverged"
 
     if ckpt and status != "invalid":
-        save_start = time.perf_counter()
-        ckpt.save(progress.step, state, progress.to_meta())
+        save_start = clock()
+        save(progress.step)
         ckpt.close()  # the record may only say "resumable" once the save is complete
-        progress.checkpoint_s += time.perf_counter() - save_start
+        progress.checkpoint_s += clock() - save_start
     elif status == "partial":
         logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")
-    quality, eval_s = None, 0.0
-    if status == "complete":
-        eval_start = time.perf_counter()
-        quality = evaluate(setup, state, frozenset(progress.diverged))
-        eval_s = time.perf_counter() - eval_start
-        mlog.evaluated(quality, eval_s)
+    quality = None
+    if status == "complete" and last_eval and last_eval[0] == progress.step and last_eval[1]:
+        quality = _with_oob(setup, state, last_eval[1], progress)  # no second evaluation
+    elif status == "complete":
+        quality = _evaluate(setup, state, progress, mlog, since_start, oob=True)
     record = run_record.build(
         setup,
         progress,
@@ -376,13 +459,14 @@ def _train(
         built.peaks,
         status,
         quality,
-        clock.last_metrics,
-        eval_s,
-        time.perf_counter() - wall_start,
+        timer.last_metrics,
+        progress.eval_s,
+        clock() - wall_start,
         reason,
         memory=built.memory,
         comm=built.comm,
-        energy=(clock.energy_start, energy_end),
+        energy=(timer.energy_start, energy_end),
+        stopped_at_target=stopped_at_target,
     )
     path = results.write_record(config.results.results_dir, progress.run_id, record)
     mlog.run_stop(record)  # only now may the log say success

@@ -1,7 +1,7 @@
-"""What a run has done so far, beyond its device state: timing accumulators, resumes, members
-that diverged. It travels in every checkpoint, so a resumed run reports the time that trained it
-and nothing of the time lost to the interruption. The divergence watch that fills it sits here
-too."""
+"""What a run has done so far, beyond its device state: timing accumulators, completed epochs
+(Eq. 6), evaluations, resumes, members that diverged. It travels in every checkpoint, so a
+resumed run reports the time that trained it and nothing of the time lost to the interruption.
+The divergence watch that fills it sits here too."""
 
 from __future__ import annotations
 
@@ -24,6 +24,15 @@ class Progress:
     data_wait_s: float = 0.0
     compile_s: list[float] = dataclasses.field(default_factory=list)  # one per segment
     checkpoint_s: float = 0.0  # blocking part of checkpoint saves, kept out of step times
+    eval_s: float = 0.0  # held-out evaluations, during training and at the end
+    # Eq. 6: completed epochs ({index, first_step, steps, wall_s}), and the time booked so far
+    # to the open one (engine/epochs.py).
+    epochs: list[dict] = dataclasses.field(default_factory=list)
+    epoch_open_s: float = 0.0
+    # Run time since run_start, over every segment up to its last checkpoint (time lost to an
+    # interruption and a resume's start-up are not in it); set before each save.
+    run_s: float = 0.0
+    curve: list[dict] = dataclasses.field(default_factory=list)  # one point per evaluation
     resumes: list[dict] = dataclasses.field(default_factory=list)
     # Member → its first step with a non-finite loss or parameter. Under --on_divergence=prune
     # these members are pruned from the ensemble; under stop, the first one ends the run.
@@ -64,11 +73,17 @@ class Progress:
     def useful_member_steps(self, ensemble_size: int) -> int:
         """Timed member-steps of healthy members: a member's steps from its first non-finite
         step on are wasted work and are not counted in FLOPS."""
+        return sum(
+            self.healthy_member_steps(first, last, ensemble_size)
+            for first, last in self.timed_ranges
+        )
+
+    def healthy_member_steps(self, first: int, last: int, ensemble_size: int) -> int:
+        """Member-steps of steps [first, last) before each member's first non-finite step."""
         total = 0
-        for first, last in self.timed_ranges:
-            for member in range(ensemble_size):
-                end = min(last, self.diverged.get(member, last))
-                total += max(0, end - first)
+        for member in range(ensemble_size):
+            end = min(last, self.diverged.get(member, last))
+            total += max(0, end - first)
         return total
 
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from hpcai_jax import metrics, results, rules
 from hpcai_jax.distributed import allgather
+from hpcai_jax.engine import curve
 from hpcai_jax.engine.comm import CommVolume
 from hpcai_jax.engine.energy import EnergyReading, energy_record
 from hpcai_jax.engine.evaluate import EnsembleQuality
@@ -35,6 +36,7 @@ def build(
     memory: dict | None = None,
     comm: CommVolume | None = None,
     energy: tuple[EnergyReading | None, EnergyReading] | None = None,
+    stopped_at_target: bool = False,
 ) -> dict:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
@@ -50,12 +52,22 @@ def build(
     useful = progress.useful_member_steps(m)
     step_flops = cross.train_step_flops
     per_member_step = step_flops / m if step_flops else None
-    flops = metrics.per_second(per_member_step, useful, wall) if valid else None
-    per_device = flops / layout.num_devices if flops else None
+    steady = metrics.per_second(per_member_step, useful, wall) if valid else None
+    per_device = steady / layout.num_devices if steady else None
+    epochs = _epochs(progress, per_member_step if valid else None, m)
+    counted = [e for e in epochs if e["flops"] is not None]
+    flops = metrics.over_epochs([e["flops"] for e in counted], [e["wall_s"] for e in counted])
     achieved = quality.ensemble if quality else None
     target = config.quality_target() if config.scored else None
     submission = rules.of_setup(setup)
     kept = [i for i in range(m) if i not in progress.diverged]
+
+    def vflops(figure: float | None) -> float | None:
+        return metrics.vflops_per_s(figure, achieved, target.target, target.exponent)
+
+    to_target, to_target_why = curve.time_to_target(
+        progress.curve, target.target if target else None, progress.resumes, status
+    )
     return results.envelope(
         "train",
         progress.run_id,
@@ -109,7 +121,7 @@ def build(
             "step_s": StepTimes.of(progress.step_s).__dict__,
             "train_wall_s": wall,
             "data_wait_s": progress.data_wait_s,
-            "eval_s": eval_s,
+            "eval_s": eval_s,  # every held-out evaluation, during training and at the end
             "checkpoint_s": progress.checkpoint_s,
             "total_wall_s": total_wall_s,
         },
@@ -133,13 +145,15 @@ def build(
             "timed_member_steps": timed * m,
             "crosscheck": cross.to_dict(),
         },
+        # Eq. 6 per epoch (docs/score.md §5): what `metrics.flops_per_s` is computed from.
+        epochs=epochs,
         metrics={
             "flops_per_s": flops,
-            "vflops_per_s": (
-                metrics.vflops_per_s(flops, achieved, target.target, target.exponent)
-                if target
-                else None
-            ),
+            "flops_per_s_why": None if flops else _why_no_flops(status, progress, setup, epochs),
+            "vflops_per_s": vflops(flops) if target else None,
+            # Over the timed steps: warm-up, checkpoint saves and evaluations left out.
+            "flops_per_s_steady": steady,
+            "vflops_per_s_steady": vflops(steady) if target else None,
             "penalty": (
                 metrics.penalty(achieved, target.target, target.exponent)
                 if target and achieved is not None
@@ -167,7 +181,7 @@ def build(
             if peaks.get("bandwidth_per_device")
             else None
         ),
-        energy=_energy(energy, flops),
+        energy=_energy(energy, steady),
         quality={
             "metric": setup.workload.metric,
             "target": target.target if target else None,
@@ -186,7 +200,11 @@ def build(
             "ensemble_members": len(kept) if quality else None,
             "oob": quality.oob.to_dict() if quality and quality.oob else None,
             "details": quality.details if quality else None,
+            "curve": progress.curve,
+            "stopped_at_target": stopped_at_target,
         },
+        time_to_target_s=to_target,
+        time_to_target_why=to_target_why,
         train={
             "final_loss": None if last_metrics is None else np.asarray(last_metrics.loss).tolist(),
             "final_metrics": (
@@ -201,6 +219,35 @@ def build(
                 else np.asarray(last_metrics.skipped).tolist()
             ),
         },
+    )
+
+
+def _epochs(progress: Progress, per_member_step: float | None, m: int) -> list[dict]:
+    """Each completed epoch with its training FLOPs (healthy member-steps only, as FLOPS counts)
+    and its FLOPS; FLOPs are None where the step has no count or the run is invalid."""
+    out = []
+    for e in progress.epochs:
+        first, steps = e["first_step"], e["steps"]
+        useful = progress.healthy_member_steps(first, first + steps, m)
+        flops = per_member_step * useful if per_member_step else None
+        out.append(
+            {
+                **e,
+                "flops": flops,
+                "flops_per_s": metrics.per_second(per_member_step, useful, e["wall_s"]),
+            }
+        )
+    return out
+
+
+def _why_no_flops(status: str, progress: Progress, setup, epochs: list[dict]) -> str:
+    if status == "invalid":
+        return "the run is invalid"
+    if epochs:
+        return "the training step has no FLOP count"
+    return (
+        f"no completed epoch ({progress.step} steps of {setup.sampler.steps_per_epoch} per "
+        "epoch): Eq. 6 is per epoch; flops_per_s_steady is the steady-state figure"
     )
 
 
@@ -260,8 +307,16 @@ def summary(record: dict) -> str:
             f"{num(m['images_per_s'], '{:.1f}')} / {num(m['useful_images_per_s'], '{:.1f}')}",
         ),
         (
-            "FLOPS [FLOP/s]",
-            f"{num(m['flops_per_s'])} (from {f['source']}; XLA/analytic "
+            "FLOPS [FLOP/s] (Eq. 6, per epoch)",
+            (
+                f"{num(m['flops_per_s'])} over {len(record['epochs'])} epoch(s)"
+                if m["flops_per_s"] is not None
+                else f"n/a ({m['flops_per_s_why']})"
+            ),
+        ),
+        (
+            "FLOPS steady [FLOP/s]",
+            f"{num(m['flops_per_s_steady'])} (from {f['source']}; XLA/analytic "
             f"{num(f['crosscheck'].get('xla_over_analytic'), '{:.3f}')}"
             f"{'' if f['crosscheck_ok'] is not False else ': CROSS-CHECK FAILED'})",
         ),
@@ -295,6 +350,15 @@ def summary(record: dict) -> str:
                 f"{num(m['vflops_per_s'])} = FLOPS × {num(m['penalty'], '{:.4f}')} "
                 f"(({num(q['ensemble'], '{:.4f}')} / {q['target']})^{q['exponent']:g}; target "
                 f"{'official' if q['target_is_official'] else 'not official'})",
+            )
+        )
+        rows.append(
+            (
+                "time to target",
+                f"{record['time_to_target_s']:.1f} s after run_start"
+                + (" (stopped there)" if q["stopped_at_target"] else "")
+                if record["time_to_target_s"] is not None
+                else f"n/a ({record['time_to_target_why']})",
             )
         )
     energy = record.get("energy") or {}

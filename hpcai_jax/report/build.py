@@ -49,18 +49,25 @@ def render(collection: Collection, folder: Path) -> str:
         plots.tradeoff(points, s, metric, folder / png)
         parts.append(markdown.tradeoff(s, trade[s], metric, png, len(points)))
 
+    curves = series.quality_curves(train)
+    png = None
+    if curves:
+        png = "quality_curve.png"
+        plots.quality_curves(curves, metric, folder / png)
+    parts += [markdown.heading(markdown.SECTIONS[3]), markdown.quality_curves(curves, metric, png)]
+
     rows = series.mfu(train)
     png = None
     if any(r.measured is not None or r.datasheet is not None for r in rows):
         png = "mfu.png"
         plots.mfu(rows, folder / png)
-    parts += [markdown.heading(markdown.SECTIONS[3]), markdown.mfu(rows, png)]
+    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.mfu(rows, png)]
 
     roofs = series.roofline(train)
     pngs = {p.run_id: f"roofline_{re.sub(r'[^A-Za-z0-9._-]', '_', p.run_id)}.png" for p in roofs}
     for p in roofs:
         plots.roofline(p, folder / pngs[p.run_id])
-    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.roofline(roofs, pngs)]
+    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.roofline(roofs, pngs)]
 
     runs = series.stream(collection.stream)
     png, per_process = None, {}
@@ -72,9 +79,9 @@ def render(collection: Collection, folder: Path) -> str:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", r.run_id)  # a plain link target
             per_process[r.run_id] = f"stream_{safe}_per_process.png"
             plots.stream_per_process(r, folder / per_process[r.run_id])
-    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.stream(runs, png, per_process)]
+    parts += [markdown.heading(markdown.SECTIONS[6]), markdown.stream(runs, png, per_process)]
 
-    parts += [markdown.heading(markdown.SECTIONS[6]), markdown.skipped(collection.skipped)]
+    parts += [markdown.heading(markdown.SECTIONS[7]), markdown.skipped(collection.skipped)]
     return "\n\n".join(parts) + "\n"
 
 

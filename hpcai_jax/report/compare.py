@@ -17,6 +17,8 @@ TRAIN_FIGURES = (
     ("Sys_scale (devices)", "mesh.num_devices", str),
     ("FLOPS", "metrics.flops_per_s", lambda v: si(v, "FLOP/s")),
     ("VFLOPS", "metrics.vflops_per_s", lambda v: si(v, "FLOP/s")),
+    ("FLOPS steady", "metrics.flops_per_s_steady", lambda v: si(v, "FLOP/s")),
+    ("time to target", "time_to_target_s", duration),
     ("images/s (all members)", "metrics.images_per_s", cell),
     ("MFU measured", "metrics.mfu_measured", percent),
     ("MFU datasheet", "metrics.mfu_datasheet", percent),

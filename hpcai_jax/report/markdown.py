@@ -12,6 +12,7 @@ from pathlib import Path
 from hpcai_jax.report.collect import Collection, Skipped
 from hpcai_jax.report.series import (
     MfuRow,
+    QualityCurve,
     RoofPoint,
     ScalePoint,
     StreamRun,
@@ -24,6 +25,7 @@ SECTIONS = (
     "Runs",
     "FLOPS and VFLOPS against Sys_scale",
     "Ensemble quality against training time",
+    "Quality during training and time to target",
     "MFU per run",
     "Roofline",
     "STREAM bandwidth",
@@ -185,6 +187,37 @@ def tradeoff_intro(count: int) -> str:
             "nothing to plot."
         )
     return intro
+
+
+def quality_curves(curves: list[QualityCurve], metric: str, png: str | None) -> str:
+    if not curves:
+        return "No training record has a held-out evaluation: nothing to plot."
+    parts = [
+        "Every held-out evaluation of a run (--eval_every_epochs, and the last one), against "
+        "epochs trained and against wall time since run_start; the time to target is from "
+        "run_start to the end of the first evaluation that reached the target (docs/score.md)."
+    ]
+    if png:
+        parts.append(image(png, "Quality during training"))
+    summary = [
+        [
+            c.run_id,
+            len(c.points),
+            cell(c.target),
+            cell(c.time_to_target_s),
+            c.time_to_target_why or "",
+        ]
+        for c in curves
+    ]
+    parts.append(table(["run", "evaluations", "target", "time to target [s]", "why none"], summary))
+    points = [
+        [c.run_id, cell(p.epoch), cell(p.wall_s), cell(p.ensemble), cell(p.member_mean)]
+        for c in curves
+        for p in c.points
+    ]
+    headers = ["run", "epoch", "wall time [s]", f"ensemble {metric}", f"member mean {metric}"]
+    parts.append(table(headers, points))
+    return "\n\n".join(parts)
 
 
 def mfu(rows: list[MfuRow], png: str | None) -> str:

@@ -12,7 +12,14 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator, PercentFormatter
 
-from hpcai_jax.report.series import MfuRow, RoofPoint, ScalePoint, StreamRun, TradePoint
+from hpcai_jax.report.series import (
+    MfuRow,
+    QualityCurve,
+    RoofPoint,
+    ScalePoint,
+    StreamRun,
+    TradePoint,
+)
 from hpcai_jax.report.units import prefix, seconds
 
 DPI = 100
@@ -102,6 +109,50 @@ def tradeoff(points: list[TradePoint], sys_scale: int, metric: str, path: Path) 
     ax.set_title(f"Quality against training time, Sys_scale = {sys_scale}")
     ax.grid(**GRID)
     ax.legend(fontsize="small")
+    _save(fig, path)
+
+
+def quality_curves(curves: list[QualityCurve], metric: str, path: Path) -> None:
+    """Held-out quality during training, against epochs and against wall time since run_start:
+    each run's ensemble (solid) and member mean (dashed) in its colour, the target as a dotted
+    line, and a run's time to target as a vertical mark on the time panel."""
+    fig = Figure(figsize=(11.0, 4.6), layout="constrained")
+    scale, unit = seconds([p.wall_s for c in curves for p in c.points])
+    panels = (
+        ("epochs trained", lambda p: p.epoch),
+        (f"wall time since run_start [{unit}]", lambda p: p.wall_s / scale),
+    )
+    for i, (xlabel, x) in enumerate(panels):
+        ax = fig.add_subplot(1, 2, i + 1, sharey=fig.axes[0] if i else None)
+        for j, c in enumerate(curves):
+            ax.plot(
+                [x(p) for p in c.points],
+                [p.ensemble for p in c.points],
+                "o-",
+                color=f"C{j}",
+                label=f"{c.run_id}: ensemble",
+            )
+            mean = [(x(p), p.member_mean) for p in c.points if p.member_mean is not None]
+            if mean:
+                ax.plot(
+                    *zip(*mean, strict=True),
+                    "s--",
+                    color=f"C{j}",
+                    mfc="none",
+                    alpha=0.7,
+                    label=f"{c.run_id}: member mean",
+                )
+            if i and c.time_to_target_s is not None:
+                ax.axvline(c.time_to_target_s / scale, color=f"C{j}", ls=":", lw=1.0)
+        for target in sorted({c.target for c in curves if c.target is not None}):
+            ax.axhline(target, color="0.3", ls=":", lw=1.2, label=f"target {target:g}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"held-out {metric}")
+        ax.grid(**GRID)
+    fig.axes[0].set_title("Quality against epochs")
+    fig.axes[1].set_title("Quality against wall time (dotted: time to target)")
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize="small")
     _save(fig, path)
 
 

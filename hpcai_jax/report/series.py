@@ -125,6 +125,53 @@ def quality_metric(records: list[Record]) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class CurvePoint:
+    epoch: float
+    wall_s: float
+    ensemble: float
+    member_mean: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityCurve:
+    """One run's held-out evaluations during training (quality.curve), its target and its time
+    to target (the record's own, with its why when there is none)."""
+
+    run_id: str
+    target: float | None
+    points: list[CurvePoint]
+    time_to_target_s: float | None
+    time_to_target_why: str | None
+
+
+def quality_curves(records: list[Record]) -> list[QualityCurve]:
+    """The runs whose record has evaluation points, by run id (records older than the curve
+    have none)."""
+    out = []
+    for r in sorted(records, key=lambda r: r.run_id):
+        points = [
+            CurvePoint(
+                epoch=float(p["epoch"]),
+                wall_s=float(p["wall_s"]),
+                ensemble=float(p["ensemble"]),
+                member_mean=number(p.get("member_mean")),
+            )
+            for p in field(r.data, "quality.curve") or []
+        ]
+        if points:
+            out.append(
+                QualityCurve(
+                    run_id=r.run_id,
+                    target=number(field(r.data, "quality.target")),
+                    points=points,
+                    time_to_target_s=number(r.data.get("time_to_target_s")),
+                    time_to_target_why=r.data.get("time_to_target_why"),
+                )
+            )
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
 class MfuRow:
     run_id: str
     sys_scale: int
