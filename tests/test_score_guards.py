@@ -146,9 +146,9 @@ def run(tmp_path_factory):
         saves.append(step)
         return real_save(self, step, state, meta)
 
-    def evaluate(setup, state, pruned=frozenset()):
+    def evaluate(setup, state, pruned=frozenset(), **kwargs):
         clock.advance(EVAL_S)
-        quality = real_evaluate(setup, state, pruned)
+        quality = real_evaluate(setup, state, pruned, **kwargs)
         evaluated.append((setup, state, pruned, quality))
         return quality
 
@@ -190,13 +190,20 @@ def test_steady_window_holds_the_steps_and_nothing_else(run):
     assert t["eval_s"] == pytest.approx(EVAL_S)
     assert t["total_wall_s"] == pytest.approx(run.now)
     assert run.now == pytest.approx(COMPILE_S + sum(STEP_S) + SAVES * SAVE_S + EVAL_S)
-    # Eq. 6: (FLOPs per step / M) × useful member-steps / timed seconds.
+    # The steady figure: (FLOPs per step / M) × useful member-steps / timed seconds.
     f, m = record["flops"], record["metrics"]
     assert f["useful_member_steps"] == f["timed_member_steps"] == STEPS * M
     assert f["per_step"] > 0
-    assert m["flops_per_s"] == pytest.approx(f["per_step"] * STEPS / sum(STEP_S))
+    assert m["flops_per_s_steady"] == pytest.approx(f["per_step"] * STEPS / sum(STEP_S))
     assert m["images_per_s"] == pytest.approx(M * B * STEPS / sum(STEP_S))
-    assert m["mfu_measured"] == pytest.approx(m["flops_per_s"] / 8 / 1e9)
+    assert m["mfu_measured"] == pytest.approx(m["flops_per_s_steady"] / 8 / 1e9)
+    # Eq. 6 over the one completed epoch (steps 0-3): its steps and the save after step 2 (the
+    # save after step 4, on the boundary, belongs to the next epoch); no compile, no evaluation.
+    spe = N // B
+    (epoch,) = record["epochs"]
+    assert (epoch["index"], epoch["first_step"], epoch["steps"]) == (1, 0, spe)
+    assert epoch["wall_s"] == pytest.approx(sum(STEP_S[:spe]) + SAVE_S)
+    assert m["flops_per_s"] == pytest.approx(f["per_step"] * spe / epoch["wall_s"])
 
 
 def _mlp(params: dict, x: np.ndarray) -> np.ndarray:
