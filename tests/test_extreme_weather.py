@@ -8,7 +8,7 @@ import json
 import jax
 import numpy as np
 import pytest
-from helpers import run_main, train_alone
+from helpers import run_in_process, train_alone
 from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
@@ -113,7 +113,7 @@ def test_ensemble_does_not_depend_on_member_order(trained):
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ew")
-    proc = run_main(
+    proc = run_in_process(
         "--workload=extreme_weather",
         "--model=faster_rcnn_small",
         "--dataset=synthetic_climate",
@@ -160,7 +160,7 @@ def test_cli_run_states_the_detector_stages_share_of_flops(cli_run):
 
 
 def test_bad_image_size_is_one_line_on_the_command_line(tmp_path):
-    proc = run_main(
+    proc = run_in_process(
         "--workload=extreme_weather",
         "--model=faster_rcnn_small",
         "--dataset=synthetic_climate",
@@ -168,7 +168,6 @@ def test_bad_image_size_is_one_line_on_the_command_line(tmp_path):
         "--target_quality=0.35",
         "--steps=1",
         f"--results_dir={tmp_path}",
-        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from helpers import run_main
+from helpers import run_in_process
 from PIL import Image
 
 from hpcai_jax import config as C
@@ -179,7 +179,7 @@ def test_data_workers_flag_is_checked():
 
 
 def test_main_trains_a_jpeg_set_through_the_workers(jpeg_dir, tmp_path):
-    proc = run_main(
+    proc = run_in_process(
         "--dataset=tiny_jpeg",
         f"--data_dir={jpeg_dir}",
         f"--image_size={SIZE}",

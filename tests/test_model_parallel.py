@@ -7,7 +7,7 @@ import json
 import jax
 import numpy as np
 import pytest
-from helpers import run_main, tiny_config
+from helpers import run_in_process, tiny_config
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import config as C
@@ -132,7 +132,7 @@ def test_unsupported_options_fail_in_one_line(mesh, model, message):
 
 
 def test_record_names_the_split_and_its_traffic(tmp_path):
-    proc = run_main(
+    proc = run_in_process(
         "--ensemble_size=2",
         "--parallel_degree=2",
         "--model_parallel=2",
@@ -146,7 +146,6 @@ def test_record_names_the_split_and_its_traffic(tmp_path):
         "--target_quality=0.9",
         "--grad_allreduce_dtype=bfloat16",
         f"--results_dir={tmp_path}",
-        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = tmp_path.glob("*.json")
