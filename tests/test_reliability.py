@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
+from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subprocess_env
 
 from hpcai_jax.engine.checkpoint import Checkpointer
 
@@ -98,7 +98,9 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     assert 10 <= stopped_at < 2 * 8
     assert partial["data"]["steps_per_epoch"] == 8
 
-    resumed = run_in_process(
+    # The resume in a process of its own, as on a cluster: nothing cached in memory by an
+    # earlier run (the sampler's epoch orders, say) can stand in for what it must rebuild.
+    resumed = run_main(
         *RUN,
         f"--steps={STEPS}",
         "--run_name=interrupted",
