@@ -72,7 +72,8 @@ def _compliance(f: derive.Findings, run: Run, workdir: Path) -> None:
     )
     if proc.returncode != 0:
         text = (proc.stderr + proc.stdout).splitlines()
-        why = next((ln for ln in text if "CHECK for" in ln or "Required" in ln), None)
+        marks = ("CHECK for", "Required", "failed test", "Failed executing")
+        why = next((ln for ln in text if any(m in ln for m in marks)), None)
         why = why or next((ln for ln in text if "FAILED" in ln or "Error" in ln), "failed")
         f.fail(
             f"{run.log.path.name} fails the MLLOG compliance checker ({mllog.RULESET.name}): {why.strip()}"
