@@ -8,8 +8,12 @@ submission info (`--submission_org`, `--submission_platform`, the record's divis
 names and their processes' devices), `cache_clear`, `init_start`/`init_stop` (start-up: data,
 state, compilation),
 the run's settings (`seed`, `number_of_models` = M, `per_model_batch_size` = |B|,
-`global_batch_size` = M × |B|, Eq. 5's mesh, the optimizer), `run_start`, `epoch_start`/
-`epoch_stop` (1-based `epoch_num`, logged when a step is dispatched: no host sync),
+`global_batch_size` = M × |B|, Eq. 5's mesh, the optimizer), `flops_per_step` (the count of
+the compiled step FLOPS uses, with its source), `run_start`, `epoch_start`/`epoch_stop` (1-based
+`epoch_num`; `step_num`, `first_step` and `steps` in epoch_stop's metadata), both written when
+the epoch completes, at the clock readings of the record's epoch boundaries (so that
+epoch_stop − epoch_start is the record's `epochs[].wall_s` to the millisecond; the epoch's lines
+come after its last step is done, not when its first is dispatched),
 `eval_start`/`eval_stop`/`eval_accuracy` for every held-out evaluation (the ensemble's quality in
 the workload's metric; during training under --eval_every_epochs, between two epochs), the
 benchmark's `flops_per_s` (Eq. 6 over completed epochs: a run shorter than one epoch logs none,
@@ -64,24 +68,22 @@ def checker_command(log: str | Path, output: str | Path) -> list[str]:
 
 class MLLog:
     """The run's MLLOG writer; every method is a no-op without --mllog and on processes other
-    than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`, `step`,
-    `close_epoch`, `evaluated`, `run_stop`). Instants come as readings of the loop's clock, so
-    that the log and the record time the run alike."""
+    than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`,
+    `evaluated`, `run_stop`); engine/epochs.py's EpochTimer calls `epoch` as each epoch closes.
+    Instants come as readings of the loop's clock, so that the log and the record time the run
+    alike."""
 
     def __init__(
         self,
         mllogger=None,
         stream=None,
-        steps_per_epoch: int = 1,
         metric: str = "",
         clock=time.perf_counter,
     ):
         self._mllogger, self._stream, self._clock = mllogger, stream, clock
         self._anchor = (time.time(), clock())  # one wall-clock instant, as a clock reading
-        self._steps_per_epoch, self._metric = max(1, steps_per_epoch), metric
-        self._first = 0
-        self._epoch: int | None = None  # the open epoch (1-based)
-        self._last_epoch = 0
+        self._metric = metric
+        self._last_epoch = 0  # the last completed epoch (1-based)
         self._target = None
 
     @classmethod
@@ -112,7 +114,7 @@ class MLLog:
         logger = logging.Logger("hpcai_jax.mllog")  # unregistered: never reaches absl's root
         logger.addHandler(handler)
         writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
-        log = cls(writer, stream, setup.sampler.steps_per_epoch, setup.workload.metric, clock)
+        log = cls(writer, stream, setup.workload.metric, clock)
         log._header(setup, log._ms(wall_start), hosts)
         return log
 
@@ -193,35 +195,31 @@ class MLLog:
             early = key in ("cache_clear", "init_start")  # both belong to the run's start
             self._line(kind, key, value, metadata, start_ms if early else None, depth=1)
 
-    def init_stop(self) -> None:
+    def init_stop(self, flops_per_step: float | None = None, source: str = "") -> None:
+        """Start-up is over: the compiled step's FLOPs (what FLOPS uses; docs/score.md §4), then
+        init_stop."""
         if self._mllogger:
+            if flops_per_step is not None:
+                self._line("event", "flops_per_step", float(flops_per_step), {"source": source})
             self._line("end", "init_stop")
 
     def run_start(self, first_step: int, at: float) -> None:
         """Before the first step (`first_step` > 0 on a resumed run); `at` is the clock reading
         time to target counts from."""
         if self._mllogger:
-            self._first = first_step
             meta = {"first_step": first_step}
             self._line("start", "run_start", metadata=meta, time_ms=self._ms(at))
 
-    def step(self, step: int) -> None:
-        """Step `step` is about to be dispatched: closes the epoch it ends and opens the next one.
-        Integer arithmetic only."""
-        if not self._mllogger or (step % self._steps_per_epoch and step != self._first):
+    def epoch(self, epoch: dict, start: float, end: float) -> None:
+        """A completed epoch (engine/epochs.py's entry), booked between clock readings `start`
+        and `end`: its epoch_start and epoch_stop lines, at those readings."""
+        if not self._mllogger:
             return
-        if self._epoch is not None:
-            self._line("end", "epoch_stop", metadata={"epoch_num": self._epoch, "step_num": step})
-        self._epoch = step // self._steps_per_epoch + 1
-        self._line("start", "epoch_start", metadata={"epoch_num": self._epoch})
-
-    def close_epoch(self, steps_done: int) -> None:
-        """Closes the open epoch, if any: an evaluation follows, or training ended (all steps,
-        or an early stop)."""
-        if self._mllogger and self._epoch is not None:
-            stop = {"epoch_num": self._epoch, "step_num": steps_done}
-            self._line("end", "epoch_stop", metadata=stop)
-            self._last_epoch, self._epoch = self._epoch, None
+        index, first, steps = epoch["index"], epoch["first_step"], epoch["steps"]
+        self._line("start", "epoch_start", None, {"epoch_num": index}, self._ms(start), depth=1)
+        stop = {"epoch_num": index, "step_num": first + steps, "first_step": first, "steps": steps}
+        self._line("end", "epoch_stop", None, stop, self._ms(end), depth=1)
+        self._last_epoch = index
 
     def evaluated(self, quality, start: float, end: float) -> None:
         """The ensemble's held-out quality, evaluated between clock readings `start` and `end`,

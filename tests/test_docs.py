@@ -72,6 +72,8 @@ FOREIGN_PATHS = {
     "MBytes/sec",  # BabelStream's column heading
     "stats.json",  # written by the ExtremeWeather converter next to the data
     "pairs.json",  # an output file named on a command line
+    "system.json",  # written by `python -m hpcai_jax.submission pack` into a package
+    "resnet50-m8.json",  # a packed record in docs/submission.md's example failure line
 }
 # Commands of other tools: the flags after them are theirs.
 FOREIGN_COMMANDS = {

@@ -69,6 +69,15 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     assert value["flops_per_s"] == record["metrics"]["flops_per_s"]
     assert value["vflops_per_s"] == record["metrics"]["vflops_per_s"]
     assert first["epoch_start"]["metadata"]["epoch_num"] == 1
+    assert value["flops_per_step"] == record["flops"]["per_step"]
+    assert first["flops_per_step"]["metadata"]["source"] == record["flops"]["source"]
+    # An epoch's lines are at the record's epoch boundaries: its wall time to the millisecond.
+    starts = [x["time_ms"] for x in lines if x["key"] == "epoch_start"]
+    stops = [x for x in lines if x["key"] == "epoch_stop"]
+    assert [x["metadata"]["steps"] for x in stops] == [e["steps"] for e in record["epochs"]]
+    for start, stop, epoch in zip(starts, stops, record["epochs"], strict=True):
+        assert abs((stop["time_ms"] - start) / 1e3 - epoch["wall_s"]) < 0.002
+    assert abs(starts[0] - first["run_start"]["time_ms"]) <= 1  # the first starts at run_start
     assert lines[-1]["key"] == "run_stop" and lines[-1]["metadata"]["status"] == "success"
     assert first["run_start"]["metadata"]["file"] == "hpcai_jax/engine/loop.py"
     # Every workload, optimizer and schedule the engine runs is one the ruleset accepts.
@@ -96,6 +105,9 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         ("submission_division", {"value": "closed"}, "CHECK for 'submission_division' failed"),
         # A run shorter than one epoch has no Eq. 6 figure: nothing a ranking can take.
         ("flops_per_s", None, "Required EXACTLY_ONE occurrence of 'flops_per_s' but found 0"),
+        # FLOPs per step: its own line, the figure flops_per_s names.
+        ("flops_per_step", {"value": 1.0}, "s['values']['flops_per_step']"),
+        ("epoch_stop", {"metadata": {"epoch_num": 1, "step_num": 2}}, "v['metadata']['steps']"),
     ],
     ids=[
         "no-run_stop",
@@ -107,6 +119,8 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         "no-nodes",
         "closed-with-violations",
         "no-eq6",
+        "flops-per-step",
+        "epoch-without-steps",
     ],
 )
 def test_broken_log_fails_the_checker(good_run, tmp_path, key, edit, expected):
@@ -155,7 +169,7 @@ def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):
     assert not (tmp_path / "x").exists()
     # Without --mllog every call is a no-op.
     off = mllog.MLLog.start(SimpleNamespace(config=C.RunConfig()), 0.0)
+    off.init_stop(1.0, "xla_cost_analysis")
     off.run_start(0, 0.0)
-    off.step(0)
-    off.close_epoch(1)
+    off.epoch({"index": 1, "first_step": 0, "steps": 1}, 0.0, 1.0)
     off.evaluated(None, 0.0, 1.0)

@@ -353,7 +353,7 @@ def _train(
 
     built = _compile(setup, state, progress, bandwidth)
     compiled = built.compiled
-    mlog.init_stop()
+    mlog.init_stop(built.flops.train_step_flops, built.flops.train_step_flops_source)
 
     guard = PreemptionGuard()
     watch = DivergenceWatch(progress, rc.on_divergence)
@@ -381,11 +381,13 @@ def _train(
 
     prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
     timer = StepClock(
-        progress, timed_from, prefetch, EpochTimer(progress, steps_per_epoch, run_start)
+        progress,
+        timed_from,
+        prefetch,
+        EpochTimer(progress, steps_per_epoch, run_start, mlog.epoch),
     )
     try:
         for step in range(first, setup.total_steps):
-            mlog.step(step)  # epoch_start / epoch_stop at epoch boundaries
             batch = prefetch.next()
             if injection and injection[1] == step:
                 state = _poison(state, injection[0])
@@ -411,7 +413,6 @@ def _train(
                 if reason:
                     status = "invalid"
                     break
-                mlog.close_epoch(done)
                 with timer.paused(evaluation=True):
                     quality = _evaluate(setup, state, progress, mlog, since_start, oob=False)
                 last_eval = (done, quality)
@@ -426,7 +427,6 @@ def _train(
                 with timer.paused():
                     save(done)
         timer.flush()
-        mlog.close_epoch(progress.step)
         if status == "complete":
             reason = watch.check(keep_last=False)
             status = "invalid" if reason else status

@@ -1,0 +1,16 @@
+"""`python -m hpcai_jax.submission`: a submission package anyone can re-check.
+
+`pack RUN_RECORDS... --out=DIR` gathers each training record, the MLLOG it names, its whole
+configuration as a flagfile and a description of the system into one folder; `check DIR`
+re-derives every headline figure of it from the MLLOG lines and the records, runs the MLLOG
+compliance check and re-applies the division rules; `check --recount DIR` also recounts the FLOPs
+per step from each flagfile (`--mode=flops`). docs/submission.md walks a centre through it.
+
+A package holds, per run, `<run_id>.json` (the record as the run wrote it), `<run_id>.mllog`
+and `<run_id>.flags`, and once `system.json` and `README.md` (the score table).
+"""
+
+from __future__ import annotations
+
+SYSTEM, README = "system.json", "README.md"
+RECORD, MLLOG, FLAGS = ".json", ".mllog", ".flags"

@@ -1,0 +1,61 @@
+"""`python -m hpcai_jax.submission pack RUN_RECORDS... --out=DIR [--system_json=FILE]` and
+`python -m hpcai_jax.submission check DIR [--recount]`. check prints PASS (exit 0) or one line
+per failure (exit 1); bad input (a record without an MLLOG, a malformed package) is one line on
+stderr and exit 2, like `python -m hpcai_jax.main`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hpcai_jax.errors import UsageError
+
+PROG = "hpcai_jax.submission"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    commands = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    pack = commands.add_parser("pack", help="gather training records into a package")
+    pack.add_argument("records", nargs="+", metavar="RUN_RECORDS", help="record files or folders")
+    pack.add_argument("--out", required=True, help="the package folder (new, or empty)")
+    pack.add_argument(
+        "--system_json", help="a JSON object merged into system.json (the interconnect, ...)"
+    )
+    check = commands.add_parser("check", help="re-derive and check a package's figures")
+    check.add_argument("package", metavar="DIR")
+    check.add_argument(
+        "--recount", action="store_true", help="also recount FLOPs per step (--mode=flops)"
+    )
+    return p
+
+
+def run(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "pack":
+        from hpcai_jax.submission.pack import pack
+
+        print(f"package: {pack(args.records, args.out, args.system_json)}")
+        return 0
+    from hpcai_jax.submission.check import check
+
+    failures = check(args.package, args.recount)
+    print("\n".join(failures) if failures else "PASS")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""`check DIR [--recount]`: re-derives a package's figures (derive.py), runs the MLLOG
+compliance checker with the shipped ruleset, re-applies the division rules to each packed
+flagfile, and with --recount recounts the FLOPs per step (recount.py). Returns the failure
+lines; a malformed package is a UsageError."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+from hpcai_jax import mllog, rules
+from hpcai_jax.engine.mesh import MeshLayout
+from hpcai_jax.errors import UsageError
+from hpcai_jax.submission import FLAGS, MLLOG, RECORD, SYSTEM, derive, flagfile, recount
+from hpcai_jax.submission.logfile import Log
+
+
+class Run(NamedTuple):
+    id: str
+    record: dict
+    log: Log
+    flags: Path
+
+
+def load(folder: str) -> list[Run]:
+    """Every run of a package; UsageError (one line) on a missing file or unreadable JSON."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise UsageError(f"{folder}: not a folder (a package from `pack --out`)")
+    files = sorted(p for p in root.glob(f"*{RECORD}") if p.name != SYSTEM)
+    if not files:
+        raise UsageError(f"{folder}: no run records (<run_id>.json): not a submission package")
+    if not (root / SYSTEM).is_file():
+        raise UsageError(f"{folder}: no {SYSTEM}: not a complete submission package")
+    runs = []
+    for path in files:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise UsageError(f"{path}: not a readable JSON record ({e})") from None
+        run = path.name.removesuffix(RECORD)
+        if not isinstance(record, dict) or record.get("run_id") != run:
+            raise UsageError(f"{path}: not the record of run {run} (its run_id differs)")
+        for suffix in (MLLOG, FLAGS):
+            if not (root / f"{run}{suffix}").is_file():
+                raise UsageError(f"{root / (run + suffix)}: missing (run {run} is in the package)")
+        runs.append(Run(run, record, Log(root / f"{run}{MLLOG}"), root / f"{run}{FLAGS}"))
+    return runs
+
+
+def _layout(mesh: dict) -> MeshLayout:
+    return MeshLayout(
+        mesh["ensemble_size"],
+        mesh["members_per_device"],
+        mesh["parallel_degree"],
+        mesh["num_devices"],
+        mesh.get("model_parallel", 1),
+    )
+
+
+def _compliance(f: derive.Findings, run: Run, workdir: Path) -> None:
+    proc = subprocess.run(
+        mllog.checker_command(run.log.path, workdir / f"{run.id}.checker.log"),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        text = (proc.stderr + proc.stdout).splitlines()
+        marks = ("CHECK for", "Required", "failed test", "Failed executing")
+        why = next((ln for ln in text if any(m in ln for m in marks)), None)
+        why = why or next((ln for ln in text if "FAILED" in ln or "Error" in ln), "failed")
+        f.fail(
+            f"{run.log.path.name} fails the MLLOG compliance checker ({mllog.RULESET.name}): {why.strip()}"
+        )
+
+
+def _division(f: derive.Findings, run: Run, config, rec: str, lg: str) -> None:
+    record = run.record
+    sizes = rules.SplitSizes(
+        record["data"]["train_examples"], record["data"]["eval_examples"] or None
+    )
+    judged = rules.judge(config, _layout(record["mesh"]), sizes)
+    how = f"by rules.judge on {run.flags.name} (layout from the record's mesh, sizes from its data)"
+    f.same(f"{rec} submission.division", record["submission"]["division"], judged.division, how)
+    f.same(
+        f"{rec} submission.violations",
+        record["submission"]["violations"],
+        list(judged.violations),
+        how,
+    )
+    line = run.log.one("submission_division") or {}
+    f.same(f"{lg} submission_division", line.get("value"), judged.division, how)
+    f.same(
+        f"{lg} submission_division violations",
+        (line.get("metadata") or {}).get("violations"),
+        list(judged.violations),
+        how,
+    )
+    # The sizes and layout judged are the ones the log states the run had.
+    for key, want in (
+        ("train_samples", record["data"]["train_examples"]),
+        ("eval_samples", record["data"]["eval_examples"]),
+        ("number_of_devices", record["mesh"]["num_devices"]),
+        ("parallel_degree", record["mesh"]["parallel_degree"]),
+        ("members_per_device", record["mesh"]["members_per_device"]),
+        ("model_parallel", record["mesh"].get("model_parallel", 1)),
+    ):
+        f.same(f"{lg} {key}", run.log.value(key), want, f"({rec} data/mesh)")
+
+
+def check_run(run: Run, workdir: Path, recount_flops: bool) -> list[str]:
+    f = derive.Findings(run.id)
+    rec, lg, record = f"{run.id}{RECORD}", run.log.path.name, run.record
+    config = flagfile.read(run.flags)
+    if flagfile.comparable(config.to_dict()) != flagfile.comparable(record["config"]):
+        f.fail(f"{run.flags.name} is not the configuration of {rec} config")
+    f.same(f"{rec} mode", record.get("mode"), "train", "(a submission holds training runs)")
+    f.same(f"{rec} status", record.get("status"), "complete", "(only a complete run scores)")
+    _compliance(f, run, workdir)
+    _division(f, run, config, rec, lg)
+    target = config.quality_target() if config.scored else None
+    derive.scores(f, record, run.log, target, rec, lg)
+    if recount_flops:
+        recount.recount(f, run.flags, record, workdir, rec)
+    return f.lines
+
+
+def check(folder: str, recount_flops: bool = False) -> list[str]:
+    """Failure lines of every run of the package at `folder` (empty: it passes)."""
+    if importlib.util.find_spec("mlperf_logging") is None:
+        raise UsageError(f"check runs the MLLOG compliance checker: {mllog.INSTALL}")
+    runs = load(folder)
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="hpcai_jax_check_") as tmp:
+        for run in runs:
+            failures += check_run(run, Path(tmp), recount_flops)
+    return failures

@@ -1,0 +1,62 @@
+"""An MLLOG file's lines, read as `check` needs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hpcai_jax.errors import UsageError
+
+PREFIX = ":::MLLOG "
+
+
+class Log:
+    """The lines of one MLLOG file, in file order."""
+
+    def __init__(self, path: Path):
+        self.path, self.lines = path, []
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.startswith(PREFIX):
+                continue
+            try:
+                self.lines.append(json.loads(line[len(PREFIX) :]))
+            except ValueError:
+                raise UsageError(f"{path}:{number}: not an MLLOG line (bad JSON)") from None
+
+    def all(self, key: str) -> list[dict]:
+        return [line for line in self.lines if line.get("key") == key]
+
+    def one(self, key: str) -> dict | None:
+        """The first line of `key`, or None."""
+        found = self.all(key)
+        return found[0] if found else None
+
+    def value(self, key: str):
+        line = self.one(key)
+        return None if line is None else line.get("value")
+
+    def epochs(self) -> dict[int, tuple[dict, dict]]:
+        """epoch_num → (its epoch_start line, its epoch_stop line), for epochs with both."""
+        starts, out = {}, {}
+        for line in self.lines:
+            num = (line.get("metadata") or {}).get("epoch_num")
+            if line.get("key") == "epoch_start":
+                starts[num] = line
+            elif line.get("key") == "epoch_stop" and num in starts:
+                out[num] = (starts[num], line)
+        return out
+
+    def evaluations(self) -> list[tuple[dict, dict]]:
+        """(eval_stop line, the eval_accuracy line after it) per evaluation, in order."""
+        out, stop = [], None
+        for line in self.lines:
+            if line.get("key") == "eval_stop":
+                stop = line
+            elif line.get("key") == "eval_accuracy" and stop is not None:
+                out.append((stop, line))
+                stop = None
+        return out

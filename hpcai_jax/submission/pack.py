@@ -1,0 +1,143 @@
+"""`pack RUN_RECORDS... --out=DIR`: one folder holding each run's record, its MLLOG, its
+configuration as a flagfile, the system description and a README with the score table. The
+package is written into a temporary folder beside DIR and renamed into place: a failed pack
+leaves nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from hpcai_jax.errors import UsageError
+from hpcai_jax.results import cell
+from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, system
+
+
+def _records(paths: list[str]) -> list[tuple[Path, dict]]:
+    """(file, record) of every training record: files as given, folders' *.json that are."""
+    out = []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            for file in sorted(path.glob("*.json")):
+                record = _load(file)
+                if record.get("mode") == "train":
+                    out.append((file, record))
+            continue
+        record = _load(path)
+        if record.get("mode") != "train":
+            raise UsageError(
+                f"{path}: a --mode={record.get('mode')} record; pack takes training runs"
+            )
+        out.append((path, record))
+    if not out:
+        raise UsageError(f"no training record in {' '.join(paths)}")
+    ids = [r["run_id"] for _, r in out]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise UsageError(f"run id {twice[0]} given twice: a package holds each run once")
+    return out
+
+
+def _load(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
+    except ValueError as e:
+        raise UsageError(f"{path}: not a JSON record ({e})") from None
+    if not isinstance(record, dict) or "run_id" not in record:
+        raise UsageError(f"{path}: not a hpcai_jax record (no run_id)")
+    return record
+
+
+def _mllog(path: Path, record: dict) -> Path:
+    log = record.get("mllog")
+    if not log:
+        raise UsageError(
+            f"{path}: run {record['run_id']} names no MLLOG: a submission needs its run made "
+            "with --mllog=PATH"
+        )
+    if not Path(log).is_file():
+        raise UsageError(f"{path}: its MLLOG {log} (--mllog) does not exist")
+    return Path(log)
+
+
+def score_table(records: list[dict]) -> str:
+    head = (
+        "| run | division | M | P_degree | devices | FLOPS (Eq. 6) | quality | target | penalty "
+        "| VFLOPS | time to target [s] |"
+    )
+    rows = [head, "|" + " --- |" * 11]
+    for r in records:
+        m, q, mesh = r["metrics"], r["quality"], r["mesh"]
+        cells = [
+            r["run_id"],
+            r["submission"]["division"],
+            str(mesh["ensemble_size"]),
+            str(mesh["parallel_degree"]),
+            f"{mesh['num_devices']} × {r['provenance'].get('device_kind')}",
+            cell(m.get("flops_per_s")),
+            cell(q.get("ensemble"), "{:.4f}"),
+            cell(q.get("target"), "{:g}"),
+            cell(m.get("penalty")),
+            cell(m.get("vflops_per_s")),
+            cell(r.get("time_to_target_s"), "{:.1f}"),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def readme(records: list[dict]) -> str:
+    return f"""# HPC AI500 V3.0 submission (hpcai_jax)
+
+{score_table(records)}
+
+FLOPS is Eq. 6 (an epoch's training FLOPs over its wall time, Σ over the run's epochs), VFLOPS =
+FLOPS × penalty, penalty = (quality / target)^n; time to target runs from run_start to the end of
+the first evaluation that reached the target.
+
+Per run: `<run_id>.json` (the record as the run wrote it), `<run_id>.mllog` (its MLPerf-style
+log) and `<run_id>.flags` (its whole configuration: `python -m hpcai_jax.main
+--flagfile=<run_id>.flags` reruns it). `system.json` describes the system.
+
+Re-check every figure from the logs and records (and recount the FLOPs per step from the
+flagfiles with `--recount`):
+
+    python -m hpcai_jax.submission check . [--recount]
+"""
+
+
+def pack(paths: list[str], out: str, system_json: str | None = None) -> Path:
+    target = Path(out)
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"--out={out}: already exists and is not empty; pack writes a new folder")
+    found = _records(paths)
+    logs = [_mllog(path, record) for path, record in found]
+    flag_lines = [flagfile.lines(r["config"], str(p)) for p, r in found]
+    records = [r for _, r in found]
+    described = system.describe(records, system.user_file(system_json))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as e:
+        raise UsageError(f"--out={out}: cannot create it ({e.strerror})") from None
+    try:
+        for (path, record), log, lines in zip(found, logs, flag_lines, strict=True):
+            run = record["run_id"]
+            shutil.copyfile(path, tmp / f"{run}{RECORD}")
+            shutil.copyfile(log, tmp / f"{run}{MLLOG}")
+            header = f"# run {run}: its configuration, rebuilt from the record's config section\n"
+            (tmp / f"{run}{FLAGS}").write_text(header + "\n".join(lines) + "\n")
+        (tmp / SYSTEM).write_text(json.dumps(described, indent=2) + "\n")
+        (tmp / README).write_text(readme(records))
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,212 @@
+"""`python -m hpcai_jax.submission`: the session's tiny run packed, then checked: it passes, and
+copies tampered with in the record, in the log, or in both consistently fail, naming the field.
+Everything runs in this process (the compliance checker is its own subprocess), but for one
+`--mode=flops` subprocess under --recount."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hpcai_jax.submission.__main__ import main
+
+RUN = "real-train"
+
+
+def _cli(capsys, *argv) -> tuple[int, list[str], list[str]]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out.splitlines(), err.splitlines()
+
+
+@pytest.fixture(scope="module")
+def package(tiny_run, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("submission")
+    system = folder / "site.json"
+    system.write_text(json.dumps({"interconnect": "none: one host"}))
+    out = folder / "package"
+    assert (
+        main(
+            [
+                "pack",
+                str(tiny_run.results / f"{RUN}.json"),
+                f"--out={out}",
+                f"--system_json={system}",
+            ]
+        )
+        == 0
+    )
+    return out
+
+
+def _lines(log: Path) -> list[dict]:
+    return [json.loads(line.removeprefix(":::MLLOG ")) for line in log.read_text().splitlines()]
+
+
+def _write_lines(log: Path, lines: list[dict]) -> None:
+    log.write_text("".join(":::MLLOG " + json.dumps(line) + "\n" for line in lines))
+
+
+def _tampered(package: Path, tmp_path: Path, record=None, log=None) -> Path:
+    """A copy of the package with `record(dict)` and `log(list of lines)` applied in place."""
+    copy = tmp_path / "tampered"
+    shutil.copytree(package, copy)
+    if record:
+        path = copy / f"{RUN}.json"
+        data = json.loads(path.read_text())
+        record(data)
+        path.write_text(json.dumps(data))
+    if log:
+        path = copy / f"{RUN}.mllog"
+        lines = _lines(path)
+        log(lines)
+        _write_lines(path, lines)
+    return copy
+
+
+def _key(lines: list[dict], key: str) -> list[dict]:
+    return [line for line in lines if line["key"] == key]
+
+
+def test_pack_then_check_passes(package, tiny_run, capsys):
+    names = sorted(p.name for p in package.iterdir())
+    assert names == ["README.md", f"{RUN}.flags", f"{RUN}.json", f"{RUN}.mllog", "system.json"]
+    assert (package / f"{RUN}.mllog").read_text() == tiny_run.mllog.read_text()
+    flags = (package / f"{RUN}.flags").read_text()
+    assert "--ensemble_size=4\n" in flags and "--submission_org=Test Org\n" in flags
+    assert "--process_id" not in flags and "--coordinator_address" not in flags
+    system = json.loads((package / "system.json").read_text())
+    assert system["interconnect"] == "none: one host"
+    assert system["devices"] == [{"kind": "cpu", "count": 8}]
+    assert system["runs"][RUN]["hosts"] and "packing_host" in system
+    assert system["software"]["jax"]
+    readme = (package / "README.md").read_text()
+    assert f"| {RUN} | open | 4 | 4 | 8 × cpu |" in readme
+    assert _cli(capsys, "check", package) == (0, ["PASS"], [])
+
+
+def _fails(capsys, folder, *fragments) -> list[str]:
+    code, out, err = _cli(capsys, "check", folder)
+    assert code == 1 and not err, (out, err)
+    assert any(all(f in line for f in fragments) for line in out), out
+    return out
+
+
+def test_a_number_edited_in_the_record_only(package, tmp_path, capsys):
+    def edit(r):
+        r["metrics"]["flops_per_s"] *= 1.2
+
+    out = _fails(
+        capsys,
+        _tampered(package, tmp_path, record=edit),
+        f"run {RUN}: {RUN}.json metrics.flops_per_s",
+        "re-derived from epochs (FLOPs per step × steps ÷ MLLOG epoch times)",
+    )
+    assert all(line.startswith(f"run {RUN}: ") for line in out)
+
+
+def test_a_time_edited_in_the_log_only(package, tmp_path, capsys):
+    def edit(lines):
+        _key(lines, "epoch_stop")[0]["time_ms"] += 50  # epoch 1 took 50 ms longer
+
+    _fails(
+        capsys,
+        _tampered(package, tmp_path, log=edit),
+        f"run {RUN}: {RUN}.json epochs[0].wall_s",
+        f"from {RUN}.mllog epoch_stop − epoch_start",
+    )
+
+
+@pytest.mark.parametrize("key", ["flops_per_s", "vflops_per_s"])
+def test_an_edit_made_in_both_breaks_the_arithmetic(package, tmp_path, capsys, key):
+    def record(r):
+        r["metrics"][key] *= 2
+
+    def log(lines):
+        _key(lines, key)[0]["value"] *= 2
+
+    how = "re-derived from epochs" if key == "flops_per_s" else "re-derived (Eq. 6 FLOPS × penalty)"
+    copy = _tampered(package, tmp_path, record=record, log=log)
+    out = _fails(capsys, copy, f"{RUN}.json metrics.{key}", how)
+    assert any(f"{RUN}.mllog {key}" in line and how in line for line in out), out
+
+
+def test_a_closed_claim_for_an_open_configuration(package, tmp_path, capsys):
+    def record(r):
+        r["submission"] = {"division": "closed", "violations": []}
+
+    def log(lines):
+        line = _key(lines, "submission_division")[0]
+        line["value"], line["metadata"]["violations"] = "closed", []
+
+    copy = _tampered(package, tmp_path, record=record, log=log)
+    _fails(capsys, copy, f"{RUN}.json submission.division 'closed' != 'open'", "rules.judge")
+
+
+def test_recount(package, tiny_run, tmp_path, capsys):
+    """The real run and a copy whose FLOPs per step were scaled consistently everywhere (so
+    that everything but the recount passes): one --mode=flops subprocess counts both."""
+    scale, fake = 1.5, "scaled-flops"
+    record = json.loads((package / f"{RUN}.json").read_text())
+    record["run_id"] = record["config"]["results"]["run_name"] = fake
+    record["flops"]["per_step"] *= scale
+    for epoch in record["epochs"]:
+        epoch["flops"] *= scale
+        epoch["flops_per_s"] *= scale
+    for key in ("flops_per_s", "vflops_per_s"):
+        record["metrics"][key] *= scale
+    lines = _lines(package / f"{RUN}.mllog")
+    _key(lines, "flops_per_step")[0]["value"] *= scale
+    flops = _key(lines, "flops_per_s")[0]
+    flops["value"] *= scale
+    flops["metadata"]["per_step"] *= scale
+    _key(lines, "vflops_per_s")[0]["value"] *= scale
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    record["mllog"] = str(runs / f"{fake}.mllog")
+    _write_lines(runs / f"{fake}.mllog", lines)
+    (runs / f"{fake}.json").write_text(json.dumps(record))
+    both = tmp_path / "both"
+    assert (
+        main(["pack", str(package / f"{RUN}.json"), str(runs / f"{fake}.json"), f"--out={both}"])
+        == 0
+    )
+    capsys.readouterr()
+    # Consistent everywhere: only the recount can tell.
+    assert _cli(capsys, "check", both) == (0, ["PASS"], [])
+    code, out, err = _cli(capsys, "check", "--recount", both)
+    assert code == 1 and not err
+    per_step = tiny_run.record["flops"]["per_step"]
+    assert out == [
+        f"run {fake}: {fake}.json flops.per_step {per_step * scale:.6g} != {per_step:.6g} "
+        f"recounted by --mode=flops from {fake}.flags on 8 CPU devices (± 1 %)"
+    ]
+
+
+def test_one_line_errors(tiny_run, package, tmp_path, capsys):
+    record = dict(tiny_run.record, mllog=None)
+    path = tmp_path / "no-log.json"
+    path.write_text(json.dumps(record))
+    code, out, err = _cli(capsys, "pack", path, f"--out={tmp_path / 'out'}")
+    assert code == 2 and len(err) == 1 and not out
+    assert (
+        str(path) in err[0]
+        and "--mllog" in err[0]
+        and err[0].startswith("hpcai_jax.submission: error: ")
+    )
+    assert not (tmp_path / "out").exists()
+    # A package's folder is never overwritten.
+    code, _, err = _cli(capsys, "pack", tiny_run.results / f"{RUN}.json", f"--out={package}")
+    assert code == 2 and len(err) == 1 and "not empty" in err[0]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = _cli(capsys, "check", empty)
+    assert code == 2 and len(err) == 1 and "no run records" in err[0] and not out
+    broken = tmp_path / "broken"
+    shutil.copytree(package, broken)
+    (broken / f"{RUN}.json").write_text("{not json")
+    code, _, err = _cli(capsys, "check", broken)
+    assert code == 2 and len(err) == 1 and f"{RUN}.json" in err[0]
