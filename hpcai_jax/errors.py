@@ -8,3 +8,15 @@ class UsageError(Exception):
     """
 
     exit_code = 2
+
+
+def tool_main(prog: str, run, argv: list[str]) -> int:
+    """A command-line tool's main: `run(argv)` gives the exit code; a UsageError ends in one
+    line on stderr, `PROG: error: ...`, and its exit code."""
+    import sys
+
+    try:
+        return run(argv)
+    except UsageError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return e.exit_code

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import output
 from hpcai_jax.report.build import write_report
 from hpcai_jax.report.compare import compare, read
@@ -57,11 +57,7 @@ def run(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.exit_code
+    return tool_main(PROG, run, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
