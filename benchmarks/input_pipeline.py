@@ -1,5 +1,5 @@
-"""The training input pipeline for JPEG sets: decode + random-resized crop + flip, the old
-thread-pool path against the worker path.
+"""The input pipeline for JPEG sets: the crop-before-decode transforms against the full-decode
+ones, and the thread-pool path against the worker path.
 
 Builds a tfds array_record set of ImageNet-like JPEGs here (about 500 × 375, quality 90, smooth
 content with some texture, so the files are ImageNet-sized rather than noise-sized), then reads
@@ -13,8 +13,16 @@ busy machine lowers) it prints images per CPU-second of the training process and
 together (Linux /proc; what a core yields, busy machine or not). The device side is left out:
 this is the host's supply of images.
 
-    python benchmarks/input_pipeline.py [--images=512] [--workers=0,1,2] [--rounds=3]
-        [--steps=16] [--batch_size=64] [--image_size=224] [--data_dir=DIR]
+First, in the same interleaved rounds, each transform on its own in this process (images per
+CPU-second over every image of the set): the training path (`augment.train_image`: crop box from
+the JPEG header, DCT-scaled decode where the box allows) against the previous full decode
+(`augment.train_image_reference`), and the held-out path (`augment.eval_encoded`) against
+`augment.eval_image` of a full decode. It ends with the cores a device needs at each
+--target_images_per_s and, as its last two lines, the eval and training paths' figures.
+
+    python benchmarks/input_pipeline.py [--images=256] [--workers=0,2] [--rounds=3]
+        [--steps=8] [--batch_size=64] [--image_size=224] [--target_images_per_s=3000,6000]
+        [--data_dir=DIR]
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from PIL import Image
 
+from hpcai_jax.data import augment
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.tfds_source import TfdsSource
 from hpcai_jax.data.workers import BlockStream, ReadBlock, augment_keys
@@ -123,14 +132,41 @@ def _measure_threads(reader, sampler, batch_size: int, steps: int) -> tuple[floa
     return images / (time.perf_counter() - start), images / (_cpu_s() - cpu)
 
 
+TRANSFORMS = {
+    "training, full decode (previous)": lambda data, size, i: augment.train_image_reference(
+        augment.decode(data, 3), size, augment.example_rng(0, 0, 0, i)
+    ),
+    "training, crop before decode": lambda data, size, i: augment.train_image(
+        data, 3, size, augment.example_rng(0, 0, 0, i)
+    ),
+    "eval, full decode (previous)": lambda data, size, i: augment.eval_image(
+        augment.decode(data, 3), size
+    ),
+    "eval, DCT-scaled decode": lambda data, size, i: augment.eval_encoded(data, 3, size),
+}
+
+
+def _measure_transform(transform, encoded: list[bytes], size: int) -> float:
+    """Images per CPU-second of one transform over every image, in this process."""
+    start = time.process_time()
+    for i, data in enumerate(encoded):
+        transform(data, size, i)
+    return len(encoded) / (time.process_time() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=512)
-    parser.add_argument("--workers", default="0,1,2")
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--workers", default="0,2")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--image_size", type=int, default=224)
+    parser.add_argument(
+        "--target_images_per_s",
+        default="3000,6000",
+        help="training rates of one device: the cores each needs are reported",
+    )
     parser.add_argument(
         "--data_dir", default="", help="keep the set here, and reuse one built there before"
     )
@@ -145,11 +181,23 @@ def main() -> None:
         source = TfdsSource("jpeg_bench", "train", data_dir, args.image_size)
         sampler = BootstrapSampler("with_replacement", len(source), args.batch_size, seed=0)
         reader = source.train_reader()
+        raw = tfds.data_source(
+            "jpeg_bench",
+            split="train",
+            data_dir=data_dir,
+            decoders={"image": tfds.decode.SkipDecoding()},
+        )
+        encoded = [raw[i]["image"] for i in range(len(raw))]
+        per_transform: dict[str, list[float]] = {t: [] for t in TRANSFORMS}
         cores = len(os.sched_getaffinity(0))
         paths = {f"thread pool ({cores} threads)": None}
         paths.update({f"{w} workers": w for w in (int(w) for w in args.workers.split(","))})
         rates: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
         for round_ in range(args.rounds):
+            for name, transform in TRANSFORMS.items():
+                rate = _measure_transform(transform, encoded, args.image_size)
+                per_transform[name].append(rate)
+                print(f"round {round_}: {name:34} {rate:6.1f} per CPU-second", flush=True)
             for path, workers in paths.items():
                 if workers is None:
                     rate, per_cpu = _measure_threads(reader, sampler, args.batch_size, args.steps)
@@ -171,10 +219,28 @@ def main() -> None:
             f"{per_cpu[path]:6.1f} images per CPU-second"
         )
     best = max(per_cpu.values())
-    print(
-        f"a device training at 3,000 images/s needs ≈ {3000 / best:.0f} such cores "
-        f"({best:.0f} images per CPU-second)"
+    transform = {t: statistics.median(r) for t, r in per_transform.items()}
+    print(f"\none transform in this process (medians of {args.rounds} rounds):")
+    for name, rate in transform.items():
+        print(f"{name:34} {rate:6.1f} images per CPU-second")
+    old, new = (
+        transform["training, full decode (previous)"],
+        transform["training, crop before decode"],
     )
+    for target in (int(t) for t in args.target_images_per_s.split(",")):
+        print(
+            f"a device training at {target:,} images/s needs ≈ {target / best:.1f} cores through "
+            f"the pipeline ({best:.0f} images per CPU-second), ≈ {target / new:.1f} for the "
+            f"transform alone (previous path: {target / old:.1f})"
+        )
+    eval_old, eval_new = (
+        transform["eval, full decode (previous)"],
+        transform["eval, DCT-scaled decode"],
+    )
+    print(
+        f"eval path: {eval_new:.0f} images per CPU-second, {eval_new / eval_old:.2f}× the previous path"
+    )
+    print(f"training path: {new:.0f} images per CPU-second, {new / old:.2f}× the previous path")
 
 
 if __name__ == "__main__":

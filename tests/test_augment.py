@@ -77,7 +77,9 @@ def test_train_crop_samples_the_box_and_flips_half_the_time():
     flips = 0
     for slot in range(300):
         top, left, h, w = augment.crop_box(40, 60, augment.example_rng(3, 1, 0, slot))
-        out = augment.train_image(image, size, augment.example_rng(3, 1, 0, slot)).astype(float)
+        out = augment.train_image_reference(image, size, augment.example_rng(3, 1, 0, slot)).astype(
+            float
+        )
         flipped = out[size // 2, -1, 1] < out[size // 2, 0, 1]
         flips += flipped
         cols = out[:, ::-1, 1] if flipped else out[:, :, 1]
@@ -92,7 +94,9 @@ def test_augmentation_is_a_function_of_seed_member_epoch_and_slot():
     image = _noise()
 
     def crop(seed, member, epoch, slot):
-        return augment.train_image(image, 16, augment.example_rng(seed, member, epoch, slot))
+        return augment.train_image_reference(
+            image, 16, augment.example_rng(seed, member, epoch, slot)
+        )
 
     base = crop(0, 1, 2, 3)
     assert base.shape == (16, 16, 3) and base.dtype == np.uint8
@@ -104,7 +108,7 @@ def test_augmentation_is_a_function_of_seed_member_epoch_and_slot():
 def test_fallback_after_ten_misses_is_the_held_out_crop():
     image = Image.fromarray(np.random.default_rng(1).integers(0, 256, (4, 120, 3), np.uint8))
     for slot in range(20):
-        out = augment.train_image(image, 8, augment.example_rng(0, 0, 0, slot))
+        out = augment.train_image_reference(image, 8, augment.example_rng(0, 0, 0, slot))
         reference = augment.eval_image(image, 8)
         assert np.array_equal(out, reference) or np.array_equal(out, reference[:, ::-1])
 
@@ -117,3 +121,99 @@ def test_augment_keys_follow_the_members_epoch_order():
     assert keys[..., 1].tolist() == [[2] * 4, [3] * 4]
     assert keys[..., 2].tolist() == [[2] * 4] * 2
     assert keys[..., 3].tolist() == [[12, 13, 14, 15]] * 2  # step 1 of epoch 2, rows 4..7
+
+
+def _photo_jpeg(rng: np.random.Generator, height: int, width: int) -> bytes:
+    """An ImageNet-like JPEG (quality 90): a smooth colour field plus fine noise."""
+    coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8))
+    smooth = np.asarray(coarse.resize((width, height), Image.Resampling.BICUBIC), np.int16)
+    pixels = np.clip(smooth + rng.normal(0, 12, (height, width, 1)), 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="JPEG", quality=90)
+    return buf.getvalue()
+
+
+def _ks(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sample Kolmogorov–Smirnov statistic: the largest gap between the two ECDFs."""
+    grid = np.concatenate([a, b])
+    cdf_a = np.searchsorted(np.sort(a), grid, side="right") / len(a)
+    cdf_b = np.searchsorted(np.sort(b), grid, side="right") / len(b)
+    return float(np.abs(cdf_a - cdf_b).max())
+
+
+@pytest.fixture(scope="module")
+def photos():
+    rng = np.random.default_rng(23)
+    shapes = [(375, 500), (500, 375), (333, 500), (410, 470), (750, 1000)]
+    return [_photo_jpeg(rng, h, w) for h, w in shapes]
+
+
+def test_boxes_drawn_from_the_header_follow_the_reference_distribution(photos, monkeypatch):
+    # train_image draws its box from the header's size, before decoding, with the same rng.
+    drawn, crop_box = [], augment.crop_box
+
+    def recording(height, width, rng):
+        drawn.append((height, width, crop_box(height, width, rng)))
+        return drawn[-1][2]
+
+    monkeypatch.setattr(augment, "crop_box", recording)
+    for slot, data in enumerate(photos):
+        augment.train_image(data, 3, 32, augment.example_rng(1, 0, 0, slot))
+    monkeypatch.undo()
+    for slot, (data, (height, width, box)) in enumerate(zip(photos, drawn, strict=True)):
+        assert (height, width) == np.asarray(augment.decode(data, 3)).shape[:2]
+        assert box == augment.crop_box(height, width, augment.example_rng(1, 0, 0, slot))
+    # Thousands of boxes: from headers (the new path) and from decoded frames (the reference),
+    # on disjoint slots; area fraction, aspect and centre compared by two-sample KS.
+    n = 3000
+    headers = [Image.open(io.BytesIO(d)).size for d in photos]
+    frames = [np.asarray(augment.decode(d, 3)).shape[1::-1] for d in photos]
+
+    def features(sizes, first):
+        rows = []
+        for slot in range(first, first + n):
+            width, height = sizes[slot % len(sizes)]
+            box = augment.crop_box(height, width, augment.example_rng(0, 0, 0, slot))
+            if box is not None:
+                top, left, h, w = box
+                rows.append(
+                    (
+                        h * w / (height * width),
+                        w / h,
+                        (left + w / 2) / width,
+                        (top + h / 2) / height,
+                    )
+                )
+        return np.array(rows)
+
+    new, reference = features(headers, 0), features(frames, n)
+    assert abs(len(new) - len(reference)) < 30  # the 10-miss fallback as often
+    critical = 1.628 * np.sqrt((len(new) + len(reference)) / (len(new) * len(reference)))
+    stats = [_ks(new[:, k], reference[:, k]) for k in range(4)]  # α = 0.01: ≈ 0.042
+    assert max(stats) < critical, (stats, critical)
+
+
+def test_dct_scaled_crops_match_the_full_decode(photos):
+    scaled = 0
+    for size, images in ((64, photos[:4]), (224, photos[4:])):
+        for slot in range(12):
+            for data in images:
+                rng = augment.example_rng(2, 0, 0, slot)
+                new = augment.train_image(data, 3, size, rng).astype(int)
+                full = augment.decode(data, 3)
+                rng = augment.example_rng(2, 0, 0, slot)
+                reference = augment.train_image_reference(full, size, rng)
+                box = augment.crop_box(full.height, full.width, augment.example_rng(2, 0, 0, slot))
+                if box is None or augment.dct_scale(*box[2:], size) == 1:
+                    np.testing.assert_array_equal(new, reference)  # the full decode, bit for bit
+                else:
+                    scaled += 1
+                    assert np.abs(new - reference).mean() <= 2  # 2/255 of the range
+    assert scaled >= 20
+    for size, data in [(64, photos[0]), (112, photos[1]), (96, photos[2]), (224, photos[4])]:
+        reference = augment.eval_image(augment.decode(data, 3), size)
+        assert np.abs(augment.eval_encoded(data, 3, size).astype(int) - reference).mean() <= 2
+    gray = io.BytesIO()
+    Image.fromarray(np.full((300, 400), 90, np.uint8)).save(gray, format="JPEG")
+    out = augment.train_image(gray.getvalue(), 3, 32, augment.example_rng(0, 0, 0, 0))
+    assert out.shape == (32, 32, 3) and np.all(np.abs(out.astype(int) - 90) <= 2)

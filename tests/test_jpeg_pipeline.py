@@ -108,7 +108,8 @@ def test_in_process_batches_are_the_augmented_bootstrap_examples(jpeg_dir, data,
             for row in (0, 5):
                 record = raw[int(indices[row])]
                 expected = augment.train_image(
-                    augment.decode(record["image"], 3),
+                    record["image"],
+                    3,
                     SIZE,
                     augment.example_rng(5, member, epoch, pos * B + row),
                 )

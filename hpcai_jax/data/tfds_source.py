@@ -99,8 +99,7 @@ class TfdsSource:
         return len(self._source)
 
     def _eval_image(self, encoded) -> np.ndarray:
-        channels = self.spec.image_shape[-1]
-        return augment.eval_image(augment.decode(encoded, channels), self._size)
+        return augment.eval_encoded(encoded, self.spec.image_shape[-1], self._size)
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Held-out form: shorter side to size/0.875, centre crop."""
@@ -165,12 +164,10 @@ class TrainImages:
         records = self._source.__getitems__([int(i) for i in indices])
         images = [
             augment.train_image(
-                augment.decode(r["image"], channels),
-                size,
-                augment.example_rng(*(int(k) for k in key)),
+                r["image"], channels, size, augment.example_rng(*(int(k) for k in key))
             )
             if augmented
-            else augment.eval_image(augment.decode(r["image"], channels), size)
+            else augment.eval_encoded(r["image"], channels, size)
             for r, key in zip(records, keys, strict=True)
         ]
         labels = np.asarray([r["label"] for r in records], dtype=np.int32)
