@@ -88,6 +88,12 @@ def test_pack_then_check_passes(package, tiny_run, capsys):
     assert _cli(capsys, "check", package) == (0, ["PASS"], [])
 
 
+def test_check_takes_a_relative_path(package, monkeypatch, capsys):
+    """As a reviewer types it, from the package's parent (the checker runs elsewhere)."""
+    monkeypatch.chdir(package.parent)
+    assert _cli(capsys, "check", package.name) == (0, ["PASS"], [])
+
+
 def _fails(capsys, folder, *fragments) -> list[str]:
     code, out, err = _cli(capsys, "check", folder)
     assert code == 1 and not err, (out, err)

@@ -135,7 +135,7 @@ def check(folder: str, recount_flops: bool = False) -> list[str]:
     """Failure lines of every run of the package at `folder` (empty: it passes)."""
     if importlib.util.find_spec("mlperf_logging") is None:
         raise UsageError(f"check runs the MLLOG compliance checker: {mllog.INSTALL}")
-    runs = load(folder)
+    runs = load(str(Path(folder).resolve()))  # the checker runs in a folder of its own
     failures = []
     with tempfile.TemporaryDirectory(prefix="hpcai_jax_check_") as tmp:
         for run in runs:
