@@ -7,6 +7,7 @@ described once, here, on its field (`_field`); `flags.py` derives each command-l
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TypeVar
 
 from hpcai_jax.distributed import DistributedConfig
@@ -367,6 +368,20 @@ class OptimConfig:
         )
 
 
+def _all_finite(config) -> None:
+    """Every float a user can type is finite: inf or nan passes some range checks (inf > 0) and
+    fails later, deep inside a computation."""
+    for part in dataclasses.fields(config):
+        value = getattr(config, part.name)
+        if not dataclasses.is_dataclass(value):
+            continue
+        for field in dataclasses.fields(value):
+            number = getattr(value, field.name)
+            if isinstance(number, float):
+                flag = field.metadata.get("flag") or field.name
+                _require(math.isfinite(number), f"--{flag}={number}: expected a finite number")
+
+
 def _increasing_epochs(text: str) -> bool:
     """Whether `text` is finite epochs > 0, comma-separated, strictly increasing."""
     try:
@@ -414,6 +429,8 @@ class TrainConfig:
             f"--epochs={self.epochs}, --steps={self.steps}: expected epochs > 0 or steps > 0",
         )
         _require(self.steps >= 0, f"--steps={self.steps}: expected >= 0")
+        # The seed becomes a uint32 (the members' keys) and numpy's bootstrap seed.
+        _require(0 <= self.seed < 2**32, f"--seed={self.seed}: expected an integer in [0, 2^32)")
         _one_of("bootstrap", self.bootstrap, BOOTSTRAP_METHODS)
         _require(
             self.eval_batch_size >= 1, f"--eval_batch_size={self.eval_batch_size}: expected >= 1"
@@ -662,6 +679,7 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         _one_of("mode", self.mode, MODES)
+        _all_finite(self)
         for part in (
             self.mesh,
             self.data,

@@ -5,6 +5,8 @@ record and `--mode=flops` call these and nothing else.
 
 from __future__ import annotations
 
+import math
+
 
 def apc(train_flops_per_example: float, batch_size: int, ensemble_size: int = 1) -> float:
     """Eq. 3–4: parallel computation of one iteration, Σ over M members and |B| examples."""
@@ -29,18 +31,53 @@ def over_epochs(flops: list[float], seconds: list[float]) -> float | None:
     return sum(flops) / total_s
 
 
-def penalty(achieved_quality: float, target_quality: float, exponent: float) -> float:
-    """Eq. 8: (achieved / target)^n. Above the target it rewards (> 1), as the paper defines it."""
+def penalty_undefined_why(
+    achieved_quality: float, target_quality: float, exponent: float
+) -> str | None:
+    """Why Eq. 8's (achieved / target)^n has no real value for these figures (None: it has): a
+    quality that is not a finite number, a negative one (R² can be: a member worse than the
+    mean), or a target that is not > 0. A negative base to a fractional power is complex."""
+    for name, value in (("achieved quality", achieved_quality), ("target", target_quality)):
+        if not math.isfinite(value):
+            return f"{name} {value} is not a finite number: Eq. 8 is undefined"
+    if target_quality <= 0:
+        return f"target {target_quality:g} is not > 0: Eq. 8 is undefined"
+    if achieved_quality < 0:
+        return (
+            f"achieved quality {achieved_quality:.4g} < 0 (e.g. a negative R²): Eq. 8's "
+            f"(quality / target)^{exponent:g} is undefined"
+        )
+    return None
+
+
+def penalty(achieved_quality: float, target_quality: float, exponent: float) -> float | None:
+    """Eq. 8: (achieved / target)^n. Above the target it rewards (> 1), as the paper defines it.
+    None where it is undefined (`penalty_undefined_why` says why)."""
+    if penalty_undefined_why(achieved_quality, target_quality, exponent):
+        return None
     return (achieved_quality / target_quality) ** exponent
 
 
 def vflops_per_s(
     flops: float | None, achieved_quality: float | None, target_quality: float, exponent: float
 ) -> float | None:
-    """Eq. 7: FLOPS × penalty; None when either figure is unknown (e.g. synthetic data)."""
+    """Eq. 7: FLOPS × penalty; None when either figure is unknown (e.g. synthetic data) or the
+    penalty is undefined (`vflops_per_s_why`)."""
     if flops is None or achieved_quality is None:
         return None
-    return flops * penalty(achieved_quality, target_quality, exponent)
+    factor = penalty(achieved_quality, target_quality, exponent)
+    return None if factor is None else flops * factor
+
+
+def vflops_per_s_why(
+    flops: float | None, achieved_quality: float | None, target_quality: float, exponent: float
+) -> str | None:
+    """Why `vflops_per_s` is None for these figures (None when it is a number)."""
+    if flops is None:
+        return "no FLOPS figure"
+    if achieved_quality is None:
+        return "no achieved quality (no held-out evaluation)"
+    return penalty_undefined_why(achieved_quality, target_quality, exponent)
 
 
 def mfu(flops_per_s_per_device: float | None, peak_per_device: float | None) -> float | None:

@@ -2,6 +2,7 @@
 reader (tiny HDF5 files of the real layout on a 48 × 72 grid), the converter and the CLI."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -133,11 +134,15 @@ def test_synthetic_load_stats_from_training_split():
 # --- extremeweather.py: tiny raw years of the real layout -----------------------------------
 
 
-def _write_year(path, n, seed, grid=GRID, images_shape=None, with_boxes=True, bad_class=False):
+def _write_year(
+    path, n, seed, grid=GRID, images_shape=None, with_boxes=True, bad_class=False, poke=None
+):
     rng = np.random.default_rng(seed)
     images = rng.normal(0, 1, (n, 16, *grid)).astype(np.float32)
     images[:, 1] += 1e5  # PS in Pa: overflows float16 unless stored in hPa
     images[:, 0] = np.abs(images[:, 0]) * 1e-7  # PRECT in m/s
+    if poke:  # (sample, channel, value) at one pixel
+        images[poke[0], poke[1], 3, 5] = poke[2]
     boxes = np.full((n, 15, 5), -1, np.int32)
     for i in range(n):
         for k in range(i % 4 + 1):
@@ -293,3 +298,39 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "no train/climo_*.h5 files" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (np.nan, "non-finite value nan in the file"),
+        (np.inf, "non-finite value inf in the file"),
+        (1e9, "overflows float16 storage"),  # finite in float32, inf once stored in float16
+    ],
+)
+def test_non_finite_values_are_refused_naming_file_sample_and_channel(tmp_path, value, message):
+    """A NaN, an inf, or a value float16 storage turns into inf (the converter once wrote
+    `"mean": [Infinity, ...]`): the reader, hence the converter, stops in one line naming the
+    file, the sample and the channel; a stats.json with a non-finite mean is refused too."""
+    for split in ("train", "test"):
+        (tmp_path / split).mkdir()
+    _write_year(tmp_path / "test" / "climo_1984.h5", 2, 2)
+    bad = tmp_path / "train" / "climo_1979.h5"
+    _write_year(bad, 3, 0, poke=(2, 6, value))
+    where = rf"climo_1979.h5: sample 2, channel 6 \(TMQ\): .*{re.escape(message)}"
+    with pytest.raises(UsageError, match=where) as err:
+        extremeweather.RawClimateSource([bad], HEIGHT, grid=GRID)  # its statistics read all 3
+    assert "\n" not in str(err.value)
+    with pytest.raises(UsageError, match=where):
+        extremeweather.convert(tmp_path, tmp_path / "out", HEIGHT, grid=GRID)
+    assert not list((tmp_path / "out").glob("converted_*/train/stats.json"))
+    if value != 1e9:
+        return
+    bad.unlink()  # a good year converts; then its stats.json is spoiled
+    _write_year(tmp_path / "train" / "climo_1980.h5", 3, 0)
+    split = extremeweather.convert(tmp_path, tmp_path / "out", HEIGHT, grid=GRID) / "train"
+    meta = json.loads((split / "stats.json").read_text())
+    meta["mean"][1] = float("inf")
+    (split / "stats.json").write_text(json.dumps(meta))
+    with pytest.raises(UsageError, match=r"stats.json: mean of channel 1 \(PS\) is inf"):
+        extremeweather.ConvertedClimateSource(split)

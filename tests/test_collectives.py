@@ -15,12 +15,19 @@ import jax
 import numpy as np
 import pytest
 from helpers import tiny_config
+from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
+from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.collectives import INT8_MAX, resolve_plan
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import abstract_batch, build_gradient_step, build_train_step
+from hpcai_jax.engine.step import (
+    abstract_batch,
+    build_gradient_step,
+    build_train_step,
+    build_update_step,
+)
 from hpcai_jax.errors import UsageError
 
 REGRESSION = dict(
@@ -184,3 +191,70 @@ def test_torus_and_hierarchical_group_p8_differently_in_the_hlo():
         }, (mode, ops)
         seen[mode] = ops
     assert seen["2d_torus"] != seen["hierarchical"]
+
+
+# (allreduce, group size, dtype, model dtype): every option that casts or quantizes, and int8
+# under float16 training, where a non-finite gradient must skip the step instead.
+NAN_OPTIONS = [
+    ("flat", 0, "int8", "float32"),
+    ("flat", 0, "bfloat16", "float32"),
+    ("flat", 0, "float16", "float32"),
+    ("hierarchical", 2, "float32", "float32"),
+    ("2d_torus", 0, "bfloat16", "float32"),
+    ("flat", 0, "int8", "float16"),
+]
+
+
+@pytest.fixture(scope="module")
+def four_members():
+    """model dtype → (setup, state): M = 4, two per device, P_degree = 4; one init each."""
+    built = {}
+
+    def get(model_dtype):
+        if model_dtype not in built:
+            model = C.ModelConfig(workload="regression", model="mlp", dtype=model_dtype)
+            config = tiny_config(mesh=C.MeshConfig(4, 2, 4), model=model, data=REGRESSION["data"])
+            setup = build_setup(config)
+            built[model_dtype] = setup, setup.init_state()
+        return built[model_dtype]
+
+    return get
+
+
+@pytest.mark.parametrize("option", NAN_OPTIONS, ids=lambda o: "-".join(map(str, o)))
+def test_a_nan_on_one_device_reaches_only_its_members_flag(option, four_members):
+    """M = 4, two per device, P_degree = 4: a NaN in member 1's local gradient on data position 2
+    (member 0 shares its devices) comes out of every reduction as member 1's fault: its finite
+    flag false (float32 training), or its step skipped (float16); members 0, 2, 3 take the
+    step they take without the NaN. int8 used to quantize the NaN away (scale 1 → finite)."""
+    mode, group, dtype, model_dtype = option
+    setup, state = four_members(model_dtype)
+    mesh = C.MeshConfig(allreduce=mode, allreduce_group_size=group, grad_allreduce_dtype=dtype)
+    plan = resolve_plan(mesh, 4, 8)
+    update = build_update_step(setup.tx, setup.mesh, setup.member_strategy, plan)
+    sharding = NamedSharding(setup.mesh, BATCH_SPEC)
+    rng = np.random.default_rng(0)
+    clean = jax.tree.map(
+        lambda p: rng.normal(0, 1e-2, (4, 4, *p.shape[1:])).astype(np.float32), state.params
+    )
+    poisoned = jax.tree.map(np.copy, clean)
+    jax.tree.leaves(poisoned)[0][1, 2].flat[0] = np.nan
+
+    def run(local):
+        local = jax.tree.map(lambda g: jax.device_put(g, sharding), local)
+        new, finite, skipped = update(state, local, state.model_state)
+        params = jax.tree.map(np.asarray, new.params)
+        return params, np.asarray(finite), None if skipped is None else np.asarray(skipped)
+
+    want, want_finite, _ = run(clean)
+    got, finite, skipped = run(poisoned)
+    assert want_finite.all()
+    before = jax.tree.map(np.asarray, state.params)
+    if model_dtype == "float16":
+        np.testing.assert_array_equal(finite, [True] * 4)  # a skipped step is no divergence
+        np.testing.assert_array_equal(skipped, [0, 1, 0, 0])
+        jax.tree.map(lambda g, b: np.testing.assert_array_equal(g[1], b[1]), got, before)
+    else:
+        np.testing.assert_array_equal(finite, [True, False, True, True])
+    for m in (0, 2, 3):
+        jax.tree.map(lambda g, w, m=m: np.testing.assert_array_equal(g[m], w[m]), got, want)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, assert_one_line_error, run_in_process
 
 from hpcai_jax import config as C
 from hpcai_jax import flags as hflags
@@ -102,6 +102,12 @@ def test_quality_exponent_zero_means_zero():
         (dict(results=C.ResultsConfig(flops_source="guess")), "--flops_source='guess'"),
         (dict(mesh=C.MeshConfig(ensemble_size=0)), "--ensemble_size=0"),
         (dict(train=C.TrainConfig(eval_every_epochs=-1)), "--eval_every_epochs=-1: expected >= 0"),
+        (dict(train=C.TrainConfig(seed=-1)), r"--seed=-1: expected an integer in \[0, 2\^32\)"),
+        (dict(train=C.TrainConfig(seed=2**32)), "--seed=4294967296: expected an integer"),
+        (dict(optim=C.OptimConfig(learning_rate=float("inf"))), "--learning_rate=inf: expected a"),
+        (dict(train=C.TrainConfig(epochs=float("nan"), steps=3)), "--epochs=nan: expected a fin"),
+        (dict(results=C.ResultsConfig(target_quality=float("nan"))), "--target_quality=nan"),
+        (dict(stream=C.StreamConfig(array_mib=float("inf"))), "--array_mib=inf: expected a"),
         (
             dict(train=C.TrainConfig(stop_at_target=True)),
             "--stop_at_target: needs --eval_every_epochs > 0",
@@ -118,3 +124,8 @@ def test_quality_exponent_zero_means_zero():
 def test_validation_messages(kwargs, message):
     with pytest.raises(UsageError, match=message):
         C.RunConfig(**kwargs).validate()
+
+
+def test_a_negative_seed_is_a_one_line_error():
+    """It used to reach numpy's SeedSequence (a traceback)."""
+    assert_one_line_error(run_in_process("--seed=-3", "--steps=1"), "--seed=-3", "[0, 2^32)")

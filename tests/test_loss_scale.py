@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
@@ -22,12 +23,29 @@ FLOAT16_REGRESSION = dict(
 )
 
 
-def test_float16_keeps_float32_master_weights_and_trains():
+@pytest.fixture(scope="module")
+def float16_resnet():
+    """resnet_small on Fashion-MNIST under float16, M = 4, two per device (mesh ensemble 2 ×
+    data 4): (setup, a function scales → a fresh copy of the initial state with those loss
+    scales). One compile of the step serves both tests; the step donates its state."""
     setup = build_setup(
-        tiny_config(mesh=C.MeshConfig(2, 1, 4), model=C.ModelConfig(dtype="float16"))
+        tiny_config(mesh=C.MeshConfig(4, 2, 4), model=C.ModelConfig(dtype="float16"))
     )
-    state = setup.init_state()
-    batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 2, 0)
+    init = setup.init_state()
+    saved = jax.tree.map(np.asarray, init)
+
+    def start(scales=(INITIAL_SCALE,) * 4):
+        state = jax.tree.map(lambda h, x: jax.device_put(h, x.sharding), saved, init)
+        scale = jax.device_put(np.asarray(scales, np.float32), init.loss_scale.scale.sharding)
+        return state.replace(loss_scale=state.loss_scale.replace(scale=scale))
+
+    return setup, start
+
+
+def test_float16_keeps_float32_master_weights_and_trains(float16_resnet):
+    setup, start = float16_resnet
+    state = start()
+    batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
     losses = []
     for _ in range(4):  # the same batch: its loss must fall
         state, metrics = setup.train_step(state, batch)
@@ -35,8 +53,8 @@ def test_float16_keeps_float32_master_weights_and_trains():
     assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {jnp.dtype(jnp.float32)}
     assert np.all(np.diff(losses, axis=0) < 0) and np.all(losses[-1] < losses[0] - 0.02), losses
     assert np.all(np.asarray(metrics.finite))
-    np.testing.assert_array_equal(np.asarray(metrics.skipped), [0, 0])
-    np.testing.assert_array_equal(np.asarray(state.loss_scale.scale), [INITIAL_SCALE] * 2)
+    np.testing.assert_array_equal(np.asarray(metrics.skipped), [0] * 4)
+    np.testing.assert_array_equal(np.asarray(state.loss_scale.scale), [INITIAL_SCALE] * 4)
 
 
 def test_float32_and_bfloat16_carry_no_loss_scale():
@@ -64,7 +82,7 @@ def test_overflow_skips_the_update_halves_the_scale_and_grows_back():
     state, finite = update(state, jnp.array([jnp.inf, 1.0]))  # injected overflow
     np.testing.assert_array_equal(state.params["w"], [1.0, 2.0])  # update skipped
     assert float(state.loss_scale.scale) == INITIAL_SCALE / 2
-    assert int(state.loss_scale.skipped) == 1 and bool(finite) and int(state.step) == 1
+    assert int(state.loss_scale.skipped) == 1 and bool(finite) and int(state.step) == 0
 
     state, _ = update(state, scaled / 2)  # unscaled by the halved scale: [1, -2]
     np.testing.assert_allclose(state.params["w"], [0.9, 2.2])
@@ -84,29 +102,26 @@ def test_nan_also_counts_as_overflow():
     np.testing.assert_array_equal(new.params["w"], [1.0, 2.0])
 
 
-def test_one_members_overflow_skips_only_that_members_step():
-    """The sharded step decides per member. M = 4, two per device (mesh ensemble 2 × data 4):
-    member 1's loss scale is raised to 2^40, so its float16 gradient overflows; the others' are
-    2^8, small enough for none to overflow on this batch. Member 1's step is skipped (parameters
-    and momentum kept, scale halved, one skipped step); member 0 (on its device) and members 2, 3
-    (on the other) take the very step they take when nobody overflows."""
-    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4), **FLOAT16_REGRESSION))
+def test_one_members_overflow_skips_only_that_members_step(float16_resnet):
+    """The sharded step decides per member. M = 4, two per device (mesh ensemble 2 × data 4),
+    resnet_small on Fashion-MNIST (BatchNorm statistics in the member state): member 1's loss
+    scale is raised to 2^40, so its float16 gradient overflows; the others' are 2^8, small
+    enough for none to overflow on this batch. Member 1's step is skipped: every leaf of its
+    state (parameters, momentum, BatchNorm statistics, step counter) is kept, its scale halves,
+    one skipped step. Member 0 (on its device) and members 2, 3 (on the other) take the very
+    step they take when nobody overflows."""
+    setup, start = float16_resnet
     assert setup.member_strategy == "unroll"
+    assert jax.tree.leaves(setup.abstract_state.model_state), "no BatchNorm statistics"
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
     low, huge = 2.0**8, 2.0**40
 
-    init = setup.init_state()  # once (it compiles): the step donates copies of it
-    saved = jax.tree.map(np.asarray, init)
-
-    def start(scales):
-        state = jax.tree.map(lambda h, x: jax.device_put(h, x.sharding), saved, init)
-        scale = jax.device_put(np.asarray(scales, np.float32), init.loss_scale.scale.sharding)
-        return state.replace(loss_scale=state.loss_scale.replace(scale=scale))
-
     def host(state):
-        return jax.tree.map(np.asarray, (state.params, state.opt_state))
+        return jax.tree.map(
+            np.asarray, (state.params, state.opt_state, state.model_state, state.step)
+        )
 
-    before = host(init)
+    before = host(start())
     calm, calm_metrics = setup.train_step(start([low] * 4), batch)
     np.testing.assert_array_equal(np.asarray(calm_metrics.skipped), [0] * 4)
     state, metrics = setup.train_step(start([low, huge, low, low]), batch)
@@ -119,9 +134,14 @@ def test_one_members_overflow_skips_only_that_members_step():
             jax.tree.map(same, new, old)
         else:
             moved = jax.tree.map(lambda n, o: not np.array_equal(n, o), new, old)
-            assert all(jax.tree.leaves(moved)), f"member {m} did not update: {moved}"
+            # A block's first BatchNorm gets no gradient at initialisation (the block's last
+            # BatchNorm scale starts at zero); every statistic and the step counter move.
+            params_moved, _, stats_moved, step_moved = moved
+            assert all(jax.tree.leaves(stats_moved)) and step_moved, f"member {m}: {moved}"
+            assert np.mean(jax.tree.leaves(params_moved)) > 0.7, f"member {m}: {moved}"
             alone = partial(np.testing.assert_array_equal, err_msg=f"member {m}: not its own step")
             jax.tree.map(alone, new, want)
+    np.testing.assert_array_equal(np.asarray(state.step), [1, 0, 1, 1])
     np.testing.assert_array_equal(np.asarray(state.loss_scale.scale), [low, huge / 2, low, low])
     np.testing.assert_array_equal(np.asarray(state.loss_scale.skipped), [0, 1, 0, 0])
     np.testing.assert_array_equal(np.asarray(state.loss_scale.good_steps), [1, 0, 1, 1])

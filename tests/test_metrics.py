@@ -2,7 +2,15 @@
 
 import pytest
 
-from hpcai_jax.metrics import apc, mfu, over_epochs, penalty, per_second, vflops_per_s
+from hpcai_jax.metrics import (
+    apc,
+    mfu,
+    over_epochs,
+    penalty,
+    per_second,
+    vflops_per_s,
+    vflops_per_s_why,
+)
 
 
 def test_apc_sums_over_members_and_examples():
@@ -37,3 +45,21 @@ def test_mfu():
     assert mfu(1e12, 1e12) == pytest.approx(1.0)
     assert mfu(2.5e11, 1e12) == pytest.approx(0.25)
     assert mfu(None, 1e12) is None and mfu(1e12, None) is None
+
+
+@pytest.mark.parametrize(
+    "achieved, target, why",
+    [
+        (-0.25, 0.8, "achieved quality -0.25 < 0"),  # a negative R²: (−)^1.5 would be complex
+        (float("nan"), 0.8, "achieved quality nan is not a finite number"),
+        (float("inf"), 0.8, "achieved quality inf is not a finite number"),
+        (0.5, 0.0, "target 0 is not > 0"),
+    ],
+)
+def test_vflops_is_null_with_the_reason_where_eq8_is_undefined(achieved, target, why):
+    assert penalty(achieved, target, 1.5) is None
+    assert vflops_per_s(1e12, achieved, target, 1.5) is None
+    assert why in vflops_per_s_why(1e12, achieved, target, 1.5)
+    assert vflops_per_s_why(1e12, 0.0, 0.8, 1.5) is None  # quality 0: VFLOPS 0, defined
+    assert vflops_per_s(1e12, 0.0, 0.8, 1.5) == 0.0
+    assert vflops_per_s_why(None, 0.5, 0.8, 1.5) == "no FLOPS figure"

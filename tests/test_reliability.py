@@ -16,6 +16,7 @@ import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subprocess_env
 
 from hpcai_jax.engine.checkpoint import Checkpointer
+from hpcai_jax.engine.preemption import PreemptionGuard
 
 RUN = [
     "--ensemble_size=4",
@@ -201,19 +202,42 @@ def test_saving_a_step_already_on_disk_keeps_it(tmp_path):
     np.testing.assert_array_equal(np.asarray(restored["w"]), [0.0, 1.0, 2.0])
 
 
-@pytest.mark.parametrize("policy", ["stop", "prune"])
-def test_diverged_member(tmp_path, policy):
+class _PreemptedAfter(PreemptionGuard):
+    """A PreemptionGuard signalled (as by SIGTERM) once `steps` steps are done."""
+
+    steps = 3
+
+    def stop_now(self, at_check_point: bool) -> bool:
+        self.steps -= 1
+        if self.steps == 0:
+            self._requested = "SIGTERM"
+        return super().stop_now(at_check_point)
+
+
+@pytest.mark.parametrize("policy", ["stop", "prune", "preempted"])
+def test_diverged_member(tmp_path, policy, monkeypatch):
+    """stop / prune: the flags are read every 2 steps. preempted: read every 4, and the run is
+    preempted after step 3 (the flags of steps 2 and 3 still pending): they are read before the
+    partial record, so member 1 is dated there too (the same compiled step: the cache loads it)."""
+    check_every = 2
+    if policy == "preempted":
+        monkeypatch.setattr("hpcai_jax.engine.loop.PreemptionGuard", _PreemptedAfter)
+        check_every = 4
     proc = run_in_process(
         *SHORT,
         "--steps=6",
         "--inject_nan=1@2",
-        "--divergence_check_every=2",
-        f"--on_divergence={policy}",
+        f"--divergence_check_every={check_every}",
+        f"--on_divergence={'prune' if policy == 'preempted' else policy}",
         f"--results_dir={tmp_path}",
     )
     record = _record(tmp_path)
     assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
-    if policy == "stop":
+    if policy == "preempted":
+        assert proc.returncode == 75, proc.stderr[-2000:]
+        assert record["status"] == "partial" and "at step 3" in record["reason"]
+        assert record["divergence"]["pruned_members"] == [1]
+    elif policy == "stop":
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert record["status"] == "invalid"
         assert "member 1 diverged at step 2" in record["reason"]

@@ -1,9 +1,11 @@
 """Bootstrap samples: one fixed sample per member for the whole run, reshuffled every epoch."""
 
+import pickle
+
 import numpy as np
 import pytest
 
-from hpcai_jax.data.sampler import BootstrapSampler, epoch_indices, member_counts
+from hpcai_jax.data.sampler import ORDERS_KEPT, BootstrapSampler, epoch_indices, member_counts
 
 N = 100_000
 ONE_MINUS_1_OVER_E = 1 - np.exp(-1)  # 0.632
@@ -93,3 +95,27 @@ def test_steps_cut_each_epoch_into_equal_batches():
     block = sampler.block(range(1, 3), 4, slice(8, 16))
     assert block.shape == (2, 8)
     np.testing.assert_array_equal(block[1], sampler.step_indices(2, 4)[8:16])
+
+
+def test_keeps_at_most_two_epoch_orders_per_member_on_the_instance():
+    """Memory is O(one epoch) per member (benchmarks/sampler_memory.py measures it at ImageNet
+    size): walking 10 epochs leaves the last ORDERS_KEPT orders, still correct; an equal sampler
+    (another run in the process) shares nothing; a pickled one (a data worker) carries no
+    cache and reads the same indices."""
+    sampler = BootstrapSampler("with_replacement", num_examples=1000, batch_size=100, seed=3)
+    twin = BootstrapSampler("with_replacement", num_examples=1000, batch_size=100, seed=3)
+    assert sampler == twin and hash(sampler) == hash(twin)
+    for epoch in range(10):
+        for member in range(3):
+            sampler.step_indices(member, epoch * sampler.steps_per_epoch)
+    assert {m: [e for e, _ in kept] for m, kept in sampler._orders.items()} == {
+        m: list(range(10 - ORDERS_KEPT, 10)) for m in range(3)
+    }
+    assert twin._orders == {} and twin._counts == {}
+    np.testing.assert_array_equal(
+        sampler.step_indices(1, 9 * 10 + 3),
+        epoch_indices("with_replacement", 1000, 3, 1, 9)[300:400],
+    )
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert copy == sampler and copy._orders == {} and copy._counts == {}
+    np.testing.assert_array_equal(copy.step_indices(2, 57), sampler.step_indices(2, 57))

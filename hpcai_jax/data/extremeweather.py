@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import os
 import shutil
 import sys
@@ -119,7 +120,12 @@ class RawClimateSource(_FirstN):
         self._length = int(self._starts[-1])
         self.paths = [Path(p) for p in paths]
         self._image_shape = (height, grid[1] // self._factor, NUM_CHANNELS)
-        self.spec = ClimateSpec(NAME, self._image_shape, *(stats or self._sample_stats()))
+        try:
+            self.spec = ClimateSpec(NAME, self._image_shape, *(stats or self._sample_stats()))
+        except BaseException:  # a bad value in the sampled examples: no file left open
+            for f in self._files:
+                f.close()
+            raise
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Reads each distinct example once, in file order and in runs of consecutive rows (so
@@ -135,7 +141,9 @@ class RawClimateSource(_FirstN):
             for start in range(0, hi - lo, _READ_ROWS):
                 count = min(_READ_ROWS, hi - lo - start)
                 block = self._images[file_no][first + start : first + start + count]
-                images[lo + start : lo + start + count] = self._to_image(block)
+                image = self._to_image(block)
+                _check_finite(self.paths[file_no], first + start, block, image)
+                images[lo + start : lo + start + count] = image
         return {
             "image": images[order],
             "boxes": self._boxes[indices],
@@ -145,13 +153,45 @@ class RawClimateSource(_FirstN):
     def _to_image(self, block: np.ndarray) -> np.ndarray:
         """[k, 16, H, W] float32 CAM5 fields → [k, h, w, 16] float16 in climate.UNITS."""
         small = downscale_images(block.transpose(0, 2, 3, 1), self._factor)
-        return (small * STORAGE_SCALE).astype(np.float16)
+        with np.errstate(over="ignore"):  # an overflow is inf, refused by _check_finite
+            return (small * STORAGE_SCALE).astype(np.float16)
 
     def _sample_stats(self) -> Stats:
         picks = np.unique(np.linspace(0, len(self) - 1, min(STATS_EXAMPLES, len(self))).round())
         return channel_stats(
             self.read(picks[i : i + _READ_ROWS])["image"] for i in range(0, len(picks), _READ_ROWS)
         )
+
+
+def _check_finite(path: Path, first_row: int, raw: np.ndarray, image: np.ndarray) -> None:
+    """Raises UsageError naming the file, sample and channel of the first non-finite value of
+    the float16 images `image` made from `raw` ([k, 16, H, W]; rows first_row, first_row + 1,
+    ... of the file): a NaN or inf in the file, or a value too large for float16 storage."""
+    bad = ~np.isfinite(image)
+    if not bad.any():
+        return
+    k, _, _, c = (int(i[0]) for i in np.nonzero(bad))
+    where = f"{path}: sample {first_row + k}, channel {c} ({CHANNELS[c]})"
+    raw_bad = ~np.isfinite(raw[k, c])
+    if raw_bad.any():
+        value = raw[k, c][raw_bad][0]
+        raise UsageError(f"{where}: non-finite value {value} in the file; fix or drop the file")
+    peak = float(np.max(np.abs(raw[k, c])))
+    raise UsageError(
+        f"{where}: |value| up to {peak:.4g} in the file overflows float16 storage "
+        f"(× {float(STORAGE_SCALE[c]):g} into {UNITS[c]}, max 65504); not ExtremeWeather's units?"
+    )
+
+
+def _check_stats(where: str, mean, std) -> None:
+    """Every channel's mean and std finite (a converter's stats.json, or computed ones)."""
+    for name, values in (("mean", mean), ("std", std)):
+        for c, value in enumerate(values):
+            if not math.isfinite(value):
+                raise UsageError(
+                    f"{where}: {name} of channel {c} ({CHANNELS[c]}) is {value}, not finite; "
+                    "convert again"
+                )
 
 
 def _open_year(h5py, path: Path, grid: tuple[int, int]):
@@ -214,6 +254,7 @@ class ConvertedClimateSource(_FirstN):
                 f"{stats_file}: not a converter's stats.json ({e}); convert again with "
                 "`python -m hpcai_jax.data.extremeweather`"
             ) from None
+        _check_stats(str(stats_file), *stats)
         self.spec = ClimateSpec(NAME, (height, width, NUM_CHANNELS), *stats)
         expected = {name: shape for name, (shape, _) in self.spec.fields.items()}
         arrays = {}
@@ -290,6 +331,7 @@ def convert(
             source = RawClimateSource(paths[split], height, stats=unit, grid=grid)
             _write_split(source, partial / split, chunk_size)
         mean, std = channel_stats(np.load(partial / "train" / "images.npy", mmap_mode="r"))
+        _check_stats(f"--raw_dir={raw_dir}: training statistics", mean, std)
         for split in SPLITS:
             meta = {
                 "height": height,

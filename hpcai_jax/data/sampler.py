@@ -11,7 +11,6 @@ same streams without communicating, and no copy of the data is made.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import numpy as np
 
@@ -52,6 +51,12 @@ def epoch_indices(method: str, num_examples: int, seed: int, member: int, epoch:
     return _shuffled(member_counts(method, num_examples, seed, member), seed, member, epoch)
 
 
+# Epoch orders a sampler keeps per member: the current one, and the one before it for reads
+# that straddle an epoch boundary (prefetching threads). One order is 8 bytes per example:
+# 10 MB a member at ImageNet size.
+ORDERS_KEPT = 2
+
+
 @dataclasses.dataclass(frozen=True)
 class BootstrapSampler:
     """Per-member index streams cut into fixed-size steps.
@@ -59,23 +64,43 @@ class BootstrapSampler:
     Every member takes the same number of steps per epoch, N // batch_size. A Poisson sample
     shorter than that is topped up by continuing from the start of the epoch's order (a wrap of
     < 1% of N at ImageNet scale); a longer one is cut. Both are a property of the method.
+
+    Memory: each instance keeps its members' samples (2 bytes per example and member) and at
+    most ORDERS_KEPT epoch orders per member (8 bytes per example), on the instance: nothing
+    is shared between equal samplers (two runs in one process), and nothing is pickled to a
+    data worker, which rebuilds what it reads (benchmarks/sampler_memory.py).
     """
 
     method: str
     num_examples: int
     batch_size: int
     seed: int
+    # member → counts; member → [(epoch, order)], newest last. Not fields of the comparison.
+    _counts: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+    _orders: dict = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_counts", {})
+        object.__setattr__(self, "_orders", {})
 
     @property
     def steps_per_epoch(self) -> int:
         return self.num_examples // self.batch_size
 
-    @functools.lru_cache(maxsize=64)  # noqa: B019 - a few members' samples, reused every epoch
     def counts(self, member: int) -> np.ndarray:
         """The member's sample as counts per example (see `member_counts`)."""
-        # uint16: a count never nears 65,535, and 1.28 M ImageNet counts take 2.5 MB a member.
-        counts = member_counts(self.method, self.num_examples, self.seed, member).astype(np.uint16)
-        counts.flags.writeable = False
+        counts = self._counts.get(member)
+        if counts is None:
+            # uint16: a count never nears 65,535; 1.28 M ImageNet counts take 2.5 MB a member.
+            counts = member_counts(self.method, self.num_examples, self.seed, member)
+            counts = counts.astype(np.uint16)
+            counts.flags.writeable = False
+            self._counts[member] = counts
         return counts
 
     def distinct_fraction(self, member: int) -> float:
@@ -86,13 +111,20 @@ class BootstrapSampler:
         """bool per index: the member never trains on that example."""
         return self.counts(member)[indices] == 0
 
-    @functools.lru_cache(maxsize=64)  # noqa: B019 - a few (member, epoch) streams, reused per step
     def _epoch(self, member: int, epoch: int) -> np.ndarray:
+        kept = self._orders.get(member, [])
+        for e, order in kept:
+            if e == epoch:
+                return order
         indices = _shuffled(self.counts(member), self.seed, member, epoch)
         need = self.steps_per_epoch * self.batch_size
         if len(indices) < need:
             indices = np.resize(indices, need)  # np.resize repeats from the start
-        return indices[:need]
+        order = indices[:need]
+        order.flags.writeable = False
+        # A new list, not an append: a reader in another thread iterates the old one.
+        self._orders[member] = [*kept, (epoch, order)][-ORDERS_KEPT:]
+        return order
 
     def step_indices(self, member: int, step: int) -> np.ndarray:
         """Indices of global step `step` for `member`: shape [batch_size]."""

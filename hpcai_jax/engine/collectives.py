@@ -20,6 +20,10 @@ per-member, per-tensor scale (max |g| / 127), all-gathers the int8 values and th
 scales, and sums the dequantized values in float32. That moves P_degree × S bytes per device
 instead of a ring all-reduce's 2 (P − 1) / P × 4 S, so it wins on the wire only for P_degree < 8;
 the alternative, a reduce-scatter in a wider type, would move int32, no less than float32.
+
+A non-finite local gradient on any device comes out non-finite on every device of its member, in
+every mode and dtype (a float sum keeps inf/NaN; int8 carries it in the scale), and no other
+member's sum is touched: tests/test_collectives.py.
 """
 
 from __future__ import annotations
@@ -106,7 +110,11 @@ def _int8_sum(g: jax.Array) -> jax.Array:
     """Σ over `data` of a [m_local, ...] float32 array via int8 values and per-member scales."""
     axes = tuple(range(1, g.ndim))
     scale = jnp.max(jnp.abs(g), axis=axes, keepdims=True) / INT8_MAX
-    scale = jnp.where(scale > 0, scale, 1.0)
+    # Only an all-zero tensor gets scale 1. A tensor holding an inf or NaN keeps its non-finite
+    # scale (max|g| is inf or NaN): every device's dequantized sum of that member's tensor is
+    # then NaN, so the fault reaches the float16 skip and the divergence flags instead of being
+    # quantized into finite, wrong int8 values.
+    scale = jnp.where(scale == 0, 1.0, scale)
     q = jnp.clip(jnp.round(g / scale), -INT8_MAX, INT8_MAX).astype(jnp.int8)
     qs = lax.all_gather(q, DATA)  # [P, m_local, ...] int8
     scales = lax.all_gather(scale, DATA)

@@ -427,9 +427,13 @@ def _train(
                 with timer.paused():
                     save(done)
         timer.flush()
-        if status == "complete":
-            reason = watch.check(keep_last=False)
-            status = "invalid" if reason else status
+        if status in ("complete", "partial"):
+            # Every step's flags are read before the record and the checkpoint, a preemption's
+            # included: a member that went non-finite just before the stop is dated, pruned or
+            # (under --on_divergence=stop) makes the run invalid as it would have without it.
+            why = watch.check(keep_last=False)
+            if why:
+                status, reason = "invalid", why
     finally:
         prefetch.close()
         guard.restore()

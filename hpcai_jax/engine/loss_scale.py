@@ -2,8 +2,9 @@
 
 float16 gradients underflow below 6e-8; scaling the loss shifts them into range. The master
 weights stay float32 and the gradients are unscaled (in float32) before the update. A step
-whose reduced gradient holds an inf or NaN is skipped: the parameters and optimizer state are
-kept, the scale halves, and the member's skipped-step count grows. After GROWTH_INTERVAL good
+whose reduced gradient holds an inf or NaN is skipped: the member's state is left as it was
+(parameters, optimizer state, BatchNorm statistics, step counter), the scale halves, and the
+member's skipped-step count grows. After GROWTH_INTERVAL good
 steps in a row the scale doubles. These are flax's DynamicScale defaults; this small version
 lives in the member state so that it is stacked, sharded and checkpointed like the rest.
 """

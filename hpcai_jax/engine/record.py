@@ -151,6 +151,11 @@ def build(
             "flops_per_s": flops,
             "flops_per_s_why": None if flops else _why_no_flops(status, progress, setup, epochs),
             "vflops_per_s": vflops(flops) if target else None,
+            "vflops_per_s_why": (
+                metrics.vflops_per_s_why(flops, achieved, target.target, target.exponent)
+                if target
+                else "not a scored run (no quality target)"
+            ),
             # Over the timed steps: warm-up, checkpoint saves and evaluations left out.
             "flops_per_s_steady": steady,
             "vflops_per_s_steady": vflops(steady) if target else None,

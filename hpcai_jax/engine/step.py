@@ -141,7 +141,8 @@ def member_update(
     """Applies one member's summed gradient: (state, parameters finite).
 
     With a loss scale the gradient is unscaled first, and a step whose gradient is not finite
-    keeps the parameters and optimizer state (the loss scale halves and counts it). Under
+    leaves the member's state as it was (parameters, optimizer state, BatchNorm statistics, step
+    counter): only the loss scale halves and counts it. Under
     --model_parallel each device holds a slice of the member (`model_axis`): the finite flags
     are agreed over it, so that its devices skip or keep a step together.
     """
@@ -150,14 +151,17 @@ def member_update(
         grads = jax.tree.map(lambda g: g / ls.scale, grads)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
+    step = state.step + 1
     if ls is not None:
         ok = _everywhere(loss_scale.all_finite(grads), model_axis)
-        params, opt_state = loss_scale.keep_if(
-            ok, (params, opt_state), (state.params, state.opt_state)
+        params, opt_state, model_state, step = loss_scale.keep_if(
+            ok,
+            (params, opt_state, model_state, step),
+            (state.params, state.opt_state, state.model_state, state.step),
         )
         ls = ls.adjust(ok)
     new_state = state.replace(
-        step=state.step + 1,
+        step=step,
         params=params,
         model_state=model_state,
         opt_state=opt_state,
@@ -275,13 +279,43 @@ def build_train_step(
     `state_specs` (a tree of PartitionSpecs, axes.member_spec) is needed when the mesh's
     `model` axis splits the members.
     """
-    plan = plan or _default_plan(mesh)
+    gradients = _local_gradients(workload, mesh, strategy, state_specs)
+    update = _update(tx, mesh, strategy, plan or _default_plan(mesh), state_specs)
+
+    def train_step(state, batch):
+        grads, model_state, loss, metrics = gradients(state, batch)
+        new_state, finite, skipped = update(state, grads, model_state)
+        return new_state, StepMetrics(loss, finite & jnp.isfinite(loss), metrics, skipped)
+
+    return jax.jit(train_step, donate_argnums=0)
+
+
+def build_update_step(
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    strategy: str,
+    plan: AllreducePlan | None = None,
+    state_specs: EnsembleState | None = None,
+):
+    """jit: (state, local gradients [M, P_degree, ...], model state) → (state, finite [M],
+    skipped [M] or None): the train step's second half alone, so that a test can hand it local
+    gradients of its own (a NaN on one device) and read the members' flags."""
+    return jax.jit(_update(tx, mesh, strategy, plan or _default_plan(mesh), state_specs))
+
+
+def _update(
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    strategy: str,
+    plan: AllreducePlan,
+    state_specs: EnsembleState | None,
+):
+    """shard_map: (state, local gradients, model state) → (state, finite [M], skipped [M])."""
     pm = model_parallel_of(mesh)
     if pm > 1 and state_specs is None:
         raise ValueError("a mesh with a model axis needs the state's per-leaf specs")
     model_axis = MODEL if pm > 1 else None
     state_spec, grads_spec, model_state_spec = _specs(state_specs)
-    gradients = _local_gradients(workload, mesh, strategy, state_specs)
 
     def local_update(state, grads, model_state):
         grads = _summed(plan, grads)
@@ -294,20 +328,13 @@ def build_train_step(
 
     # check_vma=False: jax 0.10 has no grouped psum under it (collectives.py). Nothing here is
     # differentiated, and every device of a member ends with the same summed gradient.
-    update = jax.shard_map(
+    return jax.shard_map(
         local_update,
         mesh=mesh,
         in_specs=(state_spec, grads_spec, model_state_spec),
         out_specs=(state_spec, P(), P()),
         check_vma=False,
     )
-
-    def train_step(state, batch):
-        grads, model_state, loss, metrics = gradients(state, batch)
-        new_state, finite, skipped = update(state, grads, model_state)
-        return new_state, StepMetrics(loss, finite & jnp.isfinite(loss), metrics, skipped)
-
-    return jax.jit(train_step, donate_argnums=0)
 
 
 def build_gradient_step(

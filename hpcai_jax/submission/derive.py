@@ -207,7 +207,7 @@ def _quality(f: Findings, record: dict, log, target, eq6: float, rec: str, lg: s
         target.exponent,
         "(the packed flagfile)",
     )
-    vflops = eq6 * penalty
+    vflops = None if penalty is None else eq6 * penalty  # None: Eq. 8 undefined
     f.same(
         f"{rec} metrics.vflops_per_s",
         record["metrics"]["vflops_per_s"],
