@@ -24,9 +24,16 @@ CONVS, DENSES = 9, 1
 
 @pytest.fixture(scope="module")
 def trained():
-    """One compile of the int8 step (2 members × 4 devices), its HLO before and after XLA's
-    passes, and 4 steps on one repeated batch."""
-    setup = build_setup(tiny_config(mesh=C.MeshConfig(2, 1, 4), model=C.ModelConfig(dtype="int8")))
+    """One compile of the int8 step (2 members × 4 devices, 2 images per device: XLA:CPU runs
+    int8 convolutions as plain loops), its HLO before and after XLA's passes, and 4 steps on
+    one repeated batch."""
+    setup = build_setup(
+        tiny_config(
+            mesh=C.MeshConfig(2, 1, 4),
+            model=C.ModelConfig(dtype="int8"),
+            train=C.TrainConfig(batch_size=8, steps=4, eval_batch_size=100),
+        )
+    )
     state = setup.init_state()
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 2, 0)
     lowered = setup.train_step.lower(state, batch)

@@ -7,7 +7,9 @@ with fields edited, so the report is tested on the records' real shape without m
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from helpers import ROOT, run_in_process
 
 from hpcai_jax.errors import UsageError
 from hpcai_jax.report import compare, write_report
+from hpcai_jax.report.__main__ import main as report_main
 from hpcai_jax.report.collect import Record, collect
 from hpcai_jax.report.markdown import SECTIONS
 from hpcai_jax.report.series import scalability
@@ -357,9 +360,18 @@ def test_compare_stream_records_and_writes_with_out(real, tmp_path):
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`python -m hpcai_jax.report ARGS` in this process: its main, exit code and output (the
+    interpreter's own path is `test_cli_writes_the_report_under_the_first_results_directory`'s)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = report_main(list(args))
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def python_m(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "hpcai_jax.report", *args],
-        cwd=cwd,
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -377,7 +389,7 @@ def assert_one_line_error(proc, *fragments):
 
 def test_cli_writes_the_report_under_the_first_results_directory(results, tmp_path):
     folder = write(tmp_path / "r", {"s.json": json.loads((results / "s-M1.json").read_text())})
-    proc = cli(str(folder))
+    proc = python_m(str(folder))
     assert proc.returncode == 0, proc.stderr
     assert (folder / "report" / "report.md").exists()
     assert proc.stdout.strip() == f"report: {folder / 'report' / 'report.md'}"
