@@ -9,7 +9,9 @@ compiles a program another test already compiled (the CLI tests run the same con
 load it instead. Subprocesses inherit both through the environment (`helpers.subprocess_env`).
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
@@ -20,9 +22,10 @@ if "HPCAI_JAX_TEST_ENV" not in os.environ:  # set once, by the first process (xd
         f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE} --xla_force_host_platform_device_count=8"
     ).strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ.setdefault(
-        "JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="hpcai_jax_test_xla_cache_")
-    )
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # one of ours: removed when the run ends
+        cache = tempfile.mkdtemp(prefix="hpcai_jax_test_xla_cache_")
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+        atexit.register(shutil.rmtree, cache, ignore_errors=True)
 
 
 # Fixtures below import from the tests' own modules, which import JAX: only after the set-up.
