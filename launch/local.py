@@ -5,7 +5,9 @@
 
 Process i runs the command with `--coordinator_address=127.0.0.1:PORT --num_processes=N
 --process_id=i` appended, `JAX_PLATFORMS=cpu` and K forced host devices, so N processes make one
-N×K-device global mesh (docs/design.md, fact 5). It is for tests and demos; clusters use launch/slurm/.
+N×K-device global mesh (docs/design.md, fact 5). `--processes_per_node=J` puts processes
+0..J-1 on simulated node 0, J..2J-1 on node 1, ... (HPCAI_JAX_NODE), so that intra- and
+inter-node traffic can be told apart on one machine; by default all are on one node. It is for tests and demos; clusters use launch/slurm/.
 
 Each output line of process i is prefixed `[p<i>] `. The launcher watches the processes like a
 scheduler would: the first one that fails (exit code other than 0) gets the others stopped
@@ -28,6 +30,7 @@ import sys
 import threading
 import time
 
+NODE_ENV = "HPCAI_JAX_NODE"  # hpcai_jax/nodes.py reads it: the simulated node of a process
 PREEMPTED = 75  # hpcai_jax.main's exit code after a signal-triggered checkpoint
 TIMED_OUT = 124  # as timeout(1)
 POLL_S = 0.05
@@ -37,7 +40,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="launch/local.py",
         description="Start N processes of COMMAND on localhost as one JAX job on CPU devices.",
-        usage="%(prog)s --num_processes=N [--devices_per_process=K] [--port=P] "
+        usage="%(prog)s --num_processes=N [--devices_per_process=K] [--processes_per_node=J] "
+        "[--port=P] "
         "[--timeout_s=T] [--grace_s=G] -- COMMAND [ARG ...]",
     )
     parser.add_argument("--num_processes", type=int, required=True, help="processes to start")
@@ -46,6 +50,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         default=1,
         help="forced host CPU devices per process (default 1)",
+    )
+    parser.add_argument(
+        "--processes_per_node",
+        type=int,
+        default=0,
+        help="processes that share one simulated node (HPCAI_JAX_NODE); default: all on one",
     )
     parser.add_argument(
         "--port", type=int, default=0, help="coordinator port on 127.0.0.1 (default: a free port)"
@@ -72,6 +82,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("no command given (put it after --)")
     if args.num_processes < 1 or args.devices_per_process < 1:
         parser.error("--num_processes and --devices_per_process must be >= 1")
+    if args.processes_per_node < 0:
+        parser.error("--processes_per_node must be >= 0 (0: every process on one node)")
     if args.grace_s < 0 or (args.timeout_s is not None and args.timeout_s <= 0):
         parser.error("--grace_s must be >= 0 and --timeout_s > 0")
     return args
@@ -124,7 +136,9 @@ class Job:
         self._lock = threading.Lock()  # one whole line at a time on our stdout/stderr
         self._readers: list[threading.Thread] = []
         self.procs: list[subprocess.Popen] = []
+        per_node = args.processes_per_node or args.num_processes
         for i in range(args.num_processes):
+            env = {**env, NODE_ENV: f"local-node{i // per_node}"}
             argv = [
                 *args.command,
                 f"--coordinator_address=127.0.0.1:{port}",

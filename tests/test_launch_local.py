@@ -121,6 +121,22 @@ def test_chooses_one_free_port_for_all_processes():
     assert len(ports) == 1 and 1024 <= int(ports.pop()) < 65536
 
 
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ((), ["local-node0"] * 4),
+        (("--processes_per_node=2",), ["local-node0", "local-node0", "local-node1", "local-node1"]),
+        (("--processes_per_node=1",), [f"local-node{i}" for i in range(4)]),
+    ],
+)
+def test_processes_per_node_names_each_process_node(options, expected):
+    script = "print(I, os.environ['HPCAI_JAX_NODE'])"
+    result = launch("--num_processes=4", *options, command=child(script))
+    assert result.returncode == 0, result.stderr
+    nodes = dict(line.split()[1:] for line in result.stdout.splitlines())
+    assert [nodes[str(i)] for i in range(4)] == expected
+
+
 @pytest.mark.parametrize(("codes", "expected"), [((0, 0), 0), ((75, 75), 75), ((0, 5), 5)])
 def test_exit_code_follows_the_children(codes, expected):
     result = launch("--num_processes=2", command=child(f"sys.exit({list(codes)}[I])"))
