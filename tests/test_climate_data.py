@@ -58,6 +58,7 @@ def test_spec_fields():
         "image": ((96, 144, 16), "float16"),
         "boxes": ((15, 4), "float32"),
         "classes": ((15,), "int32"),
+        "sample_key": ((2,), "uint32"),
     }
 
 

@@ -13,7 +13,7 @@ from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import BATCH_SPEC
-from hpcai_jax.data.pipeline import eval_batches, train_batch
+from hpcai_jax.data.pipeline import eval_batches, train_batches
 from hpcai_jax.engine.setup import build_setup
 
 STEPS = 2
@@ -24,7 +24,11 @@ def _config(**mesh) -> C.RunConfig:
         mesh=C.MeshConfig(ensemble_size=2, **mesh),
         model=C.ModelConfig(workload="extreme_weather", model="faster_rcnn_small"),
         data=C.DataConfig(
-            dataset="synthetic_climate", image_size=32, train_examples=32, eval_examples=16
+            dataset="synthetic_climate",
+            image_size=32,
+            train_examples=32,
+            eval_examples=16,
+            climate_flip=True,
         ),
         train=C.TrainConfig(batch_size=8, steps=STEPS, eval_batch_size=16),
         optim=C.OptimConfig(lr_schedule="constant", learning_rate=0.32),
@@ -34,14 +38,22 @@ def _config(**mesh) -> C.RunConfig:
 
 @pytest.fixture(scope="module")
 def trained():
-    """The ensemble (M=2, mesh 2×4) after STEPS steps, with its setup."""
+    """The ensemble (M=2, mesh 2×4) after STEPS steps, with its setup; training batches through
+    the climate training read (sample keys, latitude flips) in this process."""
     setup = build_setup(_config(members_per_device=1, parallel_degree=4))
     state = setup.init_state()
+    batches = train_batches(setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0)
+    keys = []
     for t in range(STEPS):
-        batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 2, t)
+        batch = batches(t)
+        keys.append(np.asarray(batch["sample_key"]))
         state, metrics = setup.train_step(state, batch)
     assert np.all(np.asarray(metrics.finite))
     assert {"rpn_cls", "rpn_box", "head_cls", "head_box"} <= set(metrics.metrics)
+    # Every (member, step, row) has its own sampling key; a resumed run reads the same ones.
+    assert len({tuple(k) for step_keys in keys for k in step_keys.reshape(-1, 2)}) == 2 * 2 * 8
+    resumed = train_batches(setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0)
+    np.testing.assert_array_equal(np.asarray(resumed(STEPS - 1)["sample_key"]), keys[-1])
     return setup, state
 
 

@@ -50,6 +50,8 @@ class ClimateSpec:
             "image": (tuple(self.image_shape), "float16"),
             "boxes": ((self.max_boxes, 4), "float32"),  # padding rows -1
             "classes": ((self.max_boxes,), "int32"),  # 0..3, padding -1
+            # The detector's sampling key (data/climate_train.py); zeros outside training.
+            "sample_key": ((2,), "uint32"),
         }
 
 

@@ -49,6 +49,7 @@ from hpcai_jax.data.climate import (
     downscale_images,
     scale_boxes,
 )
+from hpcai_jax.data.climate_train import SAMPLE_KEY, zero_keys
 from hpcai_jax.errors import UsageError
 
 NAME = "extremeweather"
@@ -107,6 +108,7 @@ class RawClimateSource(_FirstN):
         import h5py  # only the raw files need it
 
         self._factor = check_image_size(height, grid)
+        self._grid = grid
         self._files, self._images, boxes = [], [], []
         for path in paths:
             f, images, raw_boxes = _open_year(h5py, Path(path), grid)
@@ -126,6 +128,15 @@ class RawClimateSource(_FirstN):
             for f in self._files:
                 f.close()
             raise
+
+    def __getstate__(self) -> dict:
+        """Pickled as what reopens it (a worker process opens its own HDF5 handles)."""
+        stats = (self.spec.mean, self.spec.std)
+        return {"args": (self.paths, self._image_shape[0], stats, self._grid), "length": len(self)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(*state["args"])
+        self._length = state["length"]
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Reads each distinct example once, in file order and in runs of consecutive rows (so
@@ -148,6 +159,7 @@ class RawClimateSource(_FirstN):
             "image": images[order],
             "boxes": self._boxes[indices],
             "classes": self._classes[indices],
+            SAMPLE_KEY: zero_keys(len(indices)),
         }
 
     def _to_image(self, block: np.ndarray) -> np.ndarray:
@@ -257,6 +269,7 @@ class ConvertedClimateSource(_FirstN):
         _check_stats(str(stats_file), *stats)
         self.spec = ClimateSpec(NAME, (height, width, NUM_CHANNELS), *stats)
         expected = {name: shape for name, (shape, _) in self.spec.fields.items()}
+        self.directory = directory
         arrays = {}
         for name, file in (("image", "images"), ("boxes", "boxes"), ("classes", "classes")):
             path = directory / f"{file}.npy"
@@ -277,11 +290,20 @@ class ConvertedClimateSource(_FirstN):
         self._length = len(arrays["image"])
         self.meta = meta
 
+    def __getstate__(self) -> dict:
+        """Pickled as its directory (a worker process maps the files itself)."""
+        return {"directory": self.directory, "length": len(self)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["directory"])
+        self._length = state["length"]
+
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         indices = np.asarray(indices, np.int64).reshape(-1)
         if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
             raise IndexError(f"example index out of range [0, {len(self)})")
-        return {name: np.asarray(array[indices]) for name, array in self._arrays.items()}
+        out = {name: np.asarray(array[indices]) for name, array in self._arrays.items()}
+        return {**out, SAMPLE_KEY: zero_keys(len(indices))}
 
 
 def raw_files(raw_dir: Path, split: str) -> list[Path]:

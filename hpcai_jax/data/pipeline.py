@@ -137,11 +137,11 @@ def train_batches(
     train_reader = getattr(source, "train_reader", None)
     if train_reader is None:
         return functools.partial(train_batch, source, sampler, mesh, ensemble_size)
-    if workers < 0:
-        workers = default_workers(len(mesh.local_devices))
-    return WorkerBatches(
-        train_reader(), source.spec.fields, sampler, mesh, ensemble_size, last, workers
-    )
+    reader = train_reader()
+    if workers < 0:  # an in-memory set's read is indexing: workers would only copy it
+        in_memory = getattr(reader, "in_memory", False)
+        workers = 0 if in_memory else default_workers(len(mesh.local_devices))
+    return WorkerBatches(reader, source.spec.fields, sampler, mesh, ensemble_size, last, workers)
 
 
 def synthetic_batch(make, mesh: Mesh, ensemble_size: int, batch_size: int, seed: int) -> Batch:
