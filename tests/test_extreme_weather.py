@@ -111,6 +111,32 @@ def test_identical_members_ensemble_equals_one_member(trained):
     assert counts.ensemble.sum() > 0  # detections were matched or missed: something was scored
 
 
+def test_mean_of_identical_members_is_exact_at_two_and_within_an_ulp_at_three():
+    """The eval step's member mean (engine/step.py `_voters_mean`) of M copies of one member's
+    outputs: exactly the outputs at M = 2; at M = 3 (3x rounds, then ÷ 3 rounds) within one
+    ulp, and not always exact: why the identical-members test above runs at M = 2."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from hpcai_jax.axes import ENSEMBLE
+    from hpcai_jax.engine.step import _voters_mean
+
+    mesh = Mesh(np.array(jax.devices()[:1]), (ENSEMBLE,))
+    x = np.random.default_rng(0).uniform(size=(64, 5)).astype(np.float32)  # probabilities
+    for m in (2, 3):
+        mean = jax.jit(
+            jax.shard_map(
+                _voters_mean, mesh=mesh, in_specs=(P(ENSEMBLE), P(ENSEMBLE)), out_specs=P()
+            )
+        )(np.stack([x] * m), np.ones((m, 64), np.float32))
+        mean = np.asarray(mean)
+        if m == 2:
+            np.testing.assert_array_equal(mean, x)
+        else:
+            assert (np.abs(mean - x) <= np.spacing(x)).all()
+            assert 0.1 < (mean != x).mean() < 0.6, (mean != x).mean()
+
+
 def test_ensemble_does_not_depend_on_member_order(trained):
     setup, state = trained
     sharding = jax.tree.map(lambda x: x.sharding, state)

@@ -16,7 +16,8 @@ The staged API serves ensembles (members averaged on shared proposals): stage on
 `s = apply(image, method=FasterRCNN.rpn)`; `p = model.propose(s["objectness"], s["deltas"], hw)`;
 stage two, `h = apply(s["features"], p, method=FasterRCNN.head)`;
 `model.detect(p, h["class_probs"], h["deltas"], hw)`. `__call__(train=False)` is exactly that
-composition, so averaging identical members gives one member's detections. Class index C (the
+composition, so averaging two identical members gives one member's detections exactly (more
+members: to float rounding, docs/detection.md). Class index C (the
 last) is background, as in Detectron2.
 """
 
