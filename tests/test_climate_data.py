@@ -3,6 +3,7 @@ reader (tiny HDF5 files of the real layout on a 48 × 72 grid), the converter an
 
 import dataclasses
 import json
+import pickle
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from hpcai_jax.data import climate, climate_convert, extremeweather, synthetic_climate
+from hpcai_jax.data.climate_train import ClimateTrainSet
 from hpcai_jax.errors import UsageError
 
 GRID = (48, 72)  # the tests' full grid: 16× smaller than ExtremeWeather's 768 × 1152
@@ -237,6 +239,17 @@ def test_convert_equals_raw_reads_and_prefers_converted(raw, tmp_path):
         rows = np.arange(len(direct))[::-1]
         for name, array in converted.read(rows).items():
             np.testing.assert_array_equal(array, direct.read(rows)[name])
+    # Training reads go to worker processes: both sources pickle as their files, not their data,
+    # and read the same there (heads included).
+    keys = np.array([[0, 0, 0, s] for s in range(3)])
+    for source in (train.head(5), c_train.head(5)):
+        reader = ClimateTrainSet(source, flip=True).train_reader()
+        pickled = pickle.dumps(reader)
+        assert len(pickled) < 4096
+        copy = pickle.loads(pickled)
+        assert len(copy.source) == 5
+        for name, array in copy(np.array([4, 0, 4]), keys).items():
+            np.testing.assert_array_equal(array, reader(np.array([4, 0, 4]), keys)[name])
     meta = json.loads((out / "test" / "stats.json").read_text())
     everything = train.read(np.arange(7))["image"].astype(np.float64).reshape(-1, 16)
     np.testing.assert_allclose(meta["mean"], everything.mean(0), rtol=1e-9)
