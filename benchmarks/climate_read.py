@@ -25,8 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
-import os
+import resource
 import shutil
 import statistics
 import tempfile
@@ -44,34 +43,34 @@ from hpcai_jax.data.workers import BlockStream, ReadBlock
 
 
 def _cpu_s() -> float:
-    """CPU seconds used so far by this process and its live children (the workers)."""
-    total = 0
-    for pid in [os.getpid(), *(p.pid for p in multiprocessing.active_children())]:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+    """CPU seconds used so far by this process and its children that have been waited for
+    (the workers, once the stream is closed)."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _measure_stream(source, batch: int, steps: int, workers: int) -> tuple[float, float]:
     """(samples/s, samples per CPU-second) of training steps of one member's block through the
     worker pipeline (flips on). samples/s: `steps` steps after the first (start-up) is out;
-    per CPU-second: every step, over all CPU time from before the workers start (their start-up
-    included, and none of their read-ahead missed: a lower bound per core)."""
+    per CPU-second: every step, over all CPU time of this process and its workers from before
+    they start until they have been joined (getrusage of the waited-for children: a worker that
+    finished its share early still counts; start-up included: a lower bound per core)."""
     sampler = BootstrapSampler("with_replacement", len(source), batch, seed=0)
     reader = ClimateTrainReader(source, flip=True)
     block = ((0, 1), (0, batch))
     stream = BlockStream(ReadBlock(reader, sampler, (block,)), steps + 1, workers)
+    cpu = _cpu_s()
     try:
-        cpu = _cpu_s()
         stream.step(0)
         start = time.perf_counter()
         for step in range(1, steps + 1):
             stream.step(step)
         rate = steps * batch / (time.perf_counter() - start)
-        return rate, (steps + 1) * batch / (_cpu_s() - cpu)
     finally:
         stream.close()
+    return rate, (steps + 1) * batch / (_cpu_s() - cpu)
 
 
 def year_chunks(n: int) -> tuple[int, ...]:
