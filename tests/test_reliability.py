@@ -68,9 +68,9 @@ def _record(results_dir):
     return json.loads(records[0].read_text())
 
 
-def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
+def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tmp_path):
     """SIGTERM to the real command line in the second epoch: exit 75, a partial record, a
-    checkpoint; the resumed run starts in that epoch and crosses into the third, and ends with
+    checkpoint; the resumed run (on another mesh) starts in that epoch and crosses into the third, and ends with
     the uninterrupted run's parameters. Stopping after a boundary is what lets this tell one
     bootstrap sample per member for the whole run from a sample drawn afresh by each process
     (or each epoch it starts in): the resumed process never saw epoch 0."""
@@ -100,18 +100,29 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     assert partial["data"]["steps_per_epoch"] == 8
 
     # The resume in a process of its own, as on a cluster: nothing cached in memory by an
-    # earlier run (the sampler's epoch orders, say) can stand in for what it must rebuild.
+    # earlier run (the sampler's epoch orders, say) can stand in for what it must rebuild. And
+    # on another machine shape, as a requeued job may get: 4 devices instead of 8, one member
+    # per device instead of two, P_degree 1 instead of 4 (so BatchNorm's statistics and the
+    # gradient are one device's instead of sums over 4); the same members, the same per-member
+    # batch. The state is restored with the new shardings and trains on identically, up to the
+    # order of float32 sums.
     resumed = run_main(
         *RUN,
+        "--members_per_device=1",
+        "--parallel_degree=1",
         f"--steps={STEPS}",
         "--run_name=interrupted",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={tmp_path}/r",
+        devices=4,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "on another mesh" in resumed.stderr
     record = _record(tmp_path / "r")
     assert record["status"] == "complete" and record["run_id"] == "interrupted"
     assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
+    assert record["resumes"][0]["mesh"]["num_devices"] == 4
+    assert (record["mesh"]["parallel_degree"], record["mesh"]["members_per_device"]) == (1, 1)
     # Timed steps: both segments, each without its first (warm-up) step.
     assert record["timing"]["timed_steps"] == STEPS - 2
     assert record["metrics"]["flops_per_s"] > 0 and record["metrics"]["flops_per_s_steady"] > 0
@@ -119,7 +130,13 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     # interrupted one is completed by the resumed segment.
     assert len(partial["epochs"]) == 1
     assert [e["index"] for e in record["epochs"]] == [1, 2]
-    assert record["epochs"][:1] == partial["epochs"]
+    # (Their FLOPs are counted with the last segment's per-step count: XLA's count on the
+    # other mesh differs by < 1%, in the cross-device parts of the step.)
+    timed = ("index", "first_step", "steps", "wall_s")
+    assert [{k: e[k] for k in timed} for e in record["epochs"][:1]] == [
+        {k: e[k] for k in timed} for e in partial["epochs"]
+    ]
+    assert record["epochs"][0]["flops"] == pytest.approx(partial["epochs"][0]["flops"], rel=0.01)
     assert all(e["wall_s"] > 0 for e in record["epochs"])
     uninterrupted = _record(whole / "r")["quality"]
     for key in ("ensemble", "members", "oob"):  # the same parameters give the same quality
@@ -148,6 +165,17 @@ def test_checkpoint_of_another_configuration_is_refused(whole, tmp_path, monkeyp
     other = run_in_process(*RUN, f"--steps={STEPS}", "--seed=5", ck, f"--results_dir={tmp_path}/r2")
     assert_one_line_error(other, ck, "another configuration", "train.seed: checkpoint 0, now 5")
     assert not (tmp_path / "r2").exists() or not list((tmp_path / "r2").glob("*.json"))
+    # Another machine shape may resume it (test_sigterm_then_resume_on_another_mesh_...), but
+    # not other members: M is named.
+    other_m = run_in_process(
+        *RUN,
+        "--ensemble_size=8",
+        "--members_per_device=4",
+        f"--steps={STEPS}",
+        ck,
+        f"--results_dir={tmp_path}/r2",
+    )
+    assert_one_line_error(other_m, ck, "mesh.ensemble_size: checkpoint 4, now 8")
 
     # A truncated checkpoint: one line, exit 2, and the checkpoint is left as it was, byte for byte.
     files = [p for p in (tmp_path / "ck").rglob("*") if p.is_file() and p.stat().st_size > 100]

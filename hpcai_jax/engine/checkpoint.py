@@ -2,8 +2,12 @@
 statistics, optimizer state, step) plus a JSON document with everything else a resume needs
 (sampler position is the step; timing accumulators; resumes; diverged members; the run id).
 
-A checkpoint carries the fingerprint of the configuration that wrote it; a run with another
-fingerprint (other M, model, data, batch, seed, mesh, ...) refuses it instead of loading it.
+A checkpoint carries the fingerprint of the configuration that wrote it: what decides the
+trajectory (M, per-member batch, model, data, optimizer, seed, ...). A run with another
+fingerprint refuses it instead of loading it. The machine shape is not in it: the state is saved
+as global arrays, so a run on another mesh (other device count, P_degree, members per device,
+P_model) restores it with its own shardings and trains on identically, up to the order of its
+float32 sums (docs/reliability.md, "Resuming on another machine shape").
 """
 
 from __future__ import annotations
@@ -24,9 +28,18 @@ from hpcai_jax.errors import UsageError
 
 
 def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
-    """What must match for a checkpoint to be resumable: whatever changes the trajectory."""
+    """What must match for a checkpoint to be resumable: whatever changes the trajectory.
+
+    Of the mesh only M counts: BatchNorm statistics and the loss are averaged over a member's
+    whole global batch whatever P_degree, and members never mix, so members per device, device
+    count and P_model only reorder sums. Not so under a low-precision gradient reduction: each
+    device's share of the sum is rounded to that dtype (and P_degree = 1 rounds nothing), so
+    there P_degree must match too."""
+    mesh = {"ensemble_size": layout.ensemble_size}
+    if config.mesh.grad_allreduce_dtype != "float32":
+        mesh["parallel_degree"] = layout.parallel_degree
     return {
-        "mesh": dataclasses.asdict(layout),
+        "mesh": mesh,
         # The gradient reduction's dtype rounds the gradients (the mode only reorders sums).
         "grad_allreduce_dtype": config.mesh.grad_allreduce_dtype,
         "model": dataclasses.asdict(config.model),
@@ -97,10 +110,18 @@ def _draining_event_loops():
 class Checkpointer:
     """Saves every `every` steps (and when asked), keeps the last `keep`, restores the latest."""
 
-    def __init__(self, directory: str, every: int, keep: int, fingerprint_value: dict):
+    def __init__(
+        self,
+        directory: str,
+        every: int,
+        keep: int,
+        fingerprint_value: dict,
+        layout: MeshLayout | None = None,
+    ):
         self.directory = directory
         self._every = every
         self._fingerprint = fingerprint_value
+        self._layout = dataclasses.asdict(layout) if layout else None
         try:
             path = epath.Path(directory).absolute()
             path.mkdir(parents=True, exist_ok=True)
@@ -166,7 +187,10 @@ class Checkpointer:
         if step in self._manager.all_steps():
             return
         meta = dict(
-            meta, fingerprint=self._fingerprint, fingerprint_digest=_digest(self._fingerprint)
+            meta,
+            fingerprint=self._fingerprint,
+            fingerprint_digest=_digest(self._fingerprint),
+            layout=self._layout,  # the mesh that wrote it: may differ from the resuming run's
         )
         self._manager.save(
             step,

@@ -301,6 +301,7 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
             rc.checkpoint_every,
             rc.keep_checkpoints,
             fingerprint(config, setup.layout),
+            setup.layout,
         )
         if rc.checkpoint_dir
         else None
@@ -324,13 +325,17 @@ def _train(
     if resuming:
         state, meta = ckpt.restore(setup.abstract_state)
         progress = Progress.from_meta(meta)
-        progress.note_resume()
+        mesh = dataclasses.asdict(layout)
+        progress.note_resume(mesh)
         logging.info(
-            "resumed run %s from step %d of %d (%s)",
+            "resumed run %s from step %d of %d (%s)%s",
             progress.run_id,
             progress.step,
             setup.total_steps,
             rc.checkpoint_dir,
+            f" on another mesh: written on {meta['layout']}, now {mesh}"
+            if meta.get("layout") not in (None, mesh)
+            else "",
         )
     else:
         progress = Progress(run_id=results.run_id(config, "train"))
