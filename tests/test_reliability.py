@@ -1,6 +1,7 @@
 """Checkpoint and resume, preemption, divergence, records that are never lost or overwritten."""
 
 import asyncio
+import errno
 import json
 import os
 import random
@@ -17,6 +18,7 @@ from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subpr
 
 from hpcai_jax.engine.checkpoint import Checkpointer
 from hpcai_jax.engine.preemption import PreemptionGuard
+from hpcai_jax.errors import UsageError
 
 RUN = [
     "--ensemble_size=4",
@@ -308,3 +310,91 @@ def test_existing_record_is_not_overwritten(tmp_path):
     assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
     assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json"]  # no temp files left
+
+
+def _json_meta_writer():
+    """orbax's writer of a checkpoint's JSON part (our `meta`), run in its background commit
+    thread: where the injections below act. (A private name: if orbax renames it, the tests
+    fail loudly rather than testing nothing.)"""
+    from orbax.checkpoint._src.handlers import json_checkpoint_handler
+
+    return json_checkpoint_handler.JsonCheckpointHandler
+
+
+def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeypatch):
+    """SIGTERM arrives while each checkpoint is being written (the periodic one of step 2, and
+    the final one: a second SIGTERM, as a scheduler may send). The first stops the run at the
+    next step, after the save; the second is noted and the final save completes (without the
+    guard it would kill the process mid-write). The results directory is removed during the
+    run: the partial record is written into it anew."""
+    handler = _json_meta_writer()
+    write = handler._save_fn
+    results_dir = tmp_path / "r"
+
+    async def signalled(self, item, directory):
+        os.kill(os.getpid(), signal.SIGTERM)
+        shutil.rmtree(results_dir, ignore_errors=True)
+        return await write(self, item, directory)
+
+    monkeypatch.setattr(handler, "_save_fn", signalled)
+    proc = run_in_process(
+        *SHORT,
+        "--steps=6",
+        "--checkpoint_every=2",
+        "--keep_checkpoints=3",
+        f"--checkpoint_dir={tmp_path}/ck",
+        f"--results_dir={results_dir}",
+    )
+    assert proc.returncode == 75, proc.stderr[-2000:]
+    record = _record(results_dir)
+    assert record["status"] == "partial" and record["reason"] == "preempted by SIGTERM at step 3"
+    assert sorted(os.listdir(tmp_path / "ck")) == ["2", "3"]  # both complete, no temp left
+    step, params = _final_params(tmp_path / "ck")
+    assert step == 3 and all(np.isfinite(leaf).all() for leaf in _leaves(params))
+
+
+def test_a_full_disk_while_saving_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):
+    """The injection: writing step 2's checkpoint fails with ENOSPC, in orbax's background
+    commit as a full disk does; the failure surfaces at the next save. That save raises the
+    one-line error (the loop lets it end the run: exit 2, no record) naming the directory and
+    what is kept; step 1 is whole and is what the next run resumes from; the unfinished step is
+    no step (orbax removes its temporary directory at the next run's first save)."""
+    import jax.numpy as jnp
+
+    handler = _json_meta_writer()
+    write = handler._save_fn
+
+    async def full(self, item, directory):
+        if item.get("step") == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
+        return await write(self, item, directory)
+
+    monkeypatch.setattr(handler, "_save_fn", full)
+    first = Checkpointer(str(tmp_path), every=1, keep=2, fingerprint_value={})
+    for step in (1, 2):
+        first.save(step, {"w": jnp.full(3, float(step))}, {"step": step})
+    with pytest.raises(UsageError) as error:
+        first.save(3, {"w": jnp.full(3, 3.0)}, {"step": 3})
+    assert str(error.value).startswith(f"--checkpoint_dir={tmp_path}: cannot write a checkpoint")
+    assert "No space left on device" in str(error.value) and "(steps [1])" in str(error.value)
+    assert "\n" not in str(error.value)
+    first.close()  # the error path closes it again
+    monkeypatch.undo()
+
+    again = Checkpointer(str(tmp_path), every=1, keep=2, fingerprint_value={})
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    restored, meta = again.restore({"w": jax.ShapeDtypeStruct((3,), jnp.float32, sharding=one)})
+    assert meta["step"] == 1 and np.asarray(restored["w"]).tolist() == [1.0, 1.0, 1.0]
+    again.close()
+
+
+def test_two_runs_given_the_same_checkpoint_directory(tmp_path):
+    """The second would write the same steps: refused in one line naming the holder."""
+    first = Checkpointer(str(tmp_path), every=1, keep=1, fingerprint_value={})
+    try:
+        with pytest.raises(UsageError, match=r"in use by another run \(pid \d+ on .*\); give"):
+            Checkpointer(str(tmp_path), every=1, keep=1, fingerprint_value={})
+    finally:
+        first.close()
+    Checkpointer(str(tmp_path), every=1, keep=1, fingerprint_value={}).close()
+    assert os.listdir(tmp_path) == []

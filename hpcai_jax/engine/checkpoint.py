@@ -19,12 +19,14 @@ import hashlib
 import json
 import time
 
+import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
 from hpcai_jax.config import RunConfig
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
+from hpcai_jax.locks import Busy, PathLock
 
 
 def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
@@ -122,15 +124,28 @@ class Checkpointer:
         self._every = every
         self._fingerprint = fingerprint_value
         self._layout = dataclasses.asdict(layout) if layout else None
+        self._lock = None
         try:
             path = epath.Path(directory).absolute()
             path.mkdir(parents=True, exist_ok=True)
+            if jax.process_index() == 0:  # two runs writing the same steps would mix them
+                self._lock = PathLock(str(path / ".lock"))
             self._manager = ocp.CheckpointManager(
                 path,
                 options=ocp.CheckpointManagerOptions(
-                    max_to_keep=keep, enable_async_checkpointing=True, create=True
+                    max_to_keep=keep,
+                    enable_async_checkpointing=True,
+                    create=True,
+                    # A save cut short (the process killed, the disk full) leaves a temporary
+                    # directory that is never a step: removed here, the complete steps kept.
+                    cleanup_tmp_directories=True,
                 ),
             )
+        except Busy as e:
+            raise UsageError(
+                f"--checkpoint_dir={directory}: in use by another run ({e}); give each run "
+                "its own --checkpoint_dir"
+            ) from None
         except (OSError, ValueError) as e:
             raise UsageError(f"--checkpoint_dir={directory}: cannot use it ({e})") from None
 
@@ -192,17 +207,44 @@ class Checkpointer:
             fingerprint_digest=_digest(self._fingerprint),
             layout=self._layout,  # the mesh that wrote it: may differ from the resuming run's
         )
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
-            ),
-            force=True,
-        )
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+                ),
+                force=True,
+            )
+        except OSError as e:  # this save's, or (async) the one before's
+            self._failed(e)
+
+    def _failed(self, error: OSError):
+        """A write failed (a full disk, a removed directory): close, and say what is kept."""
+        manager, self._manager = self._manager, None
+        try:
+            kept = list(manager.all_steps())
+            manager.close()
+        except Exception:  # noqa: BLE001 - the manager is broken; its first error is the one
+            kept = "unknown"
+        self._release()
+        raise UsageError(
+            f"--checkpoint_dir={self.directory}: cannot write a checkpoint ({error}); the "
+            f"complete checkpoints are kept (steps {kept}): free space and run again to resume"
+        ) from None
+
+    def _release(self):
+        if self._lock is not None:
+            self._lock.release()
 
     def close(self) -> None:
         """Waits for pending writes (a checkpoint is only complete after this); safe to repeat, so
-        that an error path may close it too."""
+        that an error path may close it too. Raises UsageError when a pending write failed."""
         manager, self._manager = self._manager, None
-        if manager is not None:
+        if manager is None:
+            return
+        try:
             manager.close()  # waits for pending writes first
+        except OSError as e:
+            self._manager = manager
+            self._failed(e)
+        self._release()
