@@ -17,7 +17,6 @@ import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subprocess_env
 
 from hpcai_jax.engine.checkpoint import Checkpointer
-from hpcai_jax.engine.preemption import PreemptionGuard
 from hpcai_jax.errors import UsageError
 
 RUN = [
@@ -232,42 +231,21 @@ def test_saving_a_step_already_on_disk_keeps_it(tmp_path):
     np.testing.assert_array_equal(np.asarray(restored["w"]), [0.0, 1.0, 2.0])
 
 
-class _PreemptedAfter(PreemptionGuard):
-    """A PreemptionGuard signalled (as by SIGTERM) once `steps` steps are done."""
-
-    steps = 3
-
-    def stop_now(self, at_check_point: bool) -> bool:
-        self.steps -= 1
-        if self.steps == 0:
-            self._requested = "SIGTERM"
-        return super().stop_now(at_check_point)
-
-
-@pytest.mark.parametrize("policy", ["stop", "prune", "preempted"])
-def test_diverged_member(tmp_path, policy, monkeypatch):
-    """stop / prune: the flags are read every 2 steps. preempted: read every 4, and the run is
-    preempted after step 3 (the flags of steps 2 and 3 still pending): they are read before the
-    partial record, so member 1 is dated there too (the same compiled step: the cache loads it)."""
-    check_every = 2
-    if policy == "preempted":
-        monkeypatch.setattr("hpcai_jax.engine.loop.PreemptionGuard", _PreemptedAfter)
-        check_every = 4
+@pytest.mark.parametrize("policy", ["stop", "prune"])
+def test_diverged_member(tmp_path, policy):
+    """The flags are read every 2 steps. (Flags still pending at a preemption:
+    test_sigterm_during_a_save_..., which shares this compiled step: the cache loads it.)"""
     proc = run_in_process(
         *SHORT,
         "--steps=6",
         "--inject_nan=1@2",
-        f"--divergence_check_every={check_every}",
-        f"--on_divergence={'prune' if policy == 'preempted' else policy}",
+        "--divergence_check_every=2",
+        f"--on_divergence={policy}",
         f"--results_dir={tmp_path}",
     )
     record = _record(tmp_path)
     assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
-    if policy == "preempted":
-        assert proc.returncode == 75, proc.stderr[-2000:]
-        assert record["status"] == "partial" and "at step 3" in record["reason"]
-        assert record["divergence"]["pruned_members"] == [1]
-    elif policy == "stop":
+    if policy == "stop":
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert record["status"] == "invalid"
         assert "member 1 diverged at step 2" in record["reason"]
@@ -326,7 +304,9 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
     the final one: a second SIGTERM, as a scheduler may send). The first stops the run at the
     next step, after the save; the second is noted and the final save completes (without the
     guard it would kill the process mid-write). The results directory is removed during the
-    run: the partial record is written into it anew."""
+    run: the partial record is written into it anew. And member 1 goes NaN at step 2 with the
+    flags read every 4 steps: those of steps 2 and 3 are still pending at the stop, and are read
+    before the partial record and the checkpoint, so member 1 is dated and pruned there."""
     handler = _json_meta_writer()
     write = handler._save_fn
     results_dir = tmp_path / "r"
@@ -342,15 +322,22 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
         "--steps=6",
         "--checkpoint_every=2",
         "--keep_checkpoints=3",
+        "--inject_nan=1@2",
+        "--divergence_check_every=4",
+        "--on_divergence=prune",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={results_dir}",
     )
     assert proc.returncode == 75, proc.stderr[-2000:]
     record = _record(results_dir)
     assert record["status"] == "partial" and record["reason"] == "preempted by SIGTERM at step 3"
+    assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
+    assert record["divergence"]["pruned_members"] == [1]
     assert sorted(os.listdir(tmp_path / "ck")) == ["2", "3"]  # both complete, no temp left
-    step, params = _final_params(tmp_path / "ck")
-    assert step == 3 and all(np.isfinite(leaf).all() for leaf in _leaves(params))
+    step, _ = _final_params(tmp_path / "ck")
+    assert step == 3
+    meta = json.loads((tmp_path / "ck" / "3" / "meta" / "metadata").read_text())
+    assert meta["diverged"] == {"1": 2}
 
 
 def test_a_full_disk_while_saving_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):
