@@ -64,4 +64,5 @@ class PathLock:
         os.close(fd)
 
     def __del__(self):
-        self.release()
+        with contextlib.suppress(Exception):  # at interpreter exit the kernel drops it anyway
+            self.release()
