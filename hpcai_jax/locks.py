@@ -40,6 +40,8 @@ class PathLock:
                 if e.errno in (errno.EAGAIN, errno.EACCES):
                     raise Busy(holder) from None
                 logging.warning("%s: no lock (%s); another run could use it too", path, e.strerror)
+                with contextlib.suppress(OSError):  # a file without its lock means nothing
+                    os.unlink(path)
                 return
             # A holder that released between our open and flock unlinked the file we locked:
             # lock the file now at `path` instead.
