@@ -21,7 +21,6 @@ import ctypes
 import ctypes.util
 import functools
 import importlib.metadata
-import math
 import threading
 from fractions import Fraction
 from typing import NamedTuple
@@ -31,9 +30,9 @@ import numpy as np
 # turbojpeg.h (3.0): init type, parameters, pixel formats, colour spaces, error codes.
 _TJINIT_DECOMPRESS = 1
 _TJPARAM_SUBSAMP, _TJPARAM_JPEGWIDTH, _TJPARAM_JPEGHEIGHT = 4, 5, 6
-_TJPARAM_PRECISION, _TJPARAM_COLORSPACE, _TJPARAM_LOSSLESS = 7, 8, 15
+_TJPARAM_COLORSPACE = 8
 _TJPF = {1: 6, 3: 0}  # channels -> TJPF_GRAY, TJPF_RGB
-_TJCS_RGB, _TJCS_YCBCR, _TJCS_GRAY = 0, 1, 2
+_TO_RGB = (0, 1, 2)  # TJCS_RGB, TJCS_YCbCr, TJCS_GRAY: the colour spaces it converts to RGB
 # tjMCUWidth, indexed by TJSAMP_*: 444, 422, 420, GRAY, 440, 411, 441.
 _MCU_WIDTH = (8, 16, 16, 8, 8, 32, 8)
 
@@ -44,6 +43,10 @@ class _ScalingFactor(ctypes.Structure):
 
 class _Region(ctypes.Structure):
     _fields_ = [("x", ctypes.c_int), ("y", ctypes.c_int), ("w", ctypes.c_int), ("h", ctypes.c_int)]
+
+
+# Scaling factors as TurboJPEG accepts them (in lowest terms), by eighths.
+_SCALES = {m: _ScalingFactor(*Fraction(m, 8).as_integer_ratio()) for m in range(1, 9)}
 
 
 class Header(NamedTuple):
@@ -120,18 +123,14 @@ class Decoder:
             self._lib.tj3Destroy(self._handle)
 
     def header(self, data: bytes) -> Header | None:
-        """The JPEG's header, or None where this path does not apply (not a JPEG, CMYK, not
-        8-bit, lossless, unusual subsampling): the caller decodes those with PIL."""
+        """The JPEG's header, or None where this path does not apply (not a JPEG, CMYK,
+        unusual subsampling): the caller decodes those with PIL. (What the header admits but
+        `decode` cannot do, 12-bit or lossless JPEGs, fails there, and goes to PIL too.)"""
         lib, h = self._lib, self._handle
         if lib.tj3DecompressHeader(h, data, len(data)) != 0:
             return None
-        subsamp = lib.tj3Get(h, _TJPARAM_SUBSAMP)
-        if (
-            lib.tj3Get(h, _TJPARAM_COLORSPACE) not in (_TJCS_RGB, _TJCS_YCBCR, _TJCS_GRAY)
-            or lib.tj3Get(h, _TJPARAM_PRECISION) != 8
-            or lib.tj3Get(h, _TJPARAM_LOSSLESS) != 0
-            or not 0 <= subsamp < len(_MCU_WIDTH)
-        ):
+        colorspace, subsamp = lib.tj3Get(h, _TJPARAM_COLORSPACE), lib.tj3Get(h, _TJPARAM_SUBSAMP)
+        if colorspace not in _TO_RGB or not 0 <= subsamp < len(_MCU_WIDTH):
             return None
         height, width = lib.tj3Get(h, _TJPARAM_JPEGHEIGHT), lib.tj3Get(h, _TJPARAM_JPEGWIDTH)
         return Header(height, width, _MCU_WIDTH[subsamp])
@@ -152,15 +151,14 @@ class Decoder:
         outermost rows and columns (where they are not the image's) can differ from the full
         decode's: chroma upsampling lacks its neighbours there; ask for one more each side."""
         lib, h = self._lib, self._handle
-        scale = Fraction(eighths, 8)  # TurboJPEG accepts its factors in lowest terms only
-        height, width = math.ceil(header.height * scale), math.ceil(header.width * scale)
+        height, width = -(-header.height * eighths // 8), -(-header.width * eighths // 8)
         mcu = header.mcu_width * eighths // 8
         r0, r1 = min(max(0, rows[0]), height - 1), min(height, rows[1])
         c0, c1 = min(max(0, cols[0]), width - 1) // mcu * mcu, min(width, cols[1])
         if r1 <= r0 or c1 <= c0:
             return None
         if (
-            lib.tj3SetScalingFactor(h, _ScalingFactor(scale.numerator, scale.denominator)) != 0
+            lib.tj3SetScalingFactor(h, _SCALES[eighths]) != 0
             or lib.tj3SetCroppingRegion(h, _Region(c0, r0, c1 - c0, r1 - r0)) != 0
         ):
             return None
