@@ -243,6 +243,23 @@ def test_crops_match_the_full_decode(photos, jpeg_decoder):
         assert out.shape == (48, 48, 1) and np.abs(out.astype(int) - reference).mean() <= 2
 
 
+def test_a_crops_border_is_as_close_to_the_full_decode_as_its_inside(jpeg_decoder):
+    # Colour noise: a pixel beyond the box, missing or with wrongly upsampled chroma, shows.
+    data = io.BytesIO()
+    noise = np.random.default_rng(0).integers(0, 256, (120, 160, 3), np.uint8)
+    Image.fromarray(noise).save(data, format="JPEG", quality=95)
+    full = augment.decode(data.getvalue(), 3)
+    border, inside = [], []
+    for slot in range(40):
+        rng = augment.example_rng(0, 0, 0, slot)
+        new = augment.train_image(data.getvalue(), 3, 32, rng).astype(int)
+        rng = augment.example_rng(0, 0, 0, slot)
+        error = np.abs(new - augment.train_image_reference(full, 32, rng))
+        border.append(np.concatenate([error[0], error[-1], error[:, 0], error[:, -1]]).mean())
+        inside.append(error[1:-1, 1:-1].mean())
+    assert np.mean(border) <= np.mean(inside) + 0.5
+
+
 def test_what_libjpeg_turbo_does_not_decode_takes_the_pil_path():
     rgb = np.asarray(_ramp(60, 80))
     cmyk, png = io.BytesIO(), io.BytesIO()
