@@ -127,9 +127,9 @@ def _sigma(ratio: float) -> float:
 
 
 def _taps(sigma: float) -> int:
-    """Taps of the Gaussian kernel: 3 up to σ = 0.6 (the cheapest kernel; its variance is then
-    within 15% of σ²), else ±2σ."""
-    return 1 if not sigma else 3 if sigma <= 0.6 else 2 * math.ceil(2 * sigma) + 1
+    """Taps of the Gaussian kernel: 3 up to σ = 1.2 (the cheapest kernel, and as close to PIL's
+    output there as wider ones: a 224² crop's σ stays below 0.9), else ±2σ."""
+    return 1 if not sigma else 3 if sigma <= 1.2 else 2 * math.ceil(2 * sigma) + 1
 
 
 def _resample(
