@@ -13,8 +13,8 @@ Encoded JPEGs are cropped before they are decoded (`train_image`, `eval_encoded`
 drawn from the header's size with the same draws as before, then libjpeg-turbo 3 decodes only
 that box, at a DCT scale of 1/2, 1/4 or 1/8 where the box stays at least 1.5 × the output a
 side (`jpeg_region.py`), and OpenCV resamples it like PIL's bilinear resize (`_resample`):
-about half the CPU-seconds an image of PIL's full decode and resize on ImageNet-sized frames
-(docs/input.md). The pixels differ from that full decode by ≈ 1/255 on average
+≈ 1.9× fewer CPU-seconds an image than PIL's full decode and resize on ImageNet-sized frames
+(≈ 2.3× for held-out crops; docs/input.md says why not more). The pixels differ from that full decode by ≈ 1/255 on average
 (tests/test_augment.py bounds it at 2/255). Where libjpeg-turbo 3 is missing, or for
 what it does not decode (PNG, CMYK), PIL decodes the whole frame at the largest power-of-two
 DCT scale that still leaves the box at least the output's size (its `draft`) and resizes it
@@ -113,7 +113,7 @@ def _eval_box(height: int, width: int, size: int) -> tuple[float, float, float, 
 def _eighths(height: float, width: float, size: int) -> int:
     """The DCT scale M/8 at which to decode a height × width box: the smallest of 1/8, 1/4 and
     1/2 that keeps its shorter side at least 1.5 × size, else 8/8 (libjpeg-turbo has SIMD
-    code for these four only; its 3/8, 5/8 … measured no faster than the full scale)."""
+    code for these four only; its 5/8, 3/4 and 7/8 measured slower than the full scale)."""
     short = min(height, width)
     return next((m for m in (1, 2, 4) if short * m >= 8 * _DCT_MARGIN * size), 8)
 
