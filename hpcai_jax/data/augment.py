@@ -144,6 +144,15 @@ def _resample(
     channels = pixels.shape[-1]
     ratio_y, ratio_x = height / size, width / size
     sigma_y, sigma_x = _sigma(ratio_y), _sigma(ratio_x)
+    # Only the box and what the blur and the interpolation reach around it: the decoded region
+    # has more (an iMCU's alignment on the left, its own outermost rows and columns).
+    reach_y, reach_x = _taps(sigma_y) // 2 + 1, _taps(sigma_x) // 2 + 1
+    row0, col0 = max(0, math.floor(top) - reach_y), max(0, math.floor(left) - reach_x)
+    pixels = pixels[
+        row0 : math.ceil(top + height) + reach_y, col0 : math.ceil(left + width) + reach_x
+    ]
+    top, left = top - row0, left - col0
+    box = top, left, height, width
     if sigma_y or sigma_x:
         pixels = cv2.GaussianBlur(
             pixels,
