@@ -2,9 +2,10 @@
 random access with `tfds.data_source` (no TensorFlow needed; docs/design.md, fact 7).
 
 ImageNet (`imagenet2012`) is the production target. Images come undecoded (JPEG or PNG bytes)
-and are decoded by libjpeg-turbo 3, only the crop's region, or else by PIL (`augment.py`). `read` (held-out, out of bag) resizes and centre-crops
-on host threads; training reads go through `train_reader`, which the pipeline runs in worker
-processes and which crops at random and flips (`augment.train_image`).
+and are decoded by libjpeg-turbo 3, only the crop's region, or else by PIL (`augment.py`).
+`read` (held-out, out of bag) resizes and centre-crops on host threads; training reads go
+through `train_reader`, which the pipeline runs in worker processes and which crops at random
+and flips (`augment.train_image`).
 """
 
 from __future__ import annotations
