@@ -224,7 +224,7 @@ def test_tradeoff_mfu_and_stream_tables(report, results, real):
     assert mfu["s-M1"]["MFU measured [%]"] == figure(measured * 100)
     assert mfu["s-M1"]["MFU datasheet [%]"] == "n/a"  # a CPU has no datasheet peak
 
-    stream = rows(section(md, SECTIONS[6]))
+    stream = rows(section(md, "STREAM bandwidth"))
     kernels = real["stream"]["kernels"]
     assert [r["kernel"] for r in stream] == [k["label"] for k in kernels.values()]
     for row, k in zip(stream, kernels.values(), strict=True):
@@ -263,9 +263,45 @@ def test_roofline_table_holds_the_records_figures(report, real):
     assert row["ridge [FLOP/B]"] == figure(ridge)
 
 
+def test_communication_and_division_tables_hold_the_records_figures(report, real):
+    _, md = report
+    comm = {r["run"]: r for r in rows(section(md, "Communication per step and device"))}
+    assert set(comm) == {"s-M1", "s-M2", "s-M4", "t-M2"}
+    figures, row = real["train"]["comm"], comm["s-M1"]
+    wire = next(h for h in row if h.startswith("wire data ["))
+    scale = {"B": 1.0, "kB": 1e3, "MB": 1e6}[wire[wire.index("[") + 1 : -1]]
+    assert row[wire] == figure(figures["wire_bytes"]["data"], scale)
+    assert row[wire.replace("wire data", "payload data")] == figure(
+        figures["payload_bytes"]["data"], scale
+    )
+    assert row[wire.replace("wire data", "wire ensemble")] == "0"
+    assert row[wire.replace("wire data", "inter-node")] == "0"  # one process, one node
+    assert (row["nodes"], row["gradient reduction"]) == ("1", "flat float32")
+    machine = {r["run"]: r for r in rows(section(md, "Division, memory and energy"))}
+    broken = len(real["train"]["submission"]["violations"])
+    assert machine["s-M1"]["division"] == f"open ({broken} rules broken)"
+    assert machine["s-M1"]["energy [J]"] == "n/a"
+    assert machine["s-M1"]["energy not measured: why"] == real["train"]["energy"]["why"]
+
+
+def test_output_only_flags_never_split_a_group(real, tmp_path):
+    """An MLLOG, a STREAM record for the roofline, another checkpoint folder: the same
+    experiment, plotted together; --compare lists no configuration difference for them."""
+    plain = variant(real["train"], "plain", 1, 2, 1e9)
+    logged = variant(real["train"], "logged", 2, 2, 2e9)
+    logged["config"]["results"].update(mllog="logs/x.mllog", stream_record="results/s.json")
+    logged["config"]["reliability"]["checkpoint_dir"] = "/elsewhere"
+    folder = write(tmp_path, {"plain.json": plain, "logged.json": logged})
+    collection = collect([str(folder)])
+    assert [r.run_id for r in collection.train] == ["logged", "plain"] and not collection.skipped
+    text = compare(str(folder / "plain.json"), str(folder / "logged.json"))
+    config = rows(section(text, "Configuration differences"))
+    assert [r["config field"] for r in config] == ["mesh.ensemble_size"]
+
+
 def test_skipped_records_say_why(report):
     _, md = report
-    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, SECTIONS[7]))}
+    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, "Skipped records"))}
     assert set(skipped) == {
         "diverged.json",
         "preempted.json",
@@ -315,7 +351,7 @@ def test_records_without_quality_plot_what_exists(real, tmp_path):
     assert "No run has a VFLOPS figure" in md
     assert "nothing to plot" in section(md, SECTIONS[2])
     assert "No training record has a held-out evaluation" in section(md, SECTIONS[3])
-    assert "No complete STREAM record" in section(md, SECTIONS[6])
+    assert "No complete STREAM record" in section(md, "STREAM bandwidth")
     assert (tmp_path / "out" / "scalability.png").read_bytes().startswith(PNG_MAGIC)
 
 
@@ -331,6 +367,9 @@ def test_compare_shows_ratios_and_what_differs(results, tmp_path):
     for label in ("VFLOPS", "ensemble quality", "out-of-bag quality", "step time median"):
         assert label in figures
     assert figures["time to target"]["A: s-M1"] == "n/a"  # the real run never reached 0.9
+    assert figures["wire bytes over data"]["B/A"] == "1"  # the variants keep the real comm
+    assert figures["wire bytes inter-node"]["A: s-M1"] == "0 B"
+    assert figures["division"]["A: s-M1"] == "open"
     config = {r["config field"]: r for r in rows(section(proc.stdout, "Configuration differences"))}
     assert set(config) == {"mesh.ensemble_size"}
     assert (config["mesh.ensemble_size"]["A"], config["mesh.ensemble_size"]["B"]) == ("1", "2")

@@ -68,6 +68,11 @@ def render(collection: Collection, folder: Path) -> str:
     for p in roofs:
         plots.roofline(p, folder / pngs[p.run_id])
     parts += [markdown.heading(markdown.SECTIONS[5]), markdown.roofline(roofs, pngs)]
+    parts += [
+        markdown.heading(markdown.SECTIONS[6]),
+        markdown.communication(series.communication(train)),
+    ]
+    parts += [markdown.heading(markdown.SECTIONS[7]), markdown.machine(series.machine(train))]
 
     runs = series.stream(collection.stream)
     png, per_process = None, {}
@@ -79,9 +84,9 @@ def render(collection: Collection, folder: Path) -> str:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", r.run_id)  # a plain link target
             per_process[r.run_id] = f"stream_{safe}_per_process.png"
             plots.stream_per_process(r, folder / per_process[r.run_id])
-    parts += [markdown.heading(markdown.SECTIONS[6]), markdown.stream(runs, png, per_process)]
+    parts += [markdown.heading(markdown.SECTIONS[8]), markdown.stream(runs, png, per_process)]
 
-    parts += [markdown.heading(markdown.SECTIONS[7]), markdown.skipped(collection.skipped)]
+    parts += [markdown.heading(markdown.SECTIONS[9]), markdown.skipped(collection.skipped)]
     return "\n\n".join(parts) + "\n"
 
 

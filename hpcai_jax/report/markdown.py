@@ -11,6 +11,8 @@ from pathlib import Path
 
 from hpcai_jax.report.collect import Collection, Skipped
 from hpcai_jax.report.series import (
+    CommRow,
+    MachineRow,
     MfuRow,
     QualityCurve,
     RoofPoint,
@@ -28,6 +30,8 @@ SECTIONS = (
     "Quality during training and time to target",
     "MFU per run",
     "Roofline",
+    "Communication per step and device",
+    "Division, memory and energy",
     "STREAM bandwidth",
     "Skipped records",
 )
@@ -292,6 +296,95 @@ def roofline(points: list[RoofPoint], pngs: dict[str, str]) -> str:
     ]
     parts.append(table(headers, body))
     return "\n\n".join(parts)
+
+
+_AXES = ("ensemble", "data", "model")
+
+
+def communication(rows: list[CommRow]) -> str:
+    if not rows:
+        return "No training record has a communication count (comm)."
+    axes = [a for a in _AXES if any(a in r.payload for r in rows)]
+    axes += sorted({a for r in rows for a in r.payload} - set(axes))
+    values = [v for r in rows for v in (*r.payload.values(), *(r.wire or {}).values())]
+    scale, unit = prefix(values + [r.intra_node for r in rows] + [r.inter_node for r in rows])
+    body = [
+        [
+            r.run_id,
+            r.m,
+            r.p,
+            r.p_model,
+            r.allreduce,
+            "n/a" if r.nodes is None else r.nodes,
+            *(cell(r.payload.get(a), scale) for a in axes),
+            *(cell((r.wire or {}).get(a), scale) for a in axes),
+            cell(r.intra_node, scale),
+            cell(r.inter_node, scale),
+        ]
+        for r in rows
+    ]
+    headers = [
+        "run",
+        "M",
+        "P_degree",
+        "P_model",
+        "gradient reduction",
+        "nodes",
+        *(f"payload {a} [{unit}B]" for a in axes),
+        *(f"wire {a} [{unit}B]" for a in axes),
+        f"intra-node [{unit}B]",
+        f"inter-node [{unit}B]",
+    ]
+    intro = (
+        "Training collectives of the compiled step, per device and step, by mesh axis, read from "
+        "its optimized HLO (docs/score.md §8). Payload: each collective's result; wire: the bytes "
+        "a device sends under ring algorithms over each collective's own group (all-reduce "
+        "2 (n − 1) / n × payload); intra- and inter-node: the wire bytes split by where the "
+        "ring's hops run (a model of what NCCL or a TPU would do, not a measurement). The "
+        "members' per-step figures gathered for the host are left out. Members never exchange "
+        "training data: the ensemble columns are 0."
+    )
+    return "\n\n".join([intro, table(headers, body)])
+
+
+def machine(rows: list[MachineRow]) -> str:
+    if not rows:
+        return "No complete training record."
+    m_scale, m_unit = prefix([r.memory_bytes for r in rows])
+    f_scale, f_unit = prefix([r.flops_per_watt for r in rows])
+    body = [
+        [
+            r.run_id,
+            (r.division or "n/a")
+            + (
+                f" ({r.violations} rule{'s' if r.violations != 1 else ''} broken)"
+                if r.violations
+                else ""
+            ),
+            cell(r.memory_bytes, m_scale),
+            cell(r.joules),
+            cell(r.average_watts),
+            cell(r.flops_per_watt, f_scale),
+            r.energy_why or "",
+        ]
+        for r in rows
+    ]
+    headers = [
+        "run",
+        "division",
+        f"memory per device [{m_unit}B]",
+        "energy [J]",
+        "average power [W]",
+        f"FLOPS per watt [{f_unit}FLOP/J]",
+        "energy not measured: why",
+    ]
+    intro = (
+        "The division each run qualifies for (its record's submission.violations list every "
+        "rule an open run breaks; docs/score.md §10), the compiled step's memory per device "
+        "(arguments + outputs − aliased + temporaries) and energy over the timed steps where "
+        "the device has a counter (NVML), never an estimate."
+    )
+    return "\n\n".join([intro, table(headers, body)])
 
 
 def stream(runs: list[StreamRun], png: str | None, per_process: dict[str, str]) -> str:

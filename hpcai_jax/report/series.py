@@ -272,3 +272,91 @@ def stream(records: list[Record]) -> list[StreamRun]:
             )
         )
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CommRow:
+    """One run's collectives per step and device (the record's `comm`, engine/comm.py): the
+    payload and the bytes sent under ring algorithms, by mesh axis, and the training bytes that
+    stay inside a node or cross the network."""
+
+    run_id: str
+    m: int
+    p: int
+    p_model: int
+    allreduce: str  # e.g. "flat float32", "hierarchical (2) bfloat16"
+    nodes: int | None
+    payload: dict[str, float]
+    wire: dict[str, float] | None  # None in records older than the wire figures
+    intra_node: float | None
+    inter_node: float | None
+
+
+def _allreduce(data: dict) -> str:
+    precision = data.get("precision") or {}
+    mode = precision.get("allreduce", "flat")
+    inner = precision.get("inner_group_size")
+    group = f" ({inner})" if mode != "flat" and inner else ""
+    return f"{mode}{group} {precision.get('grad_allreduce_dtype', 'float32')}"
+
+
+def communication(records: list[Record]) -> list[CommRow]:
+    rows = []
+    for r in records:
+        comm = r.data.get("comm") or {}
+        payload = comm.get("payload_bytes", comm.get("bytes_per_step"))  # older records
+        if not payload:
+            continue
+        mesh = r.data["mesh"]
+        rows.append(
+            CommRow(
+                run_id=r.run_id,
+                m=int(mesh["ensemble_size"]),
+                p=int(mesh["parallel_degree"]),
+                p_model=int(mesh.get("model_parallel", 1)),
+                allreduce=_allreduce(r.data),
+                nodes=comm.get("nodes"),
+                payload=payload,
+                wire=comm.get("wire_bytes"),
+                intra_node=number(field(comm, "link_bytes.intra_node")),
+                inter_node=number(field(comm, "link_bytes.inter_node")),
+            )
+        )
+    return sorted(rows, key=lambda row: (row.m * row.p * row.p_model, row.m, row.run_id))
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineRow:
+    """What else a run's record says about the machine and the rules: its division, the
+    compiled step's memory per device, and energy where it was measured."""
+
+    run_id: str
+    division: str | None
+    violations: int
+    memory_bytes: float | None  # arguments + outputs − aliased + temporaries
+    joules: float | None
+    average_watts: float | None
+    flops_per_watt: float | None
+    energy_why: str | None
+
+
+def machine(records: list[Record]) -> list[MachineRow]:
+    rows = []
+    for r in records:
+        memory = r.data.get("memory_per_device") or {}
+        parts = [number(memory.get(k)) for k in ("argument_bytes", "output_bytes", "temp_bytes")]
+        alias = number(memory.get("alias_bytes")) or 0.0
+        energy = r.data.get("energy") or {}
+        rows.append(
+            MachineRow(
+                run_id=r.run_id,
+                division=field(r.data, "submission.division"),
+                violations=len(field(r.data, "submission.violations") or []),
+                memory_bytes=None if None in parts else sum(parts) - alias,
+                joules=number(energy.get("joules")),
+                average_watts=number(energy.get("average_watts")),
+                flops_per_watt=number(energy.get("flops_per_watt")),
+                energy_why=None if energy.get("available") else energy.get("why", "not measured"),
+            )
+        )
+    return sorted(rows, key=lambda row: row.run_id)
