@@ -27,6 +27,7 @@ SECTIONS = (
     "Runs",
     "FLOPS and VFLOPS against Sys_scale",
     "Ensemble quality against training time",
+    "Ensemble quality against M",
     "Quality during training and time to target",
     "MFU per run",
     "Roofline",
@@ -130,7 +131,9 @@ def scalability(series: dict[int, list[ScalePoint]], png: str | None) -> str:
     ]
     parts = [
         "HPC AI500 V3.0 Fig. 5. One line per P_degree; its ideal is the figure measured at the "
-        "series' smallest Sys_scale (the mean, if several runs share it), scaled linearly.",
+        "series' smallest Sys_scale (the mean, if several runs share it), scaled linearly. A "
+        "series with one Sys_scale has no ideal (n/a): its point would be its own ideal. "
+        "VFLOPS = FLOPS × the quality penalty; the plot writes the penalty at each point.",
     ]
     if all(p.vflops is None for p in points):
         parts.append(
@@ -224,6 +227,51 @@ def quality_curves(curves: list[QualityCurve], metric: str, png: str | None) -> 
     return "\n\n".join(parts)
 
 
+def quality_against_m(points: list[TradePoint], metric: str, png: str | None) -> str:
+    have = [p for p in points if p.ensemble is not None]
+    if not have:
+        return "No training record has a quality figure: nothing to plot."
+    parts = [
+        "Bagging's claim (HPC AI500 V3.0 §5): the ensemble is better than its members, and "
+        "more so as M grows. Quality against M at each fixed Sys_scale (the trade-off's splits) "
+        "and against Sys_scale at each fixed P_degree (the scalability sweep: M grows); every "
+        "member, their mean, the ensemble and its out-of-bag estimate."
+    ]
+    if png:
+        parts.append(image(png, "Ensemble quality against M"))
+    else:
+        parts.append("No Sys_scale or P_degree has two values of M with quality: nothing to plot.")
+    rows = [
+        [
+            p.sys_scale,
+            p.m,
+            p.p,
+            cell(p.ensemble),
+            cell(p.member_mean),
+            cell(max(p.members)) if p.members else "n/a",
+            cell(min(p.members)) if p.members else "n/a",
+            cell(p.oob),
+            cell(p.target),
+            p.run_id,
+        ]
+        for p in sorted(have, key=lambda p: (p.sys_scale, p.m, p.run_id))
+    ]
+    headers = [
+        "Sys_scale",
+        "M",
+        "P_degree",
+        f"ensemble {metric}",
+        f"member mean {metric}",
+        "best member",
+        "worst member",
+        f"out-of-bag {metric}",
+        "target",
+        "run",
+    ]
+    parts.append(table(headers, rows))
+    return "\n\n".join(parts)
+
+
 def mfu(rows: list[MfuRow], png: str | None) -> str:
     if not rows:
         return "No complete training record: nothing to plot."
@@ -262,7 +310,7 @@ def mfu(rows: list[MfuRow], png: str | None) -> str:
     return "\n\n".join(parts)
 
 
-def roofline(points: list[RoofPoint], pngs: dict[str, str]) -> str:
+def roofline(points: list[RoofPoint], png: str | None) -> str:
     if not points:
         return "No training record has a roofline (a bandwidth and XLA's bytes accessed)."
     f_scale, f_prefix = prefix([p.peak for p in points])
@@ -272,7 +320,8 @@ def roofline(points: list[RoofPoint], pngs: dict[str, str]) -> str:
         "(or read from a STREAM record), and the training step at XLA's FLOPs over bytes "
         "accessed. Below the ridge point the step is memory-bound (docs/score.md)."
     ]
-    parts += [image(pngs[p.run_id], f"roofline of {p.run_id}") for p in points]
+    if png:
+        parts.append(image(png, "every run's step on its roofline"))
     body = [
         [
             p.run_id,

@@ -31,8 +31,10 @@ class ScalePoint:
     sys_scale: int
     flops: float | None
     vflops: float | None
-    ideal_flops: float | None
+    ideal_flops: float | None  # None where the series has one Sys_scale: nothing to scale from
     ideal_vflops: float | None
+    members_per_device: int = 1
+    model_parallel: int = 1
 
     @property
     def efficiency(self) -> float | None:
@@ -40,10 +42,24 @@ class ScalePoint:
         return self.flops / self.ideal_flops if self.flops and self.ideal_flops else None
 
 
+def sys_scale_label(points) -> str:
+    """What Sys_scale counts, as Eq. 5 reads for these runs: devices = M × P_degree, with
+    members_per_device and P_model where any run has them other than 1. `points` are anything
+    with `members_per_device` and `model_parallel` (ScalePoint, TradePoint)."""
+    formula = "M"
+    if any(p.members_per_device != 1 for p in points):
+        formula = "M / members_per_device"
+    formula += " × P_degree"
+    if any(p.model_parallel != 1 for p in points):
+        formula += " × P_model"
+    return f"Sys_scale (devices = {formula})"
+
+
 def _ideal(points: list[tuple[int, float | None]]) -> tuple[int, float] | None:
-    """(Sys_scale, figure) of the smallest Sys_scale that has the figure (mean of its runs)."""
+    """(Sys_scale, figure) of the smallest Sys_scale that has the figure (mean of its runs);
+    None unless two Sys_scales have it (one point is its own ideal: no ratio to show)."""
     have = [(s, v) for s, v in points if v is not None]
-    if not have:
+    if len({s for s, _ in have}) < 2:
         return None
     s0 = min(s for s, _ in have)
     return s0, statistics.fmean(v for s, v in have if s == s0)
@@ -75,6 +91,8 @@ def scalability(records: list[Record]) -> dict[int, list[ScalePoint]]:
                 vflops=v,
                 ideal_flops=base_f[1] * s / base_f[0] if base_f else None,
                 ideal_vflops=base_v[1] * s / base_v[0] if base_v else None,
+                members_per_device=int(r.data["mesh"].get("members_per_device", 1)),
+                model_parallel=int(r.data["mesh"].get("model_parallel", 1)),
             )
             for r, s, f, v in zip(runs, scale, flops, vflops, strict=True)
         ]
@@ -92,6 +110,11 @@ class TradePoint:
     ensemble: float | None
     member_mean: float | None
     oob: float | None
+    sys_scale: int = 0
+    members: tuple[float, ...] = ()
+    target: float | None = None
+    members_per_device: int = 1
+    model_parallel: int = 1
 
 
 def tradeoff(records: list[Record]) -> dict[int, list[TradePoint]]:
@@ -108,9 +131,38 @@ def tradeoff(records: list[Record]) -> dict[int, list[TradePoint]]:
                 ensemble=number(field(r.data, "quality.ensemble")),
                 member_mean=number(field(r.data, "quality.member_mean")),
                 oob=number(field(r.data, "quality.oob.quality")),
+                sys_scale=int(mesh["num_devices"]),
+                members=tuple(
+                    v for v in map(number, field(r.data, "quality.members") or []) if v is not None
+                ),
+                target=number(field(r.data, "quality.target")),
+                members_per_device=int(mesh.get("members_per_device", 1)),
+                model_parallel=int(mesh.get("model_parallel", 1)),
             )
         )
     return dict(sorted(out.items()))
+
+
+def by_parallel_degree(points: list[TradePoint]) -> dict[int, list[TradePoint]]:
+    """Runs with a quality figure by P_degree, sorted by M: quality against M as Sys_scale
+    grows (the scalability sweep's runs)."""
+    out: dict[int, list[TradePoint]] = {}
+    for t in sorted(points, key=lambda t: (t.m, t.run_id)):
+        if t.ensemble is not None:
+            out.setdefault(t.p, []).append(t)
+    return dict(sorted(out.items()))
+
+
+METRIC_LABELS = {
+    "top1_accuracy": "top-1 accuracy",
+    "map_iou50": "mAP at IoU 0.5",
+    "r2": "R²",
+}
+
+
+def metric_label(metric: str) -> str:
+    """A workload's quality metric as a reader names it (the record's key otherwise)."""
+    return METRIC_LABELS.get(metric, metric.replace("_", " "))
 
 
 def plottable(points: list[TradePoint]) -> list[TradePoint]:
@@ -208,6 +260,7 @@ class RoofPoint:
     intensity: float
     achieved: float | None
     attainable: float
+    device: str = ""
 
 
 def roofline(records: list[Record]) -> list[RoofPoint]:
@@ -224,7 +277,8 @@ def roofline(records: list[Record]) -> list[RoofPoint]:
             )
         ]
         if None not in (values[0], values[1], values[2], values[4]):
-            points.append(RoofPoint(r.run_id, *values))
+            device = str(field(r.data, "provenance.device_kind") or "")
+            points.append(RoofPoint(r.run_id, *values, device=device))
     return sorted(points, key=lambda p: p.run_id)
 
 
