@@ -20,7 +20,7 @@ import pytest
 from helpers import ROOT, run_in_process
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.report import compare, write_report
+from hpcai_jax.report import compare, plots, write_report
 from hpcai_jax.report.__main__ import main as report_main
 from hpcai_jax.report.collect import Record, collect
 from hpcai_jax.report.markdown import SECTIONS
@@ -316,6 +316,22 @@ def test_output_only_flags_never_split_a_group(real, tmp_path):
     text = compare(str(folder / "plain.json"), str(folder / "logged.json"))
     config = rows(section(text, "Configuration differences"))
     assert [r["config field"] for r in config] == ["mesh.ensemble_size"]
+
+
+def test_the_shipped_example_report_is_what_its_records_give(tmp_path, monkeypatch):
+    """docs/example_report/: its report.md is the report of its records, byte for byte, and
+    every plot it shows is shipped beside it (not redrawn here: the text is the claim, and
+    drawing eight PNGs would cost seconds of suite time)."""
+    monkeypatch.chdir(ROOT)
+    for name in dir(plots):
+        if callable(getattr(plots, name)) and getattr(plots, name).__module__ == plots.__name__:
+            monkeypatch.setattr(plots, name, lambda *args, **kwargs: None)
+    example = ROOT / "docs" / "example_report"
+    md = write_report(["docs/example_report/records"], tmp_path / "out").read_text()
+    assert md == (example / "report.md").read_text()
+    images = {line[line.index("](") + 2 : -1] for line in md.splitlines() if line.startswith("![")}
+    assert images and all((example / name).read_bytes().startswith(PNG_MAGIC) for name in images)
+    assert sorted(p.name for p in example.glob("*.png")) == sorted(images)
 
 
 def test_skipped_records_say_why(report):

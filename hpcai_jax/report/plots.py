@@ -128,7 +128,7 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
         "FLOPS and VFLOPS against Sys_scale (VFLOPS = FLOPS × penalty, written at each point)",
         fontsize="medium",
     )
-    ax.grid(which="both" if log else "major", **GRID)
+    ax.grid(which="major", **GRID)
     # Under the axes: inside it would hide points.
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle(title, fontsize="medium")
