@@ -291,8 +291,9 @@ def quality_curves(curves: list[QualityCurve], metric: str, path: Path) -> None:
         for target in sorted({c.target for c in curves if c.target is not None}):
             ax.axhline(target, color="0.3", ls=":", lw=1.2, label=f"target {target:g}")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"held-out {metric}")
+        ax.set_ylabel(f"held-out {metric_label(metric)}")
         ax.grid(**GRID)
+    fig.axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: 1, 2, ...
     fig.axes[0].set_title("Quality against epochs")
     fig.axes[1].set_title("Quality against wall time (dotted: time to target)")
     handles, labels = fig.axes[0].get_legend_handles_labels()
