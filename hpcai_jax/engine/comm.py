@@ -113,7 +113,12 @@ def _result(op: str, started: bool, shape: str) -> list[tuple[str, int]]:
     all-gather-start's or collective-permute-start's shape is (operands, results, ...): the
     results are its second element, an array or a tuple (a combined all-gather)."""
     tree = _parse(shape)
-    if started and op in ("all-gather", "collective-permute") and isinstance(tree, list):
+    if (
+        started
+        and op in ("all-gather", "collective-permute")
+        and isinstance(tree, list)
+        and len(tree) > 1
+    ):
         tree = tree[1]
     return _leaves(tree)
 
