@@ -118,6 +118,9 @@ def test_two_processes_match_one_process(tmp_path):
     # Two nodes, and each member's 2 devices on one of them: its gradient all-reduce never
     # crosses (engine/comm.py; tests/test_comm.py has a member spanning two nodes).
     assert (one["comm"]["nodes"], two["comm"]["nodes"]) == (1, 2)
+    # The provenance (and MLLOG) count nodes the same way (hpcai_jax.nodes), not by hostname.
+    assert two["provenance"]["number_of_nodes"] == 2
+    assert two["provenance"]["hosts"] == ["node0", "node1"]
     assert two["comm"]["link_bytes"] == one["comm"]["link_bytes"]
     assert two["comm"]["link_bytes"]["inter_node"] == 0 < two["comm"]["link_bytes"]["intra_node"]
 
