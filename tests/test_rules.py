@@ -160,3 +160,14 @@ def test_docs_list_every_rule():
     score = (ROOT / "docs" / "score.md").read_text()
     divisions = score[score.index("## 10. Divisions") :]
     assert all(f"| {name} |" in divisions for name, _ in rules.RULES)
+
+
+def test_a_closed_run_may_replace_at_most_a_tiny_fraction_of_a_split():
+    config, sizes = resnet50(), rules.SplitSizes(1_281_167, 50_000)
+    few = rules.judge(config, LAYOUT, sizes, {"train": list(range(128))})
+    assert few.violations == ()
+    (line,) = rules.judge(config, LAYOUT, sizes, {"validation": list(range(6))}).violations
+    assert line == (
+        "--bad_example_policy=skip replaced 6 of the 50000 records of split 'validation'; "
+        "the closed division allows at most 0.0001 of a split (5)"
+    )
