@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from absl import logging
 
 from hpcai_jax.errors import UsageError
 
@@ -87,7 +88,17 @@ class BadExamples:
                     f"decode ({why}); --bad_example_policy=skip replaces such records by others "
                     "and lists them in the record"
                 )
-            self.found.setdefault(int(index), why)
+            index = int(index)
+            if index not in self.found:
+                self.found[index] = why
+                logging.warning(
+                    "--dataset=%s: split %r record %d does not decode (%s): replaced "
+                    "(--bad_example_policy=skip)",
+                    self.dataset,
+                    self.split,
+                    index,
+                    why,
+                )
 
     def skipped(self) -> list[int]:
         return sorted(self.found)

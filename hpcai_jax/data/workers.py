@@ -121,7 +121,6 @@ def _detach(element: dict) -> dict:
         # grain's SharedMemoryArray unlinks on deletion, from a thread pool, where this flag is
         # set: the block is unlinked here instead, and its deletion only closes the mapping.
         value._unlink_on_del = False
-        del value
         shm.unlink()
     return out
 
@@ -138,12 +137,6 @@ class BlockStream:
         self._iterator = None
         self._first = 0  # the element the open stream started at
         self._element: int | None = None  # the element it delivers next
-
-    def worker_pids(self) -> list[int]:
-        """The worker processes' ids (for a test that kills one)."""
-        import multiprocessing
-
-        return [p.pid for p in multiprocessing.active_children() if "grain" in p.name]
 
     def _open(self, first: int) -> None:
         """Starts the workers at element `first`."""
