@@ -234,15 +234,20 @@ def _test_hooks(run: _Run) -> str | None:
 def _bad_records(run: _Run) -> str | None:
     """At most CLOSED_FRACTION of a split may be replaced: a few corrupt files in a million are
     a fact of large data sets; more is another data set."""
+    over = []
     for split, indices in sorted(run.skipped.items()):
         size = run.sizes.train if split == "train" else run.sizes.eval
         if size and len(indices) > CLOSED_FRACTION * size:
-            return (
-                f"--bad_example_policy=skip replaced {len(indices)} of the {size} records of "
-                f"split {split!r}; the closed division allows at most {CLOSED_FRACTION:g} of a "
-                f"split ({int(CLOSED_FRACTION * size)})"
+            over.append(
+                f"{len(indices)} of the {size} records of split {split!r} "
+                f"(at most {int(CLOSED_FRACTION * size)})"
             )
-    return None
+    if not over:
+        return None
+    return (
+        f"--bad_example_policy=skip replaced {', '.join(over)}; the closed division allows at "
+        f"most {CLOSED_FRACTION:g} of a split"
+    )
 
 
 def _flop_count(run: _Run) -> str | None:
