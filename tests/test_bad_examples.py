@@ -65,7 +65,10 @@ def bad_dir(tmp_path_factory):
 
 def _raw(bad_dir, split):
     return tfds.data_source(
-        "bad_jpeg", split=split, data_dir=str(bad_dir), decoders={"image": tfds.decode.SkipDecoding()}
+        "bad_jpeg",
+        split=split,
+        data_dir=str(bad_dir),
+        decoders={"image": tfds.decode.SkipDecoding()},
     )
 
 
