@@ -65,6 +65,7 @@ def _batches(setup: RunSetup):
         setup.layout.ensemble_size,
         setup.total_steps,
         setup.config.data.data_workers,
+        setup.config.data.worker_restarts,
     )
 
 
@@ -383,6 +384,7 @@ def _train(
 
     def save(step: int) -> None:
         progress.run_s = since_start(clock())
+        progress.skipped_examples = run_record.skipped_examples(setup, progress)
         ckpt.save(step, state, progress.to_meta())
 
     prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
