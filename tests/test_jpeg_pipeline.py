@@ -3,6 +3,7 @@
 import dataclasses
 import io
 import json
+import logging
 import multiprocessing
 import os
 import time
@@ -16,10 +17,11 @@ from PIL import Image
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import DATA, ENSEMBLE
-from hpcai_jax.data import augment
+from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.datasets import open_datasets
 from hpcai_jax.data.pipeline import Prefetcher, WorkerBatches, train_batches
 from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.tfds_source import TfdsSource
 from hpcai_jax.data.workers import default_workers
 from hpcai_jax.errors import UsageError
 
@@ -132,6 +134,20 @@ def test_noaugment_trains_on_the_held_out_transform(jpeg_dir):
     np.testing.assert_array_equal(trained["image"], plain.read(indices)["image"])
     augmented = open_datasets(config).train.train_reader()(indices, keys)
     assert not np.array_equal(augmented["image"], trained["image"])
+
+
+def test_a_missing_libjpeg_turbo_3_is_logged(jpeg_dir, monkeypatch, caplog):
+    def open_source():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            TfdsSource("tiny_jpeg", "train", str(jpeg_dir), SIZE)
+        return [r.getMessage() for r in caplog.records if "libjpeg-turbo" in r.getMessage()]
+
+    if jpeg_region.library() is not None:
+        assert open_source() == []
+    monkeypatch.setattr(jpeg_region, "library", lambda: None)
+    (message,) = open_source()
+    assert message.startswith("tiny_jpeg: no libjpeg-turbo 3") and "PIL" in message
 
 
 def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):

@@ -2,11 +2,11 @@
 random access with `tfds.data_source` (no TensorFlow needed; docs/design.md, fact 7).
 
 ImageNet (`imagenet2012`) is the production target. Images come undecoded (JPEG or PNG bytes)
-and are decoded with PIL (`augment.py`). `read` (held-out, out of bag) resizes and centre-crops
-on host threads; training reads go through `train_reader`, which the pipeline runs in worker
-processes and which crops at random and flips (`augment.train_image`). A record that does not
-decode is replaced by another (`bad_examples.py`) and reported to `bad_examples`, which applies
---bad_example_policy.
+and are decoded by libjpeg-turbo 3, only the crop's region, or else by PIL (`augment.py`).
+`read` (held-out, out of bag) resizes and centre-crops on host threads; training reads go
+through `train_reader`, which the pipeline runs in worker processes and which crops at random
+and flips (`augment.train_image`). A record that does not decode is replaced by another
+(`bad_examples.py`) and reported to `bad_examples`, which applies --bad_example_policy.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 
 import numpy as np
+from absl import logging
 
-from hpcai_jax.data import augment
+from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.bad_examples import BAD, BadExamples, decode_or_replace
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.errors import UsageError
@@ -106,6 +107,13 @@ class TfdsSource:
         self._augment = augment
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
         self.bad_examples = BadExamples(name, split, bad_example_policy)
+        if jpeg_region.library() is None:
+            logging.warning(
+                "%s: no libjpeg-turbo 3 (TurboJPEG API) found: PIL decodes whole JPEGs, about "
+                "twice the CPU an image; `pip install turbojpeg` (x86-64 Linux wheel) or a "
+                "system libjpeg-turbo >= 3.0 decodes only the crops (docs/input.md)",
+                name,
+            )
 
     def __len__(self) -> int:
         return len(self._source)
