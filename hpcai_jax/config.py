@@ -49,6 +49,7 @@ DTYPES = ("float32", "bfloat16", "float16", "int8")
 ALLREDUCE_MODES = ("flat", "hierarchical", "2d_torus")
 GRAD_ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 ON_DIVERGENCE = ("stop", "prune")
+BAD_EXAMPLE_POLICIES = ("fail", "skip")  # data/bad_examples.py
 PRECISIONS = ("float64", "float32", "bfloat16")  # STREAM
 KERNEL_SETS = ("all", "triad", "nstream")
 PLACEMENTS = ("one", "all", "each")
@@ -215,6 +216,18 @@ class DataConfig:
         "core this process may use, less one, at most 16 per local device; 0: none, in the "
         "training process).",
     )
+    worker_restarts: int = _field(
+        3,
+        "Times a dead data worker process is restarted, at the element it owed, so the run "
+        "reads what it would have; one more death ends the run naming the worker and signal.",
+    )
+    bad_example_policy: str = _field(
+        "fail",
+        "A tfds record that does not decode (corrupt JPEG): fail ends the run naming the data "
+        "set, split and record; skip replaces it by another real example, the same on every "
+        "process and after resume, and lists it in the record (data.skipped_examples).",
+        choices=BAD_EXAMPLE_POLICIES,
+    )
 
     @property
     def square_image_size(self) -> int:
@@ -235,6 +248,10 @@ class DataConfig:
         _require(
             self.data_workers >= -1,
             f"--data_workers={self.data_workers}: expected >= 0 (or -1 for one per core)",
+        )
+        _require(
+            self.worker_restarts >= 0,
+            f"--worker_restarts={self.worker_restarts}: expected >= 0",
         )
 
 

@@ -19,9 +19,8 @@ from importlib import metadata
 from pathlib import Path
 
 import jax
-import numpy as np
 
-from hpcai_jax.distributed import allgather
+from hpcai_jax import nodes
 from hpcai_jax.errors import UsageError
 from hpcai_jax.locks import Busy, PathLock
 
@@ -60,16 +59,9 @@ def git_commit() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
-def hostnames() -> list[str]:
-    """Every process's host name, in process order (a collective when there are several)."""
-    name = socket.gethostname()
-    raw = np.frombuffer(name.encode()[:64].ljust(64, b"\0"), np.uint8)
-    return [bytes(row).rstrip(b"\0").decode() for row in allgather(raw)]
-
-
 def node_counts(hosts: list[str], device_processes: list[int]) -> tuple[int, int]:
-    """(number_of_nodes, accelerators_per_node) as MLPerf counts them: a node is a host name
-    (several processes may share one); its accelerators are the devices of all its processes,
+    """(number_of_nodes, accelerators_per_node) as MLPerf counts them: a node is a host
+    (`hpcai_jax.nodes`: several processes may share one); its accelerators are the devices of all its processes,
     the largest node's where they differ. `hosts` per process, `device_processes` per device."""
     per_node = collections.Counter(hosts[p] for p in device_processes)
     return len(set(hosts)), max(per_node.values())
@@ -80,8 +72,8 @@ def provenance() -> dict:
 
     Every process must call it (the host names are gathered)."""
     devices = jax.devices()
-    hosts = hostnames()
-    nodes, per_node = node_counts(hosts, [d.process_index for d in devices])
+    hosts = nodes.process_nodes()
+    node_total, per_node = node_counts(hosts, [d.process_index for d in devices])
     return {
         "versions": package_versions(),
         "git_commit": git_commit(),
@@ -92,7 +84,7 @@ def provenance() -> dict:
         "process_count": jax.process_count(),
         "hostname": socket.gethostname(),
         "hosts": hosts,
-        "number_of_nodes": nodes,
+        "number_of_nodes": node_total,
         "accelerators_per_node": per_node,
         "platform": platform.platform(),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

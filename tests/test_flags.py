@@ -35,6 +35,7 @@ ENUMS = {
     "on_divergence": C.ON_DIVERGENCE,
     "allreduce": C.ALLREDUCE_MODES,
     "grad_allreduce_dtype": C.GRAD_ALLREDUCE_DTYPES,
+    "bad_example_policy": C.BAD_EXAMPLE_POLICIES,
 }
 FLAG_TYPE = {bool: "bool", int: "int", float: "float", str: "string"}
 

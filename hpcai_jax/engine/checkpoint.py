@@ -48,8 +48,16 @@ def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
         "data": {
             k: v
             for k, v in dataclasses.asdict(config.data).items()
-            if k not in ("prefetch", "oob_examples", "data_workers")
-        },  # none changes the trajectory (workers give the batches of in-process reads)
+            if k
+            not in (
+                "prefetch",
+                "oob_examples",
+                "data_workers",
+                "worker_restarts",
+                "bad_example_policy",
+            )
+        },  # none changes the trajectory (workers, restarted or not, give the batches of
+        # in-process reads; under fail a run stops at its first bad record, so it read none)
         "optim": dataclasses.asdict(config.optim),
         "train": {
             k: getattr(config.train, k)

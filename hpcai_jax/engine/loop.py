@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from hpcai_jax import results
+from hpcai_jax import nodes, results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
@@ -65,6 +65,7 @@ def _batches(setup: RunSetup):
         setup.layout.ensemble_size,
         setup.total_steps,
         setup.config.data.data_workers,
+        setup.config.data.worker_restarts,
     )
 
 
@@ -225,11 +226,17 @@ def _compile(
             cross.source_reason,
             cross.train_step_flops_source,
         )
-    comm = comm_volume(compiled.as_text(), setup.mesh)
+    comm = comm_volume(
+        compiled.as_text(), setup.mesh, nodes.device_node_index(list(setup.mesh.devices.flat))
+    )
     logging.info(
-        "collectives per step and device: training %s bytes, member metrics %s bytes",
-        comm.bytes_per_step,
-        comm.metrics_bytes_per_step,
+        "collectives per step and device: training payload %s bytes, on the wire %s bytes "
+        "(%s; %d node(s)), member metrics %s bytes",
+        comm.payload_bytes,
+        comm.wire_bytes,
+        comm.link_bytes,
+        comm.nodes,
+        comm.metrics_payload_bytes,
     )
     memory = _memory(compiled)
     if memory:
@@ -384,6 +391,7 @@ def _train(
 
     def save(step: int) -> None:
         progress.run_s = since_start(clock())
+        progress.skipped_examples = run_record.skipped_examples(setup, progress)
         ckpt.save(step, state, progress.to_meta())
 
     prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
