@@ -145,7 +145,7 @@ class Checkpointer:
                     enable_async_checkpointing=True,
                     create=True,
                     # A save cut short (the process killed, the disk full) leaves a temporary
-                    # directory that is never a step: removed here, the complete steps kept.
+                    # directory that is never a step: removed before this run's first save.
                     cleanup_tmp_directories=True,
                 ),
             )
@@ -231,9 +231,10 @@ class Checkpointer:
         manager, self._manager = self._manager, None
         try:
             kept = list(manager.all_steps())
-            manager.close()
         except Exception:  # noqa: BLE001 - the manager is broken; its first error is the one
             kept = "unknown"
+        with contextlib.suppress(Exception):  # the same error again, or one caused by it
+            manager.close()
         self._release()
         raise UsageError(
             f"--checkpoint_dir={self.directory}: cannot write a checkpoint ({error}); the "
