@@ -53,11 +53,14 @@ class Progress:
         values["diverged"] = {int(k): v for k, v in meta.get("diverged", {}).items()}
         return cls(**values)
 
-    def note_resume(self) -> None:
+    def note_resume(self, mesh: dict) -> None:
+        """A segment starts at `self.step` on `mesh` (the layout's fields): it may be another
+        machine shape than the one that wrote the checkpoint."""
         self.resumes.append(
             {
                 "at_step": self.step,
                 "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "mesh": mesh,
             }
         )
 
