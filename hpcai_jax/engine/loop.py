@@ -153,7 +153,7 @@ class StepClock:
         return self._prefetch.wait_s - self._wait_mark
 
 
-def _memory(compiled) -> dict:
+def memory_analysis(compiled) -> dict:
     """The compiled step's memory per device (bytes): on an accelerator, the first thing to
     check. Empty where the backend gives no analysis."""
     try:
@@ -231,7 +231,7 @@ def _compile(
         comm.bytes_per_step,
         comm.metrics_bytes_per_step,
     )
-    memory = _memory(compiled)
+    memory = memory_analysis(compiled)
     if memory:
         logging.info(
             "compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
