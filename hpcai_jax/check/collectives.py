@@ -164,8 +164,9 @@ class Point:
 def measure(
     layout: Layout, allotment: Allotment, max_bytes: int
 ) -> tuple[list[Point], dict[str, str]]:
-    """Every axis of `layout`, sizes doubling until `max_bytes` or the axis's share of the
-    allotment is spent. Returns the points and, per axis cut short, a note saying where."""
+    """Every axis of `layout`, sizes doubling from 1 KiB (always measured) until `max_bytes` or
+    the axis's share of the allotment is spent. Returns the points and, per axis cut short, a
+    note saying where."""
     raw: list[tuple[str, str, int, int, int, float]] = []
     cut: dict[str, str] = {}
     sizes = message_sizes(max_bytes)
@@ -176,8 +177,9 @@ def measure(
         last_s = 0.0
         for size in sizes:
             count = max(n, size // ITEMSIZE // n * n)
-            # The next size costs about twice the last one; all processes decide together.
-            if agree(share - (time.perf_counter() - start) - 2 * last_s) <= 0:
+            # The next size costs about twice the last one; all processes decide together. The
+            # smallest size is always measured: a row needs a figure.
+            if size > MIN_BYTES and agree(share - (time.perf_counter() - start) - 2 * last_s) <= 0:
                 cut[axis] = f"sizes above {_human(size // 2)} cut (budget)"
                 break
             size_start = time.perf_counter()

@@ -49,26 +49,41 @@ def link_bandwidth(device_kind: str) -> tuple[float, str] | None:
 CPU_MACHINE_CLASS = "2-core CI machine, 8 forced host devices (docs/node_check.md)"
 CPU_SOURCE = f"measured on the {CPU_MACHINE_CLASS}"
 
-# Figures measured on CPU_MACHINE_CLASS; see docs/node_check.md for the commands.
+# Figures measured on CPU_MACHINE_CLASS (docs/node_check.md gives the commands and the records'
+# values), rounded down.
 CPU = {
-    # STREAM Triad, float32, all 8 devices at once, aggregate bytes/s over the host.
-    "stream_triad_host": 4.0 * GB,
-    # Chained n×n float32/bfloat16/float16 matmuls, all devices at once, aggregate FLOP/s.
-    "matmul_host": {"float32": 20e9, "bfloat16": 2e9, "float16": 2e9},
-    # Training transform (crop-before-decode to 224², flip) per CPU-second.
-    "jpeg_images_per_core_s": 150.0,
+    # STREAM Triad, float32, all devices of a process at once: aggregate bytes/s of the host
+    # (measured 18 and 21 GB/s).
+    "stream_triad_host": 16 * GB,
+    # Chained 512² matmuls, all devices at once, aggregate FLOP/s of the host (measured float32
+    # 22 and 84, bfloat16 68 and 85, float16 113 and 126 GFLOP/s).
+    "matmul_host": {"float32": 20e9, "bfloat16": 60e9, "float16": 100e9},
 }
 
-# Bus bandwidth (bytes/s) by (axis, collective): sizes (bytes) and busbw at each, measured on
-# CPU_MACHINE_CLASS; a size in between reads the next smaller size's figure.
-CPU_BUSBW: dict[tuple[str, str], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+_KIB = 1 << 10
+_SIZES = tuple(_KIB << i for i in range(15))  # 1 KiB ... 16 MiB
+_MB = 1e6
+# Bus bandwidth (bytes/s) by (axis, collective) at each of _SIZES: the lower envelope of the
+# runs on CPU_MACHINE_CLASS (8 devices in one process for intra_node; 2 processes × 4 devices,
+# one per simulated node, over gloo, for inter_node and world). Dispatch dominates the small
+# sizes (a call takes 0.5-1 ms), memory copies the large ones.
+CPU_BUSBW: dict[tuple[str, str], tuple[float, ...]] = {
+    ("intra_node", "all_reduce"): tuple(
+        x * _MB for x in (1.5, 3, 6, 12, 24, 40, 60, 100, 200, 400, 400, 400, 400, 400, 400)
+    ),
+    ("intra_node", "all_gather"): tuple(
+        x * _MB for x in (1.2, 2.4, 5, 10, 16, 30, 30, 60, 100, 100, 100, 100, 100, 100, 100)
+    ),
+    ("intra_node", "reduce_scatter"): tuple(
+        x * _MB for x in (1.2, 2.4, 5, 9, 16, 25, 30, 60, 130, 130, 130, 130, 130, 130, 130)
+    ),
+}
 
 
 def cpu_busbw(axis: str, op: str, size_bytes: int) -> float | None:
-    """The CPU expectation for busbw of `op` on `axis` at `size_bytes`, or None."""
-    table = CPU_BUSBW.get((axis, op))
-    if table is None:
+    """The CPU expectation for busbw of `op` on `axis` at `size_bytes` (the figure of the
+    largest tabulated size not above it), or None."""
+    figures = CPU_BUSBW.get((axis, op))
+    if figures is None:
         return None
-    sizes, figures = table
-    i = max(0, bisect.bisect_right(sizes, size_bytes) - 1)
-    return figures[i]
+    return figures[max(0, bisect.bisect_right(_SIZES, size_bytes) - 1)]
