@@ -63,27 +63,37 @@ CPU = {
 _KIB = 1 << 10
 _SIZES = tuple(_KIB << i for i in range(15))  # 1 KiB ... 16 MiB
 _MB = 1e6
-# Bus bandwidth (bytes/s) by (axis, collective) at each of _SIZES: the lower envelope of the
-# runs on CPU_MACHINE_CLASS (8 devices in one process for intra_node; 2 processes × 4 devices,
-# one per simulated node, over gloo, for inter_node and world). Dispatch dominates the small
-# sizes (a call takes 0.5-1 ms), memory copies the large ones.
-CPU_BUSBW: dict[tuple[str, str], tuple[float, ...]] = {
-    ("intra_node", "all_reduce"): tuple(
-        x * _MB for x in (1.5, 3, 6, 12, 24, 40, 60, 100, 200, 400, 400, 400, 400, 400, 400)
-    ),
-    ("intra_node", "all_gather"): tuple(
-        x * _MB for x in (1.2, 2.4, 5, 10, 16, 30, 30, 60, 100, 100, 100, 100, 100, 100, 100)
-    ),
-    ("intra_node", "reduce_scatter"): tuple(
-        x * _MB for x in (1.2, 2.4, 5, 9, 16, 25, 30, 60, 130, 130, 130, 130, 130, 130, 130)
-    ),
+# Bus bandwidth (MB/s) by (processes, axis, collective) at each of _SIZES: a smoothed lower
+# envelope of the runs on CPU_MACHINE_CLASS, which vary up to 10x from call to call. "one": 8
+# devices in one process (collectives are memory copies); "many": 2 processes x 4 devices, one
+# per simulated node, where XLA:CPU runs every collective over gloo, the intra-node ones too.
+# Dispatch dominates the small sizes; sizes past the largest the runs reached (512 KiB intra,
+# 4 MiB inter, 128 KiB world, in "many") repeat its figure.
+CPU_BUSBW_TABLE = """
+procs axis       op               1K   2K   4K   8K  16K  32K  64K 128K 256K 512K   1M   2M   4M   8M  16M
+one   intra_node all_reduce      1.5    3    6   12   24   40   60  100  200  400  400  400  400  400  400
+one   intra_node all_gather      1.2  2.4    5   10   16   30   30   60  100  100  100  100  100  100  100
+one   intra_node reduce_scatter  1.2  2.4    5    9   16   25   30   60  130  130  130  130  130  130  130
+many  intra_node all_reduce     0.15  0.3  0.6  1.2  1.5  1.5    3    6    8    8    8    8    8    8    8
+many  intra_node all_gather     0.07  0.2  0.4  0.6    1  1.5    3    5    7    7    7    7    7    7    7
+many  intra_node reduce_scatter  0.2  0.5    1  1.5    3    3    3    3    3    3    3    3    3    3    3
+many  inter_node all_reduce     0.19  0.5    1  1.5  1.5    5   10   10   10   50   50   50   50   50   50
+many  inter_node all_gather     0.13  0.3  0.3 0.35 0.35    2    4    8   15   30   40   40   40   40   40
+many  inter_node reduce_scatter 0.13  0.4  0.4    1    2    2    2  2.5   10   15   15   15   15   15   15
+many  world      all_reduce      0.1 0.14  0.3  0.5  0.8    1    3    5    5    5    5    5    5    5    5
+many  world      all_gather      0.1 0.15 0.15  0.5  0.6    1    2    3    3    3    3    3    3    3    3
+many  world      reduce_scatter  0.1  0.3  0.5    1  1.5    2    3    3    3    3    3    3    3    3    3
+"""
+CPU_BUSBW_MB: dict[tuple[str, str, str], tuple[float, ...]] = {
+    tuple(line.split()[:3]): tuple(float(x) for x in line.split()[3:])
+    for line in CPU_BUSBW_TABLE.strip().splitlines()[1:]
 }
 
 
-def cpu_busbw(axis: str, op: str, size_bytes: int) -> float | None:
-    """The CPU expectation for busbw of `op` on `axis` at `size_bytes` (the figure of the
-    largest tabulated size not above it), or None."""
-    figures = CPU_BUSBW.get((axis, op))
+def cpu_busbw(axis: str, op: str, size_bytes: int, processes: int) -> float | None:
+    """The CPU expectation (bytes/s) for busbw of `op` on `axis` at `size_bytes` with
+    `processes` processes (the figure of the largest tabulated size not above it), or None."""
+    figures = CPU_BUSBW_MB.get(("one" if processes == 1 else "many", axis, op))
     if figures is None:
         return None
-    return figures[max(0, bisect.bisect_right(_SIZES, size_bytes) - 1)]
+    return figures[max(0, bisect.bisect_right(_SIZES, size_bytes) - 1)] * _MB

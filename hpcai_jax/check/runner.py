@@ -53,7 +53,7 @@ def collective_rows(
                 f"; {cut[axis]}" if axis in cut else ""
             )
             if backend == "cpu":
-                expected = expectations.cpu_busbw(axis, op, last.size_bytes)
+                expected = expectations.cpu_busbw(axis, op, last.size_bytes, jax.process_count())
                 source = expectations.CPU_SOURCE if expected else "no CPU figure for this axis"
                 thresholds = {"pass_at": compute.CPU_PASS, "warn_at": compute.CPU_WARN}
             elif axis == "intra_node" or (

@@ -151,7 +151,7 @@ def train_rows(
         why = f"{allotment.seconds:.0f} s left, a build needs about {estimate_s:.0f} s"
         return [skipped(i, why) for i in items], {}
     cfg = step_config(config)
-    run = run_steps(cfg, allotment.left_s)
+    run = run_steps(cfg, allotment.left_s, min_steps=2)  # once built, a figure is cheap
     layout_devices = jax.device_count()
     m, b = cfg.mesh.ensemble_size, cfg.train.batch_size
     kind, backend = jax.devices()[0].device_kind, jax.default_backend()
