@@ -188,7 +188,7 @@ def test_two_processes_on_two_nodes_measure_inside_and_between(tmp_path):
             "--model=mlp",
             "--dataset=friedman1",
             "--batch_size=8",
-            "--check_budget_s=6",
+            "--check_budget_s=4",
             f"--results_dir={tmp_path}",
             "--run_name=check2",
         ],
