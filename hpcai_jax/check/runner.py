@@ -27,8 +27,8 @@ WEIGHTS = {
     "collectives": 0.20,
     "train": 0.18,
     "input": 0.04,
-    "strategy": 0.26,
-    "dtypes": 0.16,
+    "strategy": 0.28,
+    "dtypes": 0.14,
 }
 # A first guess of building the flagship step (set-up, initial state, compile), before one is
 # timed in this run; later items estimate from that one.

@@ -259,8 +259,8 @@ def strategy_rows(
     """`unroll` against `vmap` with two members per device at half the batch; the winner (lower
     median step time) goes in the record for --member_strategy=auto --check_record."""
     item = "member strategy, 2 per device"
-    # Two builds of twice the members: the state's initialisation grows with them.
-    need = 2.5 * estimate_s
+    # Two builds, each of twice the members at half the batch.
+    need = 2 * estimate_s
     if allotment.agreed_left_s() < need:
         why = f"{allotment.seconds:.0f} s left, two builds of twice the members need ~{need:.0f} s"
         return [skipped(item, why)], {}
