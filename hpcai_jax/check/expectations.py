@@ -53,10 +53,10 @@ CPU_SOURCE = f"measured on the {CPU_MACHINE_CLASS}"
 # values), rounded down.
 CPU = {
     # STREAM Triad, float32, all devices of a process at once: aggregate bytes/s of the host
-    # (measured 18 and 21 GB/s).
-    "stream_triad_host": 16 * GB,
+    # (measured 14 to 21 GB/s).
+    "stream_triad_host": 14 * GB,
     # Chained 512² matmuls, all devices at once, aggregate FLOP/s of the host (measured float32
-    # 22 and 84, bfloat16 68 and 85, float16 113 and 126 GFLOP/s).
+    # 22 to 94, bfloat16 68 to 140, float16 113 to 140 GFLOP/s).
     "matmul_host": {"float32": 20e9, "bfloat16": 60e9, "float16": 100e9},
 }
 
