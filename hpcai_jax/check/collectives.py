@@ -11,7 +11,8 @@ each axis is measured with every group at once, as training runs them:
 - world: over both, every device in one group (nccl-tests' multi-node run).
 
 One node has no inter_node axis, and its world is its intra_node, so only intra_node is
-measured. Nodes with different device counts have no (node, local) mesh: world only.
+measured; nodes of one device each have only inter_node. Nodes with different device counts have
+no (node, local) mesh: world only.
 
 S, the size of a row, is nccl-tests': the bytes of the whole array (the all-reduce's buffer,
 the all-gather's output, the reduce-scatter's input), float32. algbw = S / t, t the average
@@ -107,8 +108,8 @@ def node_layout(devices=None) -> Layout:
     if len(counts) == 1:
         grid = np.array([by_node[k] for k in sorted(by_node)])
         axes = ("intra_node",) if len(by_node) == 1 else ("intra_node", "inter_node", "world")
-        if grid.shape[1] == 1:  # one device per node: nothing inside a node
-            axes = tuple(a for a in axes if a != "intra_node") or ("world",)
+        if grid.shape[1] == 1 and len(by_node) > 1:  # one device per node: the network only
+            axes = ("inter_node",)
     else:
         grid = np.array(devices).reshape(1, -1)
         axes = ("world",)
@@ -180,7 +181,7 @@ def measure(
             # The next size costs about twice the last one; all processes decide together. The
             # smallest size is always measured: a row needs a figure.
             if size > MIN_BYTES and agree(share - (time.perf_counter() - start) - 2 * last_s) <= 0:
-                cut[axis] = f"sizes above {_human(size // 2)} cut (budget)"
+                cut[axis] = f"sizes above {human_size(size // 2)} cut (budget)"
                 break
             size_start = time.perf_counter()
             for op in OPS:
@@ -202,7 +203,7 @@ def measure(
     return points, cut
 
 
-def _human(size: int) -> str:
+def human_size(size: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if size >= scale:
             return f"{size / scale:g} {unit}"

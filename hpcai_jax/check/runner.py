@@ -49,16 +49,14 @@ def collective_rows(
                 continue
             last = at[-1]
             item = f"{op} busbw {axis}"
-            note = f"S = {collectives._human(last.size_bytes)}, n = {last.n}" + (
+            note = f"S = {collectives.human_size(last.size_bytes)}, n = {last.n}" + (
                 f"; {cut[axis]}" if axis in cut else ""
             )
             if backend == "cpu":
                 expected = expectations.cpu_busbw(axis, op, last.size_bytes, jax.process_count())
                 source = expectations.CPU_SOURCE if expected else "no CPU figure for this axis"
                 thresholds = {"pass_at": compute.CPU_PASS, "warn_at": compute.CPU_WARN}
-            elif axis == "intra_node" or (
-                axis == "world" and "inter_node" not in {p.axis for p in points}
-            ):
+            elif axis == "intra_node":
                 link = expectations.link_bandwidth(kind)
                 expected, source = link if link else (None, f"no link datasheet for {kind!r}")
                 thresholds = {"pass_at": LINK_PASS, "warn_at": LINK_WARN}
