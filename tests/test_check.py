@@ -204,3 +204,27 @@ def test_two_processes_on_two_nodes_measure_inside_and_between(tmp_path):
     assert axes == {"intra_node": 4, "inter_node": 2, "world": 8}
     assert record["check"]["system"]["nodes"] == ["local-node0", "local-node1"]
     assert "collectives on inter_node (n = 2 per group; GB/s)" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "node_of, axes, sizes",
+    [
+        (lambda i: 0, ("intra_node",), {"intra_node": 8}),
+        (
+            lambda i: i // 4,
+            ("intra_node", "inter_node", "world"),
+            {"intra_node": 4, "inter_node": 2},
+        ),
+        (lambda i: i, ("inter_node",), {"inter_node": 8}),
+        (lambda i: int(i >= 5), ("world",), {"world": 8}),  # 5 + 3 devices: no (node, local) grid
+    ],
+)
+def test_the_node_layout_offers_the_axes_its_nodes_allow(monkeypatch, node_of, axes, sizes):
+    import jax
+
+    monkeypatch.setattr(
+        collectives.nodes, "device_node_index", lambda ds: {d.id: node_of(d.id) for d in ds}
+    )
+    layout = collectives.node_layout(jax.devices())
+    assert layout.axes == axes
+    assert {a: layout.group_size(a) for a in sizes} == sizes
