@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import io
 import multiprocessing
 import os
 import statistics
@@ -40,20 +39,12 @@ import time
 
 import numpy as np
 import tensorflow_datasets as tfds
-from PIL import Image
 
+from hpcai_jax.check.inputs import imagenet_like_jpeg, images_per_cpu_s
 from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.tfds_source import TfdsSource
 from hpcai_jax.data.workers import BlockStream, ReadBlock, augment_keys
-
-
-def _photo_like(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
-    """A low-frequency colour field plus fine noise: compresses like a photograph."""
-    coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8))
-    smooth = np.asarray(coarse.resize((width, height), Image.Resampling.BICUBIC), np.int16)
-    texture = rng.normal(0, 12, (height, width, 1))
-    return np.clip(smooth + texture, 0, 255).astype(np.uint8)
 
 
 class JpegBench(tfds.core.GeneratorBasedBuilder):
@@ -79,12 +70,7 @@ class JpegBench(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, n):
         rng = np.random.default_rng(0)
         for i in range(n):
-            # ImageNet's typical frame, landscape or portrait, ±10%.
-            long, short = (int(s * rng.uniform(0.9, 1.1)) for s in (500, 375))
-            h, w = (short, long) if i % 4 else (long, short)
-            buf = io.BytesIO()
-            Image.fromarray(_photo_like(rng, h, w)).save(buf, format="JPEG", quality=90)
-            yield i, {"image": buf.getvalue(), "label": i % 10}
+            yield i, {"image": imagenet_like_jpeg(rng, i), "label": i % 10}
 
 
 def _cpu_s() -> float:
@@ -169,14 +155,6 @@ TRANSFORMS = {
 }
 
 
-def _measure_transform(transform, encoded: list[bytes], size: int) -> float:
-    """Images per CPU-second of one transform over every image, in this process."""
-    start = time.process_time()
-    for i, data in enumerate(encoded):
-        transform(data, size, i)
-    return len(encoded) / (time.process_time() - start)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=256)
@@ -220,7 +198,7 @@ def main() -> None:
         rates: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
         for round_ in range(args.rounds):
             for name, transform in TRANSFORMS.items():
-                rate = _measure_transform(transform, encoded, args.image_size)
+                rate = images_per_cpu_s(transform, encoded, args.image_size)
                 per_transform[name].append(rate)
                 print(f"round {round_}: {name:36} {rate:6.1f} per CPU-second", flush=True)
             for path, workers in paths.items():

@@ -14,7 +14,7 @@ from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
 from hpcai_jax.targets import QualityTarget, resolve_target
 
-MODES = ("train", "flops", "stream")
+MODES = ("train", "flops", "stream", "check")
 # The models each workload trains; `regression` is the small second workload that proves the
 # workload protocol (hpcai_jax/workloads/).
 WORKLOAD_MODELS = {
@@ -662,11 +662,33 @@ class StreamConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckConfig:
+    """`--mode=check` (hpcai_jax/check/, docs/node_check.md), and the record it leaves for the
+    training modes."""
+
+    budget_s: float = _field(
+        600.0,
+        "Seconds the whole --mode=check command may take, compilation included (it ends within "
+        "this plus two minutes); items are cut down or skipped (a WARN row) to fit.",
+        flag="check_budget_s",
+    )
+    record: str = _field(
+        "",
+        "A --mode=check record: --member_strategy=auto takes the strategy it measured on this "
+        "backend. Empty: the per-backend default.",
+        flag="check_record",
+    )
+
+    def validate(self) -> None:
+        _require(self.budget_s > 0, f"--check_budget_s={self.budget_s}: expected > 0 seconds")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     mode: str = _field(
         "train",
         "train: bagged-ensemble training; flops: FLOP accounting report; stream: "
-        "memory-bandwidth benchmark.",
+        "memory-bandwidth benchmark; check: judge this node before a run (docs/node_check.md).",
         choices=MODES,
     )
     mesh: MeshConfig = MeshConfig()
@@ -678,6 +700,7 @@ class RunConfig:
     reliability: ReliabilityConfig = ReliabilityConfig()
     distributed: DistributedConfig = DistributedConfig()
     stream: StreamConfig = StreamConfig()
+    check: CheckConfig = CheckConfig()
 
     @property
     def scored(self) -> bool:
@@ -706,6 +729,7 @@ class RunConfig:
             self.results,
             self.reliability,
             self.distributed,
+            self.check,
         ):
             part.validate()
         serves = BUILTIN_DATASETS.get(self.data.dataset, "image_classification")

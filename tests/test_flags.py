@@ -21,6 +21,8 @@ RENAMED = {
     "stream_kernels": ("stream", "kernels"),
     "stream_devices": ("stream", "devices"),
     "distributed_timeout_s": ("distributed", "timeout_s"),
+    "check_budget_s": ("check", "budget_s"),
+    "check_record": ("check", "record"),
 }
 ENUMS = {
     "mode": C.MODES,

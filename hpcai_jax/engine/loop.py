@@ -154,7 +154,7 @@ class StepClock:
         return self._prefetch.wait_s - self._wait_mark
 
 
-def _memory(compiled) -> dict:
+def memory_analysis(compiled) -> dict:
     """The compiled step's memory per device (bytes): on an accelerator, the first thing to
     check. Empty where the backend gives no analysis."""
     try:
@@ -238,7 +238,7 @@ def _compile(
         comm.nodes,
         comm.metrics_payload_bytes,
     )
-    memory = _memory(compiled)
+    memory = memory_analysis(compiled)
     if memory:
         logging.info(
             "compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
