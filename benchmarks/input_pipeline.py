@@ -15,10 +15,12 @@ this is the host's supply of images.
 
 First, in the same interleaved rounds, each transform on its own in this process (images per
 CPU-second over every image of the set): the training path (`augment.train_image`: crop box from
-the JPEG header, DCT-scaled decode where the box allows) against the previous full decode
-(`augment.train_image_reference`), and the held-out path (`augment.eval_encoded`) against
-`augment.eval_image` of a full decode. It ends with the cores a device needs at each
---target_images_per_s and, as its last two lines, the eval and training paths' figures.
+the JPEG header, only that region decoded by libjpeg-turbo 3, resampled by OpenCV) against the
+previous full decode (`augment.train_image_reference`: PIL), and the held-out path
+(`augment.eval_encoded`) against `augment.eval_image` of a full decode; also both paths as they
+run where libjpeg-turbo 3 is missing (PIL, whole frame, DCT-scaled where the box allows). It
+ends with the cores a device needs at each --target_images_per_s and, as its last two lines,
+the eval and training paths' figures against the previous ones.
 
     python benchmarks/input_pipeline.py [--images=256] [--workers=0,2] [--rounds=3]
         [--steps=8] [--batch_size=64] [--image_size=224] [--target_images_per_s=3000,6000]
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import io
 import multiprocessing
 import os
 import statistics
@@ -38,20 +39,12 @@ import time
 
 import numpy as np
 import tensorflow_datasets as tfds
-from PIL import Image
 
-from hpcai_jax.data import augment
+from hpcai_jax.check.inputs import imagenet_like_jpeg, images_per_cpu_s
+from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.tfds_source import TfdsSource
 from hpcai_jax.data.workers import BlockStream, ReadBlock, augment_keys
-
-
-def _photo_like(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
-    """A low-frequency colour field plus fine noise: compresses like a photograph."""
-    coarse = Image.fromarray(rng.integers(0, 256, (6, 8, 3), dtype=np.uint8))
-    smooth = np.asarray(coarse.resize((width, height), Image.Resampling.BICUBIC), np.int16)
-    texture = rng.normal(0, 12, (height, width, 1))
-    return np.clip(smooth + texture, 0, 255).astype(np.uint8)
 
 
 class JpegBench(tfds.core.GeneratorBasedBuilder):
@@ -77,12 +70,7 @@ class JpegBench(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, n):
         rng = np.random.default_rng(0)
         for i in range(n):
-            # ImageNet's typical frame, landscape or portrait, ±10%.
-            long, short = (int(s * rng.uniform(0.9, 1.1)) for s in (500, 375))
-            h, w = (short, long) if i % 4 else (long, short)
-            buf = io.BytesIO()
-            Image.fromarray(_photo_like(rng, h, w)).save(buf, format="JPEG", quality=90)
-            yield i, {"image": buf.getvalue(), "label": i % 10}
+            yield i, {"image": imagenet_like_jpeg(rng, i), "label": i % 10}
 
 
 def _cpu_s() -> float:
@@ -132,26 +120,39 @@ def _measure_threads(reader, sampler, batch_size: int, steps: int) -> tuple[floa
     return images / (time.perf_counter() - start), images / (_cpu_s() - cpu)
 
 
+def _without_libjpeg_turbo(transform):
+    """`transform` as it runs where libjpeg-turbo 3 is missing: PIL decodes."""
+
+    def run(data, size, i):
+        decoder, jpeg_region.decoder = jpeg_region.decoder, lambda: None
+        try:
+            return transform(data, size, i)
+        finally:
+            jpeg_region.decoder = decoder
+
+    return run
+
+
+def _train(data, size, i):
+    return augment.train_image(data, 3, size, augment.example_rng(0, 0, 0, i))
+
+
+def _eval(data, size, i):
+    return augment.eval_encoded(data, 3, size)
+
+
+TRAIN_OLD, TRAIN_NEW = "training, full decode (previous)", "training, region decode"
+EVAL_OLD, EVAL_NEW = "eval, full decode (previous)", "eval, region decode"
 TRANSFORMS = {
-    "training, full decode (previous)": lambda data, size, i: augment.train_image_reference(
+    TRAIN_OLD: lambda data, size, i: augment.train_image_reference(
         augment.decode(data, 3), size, augment.example_rng(0, 0, 0, i)
     ),
-    "training, crop before decode": lambda data, size, i: augment.train_image(
-        data, 3, size, augment.example_rng(0, 0, 0, i)
-    ),
-    "eval, full decode (previous)": lambda data, size, i: augment.eval_image(
-        augment.decode(data, 3), size
-    ),
-    "eval, DCT-scaled decode": lambda data, size, i: augment.eval_encoded(data, 3, size),
+    TRAIN_NEW: _train,
+    "training, PIL (no libjpeg-turbo 3)": _without_libjpeg_turbo(_train),
+    EVAL_OLD: lambda data, size, i: augment.eval_image(augment.decode(data, 3), size),
+    EVAL_NEW: _eval,
+    "eval, PIL (no libjpeg-turbo 3)": _without_libjpeg_turbo(_eval),
 }
-
-
-def _measure_transform(transform, encoded: list[bytes], size: int) -> float:
-    """Images per CPU-second of one transform over every image, in this process."""
-    start = time.process_time()
-    for i, data in enumerate(encoded):
-        transform(data, size, i)
-    return len(encoded) / (time.process_time() - start)
 
 
 def main() -> None:
@@ -172,6 +173,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     JpegBench.images = args.images
+    lib = jpeg_region.library()
+    print(f"libjpeg-turbo 3: {lib._name if lib is not None else 'missing: PIL decodes'}")
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = args.data_dir or tmp
         builder = JpegBench(data_dir=data_dir, file_format="array_record")
@@ -195,9 +198,9 @@ def main() -> None:
         rates: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
         for round_ in range(args.rounds):
             for name, transform in TRANSFORMS.items():
-                rate = _measure_transform(transform, encoded, args.image_size)
+                rate = images_per_cpu_s(transform, encoded, args.image_size)
                 per_transform[name].append(rate)
-                print(f"round {round_}: {name:34} {rate:6.1f} per CPU-second", flush=True)
+                print(f"round {round_}: {name:36} {rate:6.1f} per CPU-second", flush=True)
             for path, workers in paths.items():
                 if workers is None:
                     rate, per_cpu = _measure_threads(reader, sampler, args.batch_size, args.steps)
@@ -222,25 +225,23 @@ def main() -> None:
     transform = {t: statistics.median(r) for t, r in per_transform.items()}
     print(f"\none transform in this process (medians of {args.rounds} rounds):")
     for name, rate in transform.items():
-        print(f"{name:34} {rate:6.1f} images per CPU-second")
-    old, new = (
-        transform["training, full decode (previous)"],
-        transform["training, crop before decode"],
-    )
+        print(f"{name:36} {rate:6.1f} images per CPU-second")
+    old, new = transform[TRAIN_OLD], transform[TRAIN_NEW]
     for target in (int(t) for t in args.target_images_per_s.split(",")):
         print(
             f"a device training at {target:,} images/s needs ≈ {target / best:.1f} cores through "
             f"the pipeline ({best:.0f} images per CPU-second), ≈ {target / new:.1f} for the "
             f"transform alone (previous path: {target / old:.1f})"
         )
-    eval_old, eval_new = (
-        transform["eval, full decode (previous)"],
-        transform["eval, DCT-scaled decode"],
-    )
-    print(
-        f"eval path: {eval_new:.0f} images per CPU-second, {eval_new / eval_old:.2f}× the previous path"
-    )
-    print(f"training path: {new:.0f} images per CPU-second, {new / old:.2f}× the previous path")
+    # Each ratio is the median of the rounds' ratios: a round's two paths ran back to back.
+    for label, previous, name in (("eval", EVAL_OLD, EVAL_NEW), ("training", TRAIN_OLD, TRAIN_NEW)):
+        ratio = statistics.median(
+            n / o for n, o in zip(per_transform[name], per_transform[previous], strict=True)
+        )
+        print(
+            f"{label} path: {transform[name]:.0f} images per CPU-second, "
+            f"{ratio:.2f}× the previous path"
+        )
 
 
 if __name__ == "__main__":

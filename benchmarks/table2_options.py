@@ -1,8 +1,10 @@
 """Table 2's system options on one small workload, in one run: each option's step time and
 held-out quality after a short run relative to the default (data parallel, flat all-reduce,
-float32), and the bytes its collectives move per step per device, by mesh axis and by
-collective and element type, read from the HLO (engine/comm.py): as the program wrote them
-(before XLA's passes) and as this backend runs them (XLA:CPU widens bf16/f16 reductions to f32).
+float32), and what its collectives move per step per device, by mesh axis and by collective
+and element type, read from the HLO (engine/comm.py): the payload (each collective's result)
+as the program wrote it (before XLA's passes) and as this backend runs it (XLA:CPU widens
+bf16/f16 reductions to f32), and the wire bytes (ring algorithms over each collective's group)
+of the compiled program.
 
 Run: python benchmarks/table2_options.py [--devices 8] [--steps 20]
 Compare the ratios of one run only (docs/design.md, fact 11: ±30% between runs on 2 cores).
@@ -111,20 +113,24 @@ def main() -> None:
     )
     print(
         f"{'option (allreduce/comm/compute)':34} {'step ms':>8} {'× def':>6} {'top-1':>6} "
-        f"{'− def':>6} {'data B':>9} {'model B':>9}"
+        f"{'− def':>6} {'data pay B':>10} {'data wire B':>11} {'model pay B':>11} "
+        f"{'model wire B':>12}"
     )
     for opt, t, q, _, moved in rows:
-        b = moved.bytes_per_step
+        pay, wire = moved.payload_bytes, moved.wire_bytes
         print(
             f"{opt.name:34} {t * 1e3:8.1f} {t / base_t:6.2f} {q:6.3f} {q - base_q:+6.3f} "
-            f"{b['data']:9,d} {b['model']:9,d}"
+            f"{pay['data']:10,d} {wire['data']:11,d} {pay['model']:11,d} {wire['model']:12,d}"
         )
     print("\nbytes per step per device by collective and element type (data axis; model axis)")
     for opt, _, _, written, moved in rows:
         print(f"{opt.name}")
-        for label, vol in (("  written", written), ("  compiled", moved)):
-            by = vol.by_collective
-            print(f"{label:10} {_kinds(by.get('data', {}))}; {_kinds(by.get('model', {}))}")
+        for label, table in (
+            ("  written", written.by_collective),
+            ("  compiled", moved.by_collective),
+            ("  wire", moved.wire_by_collective),
+        ):
+            print(f"{label:10} {_kinds(table.get('data', {}))}; {_kinds(table.get('model', {}))}")
 
 
 if __name__ == "__main__":

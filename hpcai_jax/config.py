@@ -14,7 +14,7 @@ from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
 from hpcai_jax.targets import QualityTarget, resolve_target
 
-MODES = ("train", "flops", "stream")
+MODES = ("train", "flops", "stream", "check")
 # The models each workload trains; `regression` is the small second workload that proves the
 # workload protocol (hpcai_jax/workloads/).
 WORKLOAD_MODELS = {
@@ -49,6 +49,7 @@ DTYPES = ("float32", "bfloat16", "float16", "int8")
 ALLREDUCE_MODES = ("flat", "hierarchical", "2d_torus")
 GRAD_ALLREDUCE_DTYPES = ("float32", "bfloat16", "float16", "int8")
 ON_DIVERGENCE = ("stop", "prune")
+BAD_EXAMPLE_POLICIES = ("fail", "skip")  # data/bad_examples.py
 PRECISIONS = ("float64", "float32", "bfloat16")  # STREAM
 KERNEL_SETS = ("all", "triad", "nstream")
 PLACEMENTS = ("one", "all", "each")
@@ -222,6 +223,18 @@ class DataConfig:
         "extremeweather (-1: one per core this process may use, less one, at most 16 per local "
         "device; for synthetic_climate, held in memory, none; 0: none, in the training process).",
     )
+    worker_restarts: int = _field(
+        3,
+        "Times a dead data worker process is restarted, at the element it owed, so the run "
+        "reads what it would have; one more death ends the run naming the worker and signal.",
+    )
+    bad_example_policy: str = _field(
+        "fail",
+        "A tfds record that does not decode (corrupt JPEG): fail ends the run naming the data "
+        "set, split and record; skip replaces it by another real example, the same on every "
+        "process and after resume, and lists it in the record (data.skipped_examples).",
+        choices=BAD_EXAMPLE_POLICIES,
+    )
 
     @property
     def square_image_size(self) -> int:
@@ -242,6 +255,10 @@ class DataConfig:
         _require(
             self.data_workers >= -1,
             f"--data_workers={self.data_workers}: expected >= 0 (or -1 for one per core)",
+        )
+        _require(
+            self.worker_restarts >= 0,
+            f"--worker_restarts={self.worker_restarts}: expected >= 0",
         )
 
 
@@ -652,11 +669,33 @@ class StreamConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckConfig:
+    """`--mode=check` (hpcai_jax/check/, docs/node_check.md), and the record it leaves for the
+    training modes."""
+
+    budget_s: float = _field(
+        600.0,
+        "Seconds the whole --mode=check command may take, compilation included (it ends within "
+        "this plus two minutes); items are cut down or skipped (a WARN row) to fit.",
+        flag="check_budget_s",
+    )
+    record: str = _field(
+        "",
+        "A --mode=check record: --member_strategy=auto takes the strategy it measured on this "
+        "backend. Empty: the per-backend default.",
+        flag="check_record",
+    )
+
+    def validate(self) -> None:
+        _require(self.budget_s > 0, f"--check_budget_s={self.budget_s}: expected > 0 seconds")
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     mode: str = _field(
         "train",
         "train: bagged-ensemble training; flops: FLOP accounting report; stream: "
-        "memory-bandwidth benchmark.",
+        "memory-bandwidth benchmark; check: judge this node before a run (docs/node_check.md).",
         choices=MODES,
     )
     mesh: MeshConfig = MeshConfig()
@@ -668,6 +707,7 @@ class RunConfig:
     reliability: ReliabilityConfig = ReliabilityConfig()
     distributed: DistributedConfig = DistributedConfig()
     stream: StreamConfig = StreamConfig()
+    check: CheckConfig = CheckConfig()
 
     @property
     def scored(self) -> bool:
@@ -696,6 +736,7 @@ class RunConfig:
             self.results,
             self.reliability,
             self.distributed,
+            self.check,
         ):
             part.validate()
         serves = BUILTIN_DATASETS.get(self.data.dataset, "image_classification")

@@ -57,9 +57,15 @@ def _run_stream():
     return run_stream
 
 
+def _run_check():
+    from hpcai_jax.check.runner import run_check
+
+    return run_check
+
+
 # Every mode is run_<mode>(config) -> exit code: it prints its own summary and writes one record
 # (results.envelope). Imported on use: a STREAM run needs none of the engine.
-_MODES = {"train": _run_train, "flops": _run_flops, "stream": _run_stream}
+_MODES = {"train": _run_train, "flops": _run_flops, "stream": _run_stream, "check": _run_check}
 
 
 def run() -> None:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import jax
 
-from hpcai_jax import results, rules
+from hpcai_jax import nodes, results, rules
 from hpcai_jax.errors import UsageError
 
 RULESET = Path(__file__).resolve().parent / "mllog_rules" / "hpcai500.yaml"
@@ -96,7 +96,7 @@ class MLLog:
         if not path:
             return cls()
         # A collective, so every process gathers the host names before process 0 goes on alone.
-        hosts = results.hostnames()
+        hosts = nodes.process_nodes()
         if jax.process_index() != 0:
             return cls()
         try:

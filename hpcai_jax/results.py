@@ -19,10 +19,10 @@ from importlib import metadata
 from pathlib import Path
 
 import jax
-import numpy as np
 
-from hpcai_jax.distributed import allgather
+from hpcai_jax import nodes
 from hpcai_jax.errors import UsageError
+from hpcai_jax.locks import Busy, PathLock
 
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "tensorflow-datasets", "orbax-checkpoint")
 
@@ -59,16 +59,9 @@ def git_commit() -> str:
     return commit + ("+dirty" if dirty else "")
 
 
-def hostnames() -> list[str]:
-    """Every process's host name, in process order (a collective when there are several)."""
-    name = socket.gethostname()
-    raw = np.frombuffer(name.encode()[:64].ljust(64, b"\0"), np.uint8)
-    return [bytes(row).rstrip(b"\0").decode() for row in allgather(raw)]
-
-
 def node_counts(hosts: list[str], device_processes: list[int]) -> tuple[int, int]:
-    """(number_of_nodes, accelerators_per_node) as MLPerf counts them: a node is a host name
-    (several processes may share one); its accelerators are the devices of all its processes,
+    """(number_of_nodes, accelerators_per_node) as MLPerf counts them: a node is a host
+    (`hpcai_jax.nodes`: several processes may share one); its accelerators are the devices of all its processes,
     the largest node's where they differ. `hosts` per process, `device_processes` per device."""
     per_node = collections.Counter(hosts[p] for p in device_processes)
     return len(set(hosts)), max(per_node.values())
@@ -79,8 +72,8 @@ def provenance() -> dict:
 
     Every process must call it (the host names are gathered)."""
     devices = jax.devices()
-    hosts = hostnames()
-    nodes, per_node = node_counts(hosts, [d.process_index for d in devices])
+    hosts = nodes.process_nodes()
+    node_total, per_node = node_counts(hosts, [d.process_index for d in devices])
     return {
         "versions": package_versions(),
         "git_commit": git_commit(),
@@ -91,7 +84,7 @@ def provenance() -> dict:
         "process_count": jax.process_count(),
         "hostname": socket.gethostname(),
         "hosts": hosts,
-        "number_of_nodes": nodes,
+        "number_of_nodes": node_total,
         "accelerators_per_node": per_node,
         "platform": platform.platform(),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -116,18 +109,47 @@ def run_id(config, mode: str) -> str:
     return config.results.run_name or new_run_id(mode)
 
 
-def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False) -> None:
-    """Refuses, before any compute, to overwrite another run's record (process 0 checks). A
-    resumed run may replace its own partial record; --overwrite replaces any."""
+class Claim:
+    """A run's hold on its record's name until the record is written (process 0; a no-op
+    elsewhere): `release` after `write_record`; an error path releases it when it is collected,
+    and a dead process's hold ends with it (locks.py)."""
+
+    def __init__(self, lock: PathLock | None = None):
+        self._lock = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+
+def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False) -> Claim:
+    """Refuses, before any compute, to overwrite another run's record (process 0 checks), or to
+    run while another live run writes the same record (two runs given the same results directory
+    and run id). A resumed run may replace its own partial record; --overwrite replaces any
+    finished record, never a running one's."""
     path = check_writable(results_dir) / f"{run_id}.json"
-    if not path.exists() or overwrite or jax.process_index() != 0:
-        return
+    if jax.process_index() != 0:
+        return Claim()
+    try:
+        lock = PathLock(str(path.parent / f".{run_id}.lock"))
+    except Busy as e:
+        raise UsageError(
+            f"--results_dir={results_dir}: run id {run_id} is in use by another run ({e}): "
+            f"choose another --run_name"
+        ) from None
+    except OSError as e:
+        raise UsageError(
+            f"--results_dir={results_dir}: cannot create a file there ({e.strerror})"
+        ) from None
+    if not path.exists() or overwrite:
+        return Claim(lock)
     try:
         existing = json.loads(path.read_text())
     except (OSError, ValueError):
         existing = {}
     if resuming and existing.get("run_id") == run_id and existing.get("status") == "partial":
-        return
+        return Claim(lock)
+    lock.release()
     raise UsageError(
         f"--results_dir={results_dir} already holds a record of run id {run_id}: "
         f"choose another --run_name, or pass --overwrite to replace it"
@@ -165,23 +187,35 @@ def check_writable(results_dir: str) -> Path:
 
 
 def write_record(results_dir: str, run_id: str, record: dict) -> Path | None:
-    """Writes `<results_dir>/<run_id>.json` atomically (temp file + rename) on process 0.
+    """Writes `<results_dir>/<run_id>.json` atomically (temp file + fsync + rename) on process 0:
+    a directory removed since the start is made again; a write that fails (a full disk) leaves
+    whatever record was there as it was, removes its temp file and raises UsageError naming the
+    path.
 
     Returns the path on process 0, None elsewhere.
     """
     if jax.process_index() != 0:
         return None
     path = check_writable(results_dir) / f"{run_id}.json"
-    fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as f:
             json.dump(record, f, indent=2, sort_keys=False, default=_jsonable)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise UsageError(
+            f"--results_dir={results_dir}: cannot write the record {path} ({e.strerror}); "
+            "nothing there was replaced"
+        ) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
         raise
     return path
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from hpcai_jax.config import BUILTIN_DATASETS, RunConfig
+from hpcai_jax.data.bad_examples import CLOSED_FRACTION
 from hpcai_jax.targets import (
     OFFICIAL_TARGETS,
     QUALITY_EXPONENTS,
@@ -78,6 +79,7 @@ class _Run(NamedTuple):
     data: OfficialData | None
     layout: object  # an engine.mesh.MeshLayout, or None: Eq. 5 unchecked
     sizes: SplitSizes
+    skipped: dict[str, list[int]]  # split → records replaced (--bad_example_policy=skip)
 
 
 def _official_target(run: _Run) -> str | None:
@@ -229,6 +231,25 @@ def _test_hooks(run: _Run) -> str | None:
     return None
 
 
+def _bad_records(run: _Run) -> str | None:
+    """At most CLOSED_FRACTION of a split may be replaced: a few corrupt files in a million are
+    a fact of large data sets; more is another data set."""
+    over = []
+    for split, indices in sorted(run.skipped.items()):
+        size = run.sizes.train if split == "train" else run.sizes.eval
+        if size and len(indices) > CLOSED_FRACTION * size:
+            over.append(
+                f"{len(indices)} of the {size} records of split {split!r} "
+                f"(at most {int(CLOSED_FRACTION * size)})"
+            )
+    if not over:
+        return None
+    return (
+        f"--bad_example_policy=skip replaced {', '.join(over)}; the closed division allows at "
+        f"most {CLOSED_FRACTION:g} of a split"
+    )
+
+
 def _flop_count(run: _Run) -> str | None:
     if run.config.results.flops_source == "xla":
         return (
@@ -253,26 +274,35 @@ RULES: tuple[tuple[str, Callable[[_Run], str | None]], ...] = (
     ("Eq. 5", _eq5),
     ("test hooks", _test_hooks),
     ("FLOP count", _flop_count),
+    ("bad records", _bad_records),
 )
 
 
-def judge(config: RunConfig, layout=None, sizes: SplitSizes = NOT_LOADED) -> Submission:
+def judge(
+    config: RunConfig,
+    layout=None,
+    sizes: SplitSizes = NOT_LOADED,
+    skipped: dict[str, list[int]] | None = None,
+) -> Submission:
     """The division of a training run of `config`, with the rules it breaks (first: a missing
-    official target). `layout` (engine.mesh.MeshLayout) and `sizes` (the loaded splits) add the
-    rules that need them; without them those are judged on the flags alone."""
+    official target). `layout` (engine.mesh.MeshLayout), `sizes` (the loaded splits) and
+    `skipped` (split → records replaced, the record's data.skipped_examples; "train" is the
+    training split, any other the held-out one) add the rules that need them; without them those
+    are judged on the flags alone."""
     c = config
     target = official_target(c.model.workload, c.model.model, c.data.dataset)
     data = OFFICIAL_DATA[dataset_name(c.data.dataset)] if target else None
-    run = _Run(config, target, data, layout, sizes)
+    run = _Run(config, target, data, layout, sizes, skipped or {})
     violations = (check(run) for _, check in RULES)
     return Submission(tuple(v for v in violations if v))
 
 
-def of_setup(setup) -> Submission:
-    """The division of a built run (engine.setup.RunSetup): its layout and the splits it loaded."""
+def of_setup(setup, skipped: dict[str, list[int]] | None = None) -> Submission:
+    """The division of a built run (engine.setup.RunSetup): its layout and the splits it loaded,
+    and the records it replaced so far (`skipped`)."""
     loaded = setup.datasets
     train, held_out = (loaded.train, loaded.eval) if loaded is not None else (None, None)
     sizes = SplitSizes(
         len(train) if train is not None else None, len(held_out) if held_out is not None else None
     )
-    return judge(setup.config, setup.layout, sizes)
+    return judge(setup.config, setup.layout, sizes, skipped)

@@ -2,6 +2,7 @@
 
 import gzip
 import io
+import json
 import struct
 import threading
 import time
@@ -139,7 +140,8 @@ def test_prefetcher_counts_waits_and_propagates_errors():
 
 
 class TinyImages(tfds.core.GeneratorBasedBuilder):
-    """A 3-class image set built here in array_record format: the tfds path without downloads."""
+    """A 3-class image set built here in array_record format: the tfds path without downloads.
+    One held-out record (key 7) is a truncated PNG: a corrupt file, as large sets have."""
 
     VERSION = tfds.core.Version("1.0.0")
 
@@ -166,7 +168,11 @@ class TinyImages(tfds.core.GeneratorBasedBuilder):
             image[..., label] += 150
             buf = io.BytesIO()
             Image.fromarray(image).save(buf, format="PNG")
-            yield i, {"image": buf.getvalue(), "label": label}
+            data = buf.getvalue()
+            yield (
+                i,
+                {"image": data[: len(data) // 2] if (seed, i) == (1, 7) else data, "label": label},
+            )
 
 
 @pytest.fixture(scope="module")
@@ -193,9 +199,11 @@ def test_tfds_source_reads_and_resizes(tiny_tfds):
 
 
 def test_main_trains_on_a_tfds_set(tiny_tfds, tmp_path):
-    """A fresh process finds the set from its files alone (no builder class registered)."""
+    """A fresh process finds the set from its files alone (no builder class registered); the
+    corrupt held-out record is replaced and listed in the record."""
     proc = run_main(
         "--dataset=tiny_images",
+        "--bad_example_policy=skip",
         f"--data_dir={tiny_tfds}",
         "--image_size=16",
         "--ensemble_size=2",
@@ -210,3 +218,25 @@ def test_main_trains_on_a_tfds_set(tiny_tfds, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ensemble top1_accuracy" in proc.stdout
+    (path,) = tmp_path.glob("*.json")
+    raw = tfds.data_source(
+        "tiny_images",
+        split="test",
+        data_dir=str(tiny_tfds),
+        decoders={"image": tfds.decode.SkipDecoding()},
+    )
+    corrupt = [i for i in range(len(raw)) if _fails(lambda i=i: _decode(raw[i]["image"]))]
+    assert len(corrupt) == 1
+    assert json.loads(path.read_text())["data"]["skipped_examples"] == {"test": corrupt}
+
+
+def _decode(data: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+
+
+def _fails(read) -> bool:
+    try:
+        read()
+    except Exception:  # noqa: BLE001 - PIL raises several types for a corrupt file
+        return True
+    return False

@@ -21,6 +21,8 @@ RENAMED = {
     "stream_kernels": ("stream", "kernels"),
     "stream_devices": ("stream", "devices"),
     "distributed_timeout_s": ("distributed", "timeout_s"),
+    "check_budget_s": ("check", "budget_s"),
+    "check_record": ("check", "record"),
 }
 ENUMS = {
     "mode": C.MODES,
@@ -35,6 +37,7 @@ ENUMS = {
     "on_divergence": C.ON_DIVERGENCE,
     "allreduce": C.ALLREDUCE_MODES,
     "grad_allreduce_dtype": C.GRAD_ALLREDUCE_DTYPES,
+    "bad_example_policy": C.BAD_EXAMPLE_POLICIES,
 }
 FLAG_TYPE = {bool: "bool", int: "int", float: "float", str: "string"}
 

@@ -3,6 +3,7 @@
 import dataclasses
 import io
 import json
+import logging
 import multiprocessing
 import os
 import time
@@ -16,10 +17,11 @@ from PIL import Image
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import DATA, ENSEMBLE
-from hpcai_jax.data import augment
+from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.datasets import open_datasets
 from hpcai_jax.data.pipeline import Prefetcher, WorkerBatches, train_batches
 from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.tfds_source import TfdsSource
 from hpcai_jax.data.workers import default_workers
 from hpcai_jax.errors import UsageError
 
@@ -134,7 +136,22 @@ def test_noaugment_trains_on_the_held_out_transform(jpeg_dir):
     assert not np.array_equal(augmented["image"], trained["image"])
 
 
+def test_a_missing_libjpeg_turbo_3_is_logged(jpeg_dir, monkeypatch, caplog):
+    def open_source():
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            TfdsSource("tiny_jpeg", "train", str(jpeg_dir), SIZE)
+        return [r.getMessage() for r in caplog.records if "libjpeg-turbo" in r.getMessage()]
+
+    if jpeg_region.library() is not None:
+        assert open_source() == []
+    monkeypatch.setattr(jpeg_region, "library", lambda: None)
+    (message,) = open_source()
+    assert message.startswith("tiny_jpeg: no libjpeg-turbo 3") and "PIL" in message
+
+
 def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):
+    shm_before = {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
     make = _batches(data, workers=2)
     prefetch = Prefetcher(make, 0, 12, depth=2)
     start = time.perf_counter()
@@ -149,6 +166,9 @@ def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):
     assert len(multiprocessing.active_children()) >= 2
     prefetch.close()
     assert multiprocessing.active_children() == []
+    # Every block the workers handed over is unlinked already: none left for the resource
+    # tracker to report as leaked at exit.
+    assert {name for name in os.listdir("/dev/shm") if name.startswith("psm_")} <= shm_before
     for step, (a, b) in enumerate(zip(got, in_process, strict=True)):
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=f"step {step} {name}")

@@ -88,8 +88,11 @@ def test_end_to_end_record(tiny_run):
     assert record["flops"]["crosscheck_ok"] is True
     assert "all 8 devices at once" in record["peak_flops"]["measured_method"]
     # Members never exchange training data; what a member sends goes over `data`.
-    assert record["comm"]["bytes_per_step"]["ensemble"] == 0
-    assert record["comm"]["bytes_per_step"]["data"] > 0
+    assert record["comm"]["payload_bytes"]["ensemble"] == 0
+    assert record["comm"]["payload_bytes"]["data"] > 0
+    # One node: every training byte on the wire stays inside it (intra + inter = Σ wire).
+    assert record["comm"]["nodes"] == 1 and record["comm"]["link_bytes"]["inter_node"] == 0
+    assert record["comm"]["link_bytes"]["intra_node"] == sum(record["comm"]["wire_bytes"].values())
     assert record["memory_per_device"]["argument_bytes"] > 0
     assert record["energy"]["available"] is False and "cpu" in record["energy"]["why"]
     roof = record["roofline"]

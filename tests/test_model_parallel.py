@@ -78,11 +78,11 @@ def test_layers_are_split_over_the_model_axis(split):
 
 def test_the_step_moves_activations_over_model_and_nothing_over_ensemble(split, whole):
     setup, _, compiled = split
-    volume = comm_volume(compiled.as_text(), setup.mesh).bytes_per_step
+    volume = comm_volume(compiled.as_text(), setup.mesh).payload_bytes
     assert volume["ensemble"] == 0
     assert volume["model"] > 0
     # The gradient all-reduce over `data` carries half of each member's gradient per device.
-    reference = comm_volume(whole[2].as_text(), whole[0].mesh).bytes_per_step
+    reference = comm_volume(whole[2].as_text(), whole[0].mesh).payload_bytes
     assert volume["data"] == pytest.approx(reference["data"] / 2, rel=0.05)
 
 
@@ -159,7 +159,7 @@ def test_record_names_the_split_and_its_traffic(tmp_path):
     )
     assert record["precision"]["grad_allreduce_dtype"] == "bfloat16"
     comm = record["comm"]
-    assert comm["bytes_per_step"]["ensemble"] == 0 and comm["bytes_per_step"]["model"] > 0
+    assert comm["payload_bytes"]["ensemble"] == 0 and comm["payload_bytes"]["model"] > 0
     assert any(k.startswith("all-gather") for k in comm["by_collective"]["model"])
     assert record["flops"]["crosscheck"]["crosscheck_ok"] is True
     assert 0.0 <= record["quality"]["ensemble"] <= 1.0

@@ -56,7 +56,8 @@ def _free_port() -> int:
 
 def _slurm_step(*args: str) -> list[str]:
     """Two processes of a hand-made SLURM step on this machine (JAX auto-detects it: no
-    distributed flags), 4 CPU devices each; returns each process's output."""
+    distributed flags), 4 CPU devices each, each on its own node as SLURM names it
+    (SLURMD_NODENAME); returns each process's output."""
     port = _free_port()
     procs = []
     for rank in range(2):
@@ -67,6 +68,7 @@ def _slurm_step(*args: str) -> list[str]:
             SLURM_NTASKS="2",
             SLURM_PROCID=str(rank),
             SLURM_LOCALID=str(rank),
+            SLURMD_NODENAME=f"node{rank}",
             JAX_COORDINATOR_PORT=str(port),
         )
         procs.append(
@@ -113,6 +115,14 @@ def test_two_processes_match_one_process(tmp_path):
     assert two["quality"]["oob"] == pytest.approx(one["quality"]["oob"])
     # Members 2 and 3 live on process 1's devices: their figures are process 1's own.
     assert two["data"]["distinct_fraction"] == one["data"]["distinct_fraction"]
+    # Two nodes, and each member's 2 devices on one of them: its gradient all-reduce never
+    # crosses (engine/comm.py; tests/test_comm.py has a member spanning two nodes).
+    assert (one["comm"]["nodes"], two["comm"]["nodes"]) == (1, 2)
+    # The provenance (and MLLOG) count nodes the same way (hpcai_jax.nodes), not by hostname.
+    assert two["provenance"]["number_of_nodes"] == 2
+    assert two["provenance"]["hosts"] == ["node0", "node1"]
+    assert two["comm"]["link_bytes"] == one["comm"]["link_bytes"]
+    assert two["comm"]["link_bytes"]["inter_node"] == 0 < two["comm"]["link_bytes"]["intra_node"]
 
     _, params_one = _final_params(tmp_path / "ck1")
     _, params_two = _final_params(tmp_path / "ck2")

@@ -1,6 +1,7 @@
 """Checkpoint and resume, preemption, divergence, records that are never lost or overwritten."""
 
 import asyncio
+import errno
 import json
 import os
 import random
@@ -16,7 +17,7 @@ import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subprocess_env
 
 from hpcai_jax.engine.checkpoint import Checkpointer
-from hpcai_jax.engine.preemption import PreemptionGuard
+from hpcai_jax.errors import UsageError
 
 RUN = [
     "--ensemble_size=4",
@@ -68,9 +69,9 @@ def _record(results_dir):
     return json.loads(records[0].read_text())
 
 
-def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
+def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tmp_path):
     """SIGTERM to the real command line in the second epoch: exit 75, a partial record, a
-    checkpoint; the resumed run starts in that epoch and crosses into the third, and ends with
+    checkpoint; the resumed run (on another mesh) starts in that epoch and crosses into the third, and ends with
     the uninterrupted run's parameters. Stopping after a boundary is what lets this tell one
     bootstrap sample per member for the whole run from a sample drawn afresh by each process
     (or each epoch it starts in): the resumed process never saw epoch 0."""
@@ -100,18 +101,29 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     assert partial["data"]["steps_per_epoch"] == 8
 
     # The resume in a process of its own, as on a cluster: nothing cached in memory by an
-    # earlier run (the sampler's epoch orders, say) can stand in for what it must rebuild.
+    # earlier run (the sampler's epoch orders, say) can stand in for what it must rebuild. And
+    # on another machine shape, as a requeued job may get: 4 devices instead of 8, one member
+    # per device instead of two, P_degree 1 instead of 4 (so BatchNorm's statistics and the
+    # gradient are one device's instead of sums over 4); the same members, the same per-member
+    # batch. The state is restored with the new shardings and trains on identically, up to the
+    # order of float32 sums.
     resumed = run_main(
         *RUN,
+        "--members_per_device=1",
+        "--parallel_degree=1",
         f"--steps={STEPS}",
         "--run_name=interrupted",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={tmp_path}/r",
+        devices=4,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "on another mesh" in resumed.stderr
     record = _record(tmp_path / "r")
     assert record["status"] == "complete" and record["run_id"] == "interrupted"
     assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
+    assert record["resumes"][0]["mesh"]["num_devices"] == 4
+    assert (record["mesh"]["parallel_degree"], record["mesh"]["members_per_device"]) == (1, 1)
     # Timed steps: both segments, each without its first (warm-up) step.
     assert record["timing"]["timed_steps"] == STEPS - 2
     assert record["metrics"]["flops_per_s"] > 0 and record["metrics"]["flops_per_s_steady"] > 0
@@ -119,7 +131,13 @@ def test_sigterm_then_resume_matches_uninterrupted_run(whole, tmp_path):
     # interrupted one is completed by the resumed segment.
     assert len(partial["epochs"]) == 1
     assert [e["index"] for e in record["epochs"]] == [1, 2]
-    assert record["epochs"][:1] == partial["epochs"]
+    # (Their FLOPs are counted with the last segment's per-step count: XLA's count on the
+    # other mesh differs by < 1%, in the cross-device parts of the step.)
+    timed = ("index", "first_step", "steps", "wall_s")
+    assert [{k: e[k] for k in timed} for e in record["epochs"][:1]] == [
+        {k: e[k] for k in timed} for e in partial["epochs"]
+    ]
+    assert record["epochs"][0]["flops"] == pytest.approx(partial["epochs"][0]["flops"], rel=0.01)
     assert all(e["wall_s"] > 0 for e in record["epochs"])
     uninterrupted = _record(whole / "r")["quality"]
     for key in ("ensemble", "members", "oob"):  # the same parameters give the same quality
@@ -148,6 +166,17 @@ def test_checkpoint_of_another_configuration_is_refused(whole, tmp_path, monkeyp
     other = run_in_process(*RUN, f"--steps={STEPS}", "--seed=5", ck, f"--results_dir={tmp_path}/r2")
     assert_one_line_error(other, ck, "another configuration", "train.seed: checkpoint 0, now 5")
     assert not (tmp_path / "r2").exists() or not list((tmp_path / "r2").glob("*.json"))
+    # Another machine shape may resume it (test_sigterm_then_resume_on_another_mesh_...), but
+    # not other members: M is named.
+    other_m = run_in_process(
+        *RUN,
+        "--ensemble_size=8",
+        "--members_per_device=4",
+        f"--steps={STEPS}",
+        ck,
+        f"--results_dir={tmp_path}/r2",
+    )
+    assert_one_line_error(other_m, ck, "mesh.ensemble_size: checkpoint 4, now 8")
 
     # A truncated checkpoint: one line, exit 2, and the checkpoint is left as it was, byte for byte.
     files = [p for p in (tmp_path / "ck").rglob("*") if p.is_file() and p.stat().st_size > 100]
@@ -202,42 +231,21 @@ def test_saving_a_step_already_on_disk_keeps_it(tmp_path):
     np.testing.assert_array_equal(np.asarray(restored["w"]), [0.0, 1.0, 2.0])
 
 
-class _PreemptedAfter(PreemptionGuard):
-    """A PreemptionGuard signalled (as by SIGTERM) once `steps` steps are done."""
-
-    steps = 3
-
-    def stop_now(self, at_check_point: bool) -> bool:
-        self.steps -= 1
-        if self.steps == 0:
-            self._requested = "SIGTERM"
-        return super().stop_now(at_check_point)
-
-
-@pytest.mark.parametrize("policy", ["stop", "prune", "preempted"])
-def test_diverged_member(tmp_path, policy, monkeypatch):
-    """stop / prune: the flags are read every 2 steps. preempted: read every 4, and the run is
-    preempted after step 3 (the flags of steps 2 and 3 still pending): they are read before the
-    partial record, so member 1 is dated there too (the same compiled step: the cache loads it)."""
-    check_every = 2
-    if policy == "preempted":
-        monkeypatch.setattr("hpcai_jax.engine.loop.PreemptionGuard", _PreemptedAfter)
-        check_every = 4
+@pytest.mark.parametrize("policy", ["stop", "prune"])
+def test_diverged_member(tmp_path, policy):
+    """The flags are read every 2 steps. (Flags still pending at a preemption:
+    test_sigterm_during_a_save_..., which shares this compiled step: the cache loads it.)"""
     proc = run_in_process(
         *SHORT,
         "--steps=6",
         "--inject_nan=1@2",
-        f"--divergence_check_every={check_every}",
-        f"--on_divergence={'prune' if policy == 'preempted' else policy}",
+        "--divergence_check_every=2",
+        f"--on_divergence={policy}",
         f"--results_dir={tmp_path}",
     )
     record = _record(tmp_path)
     assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
-    if policy == "preempted":
-        assert proc.returncode == 75, proc.stderr[-2000:]
-        assert record["status"] == "partial" and "at step 3" in record["reason"]
-        assert record["divergence"]["pruned_members"] == [1]
-    elif policy == "stop":
+    if policy == "stop":
         assert proc.returncode == 1, proc.stderr[-2000:]
         assert record["status"] == "invalid"
         assert "member 1 diverged at step 2" in record["reason"]
@@ -280,3 +288,100 @@ def test_existing_record_is_not_overwritten(tmp_path):
     assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
     assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
     assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json"]  # no temp files left
+
+
+def _json_meta_writer():
+    """orbax's writer of a checkpoint's JSON part (our `meta`), run in its background commit
+    thread: where the injections below act. (A private name: if orbax renames it, the tests
+    fail loudly rather than testing nothing.)"""
+    from orbax.checkpoint._src.handlers import json_checkpoint_handler
+
+    return json_checkpoint_handler.JsonCheckpointHandler
+
+
+def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeypatch):
+    """SIGTERM arrives while each checkpoint is being written (the periodic one of step 2, and
+    the final one: a second SIGTERM, as a scheduler may send). The first stops the run at the
+    next step, after the save; the second is noted and the final save completes (without the
+    guard it would kill the process mid-write). The results directory is removed during the
+    run: the partial record is written into it anew. And member 1 goes NaN at step 2 with the
+    flags read every 4 steps: those of steps 2 and 3 are still pending at the stop, and are read
+    before the partial record and the checkpoint, so member 1 is dated and pruned there."""
+    handler = _json_meta_writer()
+    write = handler._save_fn
+    results_dir = tmp_path / "r"
+
+    async def signalled(self, item, directory):
+        os.kill(os.getpid(), signal.SIGTERM)
+        shutil.rmtree(results_dir, ignore_errors=True)
+        return await write(self, item, directory)
+
+    monkeypatch.setattr(handler, "_save_fn", signalled)
+    proc = run_in_process(
+        *SHORT,
+        "--steps=6",
+        "--checkpoint_every=2",
+        "--keep_checkpoints=3",
+        "--inject_nan=1@2",
+        "--divergence_check_every=4",
+        "--on_divergence=prune",
+        f"--checkpoint_dir={tmp_path}/ck",
+        f"--results_dir={results_dir}",
+    )
+    assert proc.returncode == 75, proc.stderr[-2000:]
+    record = _record(results_dir)
+    assert record["status"] == "partial" and record["reason"] == "preempted by SIGTERM at step 3"
+    assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
+    assert record["divergence"]["pruned_members"] == [1]
+    assert sorted(os.listdir(tmp_path / "ck")) == ["2", "3"]  # both complete, no temp left
+    step, _ = _final_params(tmp_path / "ck")
+    assert step == 3
+    meta = json.loads((tmp_path / "ck" / "3" / "meta" / "metadata").read_text())
+    assert meta["diverged"] == {"1": 2}
+
+
+def test_a_full_disk_while_saving_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):
+    """The injection: writing step 2's checkpoint fails with ENOSPC, in orbax's background
+    commit as a full disk does; the failure surfaces at the next save. That save raises the
+    one-line error (the loop lets it end the run: exit 2, no record) naming the directory and
+    what is kept; step 1 is whole and is what the next run resumes from; the unfinished step is
+    no step (orbax removes its temporary directory at the next run's first save)."""
+    import jax.numpy as jnp
+
+    handler = _json_meta_writer()
+    write = handler._save_fn
+
+    async def full(self, item, directory):
+        if item.get("step") == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
+        return await write(self, item, directory)
+
+    monkeypatch.setattr(handler, "_save_fn", full)
+    first = Checkpointer(str(tmp_path), every=1, keep=2, fingerprint_value={})
+    for step in (1, 2):
+        first.save(step, {"w": jnp.full(3, float(step))}, {"step": step})
+    with pytest.raises(UsageError) as error:
+        first.save(3, {"w": jnp.full(3, 3.0)}, {"step": 3})
+    assert str(error.value).startswith(f"--checkpoint_dir={tmp_path}: cannot write a checkpoint")
+    assert "No space left on device" in str(error.value) and "(steps [1])" in str(error.value)
+    assert "\n" not in str(error.value)
+    first.close()  # the error path closes it again
+    monkeypatch.undo()
+
+    again = Checkpointer(str(tmp_path), every=1, keep=2, fingerprint_value={})
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    restored, meta = again.restore({"w": jax.ShapeDtypeStruct((3,), jnp.float32, sharding=one)})
+    assert meta["step"] == 1 and np.asarray(restored["w"]).tolist() == [1.0, 1.0, 1.0]
+    again.close()
+
+
+def test_two_runs_given_the_same_checkpoint_directory(tmp_path):
+    """The second would write the same steps: refused in one line naming the holder."""
+    first = Checkpointer(str(tmp_path), every=1, keep=1, fingerprint_value={})
+    try:
+        with pytest.raises(UsageError, match=r"in use by another run \(pid \d+ on .*\); give"):
+            Checkpointer(str(tmp_path), every=1, keep=1, fingerprint_value={})
+    finally:
+        first.close()
+    Checkpointer(str(tmp_path), every=1, keep=1, fingerprint_value={}).close()
+    assert os.listdir(tmp_path) == []

@@ -14,16 +14,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import ROOT, run_in_process
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.report import compare, write_report
+from hpcai_jax.report import compare, plots, write_report
 from hpcai_jax.report.__main__ import main as report_main
 from hpcai_jax.report.collect import Record, collect
 from hpcai_jax.report.markdown import SECTIONS
-from hpcai_jax.report.series import scalability
+from hpcai_jax.report.series import scalability, sys_scale_label
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PREFIX = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -159,8 +160,7 @@ def test_report_has_every_section_and_valid_pngs(report):
         assert f"\n## {title}\n" in md
     images = [line[line.index("](") + 2 : -1] for line in md.splitlines() if line.startswith("![")]
     assert {"scalability.png", "tradeoff_sys8.png", "mfu.png", "stream.png"} <= set(images)
-    assert {"roofline_s-M1.png", "roofline_t-M2.png"} <= set(images)  # one per training run
-    assert "quality_curve.png" in images
+    assert {"roofline.png", "quality_against_m.png", "quality_curve.png"} <= set(images)
     for name in images:
         data = (path.parent / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 1000, name
@@ -169,7 +169,7 @@ def test_report_has_every_section_and_valid_pngs(report):
 
 def test_flops_table_holds_the_records_figures_and_the_linear_ideal(report, results):
     _, md = report
-    table = rows(section(md, SECTIONS[1]))
+    table = rows(section(md, "FLOPS and VFLOPS against Sys_scale"))
     assert [(r["M"], r["P_degree"], r["Sys_scale"]) for r in table] == [
         ("1", "2", "2"),
         ("2", "2", "4"),
@@ -186,9 +186,9 @@ def test_flops_table_holds_the_records_figures_and_the_linear_ideal(report, resu
         assert by_run[run][flops_h] == figure(record["metrics"]["flops_per_s"], f_scale)
         assert by_run[run][vflops_h] == figure(record["metrics"]["vflops_per_s"], v_scale)
     # P_degree = 2: the ideal is the Sys_scale-2 run's FLOPS scaled linearly; P_degree = 4 has
-    # one run, its own ideal.
+    # one run: no ideal, no ratio (not 1, as if it scaled perfectly).
     assert [by_run[r][ideal_h] for r in ("s-M1", "s-M2", "s-M4")] == ["10", "20", "40"]
-    assert by_run["t-M2"][ideal_h] == "33"
+    assert (by_run["t-M2"][ideal_h], by_run["t-M2"]["FLOPS / ideal"]) == ("n/a", "n/a")
     assert by_run["s-M4"]["FLOPS / ideal"] == "0.75"
 
 
@@ -206,7 +206,7 @@ def test_ideal_is_the_smallest_point_scaled_linearly(real):
 
 def test_tradeoff_mfu_and_stream_tables(report, results, real):
     _, md = report
-    trade = section(md, SECTIONS[2])
+    trade = section(md, "Ensemble quality against training time")
     assert "### Sys_scale = 8" in trade and "tradeoff_sys8.png" in trade
     assert "Sys_scale = 2\n" not in trade  # one point only: no plot
     table = rows(trade)
@@ -218,13 +218,13 @@ def test_tradeoff_mfu_and_stream_tables(report, results, real):
     oob = real["train"]["quality"]["oob"]["quality"]
     assert table[0]["out-of-bag top1_accuracy"] == figure(oob)
 
-    mfu = {r["run"]: r for r in rows(section(md, SECTIONS[4]))}
+    mfu = {r["run"]: r for r in rows(section(md, "MFU per run"))}
     assert set(mfu) == {"s-M1", "s-M2", "s-M4", "t-M2"}
     measured = real["train"]["metrics"]["mfu_measured"]
     assert mfu["s-M1"]["MFU measured [%]"] == figure(measured * 100)
     assert mfu["s-M1"]["MFU datasheet [%]"] == "n/a"  # a CPU has no datasheet peak
 
-    stream = rows(section(md, SECTIONS[6]))
+    stream = rows(section(md, "STREAM bandwidth"))
     kernels = real["stream"]["kernels"]
     assert [r["kernel"] for r in stream] == [k["label"] for k in kernels.values()]
     for row, k in zip(stream, kernels.values(), strict=True):
@@ -232,9 +232,28 @@ def test_tradeoff_mfu_and_stream_tables(report, results, real):
         assert row["GB/s per device"] == figure(k["gb_per_s_per_device"])
 
 
+def test_quality_against_m_table_and_the_sys_scale_label(report, real):
+    _, md = report
+    text = section(md, "Ensemble quality against M")
+    assert "quality_against_m.png" in text
+    table = {r["run"]: r for r in rows(text)}
+    assert set(table) == {"s-M1", "s-M2", "s-M4", "t-M2"}
+    members = real["train"]["quality"]["members"]
+    assert table["s-M1"]["best member"] == figure(max(members))
+    assert table["s-M1"]["worst member"] == figure(min(members))
+    assert (table["s-M4"]["ensemble top1_accuracy"], table["s-M4"]["target"]) == ("0.8", "0.75")
+
+    def label(mpd, pm):
+        return sys_scale_label([SimpleNamespace(members_per_device=mpd, model_parallel=pm)])
+
+    assert label(1, 1) == "Sys_scale (devices = M × P_degree)"
+    assert label(2, 1) == "Sys_scale (devices = M / members_per_device × P_degree)"
+    assert label(1, 2) == "Sys_scale (devices = M × P_degree × P_model)"
+
+
 def test_quality_curve_tables_hold_the_records_points(report, real):
     _, md = report
-    text = section(md, SECTIONS[3])
+    text = section(md, "Quality during training and time to target")
     summary, points = (rows(p) for p in text.split("\n\n") if p.startswith("|"))
     by_run = {r["run"]: r for r in summary}
     assert set(by_run) == {"s-M1", "s-M2", "s-M4", "t-M2"}
@@ -252,7 +271,7 @@ def test_quality_curve_tables_hold_the_records_points(report, real):
 
 def test_roofline_table_holds_the_records_figures(report, real):
     _, md = report
-    roof = {r["run"]: r for r in rows(section(md, SECTIONS[5]))}
+    roof = {r["run"]: r for r in rows(section(md, "Roofline"))}
     assert set(roof) == {"s-M1", "s-M2", "s-M4", "t-M2"}
     figures = real["train"]["roofline"]
     row = roof["s-M1"]
@@ -263,9 +282,61 @@ def test_roofline_table_holds_the_records_figures(report, real):
     assert row["ridge [FLOP/B]"] == figure(ridge)
 
 
+def test_communication_and_division_tables_hold_the_records_figures(report, real):
+    _, md = report
+    comm = {r["run"]: r for r in rows(section(md, "Communication per step and device"))}
+    assert set(comm) == {"s-M1", "s-M2", "s-M4", "t-M2"}
+    figures, row = real["train"]["comm"], comm["s-M1"]
+    wire = next(h for h in row if h.startswith("wire data ["))
+    scale = {"B": 1.0, "kB": 1e3, "MB": 1e6}[wire[wire.index("[") + 1 : -1]]
+    assert row[wire] == figure(figures["wire_bytes"]["data"], scale)
+    assert row[wire.replace("wire data", "payload data")] == figure(
+        figures["payload_bytes"]["data"], scale
+    )
+    assert row[wire.replace("wire data", "wire ensemble")] == "0"
+    assert row[wire.replace("wire data", "inter-node")] == "0"  # one process, one node
+    assert (row["nodes"], row["gradient reduction"]) == ("1", "flat float32")
+    machine = {r["run"]: r for r in rows(section(md, "Division, memory and energy"))}
+    broken = len(real["train"]["submission"]["violations"])
+    assert machine["s-M1"]["division"] == f"open ({broken} rules broken)"
+    assert machine["s-M1"]["energy [J]"] == "n/a"
+    assert machine["s-M1"]["energy not measured: why"] == real["train"]["energy"]["why"]
+
+
+def test_output_only_flags_never_split_a_group(real, tmp_path):
+    """An MLLOG, a STREAM record for the roofline, another checkpoint folder: the same
+    experiment, plotted together; --compare lists no configuration difference for them."""
+    plain = variant(real["train"], "plain", 1, 2, 1e9)
+    logged = variant(real["train"], "logged", 2, 2, 2e9)
+    logged["config"]["results"].update(mllog="logs/x.mllog", stream_record="results/s.json")
+    logged["config"]["reliability"]["checkpoint_dir"] = "/elsewhere"
+    folder = write(tmp_path, {"plain.json": plain, "logged.json": logged})
+    collection = collect([str(folder)])
+    assert [r.run_id for r in collection.train] == ["logged", "plain"] and not collection.skipped
+    text = compare(str(folder / "plain.json"), str(folder / "logged.json"))
+    config = rows(section(text, "Configuration differences"))
+    assert [r["config field"] for r in config] == ["mesh.ensemble_size"]
+
+
+def test_the_shipped_example_report_is_what_its_records_give(tmp_path, monkeypatch):
+    """docs/example_report/: its report.md is the report of its records, byte for byte, and
+    every plot it shows is shipped beside it (not redrawn here: the text is the claim, and
+    drawing eight PNGs would cost seconds of suite time)."""
+    monkeypatch.chdir(ROOT)
+    for name in dir(plots):
+        if callable(getattr(plots, name)) and getattr(plots, name).__module__ == plots.__name__:
+            monkeypatch.setattr(plots, name, lambda *args, **kwargs: None)
+    example = ROOT / "docs" / "example_report"
+    md = write_report(["docs/example_report/records"], tmp_path / "out").read_text()
+    assert md == (example / "report.md").read_text()
+    images = {line[line.index("](") + 2 : -1] for line in md.splitlines() if line.startswith("![")}
+    assert images and all((example / name).read_bytes().startswith(PNG_MAGIC) for name in images)
+    assert sorted(p.name for p in example.glob("*.png")) == sorted(images)
+
+
 def test_skipped_records_say_why(report):
     _, md = report
-    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, SECTIONS[7]))}
+    skipped = {r["file"]: r["why it was not used"] for r in rows(section(md, "Skipped records"))}
     assert set(skipped) == {
         "diverged.json",
         "preempted.json",
@@ -282,7 +353,7 @@ def test_skipped_records_say_why(report):
     assert skipped["flops-mode.json"].startswith("mode flops: the report plots train and stream")
     assert skipped["broken.json"].startswith("not a hpcai_jax record: unreadable or not JSON")
     assert skipped["bigger-batch.json"].endswith(": train.batch_size = 64 (majority: 16)")
-    assert "bigger-batch" not in section(md, SECTIONS[1])
+    assert "bigger-batch" not in section(md, "FLOPS and VFLOPS against Sys_scale")
 
 
 def test_a_field_only_newer_records_have_does_not_split_them(real, tmp_path):
@@ -309,13 +380,15 @@ def test_records_without_quality_plot_what_exists(real, tmp_path):
         {f"M{m}.json": variant(t, f"M{m}", m, 1, m * 1e9) for m in (1, 2)},
     )
     md = write_report([str(folder)], tmp_path / "out").read_text()
-    table = rows(section(md, SECTIONS[1]))
+    table = rows(section(md, "FLOPS and VFLOPS against Sys_scale"))
     vflops_h, _ = column(table, "VFLOPS")
     assert [r[vflops_h] for r in table] == ["n/a", "n/a"]
     assert "No run has a VFLOPS figure" in md
-    assert "nothing to plot" in section(md, SECTIONS[2])
-    assert "No training record has a held-out evaluation" in section(md, SECTIONS[3])
-    assert "No complete STREAM record" in section(md, SECTIONS[6])
+    assert "nothing to plot" in section(md, "Ensemble quality against training time")
+    assert "No training record has a held-out evaluation" in section(
+        md, "Quality during training and time to target"
+    )
+    assert "No complete STREAM record" in section(md, "STREAM bandwidth")
     assert (tmp_path / "out" / "scalability.png").read_bytes().startswith(PNG_MAGIC)
 
 
@@ -331,6 +404,9 @@ def test_compare_shows_ratios_and_what_differs(results, tmp_path):
     for label in ("VFLOPS", "ensemble quality", "out-of-bag quality", "step time median"):
         assert label in figures
     assert figures["time to target"]["A: s-M1"] == "n/a"  # the real run never reached 0.9
+    assert figures["wire bytes over data"]["B/A"] == "1"  # the variants keep the real comm
+    assert figures["wire bytes inter-node"]["A: s-M1"] == "0 B"
+    assert figures["division"]["A: s-M1"] == "open"
     config = {r["config field"]: r for r in rows(section(proc.stdout, "Configuration differences"))}
     assert set(config) == {"mesh.ensemble_size"}
     assert (config["mesh.ensemble_size"]["A"], config["mesh.ensemble_size"]["B"]) == ("1", "2")
@@ -434,7 +510,7 @@ def test_api_raises_usage_error_and_rewrites_in_place(results, tmp_path):
         "notes.txt",
         "quality_curve.png",
         "report.md",
-        "roofline_s-M1.png",
+        "roofline.png",
         "scalability.png",
     ]
     write_report([str(results)], out)

@@ -57,3 +57,49 @@ def test_a_record_is_claimed_once(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps({"run_id": "a", "status": "complete"}))
     with pytest.raises(UsageError):
         results.claim(str(tmp_path), "a", overwrite=False, resuming=True)
+
+
+def test_two_runs_given_the_same_results_directory(tmp_path):
+    """Different run ids share a directory; the same run id is refused while its run lives
+    (the second run would replace the first's record at its end), and free again once the
+    record is written, with no lock file left behind."""
+    first = results.claim(str(tmp_path), "same", overwrite=False)
+    other = results.claim(str(tmp_path), "other", overwrite=False)
+    with pytest.raises(UsageError, match=r"run id same is in use by another run \(pid \d+ on "):
+        results.claim(str(tmp_path), "same", overwrite=True)  # --overwrite is for finished ones
+    results.write_record(str(tmp_path), "same", {"run_id": "same"})
+    first.release()
+    other.release()
+    results.claim(str(tmp_path), "same", overwrite=True).release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json"]
+
+
+def test_a_full_disk_or_a_removed_directory_never_loses_a_record(tmp_path, monkeypatch):
+    """The injection: the record's fsync fails with ENOSPC (any other file's is untouched).
+    The record already there (a partial one, say) stays whole, no temp file is left, and the
+    error is one line naming the path. A results directory removed during the run is made
+    again when the record is written."""
+    import errno
+    import os
+
+    results.write_record(str(tmp_path), "r", {"run_id": "r", "status": "partial"})
+    before = (tmp_path / "r.json").read_bytes()
+    fsync = os.fsync
+
+    def full(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        fsync(fd)
+
+    monkeypatch.setattr(results.os, "fsync", full)
+    with pytest.raises(UsageError, match=r"cannot write the record .*r\.json \(No space left"):
+        results.write_record(str(tmp_path), "r", {"run_id": "r", "status": "complete"})
+    assert (tmp_path / "r.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    monkeypatch.undo()
+
+    gone = tmp_path / "removed"
+    results.claim(str(gone), "r", overwrite=False)
+    os.rmdir(gone)
+    results.write_record(str(gone), "r", {"run_id": "r"})
+    assert json.loads((gone / "r.json").read_text()) == {"run_id": "r"}

@@ -160,3 +160,16 @@ def test_docs_list_every_rule():
     score = (ROOT / "docs" / "score.md").read_text()
     divisions = score[score.index("## 10. Divisions") :]
     assert all(f"| {name} |" in divisions for name, _ in rules.RULES)
+
+
+def test_a_closed_run_may_replace_at_most_a_tiny_fraction_of_a_split():
+    config, sizes = resnet50(), rules.SplitSizes(1_281_167, 50_000)
+    few = rules.judge(config, LAYOUT, sizes, {"train": list(range(128))})
+    assert few.violations == ()
+    skipped = {"train": list(range(129)), "validation": list(range(6))}
+    (line,) = rules.judge(config, LAYOUT, sizes, skipped).violations
+    assert line == (
+        "--bad_example_policy=skip replaced 129 of the 1281167 records of split 'train' "
+        "(at most 128), 6 of the 50000 records of split 'validation' (at most 5); the closed "
+        "division allows at most 0.0001 of a split"
+    )

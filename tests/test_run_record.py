@@ -282,3 +282,19 @@ def test_the_memory_roof_from_a_stream_record(tmp_path):
     (tmp_path / "other.json").write_text(json.dumps({"mode": "train"}))
     with pytest.raises(UsageError, match="not a STREAM record with a Triad figure"):
         stream_bandwidth(str(tmp_path / "other.json"))
+
+
+def test_skipped_examples_join_this_segments_to_those_of_earlier_ones():
+    from types import SimpleNamespace
+
+    from hpcai_jax.data.bad_examples import BadExamples
+
+    train, held_out = BadExamples("set", "train", "skip"), BadExamples("set", "test", "skip")
+    train.note([(12, "OSError: truncated"), (3, "OSError: truncated"), (12, "again")])
+    datasets = SimpleNamespace(
+        train=SimpleNamespace(bad_examples=train), eval=SimpleNamespace(bad_examples=held_out)
+    )
+    before_resume = Progress(run_id="r", skipped_examples={"train": [3, 40], "test": [1]})
+    setup = SimpleNamespace(datasets=datasets)
+    assert run_record.skipped_examples(setup, before_resume) == {"train": [3, 12, 40], "test": [1]}
+    assert run_record.skipped_examples(setup, Progress(run_id="r")) == {"train": [3, 12]}

@@ -1,15 +1,14 @@
 """STREAM's tools: the datasheet table, the comparison against BabelStream itself (parsing,
-ratios, a fake BabelStream binary end to end, the skip without one) and the one-accelerator
-device check in its dry mode."""
+ratios, a fake BabelStream binary end to end, the skip without one). The one-accelerator check
+is --mode=check now (tests/test_check.py)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, subprocess_env
+from helpers import ROOT
 
 from hpcai_jax.stream.datasheet import memory_bandwidth
 
@@ -113,30 +112,3 @@ def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
     ratio = saved["summary"]["Triad"]["ratio_median"]
     assert ratio == pytest.approx(pair["jax"]["Triad"] / pair["babelstream"]["Triad"])
     assert "| Triad |" in capsys.readouterr().out
-
-
-def test_device_check_runs_end_to_end_in_dry_mode(tmp_path):
-    env = subprocess_env(1, PYTHON=sys.executable)
-    proc = subprocess.run(
-        ["bash", "benchmarks/device_check.sh", "--dry", f"--out={tmp_path}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = proc.stdout[proc.stdout.index("== summary") :].splitlines()
-    assert summary[1] == f"device: cpu (cpu); records in {tmp_path}"
-    rows = {line[:34].strip(): line[34:].split() for line in summary[3:]}
-    for kernel in ("Copy", "Mul", "Add", "Triad", "Dot"):
-        measured, sheet, ratio = rows[f"STREAM {kernel} [GB/s]"]
-        assert float(measured) > 0 and (sheet, ratio) == ("-", "n/a")  # a CPU has no row
-    stream = json.loads((tmp_path / "stream.json").read_text())
-    train = json.loads((tmp_path / "resnet50.json").read_text())
-    triad = stream["kernels"]["triad"]["gb_per_s_per_device"]
-    assert float(rows["STREAM Triad [GB/s]"][0]) == pytest.approx(triad, abs=0.05)
-    peak = train["peak_flops"]["measured_per_device"]
-    assert float(rows["matmul peak float32 [TFLOP/s]"][0]) == pytest.approx(peak / 1e12, abs=5e-4)
-    assert str(tmp_path / "stream.json") in train["roofline"]["bandwidth_source"]
-    assert summary[-1] == "STREAM validation passed; training complete"

@@ -106,12 +106,14 @@ def open_datasets(config: DataConfig) -> Datasets:
             config.data_dir,
             config.square_image_size,
             augment=config.augment,
+            bad_example_policy=config.bad_example_policy,
         )
         held_out = TfdsSource(
             config.dataset,
             eval_split_name(config.dataset, config.data_dir),
             config.data_dir,
             config.square_image_size,
+            bad_example_policy=config.bad_example_policy,
         )
     return Datasets(
         train.spec, train.head(config.train_examples), held_out.head(config.eval_examples)

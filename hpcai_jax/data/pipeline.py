@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from hpcai_jax.axes import BATCH_SPEC, EVAL_SPEC
+from hpcai_jax.data.bad_examples import BAD
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.source import Fields, Source
 from hpcai_jax.data.workers import Block, BlockStream, ReadBlock, TrainReader, default_workers
@@ -96,7 +97,8 @@ def train_batch(
 
 class WorkerBatches:
     """step → Batch for a source with a `train_reader`: worker processes decode and augment this
-    process's blocks; this one only assembles the global arrays from ready blocks."""
+    process's blocks; this one only assembles the global arrays from ready blocks, and hands
+    the records the workers replaced to `note_bad` (the source's --bad_example_policy)."""
 
     def __init__(
         self,
@@ -107,15 +109,21 @@ class WorkerBatches:
         ensemble_size: int,
         last: int,
         workers: int,
+        restarts: int = 3,
+        note_bad: Callable[[list], None] | None = None,
     ):
         self._fields = fields
+        self._note_bad = note_bad
         self._lead = (ensemble_size, sampler.batch_size)
         self._sharding = NamedSharding(mesh, BATCH_SPEC)
         read = ReadBlock(reader, sampler, local_blocks(self._lead, self._sharding))
-        self._stream = BlockStream(read, last, workers)
+        self._stream = BlockStream(read, last, workers, restarts)
 
     def __call__(self, step: int) -> Batch:
         blocks = self._stream.step(step)
+        bad = [b for fields in blocks.values() for b in fields.pop(BAD, [])]
+        if bad and self._note_bad is not None:
+            self._note_bad(bad)
         return _global_batch(self._lead, self._fields, self._sharding, blocks.__getitem__)
 
     def close(self) -> None:
@@ -129,11 +137,12 @@ def train_batches(
     ensemble_size: int,
     last: int,
     workers: int = -1,
+    restarts: int = 3,
 ) -> Callable[[int], Batch]:
     """step → the global batch of that step, for steps below `last`: through worker processes
-    (`workers`; -1: `default_workers`, 0: none) where the source offers a `train_reader`
-    (its training transform differs from `read`'s), else `train_batch`. Close it with
-    Prefetcher.close, or its own `close` where it has one."""
+    (`workers`; -1: `default_workers`, 0: none; a dead one restarted up to `restarts` times)
+    where the source offers a `train_reader` (its training transform differs from `read`'s),
+    else `train_batch`. Close it with Prefetcher.close, or its own `close` where it has one."""
     train_reader = getattr(source, "train_reader", None)
     if train_reader is None:
         return functools.partial(train_batch, source, sampler, mesh, ensemble_size)
@@ -141,7 +150,18 @@ def train_batches(
     if workers < 0:  # an in-memory set's read is indexing: workers would only copy it
         in_memory = getattr(reader, "in_memory", False)
         workers = 0 if in_memory else default_workers(len(mesh.local_devices))
-    return WorkerBatches(reader, source.spec.fields, sampler, mesh, ensemble_size, last, workers)
+    bad_examples = getattr(source, "bad_examples", None)
+    return WorkerBatches(
+        reader,
+        source.spec.fields,
+        sampler,
+        mesh,
+        ensemble_size,
+        last,
+        workers,
+        restarts,
+        bad_examples.note if bad_examples else None,
+    )
 
 
 def synthetic_batch(make, mesh: Mesh, ensemble_size: int, batch_size: int, seed: int) -> Batch:

@@ -2,9 +2,11 @@
 random access with `tfds.data_source` (no TensorFlow needed; docs/design.md, fact 7).
 
 ImageNet (`imagenet2012`) is the production target. Images come undecoded (JPEG or PNG bytes)
-and are decoded with PIL (`augment.py`). `read` (held-out, out of bag) resizes and centre-crops
-on host threads; training reads go through `train_reader`, which the pipeline runs in worker
-processes and which crops at random and flips (`augment.train_image`).
+and are decoded by libjpeg-turbo 3, only the crop's region, or else by PIL (`augment.py`).
+`read` (held-out, out of bag) resizes and centre-crops on host threads; training reads go
+through `train_reader`, which the pipeline runs in worker processes and which crops at random
+and flips (`augment.train_image`). A record that does not decode is replaced by another
+(`bad_examples.py`) and reported to `bad_examples`, which applies --bad_example_policy.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import os
 from pathlib import Path
 
 import numpy as np
+from absl import logging
 
-from hpcai_jax.data import augment
+from hpcai_jax.data import augment, jpeg_region
+from hpcai_jax.data.bad_examples import BAD, BadExamples, decode_or_replace
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.errors import UsageError
 
@@ -51,7 +55,15 @@ def _default_dir() -> str:
 class TfdsSource:
     """One split of a prepared tfds data set, resized to a fixed square size."""
 
-    def __init__(self, name: str, split: str, data_dir: str, image_size: int, augment: bool = True):
+    def __init__(
+        self,
+        name: str,
+        split: str,
+        data_dir: str,
+        image_size: int,
+        augment: bool = True,
+        bad_example_policy: str = "fail",
+    ):
         import tensorflow_datasets as tfds  # slow import: only when a tfds set is used
 
         data_dir = data_dir or _default_dir()
@@ -94,19 +106,37 @@ class TfdsSource:
         self._size = image_size
         self._augment = augment
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
+        self.bad_examples = BadExamples(name, split, bad_example_policy)
+        if jpeg_region.library() is None:
+            logging.warning(
+                "%s: no libjpeg-turbo 3 (TurboJPEG API) found: PIL decodes whole JPEGs, about "
+                "twice the CPU an image; `pip install turbojpeg` (x86-64 Linux wheel) or a "
+                "system libjpeg-turbo >= 3.0 decodes only the crops (docs/input.md)",
+                name,
+            )
 
     def __len__(self) -> int:
         return len(self._source)
 
-    def _eval_image(self, encoded) -> np.ndarray:
-        return augment.eval_encoded(encoded, self.spec.image_shape[-1], self._size)
+    def _eval_image(self, index: int, record: dict):
+        channels = self.spec.image_shape[-1]
+        return decode_or_replace(
+            self._split,
+            index,
+            record,
+            self._source.__getitem__,
+            len(self._source),
+            lambda r: augment.eval_encoded(r["image"], channels, self._size),
+        )
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Held-out form: shorter side to size/0.875, centre crop."""
-        records = self._source.__getitems__([int(i) for i in indices])
-        images = list(self._pool.map(lambda r: self._eval_image(r["image"]), records))
-        labels = np.asarray([r["label"] for r in records], dtype=np.int32)
-        return {"image": np.stack(images), "label": labels}
+        indices = [int(i) for i in indices]
+        records = self._source.__getitems__(indices)
+        done = list(self._pool.map(self._eval_image, indices, records))
+        self.bad_examples.note([b for _, _, bad in done for b in bad])
+        labels = np.asarray([r["label"] for _, r, _ in done], dtype=np.int32)
+        return {"image": np.stack([image for image, _, _ in done]), "label": labels}
 
     def train_reader(self) -> TrainImages:
         """Training form (random-resized crop and flip, or the held-out form with
@@ -129,6 +159,7 @@ class _Head:
 
     def __init__(self, source: TfdsSource, n: int):
         self.spec, self._source, self._n = source.spec, source, n
+        self.bad_examples = source.bad_examples
 
     def __len__(self) -> int:
         return self._n
@@ -143,7 +174,8 @@ class _Head:
 class TrainImages:
     """Reads and augments training images. It pickles as the split's name and place and opens
     the files where it runs (grain's workers): the tfds source object would carry its builder,
-    and a builder class defined in a script cannot be re-created in a worker."""
+    and a builder class defined in a script cannot be re-created in a worker. Its result holds,
+    under `bad_examples.BAD`, the records it replaced: [(index, why), ...]."""
 
     def __init__(
         self, name: str, split: str, data_dir: str, size: int, channels: int, augment: bool = True
@@ -161,17 +193,24 @@ class TrainImages:
         name, split, data_dir, size, channels, augmented = self._args
         if self._source is None:
             self._source = _open_undecoded(name, split, data_dir)
-        records = self._source.__getitems__([int(i) for i in indices])
-        images = [
-            augment.train_image(
-                r["image"], channels, size, augment.example_rng(*(int(k) for k in key))
+        indices = [int(i) for i in indices]
+        records = self._source.__getitems__(indices)
+        images, labels, bad = [], [], []
+        for index, record, key in zip(indices, records, keys, strict=True):
+
+            def transform(r, key=key):
+                if not augmented:
+                    return augment.eval_encoded(r["image"], channels, size)
+                rng = augment.example_rng(*(int(k) for k in key))  # afresh for a replacement
+                return augment.train_image(r["image"], channels, size, rng)
+
+            image, used, found = decode_or_replace(
+                split, index, record, self._source.__getitem__, len(self._source), transform
             )
-            if augmented
-            else augment.eval_encoded(r["image"], channels, size)
-            for r, key in zip(records, keys, strict=True)
-        ]
-        labels = np.asarray([r["label"] for r in records], dtype=np.int32)
-        return {"image": np.stack(images), "label": labels}
+            images.append(image)
+            labels.append(used["label"])
+            bad += found
+        return {"image": np.stack(images), "label": np.asarray(labels, np.int32), BAD: bad}
 
 
 def eval_split_name(name: str, data_dir: str) -> str:

@@ -8,6 +8,13 @@ the elements k, k + K, k + 2K, … and reads them back round-robin: the order is
 whatever K, and each element is a pure function of (step, block), so K workers give exactly what
 the training process alone (K = 0) gives, and a run resumed at step s reads what it read first.
 
+The same purity makes a dead worker harmless: the stream is reopened at the element it owed
+(new workers, the same elements), at most --worker_restarts times; one more death stops the run
+in one line naming the worker and its signal. grain hands elements over in POSIX shared memory;
+each is copied out and its block unlinked the moment it arrives, so no block outlives its
+element whatever way the run ends (grain would unlink it later, from a thread pool that an
+exiting process does not wait for: the "leaked shared_memory objects" of the resource tracker).
+
 This module must not import jax: grain's spawned workers unpickle what it defines.
 """
 
@@ -15,11 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import signal
 from typing import Protocol
 
 import numpy as np
+from absl import logging
 
+from hpcai_jax.data.bad_examples import BAD
 from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.errors import UsageError
 
 Block = tuple[tuple[int, int], tuple[int, int]]  # ((first member, end), (first row, end))
 # ~300 images/s per core (benchmarks/input_pipeline.py): 16 feed several thousand images/s, what
@@ -69,21 +81,65 @@ class ReadBlock:
         (m0, m1), (r0, r1) = block
         indices = self.sampler.block(range(m0, m1), step, slice(r0, r1))
         keys = augment_keys(self.sampler, step, block)
-        arrays = self.reader(indices.reshape(-1), keys.reshape(-1, 4))
-        return {name: a.reshape(*indices.shape, *a.shape[1:]) for name, a in arrays.items()}
+        arrays = dict(self.reader(indices.reshape(-1), keys.reshape(-1, 4)))
+        bad = arrays.pop(BAD, [])
+        fields = {name: a.reshape(*indices.shape, *a.shape[1:]) for name, a in arrays.items()}
+        return {**fields, BAD: bad}
+
+
+class WorkerDied(UsageError):
+    """A data worker died more often than --worker_restarts allows: one line, exit code 1."""
+
+    exit_code = 1
+
+
+# grain 0.2's message for a worker process that ended without reporting an error (a signal).
+_DEATH = re.compile(r"Worker process was terminated unexpectedly with exit code (-?\d+)")
+
+
+def _death(error: BaseException) -> str | None:
+    """'SIGKILL' (or 'exit code 3') where `error` is grain's report of a dead worker, else None."""
+    match = _DEATH.search(str(error))
+    if match is None:
+        return None
+    code = int(match.group(1))
+    try:
+        return signal.Signals(-code).name if code < 0 else f"exit code {code}"
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _detach(element: dict) -> dict:
+    """The element's arrays as ordinary ones, their shared-memory blocks unlinked now."""
+    out = {}
+    for name, value in element.items():
+        shm = getattr(value, "shm", None)
+        if shm is None:
+            out[name] = value
+            continue
+        out[name] = np.array(value)  # a copy in this process's memory
+        # grain's SharedMemoryArray unlinks on deletion, from a thread pool, where this flag is
+        # set: the block is unlinked here instead, and its deletion only closes the mapping.
+        value._unlink_on_del = False
+        shm.unlink()
+    return out
 
 
 class BlockStream:
     """The local blocks of steps [first, last), step after step, made by `workers` processes
     (0: in this process, for debugging). Asking for a step other than the next one restarts
-    the workers there, so any first step works (resume)."""
+    the workers there, so any first step works (resume); a worker that dies is replaced the
+    same way, at the element it owed, up to `restarts` times."""
 
-    def __init__(self, read: ReadBlock, last: int, workers: int):
+    def __init__(self, read: ReadBlock, last: int, workers: int, restarts: int = 3):
         self._read, self._last, self._workers = read, last, workers
+        self._restarts_left = restarts
         self._iterator = None
-        self._next: int | None = None
+        self._first = 0  # the element the open stream started at
+        self._element: int | None = None  # the element it delivers next
 
     def _open(self, first: int) -> None:
+        """Starts the workers at element `first`."""
         import grain  # only where worker reads are used
         from absl import flags
 
@@ -93,29 +149,57 @@ class BlockStream:
             flags.FLAGS["grain_enable_multiprocess_worker_profiling"].present = True
         self.close()
         n = len(self._read.blocks)
-        dataset = grain.MapDataset.range(first * n, self._last * n).map(self._read)
+        dataset = grain.MapDataset.range(first, self._last * n).map(self._read)
         # No reader threads inside a worker: the workers are the parallelism, and a thread
         # pool's 500-element read-ahead would hold hundreds of blocks per worker.
         iterable = dataset.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
         self._iterator = iter(
             iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=self._workers))
         )
-        self._next = first
+        self._first = self._element = first
+
+    def _next_element(self) -> dict[str, np.ndarray]:
+        while True:
+            try:
+                element = next(self._iterator)
+                break
+            except RuntimeError as e:
+                how = _death(e)
+                if how is None:
+                    raise
+                worker = (self._element - self._first) % self._workers
+                if self._restarts_left == 0:
+                    self.close()
+                    raise WorkerDied(
+                        f"data worker {worker} of {self._workers} died ({how}) with no "
+                        "--worker_restarts left"
+                    ) from None
+                self._restarts_left -= 1
+                logging.warning(
+                    "data worker %d died (%s): the workers restart at element %d (%d restarts "
+                    "left)",
+                    worker,
+                    how,
+                    self._element,
+                    self._restarts_left,
+                )
+                self._open(self._element)
+        self._element += 1
+        return _detach(element)
 
     def step(self, step: int) -> dict[Block, dict[str, np.ndarray]]:
-        """Every local block of `step`, keyed by its bounds."""
+        """Every local block of `step`, keyed by its bounds; each block's fields hold, under
+        `bad_examples.BAD`, the records its reader replaced."""
         blocks = self._read.blocks
+        n = len(blocks)
         if self._workers == 0:
-            n = len(blocks)
             return {b: self._read(step * n + i) for i, b in enumerate(blocks)}
-        if step != self._next:
-            self._open(step)
-        out = {b: next(self._iterator) for b in blocks}
-        self._next = step + 1
-        return out
+        if step * n != self._element:
+            self._open(step * n)
+        return {b: self._next_element() for b in blocks}
 
     def close(self) -> None:
         """Stops the workers (idempotent)."""
         if self._iterator is not None:
             self._iterator.close()
-        self._iterator, self._next = None, None
+        self._iterator, self._element = None, None

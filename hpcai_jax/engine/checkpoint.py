@@ -2,8 +2,12 @@
 statistics, optimizer state, step) plus a JSON document with everything else a resume needs
 (sampler position is the step; timing accumulators; resumes; diverged members; the run id).
 
-A checkpoint carries the fingerprint of the configuration that wrote it; a run with another
-fingerprint (other M, model, data, batch, seed, mesh, ...) refuses it instead of loading it.
+A checkpoint carries the fingerprint of the configuration that wrote it: what decides the
+trajectory (M, per-member batch, model, data, optimizer, seed, ...). A run with another
+fingerprint refuses it instead of loading it. The machine shape is not in it: the state is saved
+as global arrays, so a run on another mesh (other device count, P_degree, members per device,
+P_model) restores it with its own shardings and trains on identically, up to the order of its
+float32 sums (docs/reliability.md, "Resuming on another machine shape").
 """
 
 from __future__ import annotations
@@ -15,26 +19,45 @@ import hashlib
 import json
 import time
 
+import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
 from hpcai_jax.config import RunConfig
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
+from hpcai_jax.locks import Busy, PathLock
 
 
 def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
-    """What must match for a checkpoint to be resumable: whatever changes the trajectory."""
+    """What must match for a checkpoint to be resumable: whatever changes the trajectory.
+
+    Of the mesh only M counts: BatchNorm statistics and the loss are averaged over a member's
+    whole global batch whatever P_degree, and members never mix, so members per device, device
+    count and P_model only reorder sums. Not so under a low-precision gradient reduction: each
+    device's share of the sum is rounded to that dtype (and P_degree = 1 rounds nothing), so
+    there P_degree must match too."""
+    mesh = {"ensemble_size": layout.ensemble_size}
+    if config.mesh.grad_allreduce_dtype != "float32":
+        mesh["parallel_degree"] = layout.parallel_degree
     return {
-        "mesh": dataclasses.asdict(layout),
+        "mesh": mesh,
         # The gradient reduction's dtype rounds the gradients (the mode only reorders sums).
         "grad_allreduce_dtype": config.mesh.grad_allreduce_dtype,
         "model": dataclasses.asdict(config.model),
         "data": {
             k: v
             for k, v in dataclasses.asdict(config.data).items()
-            if k not in ("prefetch", "oob_examples", "data_workers")
-        },  # none changes the trajectory (workers give the batches of in-process reads)
+            if k
+            not in (
+                "prefetch",
+                "oob_examples",
+                "data_workers",
+                "worker_restarts",
+                "bad_example_policy",
+            )
+        },  # none changes the trajectory (workers, restarted or not, give the batches of
+        # in-process reads; under fail a run stops at its first bad record, so it read none)
         "optim": dataclasses.asdict(config.optim),
         "train": {
             k: getattr(config.train, k)
@@ -97,19 +120,40 @@ def _draining_event_loops():
 class Checkpointer:
     """Saves every `every` steps (and when asked), keeps the last `keep`, restores the latest."""
 
-    def __init__(self, directory: str, every: int, keep: int, fingerprint_value: dict):
+    def __init__(
+        self,
+        directory: str,
+        every: int,
+        keep: int,
+        fingerprint_value: dict,
+        layout: MeshLayout | None = None,
+    ):
         self.directory = directory
         self._every = every
         self._fingerprint = fingerprint_value
+        self._layout = dataclasses.asdict(layout) if layout else None
+        self._lock = None
         try:
             path = epath.Path(directory).absolute()
             path.mkdir(parents=True, exist_ok=True)
+            if jax.process_index() == 0:  # two runs writing the same steps would mix them
+                self._lock = PathLock(str(path / ".lock"))
             self._manager = ocp.CheckpointManager(
                 path,
                 options=ocp.CheckpointManagerOptions(
-                    max_to_keep=keep, enable_async_checkpointing=True, create=True
+                    max_to_keep=keep,
+                    enable_async_checkpointing=True,
+                    create=True,
+                    # A save cut short (the process killed, the disk full) leaves a temporary
+                    # directory that is never a step: removed before this run's first save.
+                    cleanup_tmp_directories=True,
                 ),
             )
+        except Busy as e:
+            raise UsageError(
+                f"--checkpoint_dir={directory}: in use by another run ({e}); give each run "
+                "its own --checkpoint_dir"
+            ) from None
         except (OSError, ValueError) as e:
             raise UsageError(f"--checkpoint_dir={directory}: cannot use it ({e})") from None
 
@@ -166,19 +210,50 @@ class Checkpointer:
         if step in self._manager.all_steps():
             return
         meta = dict(
-            meta, fingerprint=self._fingerprint, fingerprint_digest=_digest(self._fingerprint)
+            meta,
+            fingerprint=self._fingerprint,
+            fingerprint_digest=_digest(self._fingerprint),
+            layout=self._layout,  # the mesh that wrote it: may differ from the resuming run's
         )
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
-            ),
-            force=True,
-        )
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)
+                ),
+                force=True,
+            )
+        except OSError as e:  # this save's, or (async) the one before's
+            self._failed(e)
+
+    def _failed(self, error: OSError):
+        """A write failed (a full disk, a removed directory): close, and say what is kept."""
+        manager, self._manager = self._manager, None
+        try:
+            kept = list(manager.all_steps())
+        except Exception:  # noqa: BLE001 - the manager is broken; its first error is the one
+            kept = "unknown"
+        with contextlib.suppress(Exception):  # the same error again, or one caused by it
+            manager.close()
+        self._release()
+        raise UsageError(
+            f"--checkpoint_dir={self.directory}: cannot write a checkpoint ({error}); the "
+            f"complete checkpoints are kept (steps {kept}): free space and run again to resume"
+        ) from None
+
+    def _release(self):
+        if self._lock is not None:
+            self._lock.release()
 
     def close(self) -> None:
         """Waits for pending writes (a checkpoint is only complete after this); safe to repeat, so
-        that an error path may close it too."""
+        that an error path may close it too. Raises UsageError when a pending write failed."""
         manager, self._manager = self._manager, None
-        if manager is not None:
+        if manager is None:
+            return
+        try:
             manager.close()  # waits for pending writes first
+        except OSError as e:
+            self._manager = manager
+            self._failed(e)
+        self._release()

@@ -35,7 +35,7 @@ def run_flops(config: RunConfig) -> int:
     than CROSSCHECK_TOLERANCE.
     """
     run_id = results.run_id(config, "flops")
-    results.claim(config.results.results_dir, run_id, config.results.overwrite)
+    claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     member = count_config(config)
     m, b = config.mesh.ensemble_size, config.train.batch_size
 
@@ -138,6 +138,7 @@ def run_flops(config: RunConfig) -> int:
         compile_s=step.compile_s,
     )
     path = results.write_record(config.results.results_dir, run_id, record)
+    claimed.release()
     if path is not None:
         print(f"record: {path}")
     return 0 if ok else 1

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from hpcai_jax import results
+from hpcai_jax import nodes, results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
@@ -65,6 +65,7 @@ def _batches(setup: RunSetup):
         setup.layout.ensemble_size,
         setup.total_steps,
         setup.config.data.data_workers,
+        setup.config.data.worker_restarts,
     )
 
 
@@ -153,7 +154,7 @@ class StepClock:
         return self._prefetch.wait_s - self._wait_mark
 
 
-def _memory(compiled) -> dict:
+def memory_analysis(compiled) -> dict:
     """The compiled step's memory per device (bytes): on an accelerator, the first thing to
     check. Empty where the backend gives no analysis."""
     try:
@@ -225,13 +226,19 @@ def _compile(
             cross.source_reason,
             cross.train_step_flops_source,
         )
-    comm = comm_volume(compiled.as_text(), setup.mesh)
-    logging.info(
-        "collectives per step and device: training %s bytes, member metrics %s bytes",
-        comm.bytes_per_step,
-        comm.metrics_bytes_per_step,
+    comm = comm_volume(
+        compiled.as_text(), setup.mesh, nodes.device_node_index(list(setup.mesh.devices.flat))
     )
-    memory = _memory(compiled)
+    logging.info(
+        "collectives per step and device: training payload %s bytes, on the wire %s bytes "
+        "(%s; %d node(s)), member metrics %s bytes",
+        comm.payload_bytes,
+        comm.wire_bytes,
+        comm.link_bytes,
+        comm.nodes,
+        comm.metrics_payload_bytes,
+    )
+    memory = memory_analysis(compiled)
     if memory:
         logging.info(
             "compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
@@ -301,6 +308,7 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
             rc.checkpoint_every,
             rc.keep_checkpoints,
             fingerprint(config, setup.layout),
+            setup.layout,
         )
         if rc.checkpoint_dir
         else None
@@ -324,17 +332,23 @@ def _train(
     if resuming:
         state, meta = ckpt.restore(setup.abstract_state)
         progress = Progress.from_meta(meta)
-        progress.note_resume()
+        mesh = dataclasses.asdict(layout)
+        progress.note_resume(mesh)
         logging.info(
-            "resumed run %s from step %d of %d (%s)",
+            "resumed run %s from step %d of %d (%s)%s",
             progress.run_id,
             progress.step,
             setup.total_steps,
             rc.checkpoint_dir,
+            f" on another mesh: written on {meta['layout']}, now {mesh}"
+            if meta.get("layout") not in (None, mesh)
+            else "",
         )
     else:
         progress = Progress(run_id=results.run_id(config, "train"))
-    results.claim(config.results.results_dir, progress.run_id, config.results.overwrite, resuming)
+    claimed = results.claim(
+        config.results.results_dir, progress.run_id, config.results.overwrite, resuming
+    )
     mlog = MLLog.start(setup, wall_start, clock)  # --mllog: MLPerf-style lines (no-op without it)
     if not resuming:
         state = setup.init_state()
@@ -377,6 +391,7 @@ def _train(
 
     def save(step: int) -> None:
         progress.run_s = since_start(clock())
+        progress.skipped_examples = run_record.skipped_examples(setup, progress)
         ckpt.save(step, state, progress.to_meta())
 
     prefetch = Prefetcher(_batches(setup), first, setup.total_steps, config.data.prefetch)
@@ -387,69 +402,73 @@ def _train(
         EpochTimer(progress, steps_per_epoch, run_start, mlog.epoch),
     )
     try:
-        for step in range(first, setup.total_steps):
-            batch = prefetch.next()
-            if injection and injection[1] == step:
-                state = _poison(state, injection[0])
-            state, metrics = compiled(state, batch)
-            watch.add(step, metrics.finite)
-            timer.dispatched(step, metrics)
-            done = step + 1
-            if done % check_every == 0 or done == setup.total_steps:
-                reason = watch.check(keep_last=True)
-                if reason:
-                    status = "invalid"
+        try:
+            for step in range(first, setup.total_steps):
+                batch = prefetch.next()
+                if injection and injection[1] == step:
+                    state = _poison(state, injection[0])
+                state, metrics = compiled(state, batch)
+                watch.add(step, metrics.finite)
+                timer.dispatched(step, metrics)
+                done = step + 1
+                if done % check_every == 0 or done == setup.total_steps:
+                    reason = watch.check(keep_last=True)
+                    if reason:
+                        status = "invalid"
+                        break
+                if done % tc.log_every == 0 and timer.last_metrics is not None:
+                    _log_progress(
+                        progress,
+                        setup.total_steps,
+                        timer.last_metrics,
+                        layout.ensemble_size * tc.batch_size,
+                    )
+                if eval_every and done % eval_every == 0:
+                    timer.flush()
+                    reason = watch.check(keep_last=False)  # a diverged member votes no more
+                    if reason:
+                        status = "invalid"
+                        break
+                    with timer.paused(evaluation=True):
+                        quality = _evaluate(setup, state, progress, mlog, since_start, oob=False)
+                    last_eval = (done, quality)
+                    if tc.stop_at_target and curve.reached(quality, target):
+                        stopped_at_target = True
+                        logging.info("the ensemble reached the target %g at step %d", target, done)
+                        break
+                if done < setup.total_steps and guard.stop_now(done % check_every == 0):
+                    status, reason = "partial", f"preempted by {guard.signal_name} at step {done}"
                     break
-            if done % tc.log_every == 0 and timer.last_metrics is not None:
-                _log_progress(
-                    progress,
-                    setup.total_steps,
-                    timer.last_metrics,
-                    layout.ensemble_size * tc.batch_size,
-                )
-            if eval_every and done % eval_every == 0:
-                timer.flush()
-                reason = watch.check(keep_last=False)  # a diverged member votes no more
-                if reason:
-                    status = "invalid"
-                    break
-                with timer.paused(evaluation=True):
-                    quality = _evaluate(setup, state, progress, mlog, since_start, oob=False)
-                last_eval = (done, quality)
-                if tc.stop_at_target and curve.reached(quality, target):
-                    stopped_at_target = True
-                    logging.info("the ensemble reached the target %g at step %d", target, done)
-                    break
-            if done < setup.total_steps and guard.stop_now(done % check_every == 0):
-                status, reason = "partial", f"preempted by {guard.signal_name} at step {done}"
-                break
-            if ckpt and ckpt.due(done) and done < setup.total_steps:
-                with timer.paused():
-                    save(done)
-        timer.flush()
-        if status in ("complete", "partial"):
-            # Every step's flags are read before the record and the checkpoint, a preemption's
-            # included: a member that went non-finite just before the stop is dated, pruned or
-            # (under --on_divergence=stop) makes the run invalid as it would have without it.
-            why = watch.check(keep_last=False)
-            if why:
-                status, reason = "invalid", why
-    finally:
-        prefetch.close()
-        guard.restore()
-    progress.data_wait_s += timer.data_wait_s
-    energy_end = read_energy()
-    diverged = progress.diverged
-    if diverged and rc.on_divergence == "prune" and len(diverged) == layout.ensemble_size:
-        status, reason = "invalid", "every member diverged"
+                if ckpt and ckpt.due(done) and done < setup.total_steps:
+                    with timer.paused():
+                        save(done)
+            timer.flush()
+            if status in ("complete", "partial"):
+                # Every step's flags are read before the record and the checkpoint, a preemption's
+                # included: a member that went non-finite just before the stop is dated, pruned or
+                # (under --on_divergence=stop) makes the run invalid as it would have without it.
+                why = watch.check(keep_last=False)
+                if why:
+                    status, reason = "invalid", why
+        finally:
+            prefetch.close()
+        progress.data_wait_s += timer.data_wait_s
+        energy_end = read_energy()
+        diverged = progress.diverged
+        if diverged and rc.on_divergence == "prune" and len(diverged) == layout.ensemble_size:
+            status, reason = "invalid", "every member diverged"
 
-    if ckpt and status != "invalid":
-        save_start = clock()
-        save(progress.step)
-        ckpt.close()  # the record may only say "resumable" once the save is complete
-        progress.checkpoint_s += clock() - save_start
-    elif status == "partial":
-        logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")
+        if ckpt and status != "invalid":
+            # Still under the guard: a SIGTERM now (a second one, or the first one after the
+            # last step) is noted, not fatal, so the save is never cut short by it.
+            save_start = clock()
+            save(progress.step)
+            ckpt.close()  # the record may only say "resumable" once the save is complete
+            progress.checkpoint_s += clock() - save_start
+        elif status == "partial":
+            logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")
+    finally:
+        guard.restore()
     quality = None
     if status == "complete" and last_eval and last_eval[0] == progress.step and last_eval[1]:
         quality = _with_oob(setup, state, last_eval[1], progress)  # no second evaluation
@@ -473,6 +492,7 @@ def _train(
         stopped_at_target=stopped_at_target,
     )
     path = results.write_record(config.results.results_dir, progress.run_id, record)
+    claimed.release()
     mlog.run_stop(record)  # only now may the log say success
     barrier("exit")
     record["path"] = str(path) if path else None

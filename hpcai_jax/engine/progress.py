@@ -37,6 +37,9 @@ class Progress:
     # Member → its first step with a non-finite loss or parameter. Under --on_divergence=prune
     # these members are pruned from the ensemble; under stop, the first one ends the run.
     diverged: dict[int, int] = dataclasses.field(default_factory=dict)
+    # Split → records replaced under --bad_example_policy=skip, every process's, up to the last
+    # save (data/bad_examples.py): a resumed run's record still lists the earlier ones.
+    skipped_examples: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def to_meta(self) -> dict:
         meta = dataclasses.asdict(self)
@@ -50,11 +53,14 @@ class Progress:
         values["diverged"] = {int(k): v for k, v in meta.get("diverged", {}).items()}
         return cls(**values)
 
-    def note_resume(self) -> None:
+    def note_resume(self, mesh: dict) -> None:
+        """A segment starts at `self.step` on `mesh` (the layout's fields): it may be another
+        machine shape than the one that wrote the checkpoint."""
         self.resumes.append(
             {
                 "at_step": self.step,
                 "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "mesh": mesh,
             }
         )
 

@@ -59,7 +59,8 @@ def build(
     flops = metrics.over_epochs([e["flops"] for e in counted], [e["wall_s"] for e in counted])
     achieved = quality.ensemble if quality else None
     target = config.quality_target() if config.scored else None
-    submission = rules.of_setup(setup)
+    skipped = skipped_examples(setup, progress)
+    submission = rules.of_setup(setup, skipped)
     kept = [i for i in range(m) if i not in progress.diverged]
 
     def vflops(figure: float | None) -> float | None:
@@ -112,6 +113,8 @@ def build(
             "epochs_trained": progress.step / setup.sampler.steps_per_epoch,
             # Per member: the share of the training set its one sample holds (≈ 0.632).
             "distinct_fraction": _distinct_fractions(setup),
+            # Split → records that did not decode and were replaced (--bad_example_policy=skip).
+            "skipped_examples": skipped,
         },
         timing={
             "compile_s": float(sum(progress.compile_s)),
@@ -263,6 +266,27 @@ def _energy(readings, flops: float | None) -> dict:
     if start is None:
         return {"available": False, "why": "no timed step"}
     return energy_record(start, end, flops)
+
+
+def skipped_examples(setup, progress: Progress) -> dict[str, list[int]]:
+    """Split → sorted indices of the records every process replaced so far (those of earlier
+    segments from `progress`), for the record and the checkpoint. A collective."""
+    found = {split: set(indices) for split, indices in progress.skipped_examples.items()}
+    sources = [] if setup.datasets is None else [setup.datasets.train, setup.datasets.eval]
+    tallies = [getattr(s, "bad_examples", None) for s in sources]
+    for tally in filter(None, tallies):
+        found.setdefault(tally.split, set()).update(tally.skipped())
+    out = {}
+    for split in sorted({t.split for t in filter(None, tallies)} | set(found)):
+        mine = np.asarray(sorted(found.get(split, ())), np.int64)
+        width = int(allgather(np.int64(len(mine))).max())
+        if width == 0:
+            continue
+        padded = np.full(width, -1, np.int64)
+        padded[: len(mine)] = mine
+        every = allgather(padded)
+        out[split] = sorted({int(i) for i in every.flat if i >= 0})
+    return {split: indices for split, indices in out.items() if indices}
 
 
 def _distinct_fractions(setup) -> list[float]:

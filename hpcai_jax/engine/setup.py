@@ -112,7 +112,10 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     )
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
     strategy, why = resolve_member_strategy(
-        config.mesh.member_strategy, jax.default_backend(), layout.members_per_device
+        config.mesh.member_strategy,
+        jax.default_backend(),
+        layout.members_per_device,
+        config.check.record,
     )
     return RunSetup(
         config=config,

@@ -47,15 +47,24 @@ MEMBER_STRATEGY_DEFAULTS = {
 
 
 def resolve_member_strategy(
-    requested: str, backend: str, members_per_device: int
+    requested: str, backend: str, members_per_device: int, check_record: str = ""
 ) -> tuple[str, str]:
-    """Returns (strategy, why) for the record."""
+    """Returns (strategy, why) for the record. `auto` takes the strategy a --mode=check record
+    measured on this backend (`check_record`), else the backend's default."""
+    measured = None
+    if check_record and requested == "auto":  # read (and checked) whatever the layout
+        from hpcai_jax.check.record import measured_strategy
+
+        measured = measured_strategy(check_record, backend)
     if members_per_device == 1:
         return "unroll", "one member per device: nothing to map over"
     if requested != "auto":
         return requested, "--member_strategy"
+    if measured is not None:
+        return measured
     strategy, why = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])
-    return strategy, f"auto for {backend}: {why}"
+    unmeasured = " (the check record did not measure it)" if check_record else ""
+    return strategy, f"auto for {backend}{unmeasured}: {why}"
 
 
 class StepMetrics(struct.PyTreeNode):

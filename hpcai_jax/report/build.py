@@ -49,25 +49,45 @@ def render(collection: Collection, folder: Path) -> str:
         plots.tradeoff(points, s, metric, folder / png)
         parts.append(markdown.tradeoff(s, trade[s], metric, png, len(points)))
 
+    quality = [p for points in trade.values() for p in points if p.ensemble is not None]
+    at_scale = {s: pts for s, pts in trade.items() if len({p.m for p in pts if p.ensemble}) > 1}
+    at_scale = {s: [p for p in pts if p.ensemble is not None] for s, pts in at_scale.items()}
+    by_p = series.by_parallel_degree(quality)
+    by_p = {p: pts for p, pts in by_p.items() if len({t.sys_scale for t in pts}) > 1}
+    png = None
+    if at_scale or by_p:
+        png = "quality_against_m.png"
+        plots.quality_against_m(at_scale, by_p, metric, folder / png)
+    parts += [
+        markdown.heading(markdown.SECTIONS[3]),
+        markdown.quality_against_m(quality, metric, png),
+    ]
+
     curves = series.quality_curves(train)
     png = None
     if curves:
         png = "quality_curve.png"
         plots.quality_curves(curves, metric, folder / png)
-    parts += [markdown.heading(markdown.SECTIONS[3]), markdown.quality_curves(curves, metric, png)]
+    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.quality_curves(curves, metric, png)]
 
     rows = series.mfu(train)
     png = None
     if any(r.measured is not None or r.datasheet is not None for r in rows):
         png = "mfu.png"
         plots.mfu(rows, folder / png)
-    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.mfu(rows, png)]
+    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.mfu(rows, png)]
 
     roofs = series.roofline(train)
-    pngs = {p.run_id: f"roofline_{re.sub(r'[^A-Za-z0-9._-]', '_', p.run_id)}.png" for p in roofs}
-    for p in roofs:
-        plots.roofline(p, folder / pngs[p.run_id])
-    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.roofline(roofs, pngs)]
+    png = None
+    if roofs:
+        png = "roofline.png"
+        plots.roofline(roofs, folder / png)
+    parts += [markdown.heading(markdown.SECTIONS[6]), markdown.roofline(roofs, png)]
+    parts += [
+        markdown.heading(markdown.SECTIONS[7]),
+        markdown.communication(series.communication(train)),
+    ]
+    parts += [markdown.heading(markdown.SECTIONS[8]), markdown.machine(series.machine(train))]
 
     runs = series.stream(collection.stream)
     png, per_process = None, {}
@@ -79,9 +99,9 @@ def render(collection: Collection, folder: Path) -> str:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", r.run_id)  # a plain link target
             per_process[r.run_id] = f"stream_{safe}_per_process.png"
             plots.stream_per_process(r, folder / per_process[r.run_id])
-    parts += [markdown.heading(markdown.SECTIONS[6]), markdown.stream(runs, png, per_process)]
+    parts += [markdown.heading(markdown.SECTIONS[9]), markdown.stream(runs, png, per_process)]
 
-    parts += [markdown.heading(markdown.SECTIONS[7]), markdown.skipped(collection.skipped)]
+    parts += [markdown.heading(markdown.SECTIONS[10]), markdown.skipped(collection.skipped)]
     return "\n\n".join(parts) + "\n"
 
 

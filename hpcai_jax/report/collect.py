@@ -17,17 +17,15 @@ from hpcai_jax.errors import UsageError
 MODES = ("train", "flops", "stream")
 PLOTTED = ("train", "stream")
 
-# Fields that vary by design between the points of a sweep, or that name the run rather than
-# describe it: they never make two records incomparable.
-_RUN_IDENTITY = (
-    "mode",
-    "mesh.ensemble_size",
-    "mesh.parallel_degree",
-    "mesh.members_per_device",
+# Fields that name a run or place its inputs and outputs, not what it measures: a run with an
+# MLLOG, a STREAM record for its roofline or another checkpoint folder is the same experiment.
+# `--compare` leaves them out of its configuration differences too.
+OUTPUT_ONLY = (
     "results.run_name",
     "results.results_dir",
     "results.overwrite",
     "results.mllog",  # one file per run (a sweep's runs each have their own)
+    "results.stream_record",  # where the roofline's bandwidth is read from
     "results.submission_org",
     "results.submission_platform",
     "data.data_dir",
@@ -36,6 +34,15 @@ _RUN_IDENTITY = (
     "reliability.checkpoint_every",
     "reliability.keep_checkpoints",
     "train.log_every",
+)
+# Besides those, the fields that vary by design between the points of a sweep: they never make
+# two records incomparable.
+_RUN_IDENTITY = (
+    "mode",
+    "mesh.ensemble_size",
+    "mesh.parallel_degree",
+    "mesh.members_per_device",
+    *OUTPUT_ONLY,
 )
 # A STREAM record's figures depend on its own settings only (not on the training fields its
 # config also carries): its array size and precision. How many devices it measured is what a

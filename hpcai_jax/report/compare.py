@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.report.collect import flatten, load
+from hpcai_jax.report.collect import OUTPUT_ONLY, flatten, load
 from hpcai_jax.report.markdown import table
 from hpcai_jax.report.series import field
 from hpcai_jax.report.units import cell, duration, percent, ratio, si
@@ -29,9 +29,25 @@ TRAIN_FIGURES = (
     ("step time median", "timing.step_s.median_s", duration),
     ("training time (timed steps)", "timing.train_wall_s", duration),
     ("compile time", "timing.compile_s", duration),
+    ("division", "submission.division", str),
+    ("P_model", "mesh.model_parallel", str),
+    ("gradient reduction", "precision.allreduce", str),
+    ("nodes", "comm.nodes", str),
+    ("payload over data per step", "comm.payload_bytes.data", lambda v: si(v, "B")),
+    ("wire bytes over data", "comm.wire_bytes.data", lambda v: si(v, "B")),
+    ("wire bytes over model", "comm.wire_bytes.model", lambda v: si(v, "B")),
+    ("wire bytes intra-node", "comm.link_bytes.intra_node", lambda v: si(v, "B")),
+    ("wire bytes inter-node", "comm.link_bytes.inter_node", lambda v: si(v, "B")),
+    ("memory per device (temporaries)", "memory_per_device.temp_bytes", lambda v: si(v, "B")),
+    ("energy", "energy.joules", lambda v: si(v, "J")),
+    ("average power", "energy.average_watts", lambda v: si(v, "W")),
+    ("FLOPS per watt", "energy.flops_per_watt", lambda v: si(v, "FLOP/J")),
+    ("arithmetic intensity [FLOP/B]", "roofline.arithmetic_intensity_flops_per_byte", cell),
+    ("roofline attainable", "roofline.attainable_flops_per_s", lambda v: si(v, "FLOP/s")),
+    ("fraction of attainable", "roofline.fraction_of_attainable", percent),
 )
-# Run identity, not configuration: always differs, explains nothing.
-IDENTITY = ("results.run_name", "results.results_dir", "results.overwrite", "results.mllog")
+# Run identity and output paths, not configuration: always differ, explain nothing.
+IDENTITY = OUTPUT_ONLY
 PROVENANCE = ("device_kind", "backend", "device_count", "local_device_count", "process_count")
 PROVENANCE += ("git_commit", "versions")
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from hpcai_jax.report.collect import Collection, Skipped
 from hpcai_jax.report.series import (
+    CommRow,
+    MachineRow,
     MfuRow,
     QualityCurve,
     RoofPoint,
@@ -25,9 +27,12 @@ SECTIONS = (
     "Runs",
     "FLOPS and VFLOPS against Sys_scale",
     "Ensemble quality against training time",
+    "Ensemble quality against M",
     "Quality during training and time to target",
     "MFU per run",
     "Roofline",
+    "Communication per step and device",
+    "Division, memory and energy",
     "STREAM bandwidth",
     "Skipped records",
 )
@@ -126,7 +131,9 @@ def scalability(series: dict[int, list[ScalePoint]], png: str | None) -> str:
     ]
     parts = [
         "HPC AI500 V3.0 Fig. 5. One line per P_degree; its ideal is the figure measured at the "
-        "series' smallest Sys_scale (the mean, if several runs share it), scaled linearly.",
+        "series' smallest Sys_scale (the mean, if several runs share it), scaled linearly. A "
+        "series with one Sys_scale has no ideal (n/a): its point would be its own ideal. "
+        "VFLOPS = FLOPS × the quality penalty; the plot writes the penalty at each point.",
     ]
     if all(p.vflops is None for p in points):
         parts.append(
@@ -220,6 +227,51 @@ def quality_curves(curves: list[QualityCurve], metric: str, png: str | None) -> 
     return "\n\n".join(parts)
 
 
+def quality_against_m(points: list[TradePoint], metric: str, png: str | None) -> str:
+    have = [p for p in points if p.ensemble is not None]
+    if not have:
+        return "No training record has a quality figure: nothing to plot."
+    parts = [
+        "Bagging's claim (HPC AI500 V3.0 §5): the ensemble is better than its members, and "
+        "more so as M grows. Quality against M at each fixed Sys_scale (the trade-off's splits) "
+        "and against Sys_scale at each fixed P_degree (the scalability sweep: M grows); every "
+        "member, their mean, the ensemble and its out-of-bag estimate."
+    ]
+    if png:
+        parts.append(image(png, "Ensemble quality against M"))
+    else:
+        parts.append("No Sys_scale or P_degree has two values of M with quality: nothing to plot.")
+    rows = [
+        [
+            p.sys_scale,
+            p.m,
+            p.p,
+            cell(p.ensemble),
+            cell(p.member_mean),
+            cell(max(p.members)) if p.members else "n/a",
+            cell(min(p.members)) if p.members else "n/a",
+            cell(p.oob),
+            cell(p.target),
+            p.run_id,
+        ]
+        for p in sorted(have, key=lambda p: (p.sys_scale, p.m, p.run_id))
+    ]
+    headers = [
+        "Sys_scale",
+        "M",
+        "P_degree",
+        f"ensemble {metric}",
+        f"member mean {metric}",
+        "best member",
+        "worst member",
+        f"out-of-bag {metric}",
+        "target",
+        "run",
+    ]
+    parts.append(table(headers, rows))
+    return "\n\n".join(parts)
+
+
 def mfu(rows: list[MfuRow], png: str | None) -> str:
     if not rows:
         return "No complete training record: nothing to plot."
@@ -258,7 +310,7 @@ def mfu(rows: list[MfuRow], png: str | None) -> str:
     return "\n\n".join(parts)
 
 
-def roofline(points: list[RoofPoint], pngs: dict[str, str]) -> str:
+def roofline(points: list[RoofPoint], png: str | None) -> str:
     if not points:
         return "No training record has a roofline (a bandwidth and XLA's bytes accessed)."
     f_scale, f_prefix = prefix([p.peak for p in points])
@@ -268,7 +320,8 @@ def roofline(points: list[RoofPoint], pngs: dict[str, str]) -> str:
         "(or read from a STREAM record), and the training step at XLA's FLOPs over bytes "
         "accessed. Below the ridge point the step is memory-bound (docs/score.md)."
     ]
-    parts += [image(pngs[p.run_id], f"roofline of {p.run_id}") for p in points]
+    if png:
+        parts.append(image(png, "every run's step on its roofline"))
     body = [
         [
             p.run_id,
@@ -292,6 +345,95 @@ def roofline(points: list[RoofPoint], pngs: dict[str, str]) -> str:
     ]
     parts.append(table(headers, body))
     return "\n\n".join(parts)
+
+
+_AXES = ("ensemble", "data", "model")
+
+
+def communication(rows: list[CommRow]) -> str:
+    if not rows:
+        return "No training record has a communication count (comm)."
+    axes = [a for a in _AXES if any(a in r.payload for r in rows)]
+    axes += sorted({a for r in rows for a in r.payload} - set(axes))
+    values = [v for r in rows for v in (*r.payload.values(), *(r.wire or {}).values())]
+    scale, unit = prefix(values + [r.intra_node for r in rows] + [r.inter_node for r in rows])
+    body = [
+        [
+            r.run_id,
+            r.m,
+            r.p,
+            r.p_model,
+            r.allreduce,
+            "n/a" if r.nodes is None else r.nodes,
+            *(cell(r.payload.get(a), scale) for a in axes),
+            *(cell((r.wire or {}).get(a), scale) for a in axes),
+            cell(r.intra_node, scale),
+            cell(r.inter_node, scale),
+        ]
+        for r in rows
+    ]
+    headers = [
+        "run",
+        "M",
+        "P_degree",
+        "P_model",
+        "gradient reduction",
+        "nodes",
+        *(f"payload {a} [{unit}B]" for a in axes),
+        *(f"wire {a} [{unit}B]" for a in axes),
+        f"intra-node [{unit}B]",
+        f"inter-node [{unit}B]",
+    ]
+    intro = (
+        "Training collectives of the compiled step, per device and step, by mesh axis, read from "
+        "its optimized HLO (docs/score.md §8). Payload: each collective's result; wire: the bytes "
+        "a device sends under ring algorithms over each collective's own group (all-reduce "
+        "2 (n − 1) / n × payload); intra- and inter-node: the wire bytes split by where the "
+        "ring's hops run (a model of what NCCL or a TPU would do, not a measurement). The "
+        "members' per-step figures gathered for the host are left out. Members never exchange "
+        "training data: the ensemble columns are 0."
+    )
+    return "\n\n".join([intro, table(headers, body)])
+
+
+def machine(rows: list[MachineRow]) -> str:
+    if not rows:
+        return "No complete training record."
+    m_scale, m_unit = prefix([r.memory_bytes for r in rows])
+    f_scale, f_unit = prefix([r.flops_per_watt for r in rows])
+    body = [
+        [
+            r.run_id,
+            (r.division or "n/a")
+            + (
+                f" ({r.violations} rule{'s' if r.violations != 1 else ''} broken)"
+                if r.violations
+                else ""
+            ),
+            cell(r.memory_bytes, m_scale),
+            cell(r.joules),
+            cell(r.average_watts),
+            cell(r.flops_per_watt, f_scale),
+            r.energy_why or "",
+        ]
+        for r in rows
+    ]
+    headers = [
+        "run",
+        "division",
+        f"memory per device [{m_unit}B]",
+        "energy [J]",
+        "average power [W]",
+        f"FLOPS per watt [{f_unit}FLOP/J]",
+        "energy not measured: why",
+    ]
+    intro = (
+        "The division each run qualifies for (its record's submission.violations list every "
+        "rule an open run breaks; docs/score.md §10), the compiled step's memory per device "
+        "(arguments + outputs − aliased + temporaries) and energy over the timed steps where "
+        "the device has a counter (NVML), never an estimate."
+    )
+    return "\n\n".join([intro, table(headers, body)])
 
 
 def stream(runs: list[StreamRun], png: str | None, per_process: dict[str, str]) -> str:

@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, PercentFormatter
+from matplotlib.ticker import (
+    FuncFormatter,
+    LogLocator,
+    MaxNLocator,
+    NullFormatter,
+    PercentFormatter,
+)
 
 from hpcai_jax.report.series import (
     MfuRow,
@@ -19,6 +25,8 @@ from hpcai_jax.report.series import (
     ScalePoint,
     StreamRun,
     TradePoint,
+    metric_label,
+    sys_scale_label,
 )
 from hpcai_jax.report.units import prefix, seconds
 
@@ -30,8 +38,20 @@ def _save(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=DPI)
 
 
-def _sys_scale_axis(ax, scales: list[int]) -> None:
-    ax.set_xlabel("Sys_scale (devices = M × P_degree)")
+def _plain(value: float, _pos=None) -> str:
+    """A tick as people write it: 0.5, 20, 300, 4000 (no 2×10¹)."""
+    return f"{value:g}" if value < 1e5 else f"{value:.0e}".replace("e+0", "e")
+
+
+def _plain_log(axis) -> None:
+    """Log-axis ticks at 1, 2 and 5 × 10^k, written plainly, no minor labels."""
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(_plain))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _sys_scale_axis(ax, scales: list[int], label: str) -> None:
+    ax.set_xlabel(label)
     ticks = sorted(set(scales))
     if len(ticks) <= 12:
         ax.set_xticks(ticks)
@@ -41,50 +61,88 @@ def _sys_scale_axis(ax, scales: list[int]) -> None:
 
 
 def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> None:
-    """FLOPS (and VFLOPS, where any run has it) against Sys_scale, one line per P_degree, each
-    with its ideal: the smallest Sys_scale's figure scaled linearly (the paper's Fig. 5)."""
-    panels = [("FLOPS", "flops", "ideal_flops")]
-    if any(p.vflops is not None for points in series.values() for p in points):
-        panels.append(("VFLOPS", "vflops", "ideal_vflops"))
-    fig = Figure(figsize=(5.2 * len(panels), 5.0), layout="constrained")
+    """FLOPS and VFLOPS against Sys_scale on one axis in one unit, one colour per P_degree,
+    FLOPS's ideal (the smallest Sys_scale's figure scaled linearly, where a series has two
+    Sys_scales) dotted, and the penalty VFLOPS pays (VFLOPS / FLOPS) written at each VFLOPS
+    point; a log axis when VFLOPS is under a tenth of FLOPS (the paper's Fig. 5)."""
     points = [p for pts in series.values() for p in pts]
-    for i, (name, key, ideal_key) in enumerate(panels):
-        ax = fig.add_subplot(1, len(panels), i + 1)
-        scale, unit = prefix([getattr(p, k) for p in points for k in (key, ideal_key)])
-        for j, (p_degree, pts) in enumerate(series.items()):
-            have = [p for p in pts if getattr(p, key) is not None]
+    fig = Figure(figsize=(7.6, 5.4), layout="constrained")
+    ax = fig.add_subplot()
+    values = [v for p in points for v in (p.flops, p.vflops, p.ideal_flops) if v is not None]
+    scale, unit = prefix(values)
+    flops = [p.flops for p in points if p.flops]
+    vflops = [p.vflops for p in points if p.vflops]
+    log = bool(vflops and flops) and min(vflops) < 0.1 * max(flops)
+    for j, (p_degree, pts) in enumerate(series.items()):
+        have = [p for p in pts if p.flops is not None]
+        ax.plot(
+            [p.sys_scale for p in have],
+            [p.flops / scale for p in have],
+            "o-",
+            color=f"C{j}",
+            label=f"FLOPS, P_degree = {p_degree}",
+        )
+        ideal = sorted({(p.sys_scale, p.ideal_flops) for p in have if p.ideal_flops})
+        if len(ideal) >= 2:
             ax.plot(
-                [p.sys_scale for p in have],
-                [getattr(p, key) / scale for p in have],
-                "o-",
+                [s for s, _ in ideal],
+                [v / scale for _, v in ideal],
+                ":",
                 color=f"C{j}",
-                label=f"measured, P_degree = {p_degree}",
+                label=f"ideal FLOPS: linear from Sys_scale = {ideal[0][0]}",
             )
-            ideal = sorted({(p.sys_scale, getattr(p, ideal_key)) for p in have})
-            if len(ideal) >= 2:
-                ax.plot(
-                    [s for s, _ in ideal],
-                    [v / scale for _, v in ideal],
-                    "--",
+        both = [p for p in have if p.vflops is not None]
+        if both:
+            ax.plot(
+                [p.sys_scale for p in both],
+                [p.vflops / scale for p in both],
+                "s--",
+                color=f"C{j}",
+                mfc="none",
+                label=f"VFLOPS, P_degree = {p_degree}",
+            )
+            ax.fill_between(
+                [p.sys_scale for p in both],
+                [p.vflops / scale for p in both],
+                [p.flops / scale for p in both],
+                color=f"C{j}",
+                alpha=0.08,
+            )
+            for p in both:
+                ax.annotate(
+                    f"× {p.vflops / p.flops:.2g}",
+                    (p.sys_scale, p.vflops / scale),
+                    textcoords="offset points",
+                    xytext=(6, -12),
+                    fontsize="small",
                     color=f"C{j}",
-                    alpha=0.7,
-                    label=f"ideal: linear from Sys_scale = {ideal[0][0]}",
                 )
-        _sys_scale_axis(ax, [p.sys_scale for p in points])
+    _sys_scale_axis(ax, [p.sys_scale for p in points], sys_scale_label(points))
+    if log:
+        ax.set_yscale("log")
+        _plain_log(ax.yaxis)
+    else:
         ax.set_ylim(bottom=0)
-        ax.set_ylabel(f"{name} [{unit}FLOP/s]")
-        ax.set_title(f"{name} against Sys_scale")
-        ax.grid(**GRID)
-    # One legend for both panels, under them: inside an axes it would hide points.
-    handles, labels = fig.axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize="small")
+    ax.set_ylabel(f"FLOP/s [{unit}FLOP/s]")
+    ax.set_title(
+        "FLOPS and VFLOPS against Sys_scale (VFLOPS = FLOPS × penalty, written at each point)",
+        fontsize="medium",
+    )
+    ax.grid(which="major", **GRID)
+    # Under the axes: inside it would hide points.
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle(title, fontsize="medium")
     _save(fig, path)
 
 
+def _target(ax, points) -> None:
+    for target in sorted({p.target for p in points if p.target is not None}):
+        ax.axhline(target, color="0.3", ls=":", lw=1.2, label=f"target {target:g}")
+
+
 def tradeoff(points: list[TradePoint], sys_scale: int, metric: str, path: Path) -> None:
     """Ensemble quality (and the member mean) against training time for the (M, P_degree)
-    splits of one Sys_scale (the paper's Fig. 7), each point labelled (M, P)."""
+    splits of one Sys_scale (the paper's Fig. 7), each point labelled (M, P), with the target."""
     fig = Figure(figsize=(6.4, 4.6), layout="constrained")
     ax = fig.add_subplot()
     scale, unit = seconds([p.train_s for p in points])
@@ -103,12 +161,98 @@ def tradeoff(points: list[TradePoint], sys_scale: int, metric: str, path: Path) 
             xytext=(6, 6),
             fontsize="small",
         )
-    ax.margins(x=0.2, y=0.25)
+    _target(ax, points)
+    ax.margins(x=0.2, y=0.15)
     ax.set_xlabel(f"training time (timed steps) [{unit}]")
-    ax.set_ylabel(f"held-out {metric}")
+    ax.set_ylabel(f"held-out {metric_label(metric)}")
     ax.set_title(f"Quality against training time, Sys_scale = {sys_scale}")
     ax.grid(**GRID)
     ax.legend(fontsize="small")
+    _save(fig, path)
+
+
+def _quality_lines(ax, points: list[TradePoint], x, color: str, name: str) -> None:
+    """Ensemble, member mean, out-of-bag and every member's quality of `points` against x(p)."""
+    ax.plot(
+        [x(p) for p in points],
+        [p.ensemble for p in points],
+        "o-",
+        color=color,
+        label=f"{name}: ensemble",
+    )
+    for label, key, style in (("member mean", "member_mean", "s--"), ("out of bag", "oob", "^:")):
+        have = [p for p in points if getattr(p, key) is not None]
+        if have:
+            ax.plot(
+                [x(p) for p in have],
+                [getattr(p, key) for p in have],
+                style,
+                color=color,
+                mfc="none",
+                alpha=0.8,
+                label=f"{name}: {label}",
+            )
+    members = [(x(p), q) for p in points for q in p.members]
+    if members:
+        ax.plot(*zip(*members, strict=True), ".", color=color, alpha=0.35, ms=5)
+
+
+def quality_against_m(
+    at_scale: dict[int, list[TradePoint]],
+    by_p: dict[int, list[TradePoint]],
+    metric: str,
+    path: Path,
+) -> None:
+    """Bagging's claim: the ensemble beats its members, more so as M grows. Left: quality
+    against M at each fixed Sys_scale (the trade-off splits); right: against Sys_scale at each
+    fixed P_degree (the scalability sweep, M growing). Solid: ensemble; dashed: member mean;
+    dotted: out of bag; dots: each member."""
+    panels = [p for p in (at_scale, by_p) if p]
+    fig = Figure(figsize=(6.0 * len(panels), 5.0), layout="constrained")
+    axes = [fig.add_subplot(1, len(panels), i + 1) for i in range(len(panels))]
+    i = 0
+    if at_scale:
+        ax = axes[i]
+        for j, (s, pts) in enumerate(at_scale.items()):
+            _quality_lines(ax, pts, lambda p: p.m, f"C{j}", f"Sys_scale = {s}")
+        ms = sorted({p.m for pts in at_scale.values() for p in pts})
+        ax.set_xticks(ms)
+        ax.set_xlabel("ensemble size M (P_degree = Sys_scale / M)")
+        ax.set_title("At a fixed Sys_scale", fontsize="medium")
+        i += 1
+    if by_p:
+        ax = axes[i]
+        for j, (p_degree, pts) in enumerate(by_p.items(), start=len(at_scale)):
+            _quality_lines(ax, pts, lambda p: p.sys_scale, f"C{j}", f"P_degree = {p_degree}")
+            for p in pts:
+                ax.annotate(
+                    f"M={p.m}",
+                    (p.sys_scale, p.ensemble),
+                    textcoords="offset points",
+                    xytext=(5, 5),
+                    fontsize="small",
+                )
+        every = [p for pts in by_p.values() for p in pts]
+        _sys_scale_axis(ax, [p.sys_scale for p in every], sys_scale_label(every))
+        ax.set_title("At a fixed P_degree, M growing", fontsize="medium")
+    every = [p for panel in panels for pts in panel.values() for p in pts]
+    for ax in axes:
+        _target(ax, every)
+        ax.set_ylabel(f"held-out {metric_label(metric)}")
+        ax.grid(**GRID)
+    handles, labels = {}, []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in handles:
+                handles[label] = h
+                labels.append(label)
+    fig.legend(
+        [handles[k] for k in labels], labels, loc="outside lower center", ncols=3, fontsize="small"
+    )
+    fig.suptitle(
+        f"Ensemble quality against M (dots: each member's {metric_label(metric)})",
+        fontsize="medium",
+    )
     _save(fig, path)
 
 
@@ -147,8 +291,9 @@ def quality_curves(curves: list[QualityCurve], metric: str, path: Path) -> None:
         for target in sorted({c.target for c in curves if c.target is not None}):
             ax.axhline(target, color="0.3", ls=":", lw=1.2, label=f"target {target:g}")
         ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"held-out {metric}")
+        ax.set_ylabel(f"held-out {metric_label(metric)}")
         ax.grid(**GRID)
+    fig.axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: 1, 2, ...
     fig.axes[0].set_title("Quality against epochs")
     fig.axes[1].set_title("Quality against wall time (dotted: time to target)")
     handles, labels = fig.axes[0].get_legend_handles_labels()
@@ -188,37 +333,41 @@ def mfu(rows: list[MfuRow], path: Path) -> None:
     _save(fig, path)
 
 
-def roofline(point: RoofPoint, path: Path) -> None:
-    """The device's roofline (log-log): the memory roof (bandwidth × intensity) up to the ridge,
-    the compute roof (matmul peak) after it, and the training step at its arithmetic intensity."""
-    ridge = point.peak / point.bandwidth
-    low = min(point.intensity, ridge) / 20
-    high = max(point.intensity, ridge) * 20
-    scale, unit = prefix([point.peak])
-    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+def roofline(points: list[RoofPoint], path: Path) -> None:
+    """Every run's step on its roofline (log-log, per device): the memory roof (bandwidth ×
+    intensity) up to the ridge, the compute roof (matmul peak) after it, both measured by the
+    run, with their values in the legend; the step's achieved FLOP/s (filled) and what the roof
+    allows at its intensity (hollow), one colour per run."""
+    ridges = [p.peak / p.bandwidth for p in points]
+    low = min(min(p.intensity for p in points), min(ridges)) / 8
+    high = max(max(p.intensity for p in points), max(ridges)) * 8
+    scale, unit = prefix([p.peak for p in points])
+    fig = Figure(figsize=(8.0, 5.6), layout="constrained")
     ax = fig.add_subplot()
-    ax.loglog(
-        [low, ridge, high],
-        [low * point.bandwidth / scale, point.peak / scale, point.peak / scale],
-        color="C0",
-        label="roofline",
-    )
-    ax.axvline(ridge, color="C0", ls=":", lw=0.8)
-    ax.plot(
-        point.intensity,
-        point.attainable / scale,
-        "o",
-        mfc="none",
-        color="C1",
-        label="attainable at the step's intensity",
-    )
-    if point.achieved:
-        ax.plot(point.intensity, point.achieved / scale, "o", color="C2", label="achieved")
+    for j, (p, ridge) in enumerate(zip(points, ridges, strict=True)):
+        gb = p.bandwidth / 1e9
+        ax.loglog(
+            [low, ridge, high],
+            [low * p.bandwidth / scale, p.peak / scale, p.peak / scale],
+            color=f"C{j}",
+            lw=1.0,
+            alpha=0.6,
+            label=f"{p.run_id}: peak {p.peak / scale:.3g} {unit}FLOP/s, {gb:.3g} GB/s, "
+            f"ridge {ridge:.3g} FLOP/B",
+        )
+        ax.plot(p.intensity, p.attainable / scale, "o", mfc="none", color=f"C{j}", ms=9)
+        if p.achieved:
+            ax.plot(p.intensity, p.achieved / scale, "o", color=f"C{j}", ms=6)
+    ax.plot([], [], "o", color="0.4", ms=6, label="achieved by the step (filled)")
+    ax.plot([], [], "o", mfc="none", color="0.4", ms=9, label="attainable at its intensity")
+    _plain_log(ax.xaxis)
+    _plain_log(ax.yaxis)
     ax.set_xlabel("arithmetic intensity [FLOP/byte] (XLA: FLOPs / bytes accessed of the step)")
     ax.set_ylabel(f"per device [{unit}FLOP/s]")
-    ax.set_title(f"{point.run_id}: the training step on the roofline")
-    ax.grid(which="both", **GRID)
-    ax.legend(fontsize="small", loc="lower right")
+    devices = sorted({p.device for p in points if p.device}) or ["?"]
+    ax.set_title(f"Roofline per device: {', '.join(devices)}", fontsize="medium")
+    ax.grid(which="major", **GRID)
+    fig.legend(loc="outside lower center", ncols=1, fontsize="small")
     _save(fig, path)
 
 

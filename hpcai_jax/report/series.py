@@ -31,8 +31,10 @@ class ScalePoint:
     sys_scale: int
     flops: float | None
     vflops: float | None
-    ideal_flops: float | None
+    ideal_flops: float | None  # None where the series has one Sys_scale: nothing to scale from
     ideal_vflops: float | None
+    members_per_device: int = 1
+    model_parallel: int = 1
 
     @property
     def efficiency(self) -> float | None:
@@ -40,10 +42,24 @@ class ScalePoint:
         return self.flops / self.ideal_flops if self.flops and self.ideal_flops else None
 
 
+def sys_scale_label(points) -> str:
+    """What Sys_scale counts, as Eq. 5 reads for these runs: devices = M × P_degree, with
+    members_per_device and P_model where any run has them other than 1. `points` are anything
+    with `members_per_device` and `model_parallel` (ScalePoint, TradePoint)."""
+    formula = "M"
+    if any(p.members_per_device != 1 for p in points):
+        formula = "M / members_per_device"
+    formula += " × P_degree"
+    if any(p.model_parallel != 1 for p in points):
+        formula += " × P_model"
+    return f"Sys_scale (devices = {formula})"
+
+
 def _ideal(points: list[tuple[int, float | None]]) -> tuple[int, float] | None:
-    """(Sys_scale, figure) of the smallest Sys_scale that has the figure (mean of its runs)."""
+    """(Sys_scale, figure) of the smallest Sys_scale that has the figure (mean of its runs);
+    None unless two Sys_scales have it (one point is its own ideal: no ratio to show)."""
     have = [(s, v) for s, v in points if v is not None]
-    if not have:
+    if len({s for s, _ in have}) < 2:
         return None
     s0 = min(s for s, _ in have)
     return s0, statistics.fmean(v for s, v in have if s == s0)
@@ -75,6 +91,8 @@ def scalability(records: list[Record]) -> dict[int, list[ScalePoint]]:
                 vflops=v,
                 ideal_flops=base_f[1] * s / base_f[0] if base_f else None,
                 ideal_vflops=base_v[1] * s / base_v[0] if base_v else None,
+                members_per_device=int(r.data["mesh"].get("members_per_device", 1)),
+                model_parallel=int(r.data["mesh"].get("model_parallel", 1)),
             )
             for r, s, f, v in zip(runs, scale, flops, vflops, strict=True)
         ]
@@ -92,6 +110,11 @@ class TradePoint:
     ensemble: float | None
     member_mean: float | None
     oob: float | None
+    sys_scale: int = 0
+    members: tuple[float, ...] = ()
+    target: float | None = None
+    members_per_device: int = 1
+    model_parallel: int = 1
 
 
 def tradeoff(records: list[Record]) -> dict[int, list[TradePoint]]:
@@ -108,9 +131,38 @@ def tradeoff(records: list[Record]) -> dict[int, list[TradePoint]]:
                 ensemble=number(field(r.data, "quality.ensemble")),
                 member_mean=number(field(r.data, "quality.member_mean")),
                 oob=number(field(r.data, "quality.oob.quality")),
+                sys_scale=int(mesh["num_devices"]),
+                members=tuple(
+                    v for v in map(number, field(r.data, "quality.members") or []) if v is not None
+                ),
+                target=number(field(r.data, "quality.target")),
+                members_per_device=int(mesh.get("members_per_device", 1)),
+                model_parallel=int(mesh.get("model_parallel", 1)),
             )
         )
     return dict(sorted(out.items()))
+
+
+def by_parallel_degree(points: list[TradePoint]) -> dict[int, list[TradePoint]]:
+    """Runs with a quality figure by P_degree, sorted by M: quality against M as Sys_scale
+    grows (the scalability sweep's runs)."""
+    out: dict[int, list[TradePoint]] = {}
+    for t in sorted(points, key=lambda t: (t.m, t.run_id)):
+        if t.ensemble is not None:
+            out.setdefault(t.p, []).append(t)
+    return dict(sorted(out.items()))
+
+
+METRIC_LABELS = {
+    "top1_accuracy": "top-1 accuracy",
+    "map_iou50": "mAP at IoU 0.5",
+    "r2": "R²",
+}
+
+
+def metric_label(metric: str) -> str:
+    """A workload's quality metric as a reader names it (the record's key otherwise)."""
+    return METRIC_LABELS.get(metric, metric.replace("_", " "))
 
 
 def plottable(points: list[TradePoint]) -> list[TradePoint]:
@@ -208,6 +260,7 @@ class RoofPoint:
     intensity: float
     achieved: float | None
     attainable: float
+    device: str = ""
 
 
 def roofline(records: list[Record]) -> list[RoofPoint]:
@@ -224,7 +277,8 @@ def roofline(records: list[Record]) -> list[RoofPoint]:
             )
         ]
         if None not in (values[0], values[1], values[2], values[4]):
-            points.append(RoofPoint(r.run_id, *values))
+            device = str(field(r.data, "provenance.device_kind") or "")
+            points.append(RoofPoint(r.run_id, *values, device=device))
     return sorted(points, key=lambda p: p.run_id)
 
 
@@ -272,3 +326,91 @@ def stream(records: list[Record]) -> list[StreamRun]:
             )
         )
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class CommRow:
+    """One run's collectives per step and device (the record's `comm`, engine/comm.py): the
+    payload and the bytes sent under ring algorithms, by mesh axis, and the training bytes that
+    stay inside a node or cross the network."""
+
+    run_id: str
+    m: int
+    p: int
+    p_model: int
+    allreduce: str  # e.g. "flat float32", "hierarchical (2) bfloat16"
+    nodes: int | None
+    payload: dict[str, float]
+    wire: dict[str, float] | None  # None in records older than the wire figures
+    intra_node: float | None
+    inter_node: float | None
+
+
+def _allreduce(data: dict) -> str:
+    precision = data.get("precision") or {}
+    mode = precision.get("allreduce", "flat")
+    inner = precision.get("inner_group_size")
+    group = f" ({inner})" if mode != "flat" and inner else ""
+    return f"{mode}{group} {precision.get('grad_allreduce_dtype', 'float32')}"
+
+
+def communication(records: list[Record]) -> list[CommRow]:
+    rows = []
+    for r in records:
+        comm = r.data.get("comm") or {}
+        payload = comm.get("payload_bytes", comm.get("bytes_per_step"))  # older records
+        if not payload:
+            continue
+        mesh = r.data["mesh"]
+        rows.append(
+            CommRow(
+                run_id=r.run_id,
+                m=int(mesh["ensemble_size"]),
+                p=int(mesh["parallel_degree"]),
+                p_model=int(mesh.get("model_parallel", 1)),
+                allreduce=_allreduce(r.data),
+                nodes=comm.get("nodes"),
+                payload=payload,
+                wire=comm.get("wire_bytes"),
+                intra_node=number(field(comm, "link_bytes.intra_node")),
+                inter_node=number(field(comm, "link_bytes.inter_node")),
+            )
+        )
+    return sorted(rows, key=lambda row: (row.m * row.p * row.p_model, row.m, row.run_id))
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineRow:
+    """What else a run's record says about the machine and the rules: its division, the
+    compiled step's memory per device, and energy where it was measured."""
+
+    run_id: str
+    division: str | None
+    violations: int
+    memory_bytes: float | None  # arguments + outputs − aliased + temporaries
+    joules: float | None
+    average_watts: float | None
+    flops_per_watt: float | None
+    energy_why: str | None
+
+
+def machine(records: list[Record]) -> list[MachineRow]:
+    rows = []
+    for r in records:
+        memory = r.data.get("memory_per_device") or {}
+        parts = [number(memory.get(k)) for k in ("argument_bytes", "output_bytes", "temp_bytes")]
+        alias = number(memory.get("alias_bytes")) or 0.0
+        energy = r.data.get("energy") or {}
+        rows.append(
+            MachineRow(
+                run_id=r.run_id,
+                division=field(r.data, "submission.division"),
+                violations=len(field(r.data, "submission.violations") or []),
+                memory_bytes=None if None in parts else sum(parts) - alias,
+                joules=number(energy.get("joules")),
+                average_watts=number(energy.get("average_watts")),
+                flops_per_watt=number(energy.get("flops_per_watt")),
+                energy_why=None if energy.get("available") else energy.get("why", "not measured"),
+            )
+        )
+    return sorted(rows, key=lambda row: row.run_id)

@@ -233,7 +233,7 @@ def run_stream(config: RunConfig) -> int:
     """
     stream = config.stream
     run_id = results.run_id(config, "stream")
-    results.claim(config.results.results_dir, run_id, config.results.overwrite)
+    claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     if stream.devices == "each":
         local = measure_each(stream)
         devices = gather_each(local)
@@ -251,6 +251,7 @@ def run_stream(config: RunConfig) -> int:
     per_process = _per_process_best(result) if stream.devices == "one" else None
     record = stream_record(config, run_id, result, per_process, devices)
     path = results.write_record(config.results.results_dir, run_id, record)
+    claimed.release()
     if jax.process_index() == 0:
         if devices is None:
             _print_report(result)

@@ -85,7 +85,8 @@ def _division(f: derive.Findings, run: Run, config, rec: str, lg: str) -> None:
     sizes = rules.SplitSizes(
         record["data"]["train_examples"], record["data"]["eval_examples"] or None
     )
-    judged = rules.judge(config, _layout(record["mesh"]), sizes)
+    skipped = record["data"].get("skipped_examples")
+    judged = rules.judge(config, _layout(record["mesh"]), sizes, skipped)
     how = f"by rules.judge on {run.flags.name} (layout from the record's mesh, sizes from its data)"
     f.same(f"{rec} submission.division", record["submission"]["division"], judged.division, how)
     f.same(

@@ -1,0 +1,132 @@
+"""The rows about one device's own speed: STREAM Triad (the engine's BabelStream port) against
+the datasheet memory bandwidth, and chained matmuls per dtype against the datasheet peak."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+
+from hpcai_jax.check import expectations
+from hpcai_jax.check.budget import Allotment
+from hpcai_jax.check.rows import FAIL, Row, judge, skipped
+from hpcai_jax.config import StreamConfig
+from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
+from hpcai_jax.stream import measure_bandwidth
+from hpcai_jax.stream.cache import largest_cache
+from hpcai_jax.stream.datasheet import memory_bandwidth
+from hpcai_jax.stream.placement import device_memory_bytes
+
+MATMUL_DTYPES = ("float32", "bfloat16", "float16")
+MAX_STREAM_TIMES = 100  # BabelStream's default
+# Datasheet rows: a healthy device gets most of its datasheet figure (STREAM 80-90 % on HBM,
+# large matmuls 60-90 %); under half is worth a look, under a tenth is broken.
+DATASHEET_PASS, DATASHEET_WARN = 0.5, 0.1
+# CPU rows: a shared 2-core machine is noisy; what matters is a figure many times off.
+CPU_PASS, CPU_WARN = 0.3, 0.05
+
+
+def _thresholds(backend: str) -> dict:
+    if backend == "cpu":
+        return {"pass_at": CPU_PASS, "warn_at": CPU_WARN}
+    return {"pass_at": DATASHEET_PASS, "warn_at": DATASHEET_WARN}
+
+
+def stream_array_mib(device) -> float:
+    """MiB per (global) array: 4x the largest cache per device (BabelStream's rule), at least
+    64 MiB per device on an accelerator (GPU L2s are 40-60 MiB) and at most 1/16 of its memory.
+    On a CPU 4x the host's last-level cache per process (its devices share the cache)."""
+    cache = largest_cache(device.platform, device.device_kind).bytes
+    if device.platform == "cpu":  # one host cache per process's devices
+        return 4 * cache * jax.process_count() / 2**20
+    memory = device_memory_bytes(device) or 16 << 30
+    per_device = min(max(4 * cache, 64 << 20), memory // 16)
+    return per_device * jax.device_count() / 2**20
+
+
+def stream_rows(backend: str, allotment: Allotment) -> list[Row]:
+    """STREAM Triad on every device at once (--stream_devices=all), float32; the per-device rate
+    is the aggregate over the devices. Iterations (up to BabelStream's 100) are cut to fit half
+    the allotment at the expected bandwidth; the rest is for the compile and the arrays' set-up."""
+    device = jax.devices()[0]
+    mib = stream_array_mib(device)
+    if backend == "cpu":
+        expected = expectations.CPU["stream_triad_host"] / jax.local_device_count()
+        source = expectations.CPU_SOURCE + " (host aggregate / local devices)"
+        rate_guess = expectations.CPU["stream_triad_host"] * jax.process_count()
+    else:
+        sheet = memory_bandwidth(device.device_kind)
+        expected, source = sheet if sheet else (None, "")
+        rate_guess = (expected or 1e11) * jax.device_count()
+    call_s = 3 * mib * 2**20 / rate_guess
+    times = int(min(MAX_STREAM_TIMES, (allotment.agreed_left_s() * 0.5) / max(call_s, 1e-6)))
+    if times < 2:
+        return [skipped("stream triad per device", f"{allotment.seconds:.1f} s is too little")]
+    config = StreamConfig(
+        array_mib=mib, num_times=times, precision="float32", kernels="triad", devices="all"
+    )
+    config.validate()
+    result = measure_bandwidth(config)
+    triad = next(f for f in result.figures if f.key == "triad")
+    note = f"{mib:.0f} MiB per array over {jax.device_count()} devices, best of {times - 1} calls"
+    if not result.validation.passed:
+        return [
+            Row(
+                "stream triad per device",
+                FAIL,
+                triad.per_device_gb_per_s * 1e9,
+                expected,
+                "B/s",
+                source,
+                "validation failed: " + "; ".join(result.validation.failures()),
+            )
+        ]
+    return [
+        judge(
+            "stream triad per device",
+            triad.per_device_gb_per_s * 1e9,
+            expected,
+            unit="B/s",
+            source=source or f"no datasheet bandwidth for {device.device_kind!r}",
+            note=note,
+            **_thresholds(backend),
+        )
+    ]
+
+
+def matmul_rows(backend: str, allotment: Allotment, size: int | None = None) -> list[Row]:
+    """Chained n×n matmuls on every local device at once, per dtype, against the datasheet
+    peak of that dtype (flops/peaks.py); the time left is shared by the dtypes still to run."""
+    device = jax.local_devices()[0]
+    rows = []
+    for i, dtype in enumerate(MATMUL_DTYPES):
+        item = f"matmul {dtype} per device"
+        share = allotment.left_s() / (len(MATMUL_DTYPES) - i)
+        if share < 0.5:
+            rows.append(skipped(item, f"{share:.1f} s left for it"))
+            continue
+        start = time.perf_counter()
+        # Compile and warm-up take their part; the timed calls get a third of the share.
+        peak = measure_matmul_peak_all(dtype, size=size, budget_s=share / 3)
+        if backend == "cpu":
+            expected = expectations.CPU["matmul_host"][dtype] / jax.local_device_count()
+            source = expectations.CPU_SOURCE + " (host aggregate / local devices)"
+        else:
+            expected = peak_flops_per_device(device.device_kind, dtype)
+            source = (
+                "datasheet (hpcai_jax/flops/peaks.py)"
+                if expected
+                else (f"no datasheet peak for {device.device_kind!r}")
+            )
+        rows.append(
+            judge(
+                item,
+                peak.per_device,
+                expected,
+                unit="FLOP/s",
+                source=source,
+                note=f"{peak.size}² in {time.perf_counter() - start:.1f} s",
+                **_thresholds(backend),
+            )
+        )
+    return rows

@@ -1,0 +1,326 @@
+"""The rows about the training step on this backend: the flagship step's rate, FLOP/s against
+the peak (MFU), memory and XLA's FLOP count against the analytic one; `unroll` against `vmap`
+for several members per device; and whether float16, bfloat16 and int8 steps run and stay
+finite. Every step here is the engine's own (engine/setup.py, engine/step.py) on the workload's
+generated data, so nothing is read from disk.
+
+Layouts: the flagship step runs one member per device (M = devices, P_degree = 1: the
+collectives rows measure the links); the strategy comparison two per device at half the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import jax
+import numpy as np
+
+from hpcai_jax import config as C
+from hpcai_jax.check import expectations
+from hpcai_jax.check.budget import Allotment, agree
+from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge, skipped
+from hpcai_jax.data.pipeline import synthetic_batch
+from hpcai_jax.engine.flop_count import crosscheck
+from hpcai_jax.engine.loop import memory_analysis
+from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS, compile_step
+from hpcai_jax.flops.peaks import peak_flops_per_device
+from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.stream.placement import device_memory_bytes
+
+# The workload's own generated data set: the check never reads one from disk.
+GENERATED = {
+    "image_classification": "synthetic",
+    "regression": "friedman1",
+    "extreme_weather": "synthetic_climate",
+}
+CHECK_DTYPES = ("float16", "bfloat16", "int8")
+MAX_STEPS = 20
+# FLOP/s of the step over the matmul peak (MFU): ResNet-50 in bfloat16 reaches 30-50 % on
+# recent GPUs and TPUs; under 5 % is worth a look, under 0.5 % is broken.
+MFU_PASS, MFU_WARN = 0.05, 0.005
+MEMORY_PASS, MEMORY_WARN = 0.9, 1.0  # of device memory: over 90 % leaves no room, over 100 % OOMs
+
+
+def step_config(
+    config: C.RunConfig,
+    members_per_device: int = 1,
+    batch_size: int | None = None,
+    dtype: str | None = None,
+    strategy: str = "auto",
+) -> C.RunConfig:
+    """The configured workload, model and dtype on generated data, with `members_per_device`
+    members on every device and P_degree = 1."""
+    devices = jax.device_count()
+    return dataclasses.replace(
+        config,
+        mesh=C.MeshConfig(
+            ensemble_size=devices * members_per_device,
+            members_per_device=members_per_device,
+            parallel_degree=1,
+            member_strategy=strategy,
+        ),
+        data=dataclasses.replace(config.data, dataset=GENERATED[config.model.workload]),
+        model=dataclasses.replace(config.model, dtype=dtype or config.model.dtype),
+        train=dataclasses.replace(
+            config.train, batch_size=batch_size or config.train.batch_size, steps=MAX_STEPS + 1
+        ),
+    ).validate()
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRun:
+    config: C.RunConfig
+    compiled: object
+    compile_s: float
+    build_s: float  # set-up, initial state and compile: what another step of this size costs first
+    step_s: list[float]  # timed steps, warm-up excluded
+    finite: bool  # every member's loss and parameters finite after every step
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.step_s) if self.step_s else None
+
+
+def run_steps(
+    config: C.RunConfig, left_s, max_steps: int = MAX_STEPS, min_steps: int = 0
+) -> StepRun:
+    """Builds, compiles and runs `config`'s step on generated data: one warm-up step, then as
+    many timed steps (min_steps to max_steps) as the seconds `left_s()` allow, agreed by every
+    process."""
+    build_start = time.perf_counter()
+    setup = build_setup(config, open_data=False)
+    state = setup.init_state()
+    compiled, compile_s = compile_step(
+        setup.train_step,
+        state,
+        setup.mesh,
+        setup.layout,
+        config.train.batch_size,
+        setup.workload.spec.fields,
+    )
+    batch = synthetic_batch(
+        setup.workload.synthetic,
+        setup.mesh,
+        setup.layout.ensemble_size,
+        config.train.batch_size,
+        config.train.seed,
+    )
+    build_s = time.perf_counter() - build_start
+    finite = True
+    start = time.perf_counter()
+    state, metrics = compiled(state, batch)
+    finite &= bool(np.all(jax.device_get(metrics.finite)))
+    warm_s = time.perf_counter() - start
+    fit = int(agree(min(max_steps, max(0.0, 0.8 * left_s()) / max(warm_s, 1e-6))))
+    steps = max(min_steps, fit)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        state, metrics = compiled(state, batch)
+        jax.block_until_ready(metrics)
+        times.append(time.perf_counter() - start)
+        finite &= bool(np.all(jax.device_get(metrics.finite)))
+    return StepRun(config, compiled, compile_s, build_s, times, finite)
+
+
+def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:
+    matmul = "float32" if dtype == "int8" else dtype  # int8 steps compute around float32
+    if backend == "cpu":
+        figure = expectations.CPU["matmul_host"].get(matmul)
+        per_device = figure / jax.local_device_count() if figure else None
+        return per_device, f"CPU matmul {matmul} {expectations.CPU_SOURCE}"
+    return peak_flops_per_device(kind, matmul), f"datasheet {matmul} peak (flops/peaks.py)"
+
+
+def train_rows(
+    config: C.RunConfig, allotment: Allotment, estimate_s: float
+) -> tuple[list[Row], dict]:
+    """The flagship step's rows, and the record's section (the step's figures, for the input row
+    and the strategy item's compile estimate). Skipped when `estimate_s` (a compile and a few
+    steps) does not fit."""
+    items = (
+        "train step per device",
+        "train step FLOP/s per device",
+        "train step memory per device",
+        "XLA / analytic FLOPs",
+    )
+    if allotment.agreed_left_s() < estimate_s:
+        why = f"{allotment.seconds:.0f} s left, a build needs about {estimate_s:.0f} s"
+        return [skipped(i, why) for i in items], {}
+    cfg = step_config(config)
+    run = run_steps(cfg, allotment.left_s, min_steps=2)  # once built, a figure is cheap
+    layout_devices = jax.device_count()
+    m, b = cfg.mesh.ensemble_size, cfg.train.batch_size
+    kind, backend = jax.devices()[0].device_kind, jax.default_backend()
+    cost = xla_cost(run.compiled, layout_devices)
+    flops = crosscheck(cfg, cost.flops)
+    median = run.median_s
+    rate = m * b / median / layout_devices if median else None
+    flop_rate = flops.train_step_flops / median / layout_devices if median else None
+    section = {
+        "config": {
+            "model": cfg.model.model,
+            "dtype": cfg.model.dtype,
+            "ensemble_size": m,
+            "batch_size": b,
+            "image_size": cfg.data.image_size,
+        },
+        "compile_s": run.compile_s,
+        "build_s": run.build_s,
+        "step_s": run.step_s,
+        "examples_per_s_per_device": rate,
+        "flops_per_step": flops.train_step_flops,
+        "flops_source": flops.train_step_flops_source,
+        "flops_per_s_per_device": flop_rate,
+        "xla_over_analytic": flops.xla_over_analytic,
+        "finite": run.finite,
+    }
+    rows = []
+    note = f"{cfg.model.model} {cfg.model.dtype}, {m} members x {b}, {len(run.step_s)} timed steps"
+    if not run.finite:
+        rows.append(Row(items[0], FAIL, rate, None, "ex/s", "", note + "; NON-FINITE loss"))
+    elif rate is None:
+        rows.append(skipped(items[0], "no time left for a timed step after the compile"))
+    else:
+        rows.append(Row(items[0], PASS, rate, None, "ex/s", "", note))
+    peak, source = _peak(backend, kind, cfg.model.dtype)
+    rows.append(
+        judge(
+            items[1],
+            flop_rate,
+            peak,
+            unit="FLOP/s",
+            source=source,
+            pass_at=MFU_PASS,
+            warn_at=MFU_WARN,
+            note="ratio = MFU",
+        )
+    )
+    memory = memory_analysis(run.compiled)
+    used = (
+        memory["argument_bytes"]
+        + memory["output_bytes"]
+        - memory["alias_bytes"]
+        + memory["temp_bytes"]
+        if memory
+        else None
+    )
+    section["memory"] = memory
+    rows.append(
+        judge(
+            items[2],
+            used,
+            device_memory_bytes(jax.local_devices()[0]),
+            unit="B",
+            source="device memory (allocator limit; CPU: host / devices)",
+            pass_at=MEMORY_PASS,
+            warn_at=MEMORY_WARN,
+            higher_is_better=False,
+        )
+    )
+    ratio = flops.xla_over_analytic
+    if ratio is None:
+        rows.append(
+            Row(
+                items[3],
+                WARN,
+                None,
+                1.0,
+                "",
+                "analytic walk (engine/flop_count.py)",
+                "XLA gave no FLOP count: FLOPS use the analytic count",
+            )
+        )
+    else:
+        ok = flops.crosscheck_ok
+        rows.append(
+            Row(
+                items[3],
+                PASS if ok else WARN,
+                ratio,
+                1.0,
+                "",
+                f"analytic walk, tolerance ±{flops.tolerance:.0%}",
+                ""
+                if ok
+                else "XLA's count is off on this backend: FLOPS use the analytic one "
+                "(--flops_source=auto)",
+            )
+        )
+    return rows, section
+
+
+def strategy_rows(
+    config: C.RunConfig, allotment: Allotment, estimate_s: float
+) -> tuple[list[Row], dict]:
+    """`unroll` against `vmap` with two members per device at half the batch; the winner (lower
+    median step time) goes in the record for --member_strategy=auto --check_record."""
+    item = "member strategy, 2 per device"
+    # Two builds, each of twice the members at half the batch.
+    need = 2 * estimate_s
+    if allotment.agreed_left_s() < need:
+        why = f"{allotment.seconds:.0f} s left, two builds of twice the members need ~{need:.0f} s"
+        return [skipped(item, why)], {}
+    batch = max(1, config.train.batch_size // 2)
+    runs = {}
+    for i, strategy in enumerate(("unroll", "vmap")):
+        cfg = step_config(config, members_per_device=2, batch_size=batch, strategy=strategy)
+        left = lambda i=i: allotment.left_s() / (2 - i)  # noqa: E731
+        runs[strategy] = run_steps(cfg, left, max_steps=5, min_steps=1)
+    medians = {s: r.median_s for s, r in runs.items()}
+    if any(v is None for v in medians.values()) or not all(r.finite for r in runs.values()):
+        return [Row(item, WARN, note=f"no timed steps or non-finite: {medians}")], {}
+    winner = min(medians, key=medians.get)
+    loser = "vmap" if winner == "unroll" else "unroll"
+    backend = jax.default_backend()
+    default = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])[0]
+    section = {
+        "winner": winner,
+        "backend": backend,
+        "device_kind": jax.devices()[0].device_kind,
+        "members_per_device": 2,
+        "batch_size": batch,
+        "model": config.model.model,
+        "step_s": medians,
+    }
+    note = f"{winner} wins: {medians[winner]:.4g} s vs {loser} {medians[loser]:.4g} s per step" + (
+        ""
+        if winner == default
+        else f"; the {backend} default is {default}: train with --check_record=<this record>"
+    )
+    status = PASS if winner == default else WARN
+    return [Row(item, status, medians[loser] / medians[winner], 1.0, "x faster", "", note)], section
+
+
+def dtype_rows(config: C.RunConfig, allotment: Allotment, estimate_s: float) -> list[Row]:
+    """Each of float16, bfloat16 and int8: the configured model, one member per device at a
+    batch of at most 8, three steps; PASS when every loss and parameter stays finite."""
+    rows = []
+    for dtype in CHECK_DTYPES:
+        item = f"{dtype} steps finite"
+        if allotment.agreed_left_s() < estimate_s:
+            rows.append(
+                skipped(
+                    item,
+                    f"{allotment.left_s():.0f} s left, a build needs about {estimate_s:.0f} s",
+                )
+            )
+            continue
+        cfg = step_config(config, batch_size=min(8, config.train.batch_size), dtype=dtype)
+        run = run_steps(cfg, lambda: float("inf"), max_steps=2)
+        rows.append(
+            Row(
+                item,
+                PASS if run.finite else FAIL,
+                float(len(run.step_s) + 1),
+                3.0,
+                "steps",
+                "",
+                f"{cfg.model.model}, compiled in {run.compile_s:.1f} s"
+                + ("" if run.finite else "; NON-FINITE loss or parameters"),
+            )
+        )
+    return rows

@@ -1,0 +1,230 @@
+"""--mode=check (hpcai_jax/check/): the row logic and nccl-tests' arithmetic on literal numbers,
+the budget's shares, one in-process check run at a tiny budget with one collective made slow
+(shared by several tests), the record the training modes read, and a 2-process run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
+
+from hpcai_jax.check import collectives
+from hpcai_jax.check.budget import Budget
+from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, exit_code, judge, skipped
+from hpcai_jax.engine.step import resolve_member_strategy
+from hpcai_jax.errors import UsageError
+
+
+def test_a_row_without_a_measured_value_cannot_pass():
+    with pytest.raises(ValueError, match="cannot PASS"):
+        Row("x", PASS, None, 1.0)
+    assert judge("x", None, 10.0).status == WARN
+    assert skipped("x", "budget").status == WARN
+    assert judge("x", 5.0, None).status == WARN  # measured, but nothing to judge it against
+
+
+def test_judge_reads_the_ratio_against_two_thresholds():
+    assert judge("x", 6.0, 10.0, pass_at=0.5, warn_at=0.1).status == PASS
+    assert judge("x", 2.0, 10.0, pass_at=0.5, warn_at=0.1).status == WARN
+    assert judge("x", 0.5, 10.0, pass_at=0.5, warn_at=0.1).status == FAIL
+    lower = {"pass_at": 0.9, "warn_at": 1.0, "higher_is_better": False}
+    assert judge("m", 5.0, 10.0, **lower).status == PASS
+    assert judge("m", 9.5, 10.0, **lower).status == WARN
+    assert judge("m", 12.0, 10.0, **lower).status == FAIL
+    assert judge("x", 6.0, 10.0).ratio == 0.6
+    assert exit_code([Row("a", PASS, 1.0), Row("b", WARN)]) == 0
+    assert exit_code([Row("a", PASS, 1.0), Row("b", FAIL)]) == 1
+
+
+def test_bus_bandwidth_follows_nccl_tests():
+    # 1 MiB in 1 ms: algbw 1.048576 GB/s; busbw × 2(n-1)/n for all-reduce, × (n-1)/n otherwise.
+    assert collectives.bandwidths("all_reduce", 8, 1 << 20, 1e-3) == pytest.approx(
+        (1.048576e9, 1.835008e9)
+    )
+    assert collectives.bandwidths("all_gather", 4, 1 << 20, 1e-3) == pytest.approx(
+        (1.048576e9, 0.786432e9)
+    )
+    assert collectives.bandwidths("reduce_scatter", 2, 1 << 20, 1e-3) == pytest.approx(
+        (1.048576e9, 0.524288e9)
+    )
+    assert collectives.bus_factor("all_reduce", 2) == 1.0
+    assert collectives.message_sizes(8192) == [1024, 2048, 4096, 8192]
+    assert collectives.message_sizes(100) == [1024]
+
+
+def test_each_item_gets_its_share_of_what_is_left():
+    now = [0.0]
+    budget = Budget(100.0, {"a": 1.0, "b": 3.0}, clock=lambda: now[0])
+    a = budget.start("a")
+    assert a.seconds == 25.0
+    now[0] = 5.0  # a used 5 s of its 25: the rest flows to b
+    budget.finish(a)
+    assert budget.start("b").seconds == 95.0
+    assert budget.used_s == {"a": 5.0}
+
+
+SLOW = "reduce_scatter"  # the collective the shared run makes 1000x slower
+
+
+@pytest.fixture(scope="module")
+def check_run(tmp_path_factory):
+    """One check run in this process, 4 s budget, regression MLP, with every reduce-scatter
+    timed 1000x slower than it ran (a degraded link)."""
+    results = tmp_path_factory.mktemp("check")
+    timed = collectives._timed
+
+    def degraded(op, run, x, iters):
+        return timed(op, run, x, iters) * (1000 if op == SLOW else 1)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(collectives, "_timed", degraded)
+        proc = run_in_process(
+            "--mode=check",
+            "--workload=regression",
+            "--model=mlp",
+            "--dataset=friedman1",
+            "--batch_size=8",
+            "--check_budget_s=4",
+            f"--results_dir={results}",
+            "--run_name=check",
+        )
+    record = json.loads((results / "check.json").read_text())
+    return proc, record
+
+
+def test_check_prints_one_row_per_item_and_writes_them(check_run):
+    proc, record = check_run
+    rows = record["check"]["rows"]
+    assert record["mode"] == "check" and record["status"] == "complete"
+    items = [r["item"] for r in rows]
+    for item in (
+        "devices",
+        "stream triad per device",
+        "matmul float32 per device",
+        "all_reduce busbw intra_node",
+        "train step per device",
+        "int8 steps finite",
+    ):
+        assert item in items
+        assert any(line.startswith(item) for line in proc.stdout.splitlines()), item
+    assert all(r["status"] != PASS for r in rows if r["measured"] is None)
+    assert "collectives on intra_node (n = 8 per group; GB/s)" in proc.stdout
+
+
+def test_a_degraded_collective_fails_its_rows_and_the_exit_code(check_run):
+    proc, record = check_run
+    status = {r["item"]: r["status"] for r in record["check"]["rows"]}
+    assert status[f"{SLOW} busbw intra_node"] == FAIL
+    assert status["all_reduce busbw intra_node"] != FAIL
+    assert proc.returncode == 1
+    assert record["reason"] == f"FAIL: {SLOW} busbw intra_node"
+    assert "verdict: FAIL (1 FAIL)" in proc.stdout
+
+
+def test_the_collective_table_is_nccl_tests(check_run):
+    _, record = check_run
+    points = record["check"]["collectives"]
+    reduce = [p for p in points if p["op"] == "all_reduce"]
+    assert [p["size_bytes"] for p in reduce] == [1024 << i for i in range(len(reduce))]
+    for p in points:
+        factor = collectives.bus_factor(p["op"], p["n"])
+        assert p["algbw"] == pytest.approx(p["size_bytes"] / p["time_s"])
+        assert p["busbw"] == pytest.approx(p["algbw"] * factor)
+
+
+def test_items_the_budget_leaves_out_warn_saying_so(check_run):
+    _, record = check_run
+    left_out = [r for r in record["check"]["rows"] if r["note"].startswith("skipped:")]
+    assert left_out and all(r["status"] == WARN for r in left_out)
+    assert record["check"]["budget"]["wall_s"] < 4 + 120
+
+
+def test_a_bad_budget_is_a_usage_error():
+    assert_one_line_error(run_in_process("--mode=check", "--check_budget_s=0"), "--check_budget_s")
+
+
+def _check_record(path, **strategy):
+    path.write_text(json.dumps({"mode": "check", "check": {"member_strategy": strategy}}))
+    return str(path)
+
+
+def test_member_strategy_auto_takes_the_check_records_winner(tmp_path):
+    won = _check_record(
+        tmp_path / "a.json", winner="vmap", backend="cpu", step_s={"unroll": 2.0, "vmap": 1.0}
+    )
+    strategy, why = resolve_member_strategy("auto", "cpu", 2, won)
+    assert strategy == "vmap" and "a.json" in why
+    assert resolve_member_strategy("unroll", "cpu", 2, won)[0] == "unroll"  # explicit wins
+    unmeasured = _check_record(tmp_path / "b.json")
+    assert resolve_member_strategy("auto", "cpu", 2, unmeasured)[0] == "unroll"  # the default
+    with pytest.raises(UsageError, match="measured on gpu"):
+        resolve_member_strategy(
+            "auto", "cpu", 2, _check_record(tmp_path / "c.json", winner="vmap", backend="gpu")
+        )
+    (tmp_path / "d.json").write_text(json.dumps({"mode": "train"}))
+    with pytest.raises(UsageError, match="not a record of --mode=check"):
+        resolve_member_strategy("auto", "cpu", 2, str(tmp_path / "d.json"))
+
+
+@pytest.mark.multiprocess
+def test_two_processes_on_two_nodes_measure_inside_and_between(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "launch/local.py",
+            "--num_processes=2",
+            "--devices_per_process=4",
+            "--processes_per_node=1",
+            "--timeout_s=200",
+            "--",
+            sys.executable,
+            "-m",
+            "hpcai_jax.main",
+            "--mode=check",
+            "--workload=regression",
+            "--model=mlp",
+            "--dataset=friedman1",
+            "--batch_size=8",
+            "--check_budget_s=4",
+            f"--results_dir={tmp_path}",
+            "--run_name=check2",
+        ],
+        cwd=ROOT,
+        env=subprocess_env(4),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    record = json.loads((tmp_path / "check2.json").read_text())
+    axes = {p["axis"]: p["n"] for p in record["check"]["collectives"]}
+    assert axes == {"intra_node": 4, "inter_node": 2, "world": 8}
+    assert record["check"]["system"]["nodes"] == ["local-node0", "local-node1"]
+    assert "collectives on inter_node (n = 2 per group; GB/s)" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "node_of, axes, sizes",
+    [
+        (lambda i: 0, ("intra_node",), {"intra_node": 8}),
+        (
+            lambda i: i // 4,
+            ("intra_node", "inter_node", "world"),
+            {"intra_node": 4, "inter_node": 2},
+        ),
+        (lambda i: i, ("inter_node",), {"inter_node": 8}),
+        (lambda i: int(i >= 5), ("world",), {"world": 8}),  # 5 + 3 devices: no (node, local) grid
+    ],
+)
+def test_the_node_layout_offers_the_axes_its_nodes_allow(monkeypatch, node_of, axes, sizes):
+    import jax
+
+    monkeypatch.setattr(
+        collectives.nodes, "device_node_index", lambda ds: {d.id: node_of(d.id) for d in ds}
+    )
+    layout = collectives.node_layout(jax.devices())
+    assert layout.axes == axes
+    assert {a: layout.group_size(a) for a in sizes} == sizes

@@ -1,0 +1,104 @@
+"""Data worker faults: a killed worker is restarted at the element it owed (the batches are those
+of an undisturbed pipeline, bit for bit), past --worker_restarts the run stops in one line, and
+no shared-memory block outlives the stream."""
+
+import multiprocessing
+import os
+import signal
+
+import jax
+import numpy as np
+import pytest
+from test_bad_examples import BadJpeg, N, _corrupt, _datasets, _raw
+
+from hpcai_jax.axes import DATA, ENSEMBLE
+from hpcai_jax.data.bad_examples import BadExampleError
+from hpcai_jax.data.pipeline import train_batches
+from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.workers import BlockStream, WorkerDied
+
+STEPS = 6  # three epochs of 2 steps; the corrupt record is read at steps 1, 2 and 4
+
+
+@pytest.fixture(scope="module")
+def bad_dir(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("tfds")
+    BadJpeg(data_dir=str(data_dir), file_format="array_record").download_and_prepare()
+    return data_dir
+
+
+def _shm() -> set[str]:
+    """grain's blocks: Python's shared_memory names them psm_*."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+
+
+def _pipeline(source, workers, restarts=3):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), (ENSEMBLE, DATA))
+    sampler = BootstrapSampler("with_replacement", N, 8, seed=5)
+    return train_batches(source, sampler, mesh, 2, STEPS, workers, restarts)
+
+
+def _workers() -> list[int]:
+    return [p.pid for p in multiprocessing.active_children() if "grain" in p.name]
+
+
+def _host(batch):
+    return {name: np.asarray(a) for name, a in batch.items()}
+
+
+def test_a_killed_worker_is_restarted_and_the_batches_are_unchanged(bad_dir):
+    """Also: the workers report the corrupt record to this process, and an error (the record
+    under fail) leaves no shared memory behind but the block the killed worker was writing."""
+    bad = _corrupt(_raw(bad_dir, "train"))
+    reference_source = _datasets(bad_dir, "skip").train
+    reference = _pipeline(reference_source, workers=0)
+    want = [_host(reference(step)) for step in range(4)]
+    source = _datasets(bad_dir, "skip").train
+    make = _pipeline(source, workers=1, restarts=1)
+    before = _shm()
+    try:
+        got = [_host(make(step)) for step in range(2)]
+        (pid,) = _workers()
+        os.kill(pid, signal.SIGKILL)  # mid-epoch 0, the worker blocked on its next element
+        killed_at = _shm()  # the killed worker's unfinished block, if any, is among these
+        got += [_host(make(step)) for step in range(2, 4)]
+        assert _workers() not in ([], [pid])
+        assert source.bad_examples.skipped() == reference_source.bad_examples.skipped() == [bad]
+        source.bad_examples.policy = "fail"  # step 4 reads the corrupt record again
+        with pytest.raises(BadExampleError, match=f"split 'train' record {bad} does not decode"):
+            make(4)
+    finally:
+        make.close()
+    for step, (a, b) in enumerate(zip(got, want, strict=True)):
+        for name in b:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=f"step {step} {name}")
+    # At most the block the killed worker was writing remains (Python's resource tracker
+    # unlinks it when the process ends): every delivered or queued one is gone.
+    left = _shm() - before
+    assert left <= killed_at and len(left) <= 1
+
+
+def test_past_the_bound_the_stream_stops_naming_the_worker_and_signal(monkeypatch):
+    class Dead:
+        def __next__(self):
+            raise RuntimeError(
+                "Worker process was terminated unexpectedly with exit code -9. Search the logs"
+            )
+
+        def close(self):
+            pass
+
+    opened = []
+
+    def open_dead(self, first):
+        opened.append(first)
+        self._iterator, self._first, self._element = Dead(), 0, first
+
+    monkeypatch.setattr(BlockStream, "_open", open_dead)
+    read = type("Read", (), {"blocks": ((0, 1), (0, 2))})()  # two blocks a step
+    stream = BlockStream(read, last=10, workers=3, restarts=2)
+    with pytest.raises(WorkerDied) as e:
+        stream.step(2)
+    assert opened == [4, 4, 4]  # the first open, then two restarts at the element owed
+    assert str(e.value) == ("data worker 1 of 3 died (SIGKILL) with no --worker_restarts left")
+    assert e.value.exit_code == 1
