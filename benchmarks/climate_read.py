@@ -10,13 +10,23 @@ shared machine's load hits both alike. Both are read from the page cache (the fi
 written): the raw figure is HDF5 decompression plus transposing and downscaling, the converted
 one a memmap copy.
 
+Then the training read itself, as a run makes it: the pipeline's block stream
+(`hpcai_jax/data/workers.py`) with the climate training reader (`data/climate_train.py`: sample
+keys and the north-south flip) on raw and converted data, with each --workers count, reporting
+samples/s and samples per CPU-second of the training process and its workers together (Linux
+/proc: what a core yields, busy machine or not). It ends with the cores one GPU needs to be fed
+at full resolution: --gpu_batch samples per --step_s seconds, over the best per-core figure.
+
     python benchmarks/climate_read.py [--samples=16] [--heights=768,192] [--batch=4] [--reads=12]
+        [--workers=1,2] [--steps=6] [--step_s=1.0] [--gpu_batch=2]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -24,18 +34,65 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+from h5py._hl.filters import guess_chunk
 
-from hpcai_jax.data import climate, extremeweather, synthetic_climate
+from hpcai_jax.data import climate, climate_convert, extremeweather, synthetic_climate
+from hpcai_jax.data.climate_train import ClimateTrainReader
+from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.workers import BlockStream, ReadBlock
+
+
+def _cpu_s() -> float:
+    """CPU seconds used so far by this process and its children that have been waited for
+    (the workers, once the stream is closed)."""
+    own, children = (
+        resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _measure_stream(source, batch: int, steps: int, workers: int) -> tuple[float, float]:
+    """(samples/s, samples per CPU-second) of training steps of one member's block through the
+    worker pipeline (flips on). samples/s: `steps` steps after the first (start-up) is out;
+    per CPU-second: every step, over all CPU time of this process and its workers from before
+    they start until they have been joined (getrusage of the waited-for children: a worker that
+    finished its share early still counts; start-up included: a lower bound per core)."""
+    sampler = BootstrapSampler("with_replacement", len(source), batch, seed=0)
+    reader = ClimateTrainReader(source, flip=True)
+    block = ((0, 1), (0, batch))
+    stream = BlockStream(ReadBlock(reader, sampler, (block,)), steps + 1, workers)
+    cpu = _cpu_s()
+    try:
+        stream.step(0)
+        start = time.perf_counter()
+        for step in range(1, steps + 1):
+            stream.step(step)
+        rate = steps * batch / (time.perf_counter() - start)
+    finally:
+        stream.close()
+    return rate, (steps + 1) * batch / (_cpu_s() - cpu)
+
+
+def year_chunks(n: int) -> tuple[int, ...]:
+    """h5py's automatic chunking of a whole year, (1460, 16, 768, 1152) float32: (46, 1, 48,
+    72), 46 samples per chunk (the first axis cut to n for a shorter file)."""
+    chunks = guess_chunk((1460, climate.NUM_CHANNELS, *climate.FULL_SHAPE), None, 4)
+    return (min(n, chunks[0]), *chunks[1:])
 
 
 def _write_year(path: Path, start: int, n: int, seed: int) -> tuple[tuple[int, ...], float]:
-    """A raw year of n full-resolution examples; returns (HDF5 chunk shape, seconds writing)."""
+    """A raw year of n full-resolution examples, chunked as h5py chunks a whole year; returns
+    (HDF5 chunk shape, seconds writing)."""
     rng = np.random.default_rng(seed)
     h, w = climate.FULL_SHAPE
     seconds = 0.0
     with h5py.File(path, "w") as f:
         images = f.create_dataset(
-            "images", (n, climate.NUM_CHANNELS, h, w), np.float32, compression="gzip"
+            "images",
+            (n, climate.NUM_CHANNELS, h, w),
+            np.float32,
+            chunks=year_chunks(n),
+            compression="gzip",
         )
         raw_boxes = np.full((n, climate.MAX_BOXES, 5), -1, np.int32)
         for i in range(n):
@@ -52,6 +109,72 @@ def _write_year(path: Path, start: int, n: int, seed: int) -> tuple[tuple[int, .
         return images.chunks, seconds
 
 
+def _quiet(line: str) -> None:
+    del line
+
+
+def _one_sample_copy(root: Path, copy: Path) -> None:
+    """The raw years of root again, each in one-sample chunks (1, 16, 768, 1152)."""
+    for split in ("train", "test"):
+        (copy / split).mkdir(parents=True)
+        for path in (root / split).glob("climo_*.h5"):
+            with h5py.File(path) as f, h5py.File(copy / split / path.name, "w") as g:
+                images = f["images"]
+                g.create_dataset(
+                    "images", data=images[...], chunks=(1, *images.shape[1:]), compression="gzip"
+                )
+                g.create_dataset("boxes", data=f["boxes"][...])
+
+
+def _measure_converter(root: Path, height: int, worker_counts, samples: int) -> dict:
+    """The converter on the year-chunked files and on one-sample-chunk copies, with each worker
+    count (samples/s, both splits); outputs compared byte for byte; then a conversion
+    interrupted half-way, resumed, and a finished one skipped."""
+    one = root.parent / f"{root.name}_one_sample_chunks"
+    _one_sample_copy(root, one)
+    print(f"\nconverter at height {height} ({samples + 2} samples, both splits):")
+    figures, outputs = {}, []
+    for name, raw in (("year chunks", root), ("one-sample chunks", one)):
+        for workers in worker_counts:
+            out_dir = root.parent / f"conv_{len(outputs)}"
+            t = time.perf_counter()
+            outputs.append(climate_convert.convert(raw, out_dir, height, workers, log=_quiet))
+            rate = (samples + 2) / (time.perf_counter() - t)
+            figures[f"{name}, {workers} workers"] = rate
+            print(f"{name:<18} {workers} workers: {rate:6.2f} samples/s")
+    first = (outputs[0] / "train" / "images.npy").read_bytes()
+    same = all((o / "train" / "images.npy").read_bytes() == first for o in outputs[1:])
+    print(f"outputs byte-identical: {same}")
+    assert same
+    convert_unit, calls = climate_convert.convert_unit, []
+
+    def interrupted(unit, *args):
+        if len(calls) >= max(1, (samples + 2) // 2 // climate_convert.UNIT_SAMPLES):
+            raise KeyboardInterrupt
+        calls.append(unit)
+        return convert_unit(unit, *args)
+
+    out_dir = root.parent / "conv_resumed"
+    climate_convert.convert_unit = interrupted
+    try:
+        climate_convert.convert(one, out_dir, height, 1, log=_quiet)
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(calls)} units")
+    finally:
+        climate_convert.convert_unit = convert_unit
+    for what in ("resumed", "finished, skipped"):
+        t = time.perf_counter()
+        lines = []
+        climate_convert.convert(one, out_dir, height, 1, log=lines.append)
+        seconds = time.perf_counter() - t
+        said = [line for line in lines if "resuming" in line or "already" in line]
+        print(f"{what}: {seconds:.2f} s; {said[0]}")
+        figures[f"{what}_s"] = seconds
+    assert (out_dir / f"converted_{height}" / "train" / "images.npy").read_bytes() == first
+    shutil.rmtree(one)
+    return figures
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--samples", type=int, default=16, help="full-resolution training examples")
@@ -59,11 +182,16 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4, help="examples per random read")
     p.add_argument("--reads", type=int, default=12, help="timed reads per contender and height")
     p.add_argument("--dir", help="work directory (default: a temporary one, removed)")
+    p.add_argument("--workers", default="1,2", help="worker counts of the training read")
+    p.add_argument("--steps", type=int, default=6, help="timed steps per worker count")
+    p.add_argument("--step_s", type=float, default=1.0, help="one GPU's training step, seconds")
+    p.add_argument("--gpu_batch", type=int, default=2, help="samples per GPU per step")
     args = p.parse_args()
+    worker_counts = [int(w) for w in args.workers.split(",")]
     heights = [int(h) for h in args.heights.split(",")]
     with tempfile.TemporaryDirectory(dir=args.dir) as work:
-        root = Path(work)
-        (root / "train").mkdir()
+        root = Path(work) / "raw"
+        (root / "train").mkdir(parents=True)
         (root / "test").mkdir()
         t = time.perf_counter()
         chunks, write_s = _write_year(root / "train" / "climo_1979.h5", 0, args.samples, 0)
@@ -75,11 +203,11 @@ def main() -> None:
             f"({full_bytes / raw_bytes:.2f}x), HDF5 chunks {chunks}; built in "
             f"{time.perf_counter() - t:.1f} s ({full_bytes / 1e6 / write_s:.0f} MB/s compressing)"
         )
+        summary = {"converter": _measure_converter(root, heights[-1], worker_counts, args.samples)}
         rng = np.random.default_rng(0)
-        summary = {}
         for height in heights:
             t = time.perf_counter()
-            out = extremeweather.convert(root, root, height, chunk_size=4)
+            out = climate_convert.convert(root, root / "out", height, log=_quiet)
             convert_s = time.perf_counter() - t
             stats = ((0.0,) * 16, (1.0,) * 16)
             raw = extremeweather.RawClimateSource(
@@ -117,6 +245,33 @@ def main() -> None:
                 "converted_samples_s": rates["converted"],
                 "ratio": ratio,
             }
+            print(
+                f"\ntraining read (worker pipeline, flips on), {args.steps} steps of "
+                f"{args.batch} after start-up:"
+            )
+            print(f"{'source':<10} {'workers':>7} {'samples/s':>10} {'per CPU-s':>10}")
+            for name, source in (("raw", raw), ("converted", converted)):
+                for workers in worker_counts:
+                    rate, per_cpu = _measure_stream(source, args.batch, args.steps, workers)
+                    print(f"{name:<10} {workers:>7} {rate:>10.1f} {per_cpu:>10.1f}")
+                    summary[height][f"{name}_{workers}w_samples_s"] = rate
+                    summary[height][f"{name}_{workers}w_per_cpu_s"] = per_cpu
+        need = args.gpu_batch / args.step_s
+        print(
+            f"\none GPU at {args.gpu_batch} samples per {args.step_s:g} s step needs "
+            f"{need:.1f} samples/s:"
+        )
+        for height, figures in summary.items():
+            if height == "converter":
+                continue
+            for name in ("raw", "converted"):
+                per_core = max(figures[f"{name}_{w}w_per_cpu_s"] for w in worker_counts)
+                cores = need / per_core
+                figures[f"{name}_cores_per_gpu"] = cores
+                print(
+                    f"height {height}, {name:<9}: {per_core:7.1f} samples per CPU-second → "
+                    f"{cores:6.2f} cores per GPU"
+                )
         print(json.dumps(summary))
 
 

@@ -209,12 +209,19 @@ class DataConfig:
         "3/4-4/3) and horizontal flip. --noaugment gives training images the held-out "
         "transform (resize, centre crop), for ablations.",
     )
+    climate_flip: bool = _field(
+        False,
+        "Training augmentation of the climate sets: mirror half the examples north-south "
+        "(meridional winds negated, boxes mirrored), which keeps cyclones turning the way "
+        "their new hemisphere's Coriolis force turns them (docs/detection.md). Off by default: "
+        "the reference trains without augmentation.",
+    )
     prefetch: int = _field(2, "Batches prepared ahead on the devices.")
     data_workers: int = _field(
         -1,
-        "Worker processes that decode and augment training images of tfds sets (-1: one per "
-        "core this process may use, less one, at most 16 per local device; 0: none, in the "
-        "training process).",
+        "Worker processes that read and augment training examples of tfds sets and of "
+        "extremeweather (-1: one per core this process may use, less one, at most 16 per local "
+        "device; for synthetic_climate, held in memory, none; 0: none, in the training process).",
     )
     worker_restarts: int = _field(
         3,

@@ -48,10 +48,12 @@ _ALONE: dict[int, tuple] = {}  # id(setup) → (setup, jitted init, jitted step)
 
 def train_alone(setup, member: int, steps: int):
     """Member `member` of `setup` trained alone for `steps` steps on one device: plain jit,
-    statistics over its whole batch, its own bootstrap indices. The reference the sharded
-    ensemble must equal. Every member of a setup shares the two compiled functions."""
+    statistics over its whole batch, its own bootstrap indices (through the source's training
+    read, keys included, where it has one). The reference the sharded ensemble must equal.
+    Every member of a setup shares the two compiled functions."""
     import jax
 
+    from hpcai_jax.data.workers import augment_keys
     from hpcai_jax.engine.state import init_member, member_keys
     from hpcai_jax.engine.step import member_train_step
 
@@ -65,8 +67,15 @@ def train_alone(setup, member: int, steps: int):
     _, init, step = _ALONE[id(setup)]
     state = init(member_keys(setup.config.train.seed, setup.layout.ensemble_size)[member])
     source = setup.datasets.train
+    train_reader = getattr(source, "train_reader", None)
     for t in range(steps):
-        state, *_ = step(state, source.read(setup.sampler.step_indices(member, t)))
+        indices = setup.sampler.step_indices(member, t)
+        if train_reader is None:
+            batch = source.read(indices)
+        else:
+            rows = ((member, member + 1), (0, setup.sampler.batch_size))
+            batch = train_reader()(indices, augment_keys(setup.sampler, t, rows).reshape(-1, 4))
+        state, *_ = step(state, batch)
     return state
 
 

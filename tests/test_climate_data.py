@@ -1,7 +1,9 @@
 """Climate data: the shared spec and helpers, the synthetic generator, the raw ExtremeWeather
 reader (tiny HDF5 files of the real layout on a 48 × 72 grid), the converter and the CLI."""
 
+import dataclasses
 import json
+import pickle
 import re
 import subprocess
 import sys
@@ -10,7 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from hpcai_jax.data import climate, extremeweather, synthetic_climate
+from hpcai_jax.data import climate, climate_convert, extremeweather, synthetic_climate
+from hpcai_jax.data.climate_train import ClimateTrainSet
 from hpcai_jax.errors import UsageError
 
 GRID = (48, 72)  # the tests' full grid: 16× smaller than ExtremeWeather's 768 × 1152
@@ -58,6 +61,7 @@ def test_spec_fields():
         "image": ((96, 144, 16), "float16"),
         "boxes": ((15, 4), "float32"),
         "classes": ((15,), "int32"),
+        "sample_key": ((2,), "uint32"),
     }
 
 
@@ -195,7 +199,8 @@ def test_raw_reads_scattered_rows(raw):
     got = source.read(picks)
     want_image, want_boxes, want_classes = _expected(images[picks], boxes[picks], 2)
     assert got["image"].dtype == np.float16 and np.isfinite(got["image"]).all()
-    np.testing.assert_allclose(got["image"], want_image, rtol=1e-3)
+    # float32 block sums of unit-scale values round at ~1e-7: near-zero means differ by that.
+    np.testing.assert_allclose(got["image"], want_image, rtol=1e-3, atol=1e-6)
     np.testing.assert_array_equal(got["boxes"], want_boxes)
     np.testing.assert_array_equal(got["classes"], want_classes)
     # stats=None: from evenly spaced training examples, here all 7 of them.
@@ -217,16 +222,34 @@ def test_convert_equals_raw_reads_and_prefers_converted(raw, tmp_path):
     root, _, _ = raw
     train, test = extremeweather.open_extremeweather(root, HEIGHT, grid=GRID)
     assert isinstance(train, extremeweather.RawClimateSource)
-    out = extremeweather.convert(root, tmp_path, HEIGHT, chunk_size=2, grid=GRID)
+    lines = []
+    out = climate_convert.convert(root, tmp_path, HEIGHT, grid=GRID, log=lines.append)
     assert out == tmp_path / "converted_24" and sorted(p.name for p in tmp_path.iterdir()) == [
         "converted_24"
     ]
+    # First each file's layout, then progress with rate and ETA.
+    assert lines[0] == (
+        f"{root / 'train' / 'climo_1979.h5'}: images float32 [4, 16, 48, 72], chunks "
+        "[1, 1, 48, 72] (1 sample per chunk), compression gzip"
+    )
+    assert re.fullmatch(r"10/10 samples \(test\), [\d.]+ samples/s, ETA 0 s", lines[-1])
     c_train, c_test = extremeweather.open_extremeweather(tmp_path, HEIGHT, grid=GRID)
     assert isinstance(c_train, extremeweather.ConvertedClimateSource)
     for converted, direct in ((c_train, train), (c_test, test)):
         rows = np.arange(len(direct))[::-1]
         for name, array in converted.read(rows).items():
             np.testing.assert_array_equal(array, direct.read(rows)[name])
+    # Training reads go to worker processes: both sources pickle as their files, not their data,
+    # and read the same there (heads included).
+    keys = np.array([[0, 0, 0, s] for s in range(3)])
+    for source in (train.head(5), c_train.head(5)):
+        reader = ClimateTrainSet(source, flip=True).train_reader()
+        pickled = pickle.dumps(reader)
+        assert len(pickled) < 4096
+        copy = pickle.loads(pickled)
+        assert len(copy.source) == 5
+        for name, array in copy(np.array([4, 0, 4]), keys).items():
+            np.testing.assert_array_equal(array, reader(np.array([4, 0, 4]), keys)[name])
     meta = json.loads((out / "test" / "stats.json").read_text())
     everything = train.read(np.arange(7))["image"].astype(np.float64).reshape(-1, 16)
     np.testing.assert_allclose(meta["mean"], everything.mean(0), rtol=1e-9)
@@ -238,25 +261,86 @@ def test_convert_equals_raw_reads_and_prefers_converted(raw, tmp_path):
             "bytes": (root / "test" / "climo_1984.h5").stat().st_size,
         }
     ]
-    with pytest.raises(UsageError, match="converted_24 already exists"):
-        extremeweather.convert(root, tmp_path, HEIGHT, grid=GRID)
+    lines = []  # a finished conversion is skipped
+    assert climate_convert.convert(root, tmp_path, HEIGHT, grid=GRID, log=lines.append) == out
+    assert lines == [f"{out}: already converted; delete it to convert again"]
 
 
-def test_interrupted_conversion_leaves_nothing_complete(raw, tmp_path, monkeypatch):
+def test_interrupted_conversion_resumes_where_it_stopped(raw, tmp_path, monkeypatch):
     root, _, _ = raw
+    reference = climate_convert.convert(root, tmp_path / "once", HEIGHT, grid=GRID, log=len)
+    convert_unit, calls = climate_convert.convert_unit, []
 
-    def fail(*args, **kwargs):
-        raise KeyboardInterrupt  # after both splits' arrays are written, before stats.json
+    def interrupted(unit, *args):
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # the second unit (of 3: 4, 3 and 3 samples)
+        calls.append(unit)
+        return convert_unit(unit, *args)
 
-    monkeypatch.setattr(extremeweather, "channel_stats", fail)
+    monkeypatch.setattr(climate_convert, "convert_unit", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        extremeweather.convert(root, tmp_path, HEIGHT, grid=GRID)
-    assert list(tmp_path.iterdir()) == []
-    # A kill leaves the hidden .partial directory: it is never taken for a converted set.
-    (tmp_path / ".converted_24.partial-x" / "train").mkdir(parents=True)
-    (tmp_path / ".converted_24.partial-x" / "train" / "stats.json").write_text("{}")
+        climate_convert.convert(root, tmp_path, HEIGHT, grid=GRID, log=len)
+    # The hidden .partial directory is never taken for a converted set.
+    assert [p.name for p in tmp_path.iterdir() if p.name != "once"] == [".converted_24.partial"]
     with pytest.raises(UsageError, match="no train/climo_"):
         extremeweather.open_extremeweather(tmp_path, HEIGHT, grid=GRID)
+    monkeypatch.setattr(climate_convert, "convert_unit", convert_unit)
+    lines = []
+    out = climate_convert.convert(root, tmp_path, HEIGHT, grid=GRID, log=lines.append)
+    assert "resuming" in lines[3] and "1 units done before" in lines[3]
+    assert lines[4].startswith("7/10 samples (train)")  # the first unit was not redone
+    _assert_same_conversion(out, reference)
+
+
+def _assert_same_conversion(a, b):
+    for split in ("train", "test"):
+        for name in ("images.npy", "boxes.npy", "classes.npy"):
+            assert (a / split / name).read_bytes() == (b / split / name).read_bytes(), name
+        ja, jb = (json.loads((d / split / "stats.json").read_text()) for d in (a, b))
+        assert ja["mean"] == jb["mean"] and ja["std"] == jb["std"]
+
+
+def test_units_read_whole_chunks():
+    layout = climate_convert.FileLayout(
+        "y.h5", (1460, 16, 768, 1152), "float32", (46, 1, 24, 36), "gzip"
+    )
+    units = climate_convert.plan_units(layout, "train", 100, factor=4)
+    assert [u.start for u in units[:3]] == [0, 46, 92] and units[-1].stop == 1460
+    assert units[1].row == 146  # rows of the split's output: after 100 of an earlier year
+    assert all(u.channels_per_slab == 1 and u.rows_per_slab % 24 == 0 for u in units)
+    # One slab (46 samples × 1 channel × rows × 1152 float32) within SLAB_BYTES.
+    assert 46 * units[0].rows_per_slab * 1152 * 4 <= climate_convert.SLAB_BYTES
+    one = climate_convert.plan_units(
+        dataclasses.replace(layout, chunks=(1, 16, 768, 1152)), "test", 0, factor=4
+    )
+    assert [(u.start, u.stop) for u in one[:2]] == [(0, 4), (4, 8)]
+    assert one[0].channels_per_slab == 16 and one[0].rows_per_slab == 768
+
+
+def test_output_is_the_same_whatever_the_chunking_and_workers(tmp_path, monkeypatch):
+    """A year chunked across several samples (and channels and rows, like h5py's automatic
+    chunking) and the same year in one-sample chunks, converted by 1 and by 2 processes."""
+    monkeypatch.setattr(climate_convert, "SLAB_BYTES", 1)  # slabs of the fewest whole chunks
+    images, boxes = _write_year(tmp_path / "first.h5", 7, 0)
+    for name, chunks in (("many", (3, 4, 16, 24)), ("one", (1, 16, 48, 72))):
+        for split, data in (("train", images), ("test", images[:4])):
+            (tmp_path / name / split).mkdir(parents=True)
+            with h5py.File(tmp_path / name / split / "climo_1979.h5", "w") as f:
+                f.create_dataset("images", data=data, chunks=chunks, compression="gzip")
+                f.create_dataset("boxes", data=boxes[: len(data)])
+    outs = [
+        climate_convert.convert(tmp_path / name, tmp_path / f"{name}{w}", HEIGHT, w, GRID, len)
+        for name, w in (("many", 1), ("many", 2), ("one", 1))
+    ]
+    for out in outs[1:]:
+        _assert_same_conversion(out, outs[0])
+    source = extremeweather.RawClimateSource(
+        extremeweather.raw_files(tmp_path / "one", "train"), HEIGHT, grid=GRID
+    )
+    converted = extremeweather.ConvertedClimateSource(outs[0] / "train")
+    np.testing.assert_array_equal(
+        converted.read(np.arange(7))["image"], source.read(np.arange(7))["image"]
+    )
 
 
 def test_bad_files_name_the_file(tmp_path):
@@ -322,13 +406,14 @@ def test_non_finite_values_are_refused_naming_file_sample_and_channel(tmp_path, 
         extremeweather.RawClimateSource([bad], HEIGHT, grid=GRID)  # its statistics read all 3
     assert "\n" not in str(err.value)
     with pytest.raises(UsageError, match=where):
-        extremeweather.convert(tmp_path, tmp_path / "out", HEIGHT, grid=GRID)
+        climate_convert.convert(tmp_path, tmp_path / "out", HEIGHT, grid=GRID, log=len)
     assert not list((tmp_path / "out").glob("converted_*/train/stats.json"))
     if value != 1e9:
         return
     bad.unlink()  # a good year converts; then its stats.json is spoiled
     _write_year(tmp_path / "train" / "climo_1980.h5", 3, 0)
-    split = extremeweather.convert(tmp_path, tmp_path / "out", HEIGHT, grid=GRID) / "train"
+    out = climate_convert.convert(tmp_path, tmp_path / "out", HEIGHT, grid=GRID, log=len)
+    split = out / "train"
     meta = json.loads((split / "stats.json").read_text())
     meta["mean"][1] = float("inf")
     (split / "stats.json").write_text(json.dumps(meta))

@@ -240,7 +240,7 @@ def test_rpn_targets_sampling_caps_and_determinism():
     gt = np.full((15, 4), -1.0, np.float32)
     gt[:3] = [[0.0, 0.0, 64.0, 64.0], [32.0, 40.0, 96.0, 104.0], [16.0, 80.0, 80.0, 144.0]]
     cls = np.array([0, 2, 3] + [-1] * 12, np.int32)
-    fn = jax.jit(lambda g: targets.rpn_targets(a, g, cls, batch_per_image=32))
+    fn = jax.jit(lambda g, key=None: targets.rpn_targets(a, g, cls, key, batch_per_image=32))
     t = fn(gt)
     pos = np.asarray(t["labels"]) == 1
     sampled = np.asarray(t["sampled"])
@@ -249,10 +249,25 @@ def test_rpn_targets_sampling_caps_and_determinism():
     assert np.asarray(full["labels"]).sum() > 16
     assert pos.sum() == 16 and sampled.sum() == 32
     assert (np.asarray(full["labels"])[pos] == 1).all()  # sampled from the true positives
-    np.testing.assert_array_equal(fn(gt)["sampled"], sampled)  # same inputs, same sample
-    moved = gt.copy()
-    moved[0, 0] += 1.0  # another image: another subset of negatives
-    assert (np.asarray(fn(moved)["sampled"]) & ~pos != sampled & ~pos).any()
+    # The sample is keyed (per seed, member, step, example): the same key, the same sample;
+    # another key (the next step), another subset of positives and of negatives.
+    key, other = np.array([7, 1], np.uint32), np.array([7, 2], np.uint32)
+    keyed = np.asarray(fn(gt, key)["sampled"])
+    np.testing.assert_array_equal(np.asarray(fn(gt, key)["sampled"]), keyed)
+    assert keyed.sum() == 32 and (np.asarray(fn(gt, key)["labels"]) == 1).sum() == 16
+    again = np.asarray(fn(gt, other)["sampled"])
+    assert (again & pos != keyed & pos).any() and (again & ~pos != keyed & ~pos).any()
+
+
+def test_priorities_are_distinct_and_keyed():
+    n = 5000
+    p = np.asarray(targets.priorities(n, np.array([3, 9], np.uint32)))
+    assert len(np.unique(p)) == n and p.min() >= 0 and p.max() < 2**30
+    np.testing.assert_array_equal(targets.priorities(n, np.array([3, 9], np.uint32)), p)
+    for key, stream in (([3, 10], 0), ([4, 9], 0), ([3, 9], 1)):
+        q = np.asarray(targets.priorities(n, np.array(key, np.uint32), stream))
+        # Another key or stream: an unrelated order (the top 100 barely overlap).
+        assert len(np.intersect1d(np.argsort(p)[-100:], np.argsort(q)[-100:])) < 20
 
 
 def test_targets_of_an_image_without_boxes():
@@ -295,10 +310,15 @@ def test_roi_targets_sampling():
     ):
         gt = GT_BOXES[0] if label == 1 else GT_BOXES[1]
         np.testing.assert_allclose(boxes.decode(delta, roi, (10.0, 10.0, 5.0, 5.0)), gt, atol=1e-4)
-    # At most 25 %: 3 of 12 foreground.
+    # At most 25 %: 3 of 12 foreground, which 3 depending on the key.
     t = sample(proposals, GT_BOXES, GT_CLASSES, foreground_fraction=0.25)
     labels = np.asarray(t["labels"])
     assert ((labels >= 0) & (labels < 4)).sum() == 3 and (labels == 4).sum() == 2
+    picks = {
+        tuple(map(tuple, np.asarray(sample(proposals, GT_BOXES, GT_CLASSES, key)["rois"][:3])))
+        for key in np.arange(16, dtype=np.uint32).reshape(8, 2)
+    }
+    assert len(picks) > 1
 
 
 # ---- losses ----

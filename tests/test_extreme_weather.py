@@ -13,7 +13,7 @@ from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import BATCH_SPEC
-from hpcai_jax.data.pipeline import eval_batches, train_batch
+from hpcai_jax.data.pipeline import eval_batches, train_batches
 from hpcai_jax.engine.setup import build_setup
 
 STEPS = 2
@@ -24,7 +24,11 @@ def _config(**mesh) -> C.RunConfig:
         mesh=C.MeshConfig(ensemble_size=2, **mesh),
         model=C.ModelConfig(workload="extreme_weather", model="faster_rcnn_small"),
         data=C.DataConfig(
-            dataset="synthetic_climate", image_size=32, train_examples=32, eval_examples=16
+            dataset="synthetic_climate",
+            image_size=32,
+            train_examples=32,
+            eval_examples=16,
+            climate_flip=True,
         ),
         train=C.TrainConfig(batch_size=8, steps=STEPS, eval_batch_size=16),
         optim=C.OptimConfig(lr_schedule="constant", learning_rate=0.32),
@@ -34,14 +38,22 @@ def _config(**mesh) -> C.RunConfig:
 
 @pytest.fixture(scope="module")
 def trained():
-    """The ensemble (M=2, mesh 2×4) after STEPS steps, with its setup."""
+    """The ensemble (M=2, mesh 2×4) after STEPS steps, with its setup; training batches through
+    the climate training read (sample keys, latitude flips) in this process."""
     setup = build_setup(_config(members_per_device=1, parallel_degree=4))
     state = setup.init_state()
+    batches = train_batches(setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0)
+    keys = []
     for t in range(STEPS):
-        batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 2, t)
+        batch = batches(t)
+        keys.append(np.asarray(batch["sample_key"]))
         state, metrics = setup.train_step(state, batch)
     assert np.all(np.asarray(metrics.finite))
     assert {"rpn_cls", "rpn_box", "head_cls", "head_box"} <= set(metrics.metrics)
+    # Every (member, step, row) has its own sampling key; a resumed run reads the same ones.
+    assert len({tuple(k) for step_keys in keys for k in step_keys.reshape(-1, 2)}) == 2 * 2 * 8
+    resumed = train_batches(setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0)
+    np.testing.assert_array_equal(np.asarray(resumed(STEPS - 1)["sample_key"]), keys[-1])
     return setup, state
 
 
@@ -97,6 +109,32 @@ def test_identical_members_ensemble_equals_one_member(trained):
     np.testing.assert_array_equal(counts.members[0], counts.members[1])
     np.testing.assert_array_equal(counts.ensemble, counts.members[0])
     assert counts.ensemble.sum() > 0  # detections were matched or missed: something was scored
+
+
+def test_mean_of_identical_members_is_exact_at_two_and_within_an_ulp_at_three():
+    """The eval step's member mean (engine/step.py `_voters_mean`) of M copies of one member's
+    outputs: exactly the outputs at M = 2; at M = 3 (3x rounds, then ÷ 3 rounds) within one
+    ulp, and not always exact: why the identical-members test above runs at M = 2."""
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    from hpcai_jax.axes import ENSEMBLE
+    from hpcai_jax.engine.step import _voters_mean
+
+    mesh = Mesh(np.array(jax.devices()[:1]), (ENSEMBLE,))
+    x = np.random.default_rng(0).uniform(size=(64, 5)).astype(np.float32)  # probabilities
+    for m in (2, 3):
+        mean = jax.jit(
+            jax.shard_map(
+                _voters_mean, mesh=mesh, in_specs=(P(ENSEMBLE), P(ENSEMBLE)), out_specs=P()
+            )
+        )(np.stack([x] * m), np.ones((m, 64), np.float32))
+        mean = np.asarray(mean)
+        if m == 2:
+            np.testing.assert_array_equal(mean, x)
+        else:
+            assert (np.abs(mean - x) <= np.spacing(x)).all()
+            assert 0.1 < (mean != x).mean() < 0.6, (mean != x).mean()
 
 
 def test_ensemble_does_not_depend_on_member_order(trained):

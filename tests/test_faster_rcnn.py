@@ -41,16 +41,17 @@ def inputs():
 
 @pytest.fixture(scope="module")
 def trained(model, inputs):
-    """Initial variables, 30 steps of SGD with momentum on the one image, and the losses."""
+    """Initial variables, 40 steps of SGD with momentum on the one image (sampling keyed by the
+    step, as in training), and the losses."""
     variables = jax.jit(lambda: model.init(jax.random.key(0), inputs, train=False))()
     tx = optax.sgd(0.02, momentum=0.9)
 
     @jax.jit
-    def step(params, batch_stats, opt_state):
+    def step(params, batch_stats, opt_state, key):
         def loss_fn(p):
             outputs, state = model.apply(
                 {"params": p, "batch_stats": batch_stats},
-                inputs,
+                {**inputs, "sample_key": key},  # a fresh draw of anchors and RoIs each step
                 train=True,
                 mutable=["batch_stats"],
             )
@@ -64,9 +65,9 @@ def trained(model, inputs):
     params, batch_stats = variables["params"], variables["batch_stats"]
     opt_state = tx.init(params)
     history = []
-    for i in range(30):
+    for i in range(40):
         params, opt_state, loss, (metrics, batch_stats, outputs) = step(
-            params, batch_stats, opt_state
+            params, batch_stats, opt_state, jnp.asarray([[i, 0]], jnp.uint32)
         )
         history.append((float(loss), {k: float(v) for k, v in metrics.items()}))
         if i == 0:

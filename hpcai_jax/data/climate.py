@@ -50,6 +50,8 @@ class ClimateSpec:
             "image": (tuple(self.image_shape), "float16"),
             "boxes": ((self.max_boxes, 4), "float32"),  # padding rows -1
             "classes": ((self.max_boxes,), "int32"),  # 0..3, padding -1
+            # The detector's sampling key (data/climate_train.py); zeros outside training.
+            "sample_key": ((2,), "uint32"),
         }
 
 
@@ -73,12 +75,26 @@ def downscale(images: np.ndarray, boxes: np.ndarray, factor: int) -> tuple[np.nd
 
 
 def downscale_images(images: np.ndarray, factor: int) -> np.ndarray:
-    """Block mean over factor × factor pixels, in float32: float16 sums of pressures overflow."""
+    """[n, H, W, C] → [n, H/f, W/f, C]: `downscale_planes` over the (H, W) axes."""
     if factor == 1:
         return images
-    n, h, w, c = images.shape
-    blocks = images.reshape(n, h // factor, factor, w // factor, factor, c)
-    return blocks.mean(axis=(2, 4), dtype=np.float32)
+    planes = downscale_planes(np.moveaxis(images, -1, 1), factor)
+    return np.moveaxis(planes, 1, -1)
+
+
+def downscale_planes(planes: np.ndarray, factor: int) -> np.ndarray:
+    """[..., H, W] → float32 [..., H/f, W/f]: the mean of each factor × factor block, in float32
+    (float16 sums of pressures overflow), summed in a fixed order, one block position at a time:
+    elementwise, so a value does not depend on how many samples, channels or rows were
+    downscaled together (the converter's output is the same however it reads the file)."""
+    *lead, h, w = planes.shape
+    blocks = planes.reshape(*lead, h // factor, factor, w // factor, factor)
+    total = blocks[..., 0, :, 0].astype(np.float32)
+    for i in range(factor):
+        for j in range(factor):
+            if i or j:
+                total = total + blocks[..., i, :, j]
+    return total / np.float32(factor * factor)
 
 
 def scale_boxes(boxes: np.ndarray, factor: int) -> np.ndarray:

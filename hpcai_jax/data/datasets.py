@@ -6,6 +6,7 @@ import dataclasses
 
 from hpcai_jax.config import DataConfig
 from hpcai_jax.data import fashion_mnist, friedman
+from hpcai_jax.data.climate_train import ClimateTrainSet
 from hpcai_jax.data.source import DataSpec, ImageSpec, Source
 
 
@@ -88,12 +89,14 @@ def open_datasets(config: DataConfig) -> Datasets:
             config.eval_examples or synthetic_climate.EVAL_EXAMPLES,
             seed=0,  # one fixed data set: --seed varies the members, not the data
         )
+        train = ClimateTrainSet(train, config.climate_flip, in_memory=True)
     elif config.dataset == "extremeweather":
         from hpcai_jax.data import extremeweather
 
         train, held_out = extremeweather.open_extremeweather(
             config.data_dir, climate_height(config)
         )
+        train = ClimateTrainSet(train, config.climate_flip)
     else:
         from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
 

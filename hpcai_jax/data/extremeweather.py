@@ -4,7 +4,8 @@ converted once into a layout that random reads are fast on.
 The raw files, one per year, `climo_YYYY.h5` (≈ 62 GB each, gzip): dataset `images` float32
 [1460, 16, 768, 1152] (4 fields a day, channels first, in CAM5 units) and `boxes` int
 [1460, 15, 5]. A random read from them decompresses whole HDF5 chunks, so training from them is
-slow; `python -m hpcai_jax.data.extremeweather` converts them once, at one image height.
+slow; `python -m hpcai_jax.data.extremeweather` converts them once, at one image height
+(data/climate_convert.py: chunk-aligned, in parallel, resumable).
 
 --data_dir layout (the height H is --image_size):
 
@@ -15,9 +16,8 @@ slow; `python -m hpcai_jax.data.extremeweather` converts them once, at one image
                                     classes.npy int32 [n, 15], stats.json
 
 `open_extremeweather` prefers converted_<H> and otherwise reads the raw years. The converter
-builds converted_<H> under a hidden `.converted_<H>.partial-*` name and renames it when complete,
-so an interrupted conversion never leaves a directory that looks complete (delete stale
-`.partial-*` directories by hand).
+builds converted_<H> under a hidden `.converted_<H>.partial` name and renames it when complete,
+so an interrupted conversion never leaves a directory that looks complete; a rerun resumes it.
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import argparse
 import copy
 import json
 import math
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +46,7 @@ from hpcai_jax.data.climate import (
     downscale_images,
     scale_boxes,
 )
+from hpcai_jax.data.climate_train import SAMPLE_KEY, zero_keys
 from hpcai_jax.errors import UsageError
 
 NAME = "extremeweather"
@@ -107,6 +105,7 @@ class RawClimateSource(_FirstN):
         import h5py  # only the raw files need it
 
         self._factor = check_image_size(height, grid)
+        self._grid = grid
         self._files, self._images, boxes = [], [], []
         for path in paths:
             f, images, raw_boxes = _open_year(h5py, Path(path), grid)
@@ -126,6 +125,15 @@ class RawClimateSource(_FirstN):
             for f in self._files:
                 f.close()
             raise
+
+    def __getstate__(self) -> dict:
+        """Pickled as what reopens it (a worker process opens its own HDF5 handles)."""
+        stats = (self.spec.mean, self.spec.std)
+        return {"args": (self.paths, self._image_shape[0], stats, self._grid), "length": len(self)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(*state["args"])
+        self._length = state["length"]
 
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         """Reads each distinct example once, in file order and in runs of consecutive rows (so
@@ -148,6 +156,7 @@ class RawClimateSource(_FirstN):
             "image": images[order],
             "boxes": self._boxes[indices],
             "classes": self._classes[indices],
+            SAMPLE_KEY: zero_keys(len(indices)),
         }
 
     def _to_image(self, block: np.ndarray) -> np.ndarray:
@@ -171,12 +180,18 @@ def _check_finite(path: Path, first_row: int, raw: np.ndarray, image: np.ndarray
     if not bad.any():
         return
     k, _, _, c = (int(i[0]) for i in np.nonzero(bad))
-    where = f"{path}: sample {first_row + k}, channel {c} ({CHANNELS[c]})"
-    raw_bad = ~np.isfinite(raw[k, c])
+    refuse_sample(path, first_row + k, c, raw[k, c])
+
+
+def refuse_sample(path: Path, sample: int, c: int, raw: np.ndarray) -> None:
+    """Raises the UsageError of channel c of a sample whose float16 image is not finite, `raw`
+    (that channel's values in the file, or some rows of them) saying why."""
+    where = f"{path}: sample {sample}, channel {c} ({CHANNELS[c]})"
+    raw_bad = ~np.isfinite(raw)
     if raw_bad.any():
-        value = raw[k, c][raw_bad][0]
+        value = raw[raw_bad][0]
         raise UsageError(f"{where}: non-finite value {value} in the file; fix or drop the file")
-    peak = float(np.max(np.abs(raw[k, c])))
+    peak = float(np.max(np.abs(raw)))
     raise UsageError(
         f"{where}: |value| up to {peak:.4g} in the file overflows float16 storage "
         f"(× {float(STORAGE_SCALE[c]):g} into {UNITS[c]}, max 65504); not ExtremeWeather's units?"
@@ -257,6 +272,7 @@ class ConvertedClimateSource(_FirstN):
         _check_stats(str(stats_file), *stats)
         self.spec = ClimateSpec(NAME, (height, width, NUM_CHANNELS), *stats)
         expected = {name: shape for name, (shape, _) in self.spec.fields.items()}
+        self.directory = directory
         arrays = {}
         for name, file in (("image", "images"), ("boxes", "boxes"), ("classes", "classes")):
             path = directory / f"{file}.npy"
@@ -277,11 +293,20 @@ class ConvertedClimateSource(_FirstN):
         self._length = len(arrays["image"])
         self.meta = meta
 
+    def __getstate__(self) -> dict:
+        """Pickled as its directory (a worker process maps the files itself)."""
+        return {"directory": self.directory, "length": len(self)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["directory"])
+        self._length = state["length"]
+
     def read(self, indices: np.ndarray) -> dict[str, np.ndarray]:
         indices = np.asarray(indices, np.int64).reshape(-1)
         if len(indices) and (indices.min() < 0 or indices.max() >= len(self)):
             raise IndexError(f"example index out of range [0, {len(self)})")
-        return {name: np.asarray(array[indices]) for name, array in self._arrays.items()}
+        out = {name: np.asarray(array[indices]) for name, array in self._arrays.items()}
+        return {**out, SAMPLE_KEY: zero_keys(len(indices))}
 
 
 def raw_files(raw_dir: Path, split: str) -> list[Path]:
@@ -294,81 +319,6 @@ def raw_files(raw_dir: Path, split: str) -> list[Path]:
 
 def converted_dir(data_dir: Path, height: int) -> Path:
     return Path(data_dir) / f"converted_{height}"
-
-
-def convert(
-    raw_dir: str | Path,
-    out_dir: str | Path,
-    height: int,
-    chunk_size: int = 8,
-    grid: tuple[int, int] = FULL_SHAPE,
-) -> Path:
-    """Converts raw_dir/{train,test}/climo_*.h5 into out_dir/converted_<height>/ (module doc),
-    `chunk_size` examples at a time, so a year never sits in memory; returns the directory.
-
-    The mean and std in both splits' stats.json are the training split's, over every training
-    pixel of the converted (downscaled, float16) images.
-    """
-    check_image_size(height, grid)
-    raw_dir, out_dir = Path(raw_dir), Path(out_dir)
-    if not raw_dir.is_dir():
-        raise UsageError(f"--raw_dir={raw_dir}: directory not found; {_HOW_TO_GET}")
-    paths = {split: raw_files(raw_dir, split) for split in SPLITS}
-    final = converted_dir(out_dir, height)
-    if final.exists():
-        raise UsageError(
-            f"--out_dir={out_dir}: {final.name} already exists; delete it to convert again"
-        )
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=out_dir))
-    except OSError as e:
-        raise UsageError(f"--out_dir={out_dir}: cannot write there ({e})") from None
-    try:
-        # Placeholder statistics: the exact ones are computed from what is written.
-        unit = ((0.0,) * NUM_CHANNELS, (1.0,) * NUM_CHANNELS)
-        for split in SPLITS:
-            source = RawClimateSource(paths[split], height, stats=unit, grid=grid)
-            _write_split(source, partial / split, chunk_size)
-        mean, std = channel_stats(np.load(partial / "train" / "images.npy", mmap_mode="r"))
-        _check_stats(f"--raw_dir={raw_dir}: training statistics", mean, std)
-        for split in SPLITS:
-            meta = {
-                "height": height,
-                "width": grid[1] * height // grid[0],
-                "channels": list(CHANNELS),
-                "units": list(UNITS),
-                "mean": list(mean),
-                "std": list(std),
-                "stats_from": "train",
-                "examples": int(np.load(partial / split / "classes.npy", mmap_mode="r").shape[0]),
-                "sources": [{"file": str(p), "bytes": p.stat().st_size} for p in paths[split]],
-            }
-            (partial / split / "stats.json").write_text(json.dumps(meta, indent=1) + "\n")
-        os.rename(partial, final)
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    return final
-
-
-def _write_split(source: RawClimateSource, directory: Path, chunk_size: int) -> None:
-    directory.mkdir()
-    n = len(source)
-    images = np.lib.format.open_memmap(
-        directory / "images.npy", mode="w+", dtype=np.float16, shape=(n, *source.spec.image_shape)
-    )
-    boxes = np.empty((n, MAX_BOXES, 4), np.float32)
-    classes = np.empty((n, MAX_BOXES), np.int32)
-    for start in range(0, n, chunk_size):
-        rows = np.arange(start, min(n, start + chunk_size))
-        chunk = source.read(rows)
-        images[rows[0] : rows[-1] + 1] = chunk["image"]
-        boxes[rows], classes[rows] = chunk["boxes"], chunk["classes"]
-    images.flush()
-    del images
-    np.save(directory / "boxes.npy", boxes)
-    np.save(directory / "classes.npy", classes)
 
 
 def open_extremeweather(
@@ -401,17 +351,24 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m hpcai_jax.data.extremeweather --raw_dir=D --image_size=192 [--out_dir=O]`."""
+    """`python -m hpcai_jax.data.extremeweather --raw_dir=D --image_size=192 [--out_dir=O]
+    [--workers=K]` (the converter: data/climate_convert.py)."""
+    from hpcai_jax.data.climate_convert import convert
+
     p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
     p.add_argument("--raw_dir", required=True, help="directory with train/ and test/ climo_*.h5")
-    p.add_argument("--out_dir", help="where converted_<H>/ goes (default: --raw_dir)")
+    p.add_argument(
+        "--out_dir",
+        help="where converted_<H>/ goes, to be trained on with --data_dir=OUT_DIR (default: "
+        "RAW_DIR_converted beside --raw_dir; ≈ 41 GB per year at --image_size=768)",
+    )
     p.add_argument("--image_size", type=int, default=192, help="image height, a divisor of 768")
-    p.add_argument("--chunk_size", type=int, default=8, help="examples converted at a time")
+    p.add_argument("--workers", type=int, default=1, help="converting processes")
     try:
         args = p.parse_args(sys.argv[1:] if argv is None else argv)
-        if args.chunk_size < 1:
-            raise UsageError(f"--chunk_size={args.chunk_size}: expected >= 1")
-        out = convert(args.raw_dir, args.out_dir or args.raw_dir, args.image_size, args.chunk_size)
+        raw_dir = Path(args.raw_dir)
+        out_dir = args.out_dir or raw_dir.absolute().parent / f"{raw_dir.absolute().name}_converted"
+        out = convert(raw_dir, out_dir, args.image_size, args.workers)
     except UsageError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return e.exit_code

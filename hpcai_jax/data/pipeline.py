@@ -146,11 +146,13 @@ def train_batches(
     train_reader = getattr(source, "train_reader", None)
     if train_reader is None:
         return functools.partial(train_batch, source, sampler, mesh, ensemble_size)
-    if workers < 0:
-        workers = default_workers(len(mesh.local_devices))
+    reader = train_reader()
+    if workers < 0:  # an in-memory set's read is indexing: workers would only copy it
+        in_memory = getattr(reader, "in_memory", False)
+        workers = 0 if in_memory else default_workers(len(mesh.local_devices))
     bad_examples = getattr(source, "bad_examples", None)
     return WorkerBatches(
-        train_reader(),
+        reader,
         source.spec.fields,
         sampler,
         mesh,

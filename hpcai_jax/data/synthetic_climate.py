@@ -32,6 +32,7 @@ import numpy as np
 
 from hpcai_jax.data.climate import CHANNELS, FULL_SHAPE, MAX_BOXES, ClimateSpec, channel_stats
 from hpcai_jax.data.climate import check_image_size as _check_image_size
+from hpcai_jax.data.climate_train import SAMPLE_KEY, zero_keys
 from hpcai_jax.data.source import ArraySource
 
 TRAIN_EXAMPLES, EVAL_EXAMPLES, HEIGHT = 1024, 256, 96
@@ -277,6 +278,7 @@ def load(
     """(train, eval) sources; the spec's mean and std are the training split's."""
     train = generate(0, train_examples, height, seed)
     held_out = generate(_EVAL_OFFSET, eval_examples, height, seed)
+    train[SAMPLE_KEY], held_out[SAMPLE_KEY] = zero_keys(train_examples), zero_keys(eval_examples)
     mean, std = channel_stats(train["image"])
     spec = ClimateSpec("synthetic_climate", train["image"].shape[1:], mean, std)
     return ArraySource(spec, train), ArraySource(spec, held_out)

@@ -1,4 +1,4 @@
-"""Training targets of the two stages, assigned and sampled with static shapes and no RNG.
+"""Training targets of the two stages, assigned and sampled with static shapes.
 
 Per image, as Detectron2 assigns them:
 
@@ -12,16 +12,17 @@ Per image, as Detectron2 assigns them:
 Padding ground-truth rows (class -1, box -1) match nothing. Empty candidates (zero area: the
 proposal stage's unused slots) are never sampled.
 
-Sampling without RNG: where Detectron2 draws a random subset, these take the members with the
-highest priority, priority being a fixed pseudo-random permutation of the slots (numpy, seed 0)
-rotated by a hash of the image's ground truth (RPN) or of its ground truth and proposals (RoI
-head). Priorities are distinct, so there are no ties; different images, and for the head
-different steps, sample different subsets, so that no anchor position is always left out.
+Sampling, as Detectron2 does it, draws a fresh random subset for every image of every step;
+here the draw is keyed by the example's `sample_key` (two uint32 words the input pipeline
+derives from (seed, member, step, example), data/climate_train.py), so a step is still a pure
+function of (state, batch): the same on every process and after a resume, and different from
+one step to the next. The priority of slot i is a keyed bijection of i onto [0, 2^30) (a few
+rounds of add-key, xor-shift and odd multiply, each invertible modulo 2^30), so priorities are
+distinct, need no sort, and "the k members of highest priority" is a uniform-looking random
+k-subset. The RPN and the RoI head draw from different streams of the same key.
 """
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -29,29 +30,26 @@ import numpy as np
 
 from hpcai_jax.detection.boxes import area, encode, iou
 
-
-@functools.cache
-def _permutation(n: int) -> np.ndarray:
-    return np.random.default_rng(0).permutation(n).astype(np.int32)
-
-
-def _hash(*arrays) -> jax.Array:
-    """A uint32 hash of the float bits of arrays: the same inputs give the same value."""
-    bits = jnp.concatenate(
-        [
-            jax.lax.bitcast_convert_type(a.astype(jnp.float32), jnp.uint32).reshape(-1)
-            for a in arrays
-        ]
-    )
-    odd = jnp.arange(bits.size, dtype=jnp.uint32) * jnp.uint32(2654435761) | jnp.uint32(1)
-    h = jnp.sum(bits * odd, dtype=jnp.uint32)
-    return h ^ (h >> 16)
+_PRIORITY_BITS = 30  # priorities < 2^30: the RoI ordering key 2^30 + p still fits in int32
+_MASK = np.uint32((1 << _PRIORITY_BITS) - 1)
+_ODD = (0x7FEB352D, 0x846CA68B, 0x2C1B3C6D)  # odd multipliers: invertible modulo 2^30
+RPN_STREAM, ROI_STREAM = 0, 1
 
 
-def priorities(n: int, *seed_arrays) -> jax.Array:
-    """[n] distinct int32 in [0, n): the fixed permutation rotated by the arrays' hash."""
-    offset = (_hash(*seed_arrays) % jnp.uint32(n)).astype(jnp.int32)
-    return (jnp.asarray(_permutation(n)) + offset) % n
+def priorities(n: int, key=None, stream: int = RPN_STREAM) -> jax.Array:
+    """[n] distinct int32 in [0, 2^30): slot i's priority under `key` (uint32 [2]; None: the
+    zero key) and `stream`. Each round is invertible modulo 2^30 (adding a key word, xor with
+    a right shift of itself, multiplying by an odd number), so distinct slots never tie."""
+    assert n <= 1 << _PRIORITY_BITS, n
+    key = jnp.zeros(2, jnp.uint32) if key is None else jnp.asarray(key, jnp.uint32)
+    words = (key[0], key[1] ^ np.uint32(0x9E3779B9 * (stream + 1) & 0xFFFFFFFF), key[0] ^ key[1])
+    x = jnp.arange(n, dtype=jnp.uint32)
+    for word, odd in zip(words, _ODD, strict=True):
+        x = (x + word) & _MASK
+        x = x ^ (x >> 15)
+        x = (x * np.uint32(odd)) & _MASK
+        x = x ^ (x >> 13)
+    return x.astype(jnp.int32)
 
 
 def _take_highest(mask, priority, count, max_count: int):
@@ -73,6 +71,7 @@ def rpn_targets(
     anchors,
     gt_boxes,
     gt_classes,
+    key=None,
     *,
     batch_per_image: int = 256,
     positive_fraction: float = 0.5,
@@ -84,6 +83,7 @@ def rpn_targets(
     Args:
         anchors: [A, 4] (numpy or jax).
         gt_boxes: [G, 4]; gt_classes: [G] int, -1 for padding.
+        key: the example's sample_key, uint32 [2] (None: the zero key).
 
     Returns:
         dict of labels [A] float (1 positive, 0 otherwise), sampled [A] bool (in the loss),
@@ -102,7 +102,7 @@ def rpn_targets(
     max_positive = int(batch_per_image * positive_fraction)
     num_pos = jnp.minimum(jnp.sum(positive), max_positive)
     num_neg = jnp.minimum(jnp.sum(negative), batch_per_image - num_pos)
-    priority = priorities(anchors.shape[0], gt_boxes)
+    priority = priorities(anchors.shape[0], key, RPN_STREAM)
     positive = _take_highest(positive, priority, num_pos, max_positive)
     negative = _take_highest(negative, priority, num_neg, batch_per_image)
     return {
@@ -117,6 +117,7 @@ def roi_targets(
     proposals,
     gt_boxes,
     gt_classes,
+    key=None,
     *,
     num_classes: int,
     batch_per_image: int = 512,
@@ -128,6 +129,7 @@ def roi_targets(
 
     Args:
         proposals: [P, 4], zero-area rows unused; gt_boxes: [G, 4]; gt_classes: [G], -1 padding.
+        key: the example's sample_key, uint32 [2] (None: the zero key).
 
     Returns:
         dict of rois [S, 4] (S = batch_per_image; foreground first), labels [S] int32 (the
@@ -146,13 +148,14 @@ def roi_targets(
     max_fg = int(batch_per_image * foreground_fraction)
     num_fg = jnp.minimum(jnp.sum(foreground), max_fg)
     num_bg = jnp.minimum(jnp.sum(background), batch_per_image - num_fg)
-    priority = priorities(n, gt_boxes, proposals)
+    priority = priorities(n, key, ROI_STREAM)
     foreground = _take_highest(foreground, priority, num_fg, max_fg)
     background = _take_highest(background, priority, num_bg, batch_per_image)
     # Foreground, then background, each by priority; unsampled candidates sort last (key -1).
-    key = jnp.where(foreground, 2 * n + priority, jnp.where(background, n + priority, -1))
+    top = jnp.int32(1 << _PRIORITY_BITS)
+    order = jnp.where(foreground, top + priority, jnp.where(background, priority, -1))
     k = min(batch_per_image, n)
-    keys, index = jax.lax.top_k(key, k)
+    keys, index = jax.lax.top_k(order, k)
     taken = keys >= 0
     gt_index = matched[index]
     labels = jnp.where(foreground[index], gt_classes[gt_index], num_classes)

@@ -2,7 +2,8 @@
 
 One member's detector: a ResNet trunk, an RPN on its last feature map, RoIAlign, a box head.
 Everything runs under jit with fixed shapes (fixed anchor, proposal, RoI and detection counts,
-unused slots masked) and without RNG (targets.py says how sampling stays deterministic).
+unused slots masked); the training targets' random sampling is keyed by each example's
+`sample_key` input (targets.py), so a step is a pure function of (state, batch).
 
 `faster_rcnn_resnet50` keeps Detectron's res5 head (He et al.'s C4 model): RoIAlign to 14 × 14
 on res4, res5 (stride 2) to 7 × 7, mean pool. Of the two heads the task allows it is the one of
@@ -15,7 +16,8 @@ The staged API serves ensembles (members averaged on shared proposals): stage on
 `s = apply(image, method=FasterRCNN.rpn)`; `p = model.propose(s["objectness"], s["deltas"], hw)`;
 stage two, `h = apply(s["features"], p, method=FasterRCNN.head)`;
 `model.detect(p, h["class_probs"], h["deltas"], hw)`. `__call__(train=False)` is exactly that
-composition, so averaging identical members gives one member's detections. Class index C (the
+composition, so averaging two identical members gives one member's detections exactly (more
+members: to float rounding, docs/detection.md). Class index C (the
 last) is background, as in Detectron2.
 """
 
@@ -350,6 +352,10 @@ class FasterRCNN(nn.Module):
         s = self.settings
         gt_boxes = inputs["boxes"].astype(jnp.float32)
         gt_classes = inputs["classes"].astype(jnp.int32)
+        # Each example's sampling key (data/climate_train.py); absent: the zero key, one fixed draw.
+        keys = inputs.get("sample_key")
+        if keys is None:
+            keys = jnp.zeros((image.shape[0], 2), jnp.uint32)
         features, rpn_logits, rpn_deltas = self._stage1(image, train=True)
         anchors = self.anchors(image_hw)
         rpn = jax.vmap(
@@ -359,7 +365,7 @@ class FasterRCNN(nn.Module):
                 batch_per_image=s.rpn_batch_per_image,
                 positive_fraction=s.rpn_positive_fraction,
             )
-        )(gt_boxes, gt_classes)
+        )(gt_boxes, gt_classes, keys)
         # Proposals are constants to the head, as in Detectron2.
         proposals = self.propose(
             jax.nn.sigmoid(jax.lax.stop_gradient(rpn_logits)),
@@ -375,7 +381,7 @@ class FasterRCNN(nn.Module):
                 foreground_fraction=s.roi_foreground_fraction,
                 box_weights=HEAD_BOX_WEIGHTS,
             )
-        )(proposals, gt_boxes, gt_classes)
+        )(proposals, gt_boxes, gt_classes, keys)
         head_logits, head_deltas = self._box_head(features, rois["rois"], train=True)
         return {
             "rpn_logits": rpn_logits,

@@ -54,7 +54,12 @@ class ExtremeWeatherWorkload:
         mean = jnp.asarray(self.spec.mean, jnp.float32)
         std = jnp.asarray(self.spec.std, jnp.float32)
         image = (batch["image"].astype(jnp.float32) - mean) / std
-        return {"image": image, "boxes": batch["boxes"], "classes": batch["classes"]}
+        return {
+            "image": image,
+            "boxes": batch["boxes"],
+            "classes": batch["classes"],
+            "sample_key": batch["sample_key"],  # the targets' sampling key, per example
+        }
 
     def loss(self, outputs, batch):
         del batch  # the targets were assigned inside the model
@@ -117,7 +122,7 @@ class ExtremeWeatherWorkload:
         """Random fields with one random box per image (throughput runs: the quality is not
         scored, only the work per step must be a detector's)."""
         h, w, c = self.spec.image_shape
-        k1, k2, k3 = jax.random.split(key, 3)
+        k1, k2, k3, k4 = jax.random.split(key, 4)
         image = jax.random.normal(k1, (*lead, h, w, c)) * jnp.asarray(self.spec.std) + jnp.asarray(
             self.spec.mean
         )
@@ -136,4 +141,5 @@ class ExtremeWeatherWorkload:
             "image": image.astype(jnp.float16),
             "boxes": jnp.concatenate([box, pad], axis=-2).astype(jnp.float32),
             "classes": classes.astype(jnp.int32),
+            "sample_key": jax.random.bits(k4, (*lead, 2), jnp.uint32),
         }
