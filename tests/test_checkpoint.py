@@ -42,6 +42,7 @@ def test_fingerprint_holds_what_changes_the_trajectory():
         "image_size": 0,
         "num_classes": 1000,
         "augment": True,
+        "climate_flip": False,  # mirrors half the climate samples: another trajectory
     }
     assert fp["optim"] == dataclasses.asdict(C.OptimConfig(lr_schedule="constant"))
     assert fp["train"] == {

@@ -370,13 +370,13 @@ def test_bad_files_name_the_file(tmp_path):
 
 
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
-    assert extremeweather.main([f"--raw_dir={tmp_path}", "--image_size=224"]) == 2
+    assert climate_convert.main([f"--raw_dir={tmp_path}", "--image_size=224"]) == 2
     assert capsys.readouterr().err == (
-        "hpcai_jax.data.extremeweather: error: --image_size=224: expected an even height that "
+        "hpcai_jax.data.climate_convert: error: --image_size=224: expected an even height that "
         "divides 768 (e.g. 768, 384, 192, 96, 48) for the climate data sets\n"
     )
     done = subprocess.run(
-        [sys.executable, "-m", "hpcai_jax.data.extremeweather", f"--raw_dir={tmp_path}"],
+        [sys.executable, "-m", "hpcai_jax.data.climate_convert", f"--raw_dir={tmp_path}"],
         capture_output=True,
         text=True,
     )

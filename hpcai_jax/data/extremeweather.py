@@ -22,11 +22,9 @@ so an interrupted conversion never leaves a directory that looks complete; a rer
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -340,41 +338,3 @@ def open_extremeweather(
         raw_files(data_dir, "test"), height, stats=(train.spec.mean, train.spec.std), grid=grid
     )
     return train, test
-
-
-PROG = "hpcai_jax.data.extremeweather"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m hpcai_jax.data.extremeweather --raw_dir=D --image_size=192 [--out_dir=O]
-    [--workers=K]` (the converter: data/climate_convert.py)."""
-    from hpcai_jax.data.climate_convert import convert
-
-    p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
-    p.add_argument("--raw_dir", required=True, help="directory with train/ and test/ climo_*.h5")
-    p.add_argument(
-        "--out_dir",
-        help="where converted_<H>/ goes, to be trained on with --data_dir=OUT_DIR (default: "
-        "RAW_DIR_converted beside --raw_dir; ≈ 41 GB per year at --image_size=768)",
-    )
-    p.add_argument("--image_size", type=int, default=192, help="image height, a divisor of 768")
-    p.add_argument("--workers", type=int, default=1, help="converting processes")
-    try:
-        args = p.parse_args(sys.argv[1:] if argv is None else argv)
-        raw_dir = Path(args.raw_dir)
-        out_dir = args.out_dir or raw_dir.absolute().parent / f"{raw_dir.absolute().name}_converted"
-        out = convert(raw_dir, out_dir, args.image_size, args.workers)
-    except UsageError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return e.exit_code
-    print(f"converted: {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
