@@ -385,3 +385,44 @@ def test_two_runs_given_the_same_checkpoint_directory(tmp_path):
         first.close()
     Checkpointer(str(tmp_path), every=1, keep=1, fingerprint_value={}).close()
     assert os.listdir(tmp_path) == []
+
+
+def test_nan_in_the_input_is_bad_input_not_divergence(tmp_path, monkeypatch):
+    """A NaN that comes with the data is caught by the step's on-device input flag and named as
+    bad input (data set, split, the examples of that batch holding it), not dated as a member's
+    divergence. Friedman #1: float inputs (JPEG pixels are integers and cannot hold a NaN)."""
+    from hpcai_jax.data import friedman
+    from hpcai_jax.data.source import ArraySource
+
+    poisoned = set(range(3, 256, 7))
+    real_load = friedman.load
+
+    def load():
+        train, held_out = real_load()
+        x = train.arrays["x"].copy()
+        x[sorted(poisoned), 4] = np.nan
+        return ArraySource(train.spec, {**train.arrays, "x": x}), held_out
+
+    monkeypatch.setattr(friedman, "load", load)
+    proc = run_in_process(
+        "--workload=regression",
+        "--model=mlp",
+        "--dataset=friedman1",
+        "--target_quality=0.9",
+        "--ensemble_size=4",
+        "--parallel_degree=2",
+        "--batch_size=16",
+        "--train_examples=256",
+        "--eval_examples=64",
+        "--steps=4",
+        "--divergence_check_every=2",
+        f"--results_dir={tmp_path}",
+    )
+    assert_one_line_error(
+        proc, "training batch at step 0 holds non-finite input values", "--dataset=friedman1"
+    )
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("hpcai_jax: error: "))
+    assert "bad input data, not divergence" in line
+    named = json.loads(line.split("split 'train', examples ")[1].split("]")[0] + "]")
+    assert named and set(named) <= poisoned
+    assert "diverged" not in proc.stderr

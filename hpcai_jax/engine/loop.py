@@ -85,6 +85,28 @@ def _peak_flops(dtype: str) -> dict:
     }
 
 
+def _bad_examples(setup, member: int, step: int) -> str:
+    """': --dataset=D, split 'train', examples [i, ...]': the examples of the member's batch at
+    that step with a non-finite value, re-read on the host ('' where the data is generated on
+    the devices or cannot be re-read)."""
+    source = getattr(setup.datasets, "train", None)
+    if source is None or not hasattr(source, "read"):
+        return ""
+    try:
+        indices = np.asarray(setup.sampler.step_indices(member, step))
+        fields = source.read(indices)
+    except Exception as e:  # naming the examples must not hide the fault itself
+        logging.warning("could not re-read member %d's batch at step %d: %s", member, step, e)
+        return ""
+    bad = np.zeros(len(indices), bool)
+    for x in fields.values():
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.inexact):
+            bad |= ~np.isfinite(x.reshape(len(indices), -1)).all(axis=1)
+    names = sorted({int(i) for i in indices[bad]})
+    return f": --dataset={setup.config.data.dataset}, split 'train', examples {names}"
+
+
 def _poison(state, member: int):
     """The --inject_nan test hook: NaN in every parameter of one member, shardings kept."""
     shardings = jax.tree.map(lambda x: x.sharding, state)
@@ -370,7 +392,9 @@ def _train(
     mlog.init_stop(built.flops.train_step_flops, built.flops.train_step_flops_source)
 
     guard = PreemptionGuard()
-    watch = DivergenceWatch(progress, rc.on_divergence)
+    watch = DivergenceWatch(
+        progress, rc.on_divergence, lambda member, step: _bad_examples(setup, member, step)
+    )
     check_every = rc.divergence_check_every or tc.log_every
     first = progress.step
     timed_from = first + min(tc.timing_warmup_steps, max(0, setup.total_steps - first - 1))
@@ -408,7 +432,7 @@ def _train(
                 if injection and injection[1] == step:
                     state = _poison(state, injection[0])
                 state, metrics = compiled(state, batch)
-                watch.add(step, metrics.finite)
+                watch.add(step, metrics.finite, metrics.input_finite)
                 timer.dispatched(step, metrics)
                 done = step + 1
                 if done % check_every == 0 or done == setup.total_steps:

@@ -12,6 +12,8 @@ import jax
 import numpy as np
 from absl import logging
 
+from hpcai_jax.errors import UsageError
+
 
 @dataclasses.dataclass
 class Progress:
@@ -95,15 +97,20 @@ class Progress:
 
 class DivergenceWatch:
     """Reads the on-device finite flags of completed steps a few steps at a time (no host sync
-    per step) and records each member's first non-finite step in `progress.diverged`."""
+    per step) and records each member's first non-finite step in `progress.diverged`.
 
-    def __init__(self, progress: Progress, policy: str):
-        self._pending: list[tuple[int, jax.Array]] = []
+    A member whose batch held a NaN/inf (the step's input flag) is bad input, not divergence:
+    the run stops in one line (UsageError) naming the data set, split and examples, which
+    `name_examples(member, step)` finds on the host."""
+
+    def __init__(self, progress: Progress, policy: str, name_examples=None):
+        self._pending: list[tuple[int, jax.Array, jax.Array | None]] = []
         self._progress = progress
         self._policy = policy
+        self._name_examples = name_examples or (lambda member, step: "")
 
-    def add(self, step: int, finite: jax.Array) -> None:
-        self._pending.append((step, finite))
+    def add(self, step: int, finite: jax.Array, input_finite: jax.Array | None = None) -> None:
+        self._pending.append((step, finite, input_finite))
 
     def check(self, keep_last: bool) -> str:
         """Reads the pending flags (all but the newest when keep_last, whose step may still run)
@@ -111,7 +118,13 @@ class DivergenceWatch:
         diverged = self._progress.diverged
         ready = self._pending[:-1] if keep_last else self._pending
         self._pending = self._pending[-1:] if keep_last else []
-        for step, finite in ready:
+        for step, finite, input_finite in ready:
+            if input_finite is not None and not np.all(bad := np.asarray(input_finite)):
+                member = int(np.flatnonzero(~bad)[0])
+                raise UsageError(
+                    f"member {member}'s training batch at step {step} holds non-finite input "
+                    f"values{self._name_examples(member, step)}: bad input data, not divergence"
+                )
             for member in map(int, np.flatnonzero(~np.asarray(finite))):
                 if member not in diverged:
                     diverged[member] = step

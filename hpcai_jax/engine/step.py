@@ -74,6 +74,7 @@ class StepMetrics(struct.PyTreeNode):
     finite: jax.Array  # [M] bool: loss and updated parameters all finite
     metrics: dict  # name → [M]: the workload's training metrics on the step's batch
     skipped: jax.Array | None = None  # [M]: steps skipped on float16 overflow, over the run
+    input_finite: jax.Array | None = None  # [M] bool: the member's batch held no NaN/inf
 
 
 class EvalCounts(struct.PyTreeNode):
@@ -249,7 +250,8 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs)
         loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
         # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
         grads = jax.tree.map(lambda g: g[:, None], grads)
-        return grads, model_state, gather_members(loss), jax.tree.map(gather_members, metrics)
+        metrics = jax.tree.map(gather_members, metrics)
+        return grads, model_state, gather_members(loss), metrics, _inputs_finite(batch)
 
     # check_vma=True is load-bearing: it types the parameters invariant over `data` until
     # member_gradients casts them varying, so BatchNorm's and the loss's pmean transpose
@@ -258,9 +260,24 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs)
         local_gradients,
         mesh=mesh,
         in_specs=(state_spec, BATCH_SPEC),
-        out_specs=(grads_spec, model_state_spec, P(), P()),
+        out_specs=(grads_spec, model_state_spec, P(), P(), P()),
         check_vma=True,
     )
+
+
+def _inputs_finite(batch: dict) -> jax.Array:
+    """[M] bool, replicated: every floating-point value of each member's batch is finite. One
+    reduction per field, so that a NaN that came in with the data is told apart from one the
+    member produced (engine/progress.py names the examples); integer fields (JPEG pixels,
+    labels) cannot hold one."""
+    fields = [x for x in jax.tree.leaves(batch) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    m_local = jax.tree.leaves(batch)[0].shape[0]
+    ok = jnp.ones((m_local,), jnp.int32)
+    for x in fields:
+        ok = ok & jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim))).astype(jnp.int32)
+    with jax.named_scope(METRICS_SCOPE):
+        ok = lax.pmin(ok, DATA)  # the member's batch is spread over `data`
+    return gather_members(ok) > 0
 
 
 def _summed(plan: AllreducePlan, grads):
@@ -292,9 +309,10 @@ def build_train_step(
     update = _update(tx, mesh, strategy, plan or _default_plan(mesh), state_specs)
 
     def train_step(state, batch):
-        grads, model_state, loss, metrics = gradients(state, batch)
+        grads, model_state, loss, metrics, inputs_ok = gradients(state, batch)
         new_state, finite, skipped = update(state, grads, model_state)
-        return new_state, StepMetrics(loss, finite & jnp.isfinite(loss), metrics, skipped)
+        finite = finite & jnp.isfinite(loss)
+        return new_state, StepMetrics(loss, finite, metrics, skipped, inputs_ok)
 
     return jax.jit(train_step, donate_argnums=0)
 
