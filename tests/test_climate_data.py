@@ -390,6 +390,7 @@ def test_cli_bad_input_is_one_line(tmp_path, capsys):
         (np.nan, "non-finite value nan in the file"),
         (np.inf, "non-finite value inf in the file"),
         (1e9, "overflows float16 storage"),  # finite in float32, inf once stored in float16
+        (1e20, "fill value 1e+20 (missing data, CESM/CAM's _FillValue)"),
     ],
 )
 def test_non_finite_values_are_refused_naming_file_sample_and_channel(tmp_path, value, message):

@@ -181,6 +181,11 @@ def _check_finite(path: Path, first_row: int, raw: np.ndarray, image: np.ndarray
     refuse_sample(path, first_row + k, c, raw[k, c])
 
 
+# Missing-data markers of the climate model output ExtremeWeather was cut from: a value equal to
+# one is missing data, not weather (both overflow float16 storage, so they are always caught).
+FILL_VALUES = {1e20: "CESM/CAM's _FillValue", 9.969209968386869e36: "netCDF's default fill"}
+
+
 def refuse_sample(path: Path, sample: int, c: int, raw: np.ndarray) -> None:
     """Raises the UsageError of channel c of a sample whose float16 image is not finite, `raw`
     (that channel's values in the file, or some rows of them) saying why."""
@@ -190,6 +195,12 @@ def refuse_sample(path: Path, sample: int, c: int, raw: np.ndarray) -> None:
         value = raw[raw_bad][0]
         raise UsageError(f"{where}: non-finite value {value} in the file; fix or drop the file")
     peak = float(np.max(np.abs(raw)))
+    fill = next((f for f in FILL_VALUES if np.any(np.isclose(raw, f, rtol=1e-6))), None)
+    if fill is not None:
+        raise UsageError(
+            f"{where}: fill value {fill:g} (missing data, {FILL_VALUES[fill]}) in the file; "
+            "ExtremeWeather has no missing values: fix or drop the file"
+        )
     raise UsageError(
         f"{where}: |value| up to {peak:.4g} in the file overflows float16 storage "
         f"(× {float(STORAGE_SCALE[c]):g} into {UNITS[c]}, max 65504); not ExtremeWeather's units?"
