@@ -37,14 +37,17 @@ def test_members_never_exchange_training_data(overrides):
     # [M] figures for the host travel over `ensemble`, counted apart.
     param_bytes = _member_param_bytes(config)
     assert volume.payload_bytes["data"] >= 2 * param_bytes
-    assert volume.metrics_payload_bytes["data"] == 0
     assert volume.metrics_payload_bytes["ensemble"] > 0
-    if overrides:
+    if not overrides:  # integer images and labels: no input flag to agree on over `data`
+        assert volume.metrics_payload_bytes["data"] == 0
+    else:
+        # Float features: the two local members' input flags (int32) agreed on over `data`.
+        assert volume.metrics_payload_bytes["data"] == 2 * 4
         # The MLP has no BatchNorm: per member, its gradient (every parameter, float32) and the
         # pmean'ed loss (one float32; the identical mse metric is the same value, merged by XLA).
         assert volume.payload_bytes["data"] == 2 * (param_bytes + 4)
-        # gather_members: loss/mse [4] float32 and the finite flags [4] int32.
-        assert volume.metrics_payload_bytes["ensemble"] == 16 + 16
+        # gather_members: loss/mse [4] float32, the finite flags and input flags [4] int32.
+        assert volume.metrics_payload_bytes["ensemble"] == 16 + 16 + 16
 
 
 def test_both_spellings_of_replica_groups_and_async_collectives():

@@ -272,6 +272,8 @@ def _inputs_finite(batch: dict) -> jax.Array:
     labels) cannot hold one."""
     fields = [x for x in jax.tree.leaves(batch) if jnp.issubdtype(x.dtype, jnp.inexact)]
     m_local = jax.tree.leaves(batch)[0].shape[0]
+    if not fields:  # nothing to check, nothing to communicate
+        return jnp.ones((m_local * lax.axis_size(ENSEMBLE),), bool)
     ok = jnp.ones((m_local,), jnp.int32)
     for x in fields:
         ok = ok & jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim))).astype(jnp.int32)
