@@ -139,3 +139,36 @@ def run_in_process(*args: str) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(
         ["hpcai_jax.main", *args], code, out.getvalue(), err.getvalue()
     )
+
+
+def colour_image(rng, shape: tuple[int, int, int], label: int, image_format: str = "JPEG") -> bytes:
+    """An encoded image whose class is its bright colour channel: learnable, and it survives any
+    crop. The small tfds sets the tests build are made of these."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    image = rng.integers(0, 80, shape, dtype=np.uint8)
+    image[..., label] += 150
+    buf = io.BytesIO()
+    options = {"quality": 90} if image_format == "JPEG" else {}
+    Image.fromarray(image).save(buf, format=image_format, **options)
+    return buf.getvalue()
+
+
+def three_class_image_info(builder, encoding_format: str = "jpeg"):
+    """The DatasetInfo of those sets: an encoded RGB image and one of 3 labels."""
+    import tensorflow_datasets as tfds
+
+    return tfds.core.DatasetInfo(
+        builder=builder,
+        features=tfds.features.FeaturesDict(
+            {
+                "image": tfds.features.Image(
+                    shape=(None, None, 3), encoding_format=encoding_format
+                ),
+                "label": tfds.features.ClassLabel(num_classes=3),
+            }
+        ),
+    )

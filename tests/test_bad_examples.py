@@ -1,13 +1,11 @@
 """Records that do not decode: --bad_example_policy=fail names them, skip replaces them by real
 examples (the same ones everywhere) and lists them, through the workers and held-out reads."""
 
-import io
-
 import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from PIL import Image
+from helpers import colour_image, three_class_image_info
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import DATA, ENSEMBLE
@@ -20,29 +18,13 @@ from hpcai_jax.data.sampler import BootstrapSampler
 SIZE, N = 16, 16
 
 
-def _jpeg(rng, label):
-    image = rng.integers(0, 80, (20, 24, 3), dtype=np.uint8)
-    image[..., label] += 150
-    buf = io.BytesIO()
-    Image.fromarray(image).save(buf, format="JPEG", quality=90)
-    return buf.getvalue()
-
-
 class BadJpeg(tfds.core.GeneratorBasedBuilder):
     """16 + 8 tiny JPEGs; train key 3 is cut in half (truncated JPEG), test key 5 is not an image."""
 
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self):
-        return tfds.core.DatasetInfo(
-            builder=self,
-            features=tfds.features.FeaturesDict(
-                {
-                    "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
-                    "label": tfds.features.ClassLabel(num_classes=3),
-                }
-            ),
-        )
+        return three_class_image_info(self)
 
     def _split_generators(self, dl_manager):
         return {"train": self._generate_examples(N, 0, 3), "test": self._generate_examples(8, 1, 5)}
@@ -50,7 +32,7 @@ class BadJpeg(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, n, seed, bad):
         rng = np.random.default_rng(seed)
         for i in range(n):
-            data = _jpeg(rng, i % 3)
+            data = colour_image(rng, (20, 24, 3), i % 3)
             if i == bad:
                 data = data[: len(data) // 2] if seed == 0 else b"not an image at all"
             yield i, {"image": data, "label": i % 3}

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from helpers import run_main, tiny_config
+from helpers import colour_image, run_main, three_class_image_info, tiny_config
 from PIL import Image
 
 from hpcai_jax import config as C
@@ -146,15 +146,7 @@ class TinyImages(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self):
-        return tfds.core.DatasetInfo(
-            builder=self,
-            features=tfds.features.FeaturesDict(
-                {
-                    "image": tfds.features.Image(shape=(None, None, 3), encoding_format="png"),
-                    "label": tfds.features.ClassLabel(num_classes=3),
-                }
-            ),
-        )
+        return three_class_image_info(self, "png")
 
     def _split_generators(self, dl_manager):
         return {"train": self._generate_examples(64, 0), "test": self._generate_examples(24, 1)}
@@ -163,12 +155,7 @@ class TinyImages(tfds.core.GeneratorBasedBuilder):
         rng = np.random.default_rng(seed)
         for i in range(n):
             label = i % 3
-            # Class = which colour channel is bright: learnable, so accuracy is meaningful.
-            image = rng.integers(0, 80, (20 + i % 7, 18, 3), dtype=np.uint8)
-            image[..., label] += 150
-            buf = io.BytesIO()
-            Image.fromarray(image).save(buf, format="PNG")
-            data = buf.getvalue()
+            data = colour_image(rng, (20 + i % 7, 18, 3), label, "PNG")
             yield (
                 i,
                 {"image": data[: len(data) // 2] if (seed, i) == (1, 7) else data, "label": label},

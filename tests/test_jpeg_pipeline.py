@@ -1,7 +1,6 @@
 """The JPEG training pipeline: tfds array_record images decoded and augmented in grain workers."""
 
 import dataclasses
-import io
 import json
 import logging
 import multiprocessing
@@ -12,8 +11,7 @@ import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from helpers import run_in_process
-from PIL import Image
+from helpers import colour_image, run_in_process, three_class_image_info
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import DATA, ENSEMBLE
@@ -34,15 +32,7 @@ class TinyJpeg(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self):
-        return tfds.core.DatasetInfo(
-            builder=self,
-            features=tfds.features.FeaturesDict(
-                {
-                    "image": tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg"),
-                    "label": tfds.features.ClassLabel(num_classes=3),
-                }
-            ),
-        )
+        return three_class_image_info(self)
 
     def _split_generators(self, dl_manager):
         return {"train": self._generate_examples(N, 0), "test": self._generate_examples(24, 1)}
@@ -51,12 +41,8 @@ class TinyJpeg(tfds.core.GeneratorBasedBuilder):
         rng = np.random.default_rng(seed)
         for i in range(n):
             label = i % 3
-            # Class = which colour channel is bright: learnable, and it survives any crop.
-            image = rng.integers(0, 80, (30, 40, 3) if i % 2 else (40, 30, 3), dtype=np.uint8)
-            image[..., label] += 150
-            buf = io.BytesIO()
-            Image.fromarray(image).save(buf, format="JPEG", quality=90)
-            yield i, {"image": buf.getvalue(), "label": label}
+            shape = (30, 40, 3) if i % 2 else (40, 30, 3)
+            yield i, {"image": colour_image(rng, shape, label), "label": label}
 
 
 @pytest.fixture(scope="module")
