@@ -67,6 +67,15 @@ def test_each_item_gets_its_share_of_what_is_left():
 
 
 SLOW = "reduce_scatter"  # the collective the shared run makes 1000x slower
+# The check at the suite's size: the regression MLP, a 4 s budget (most items cut or skipped).
+CHECK = [
+    "--mode=check",
+    "--workload=regression",
+    "--model=mlp",
+    "--dataset=friedman1",
+    "--batch_size=8",
+    "--check_budget_s=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +91,7 @@ def check_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(collectives, "_timed", degraded)
         proc = run_in_process(
-            "--mode=check",
-            "--workload=regression",
-            "--model=mlp",
-            "--dataset=friedman1",
-            "--batch_size=8",
-            "--check_budget_s=4",
+            *CHECK,
             f"--results_dir={results}",
             "--run_name=check",
         )
@@ -183,12 +187,7 @@ def test_two_processes_on_two_nodes_measure_inside_and_between(tmp_path):
             sys.executable,
             "-m",
             "hpcai_jax.main",
-            "--mode=check",
-            "--workload=regression",
-            "--model=mlp",
-            "--dataset=friedman1",
-            "--batch_size=8",
-            "--check_budget_s=4",
+            *CHECK,
             f"--results_dir={tmp_path}",
             "--run_name=check2",
         ],
