@@ -36,6 +36,21 @@ RUN = [
     "--target_quality=0.9",  # Fashion-MNIST has no official target
 ]
 
+# The smallest model, where what is tested is the job and not its training.
+SMALL = [
+    "--workload=regression",
+    "--model=mlp",
+    "--dataset=friedman1",
+    "--ensemble_size=4",
+    "--parallel_degree=2",
+    "--batch_size=16",
+    "--train_examples=256",
+    "--eval_examples=64",
+    "--log_every=1",
+    f"--distributed_timeout_s={JOIN_S}",
+    "--target_quality=0.9",
+]
+
 
 def _launch(*args, timeout, **kwargs):
     return subprocess.run(
@@ -144,7 +159,7 @@ def test_a_killed_process_stops_the_job(tmp_path):
             sys.executable,
             "-m",
             "hpcai_jax.main",
-            *RUN,
+            *SMALL,
             "--steps=400",
             f"--results_dir={tmp_path}",
         ],
@@ -160,9 +175,11 @@ def test_a_killed_process_stops_the_job(tmp_path):
             output.append(line)
             if line.startswith("[p1] ") and "step 2/400" in line:
                 break
-        # The launcher's children: kill process 1 (the one whose args end in --process_id=1).
+        # Process 1 of this launcher only (its child: other tests' jobs run beside this one).
         ps = subprocess.run(
-            ["pgrep", "-f", "--", "--process_id=1$"], capture_output=True, text=True
+            ["pgrep", "-P", str(proc.pid), "-f", "--", "--process_id=1$"],
+            capture_output=True,
+            text=True,
         )
         pids = [int(p) for p in ps.stdout.split()]
         assert pids, "".join(output)

@@ -73,12 +73,13 @@ def test_local_tradeoff_sweep(tmp_path):
             f"--results_dir={tmp_path}",
             "--launcher=python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --",
             "--",
+            "--workload=regression",  # the smallest model: the sweep, not the training, is tested
+            "--model=mlp",
+            "--dataset=friedman1",
             "--batch_size=16",
             "--steps=2",
             "--train_examples=32",  # one epoch: Eq. 6's FLOPS is per epoch
-            "--eval_examples=100",
-            "--eval_batch_size=50",
-            "--model=resnet_small",
+            "--eval_examples=64",
             "--target_quality=0.9",
             f"--mllog={tmp_path}/logs/sweep.mllog",
         ],
