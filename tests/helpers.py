@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from hpcai_jax import config as C
@@ -172,3 +173,18 @@ def three_class_image_info(builder, encoding_format: str = "jpeg"):
             }
         ),
     )
+
+
+def shm_blocks() -> set[str]:
+    """Python's shared-memory blocks on this machine (grain's among them): names psm_*."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+
+
+def shm_lasting(names: set[str], holds, timeout_s: float = 60.0) -> set[str]:
+    """Those of `names` still in /dev/shm once `holds(them)` is true, else after timeout_s.
+    Tests running beside this one (other pytest workers) have blocks of their own in flight
+    for a moment, and they go; a leaked block stays, so a leak still fails."""
+    deadline = time.monotonic() + timeout_s
+    while not holds(left := names & shm_blocks()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from helpers import colour_image, run_in_process, three_class_image_info
+from helpers import colour_image, run_in_process, shm_blocks, shm_lasting, three_class_image_info
 
 from hpcai_jax import config as C
 from hpcai_jax.axes import DATA, ENSEMBLE
@@ -137,7 +137,7 @@ def test_a_missing_libjpeg_turbo_3_is_logged(jpeg_dir, monkeypatch, caplog):
 
 
 def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):
-    shm_before = {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+    shm_before = shm_blocks()
     make = _batches(data, workers=2)
     prefetch = Prefetcher(make, 0, 12, depth=2)
     start = time.perf_counter()
@@ -154,7 +154,7 @@ def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):
     assert multiprocessing.active_children() == []
     # Every block the workers handed over is unlinked already: none left for the resource
     # tracker to report as leaked at exit.
-    assert {name for name in os.listdir("/dev/shm") if name.startswith("psm_")} <= shm_before
+    assert shm_lasting(shm_blocks() - shm_before, lambda left: not left) == set()
     for step, (a, b) in enumerate(zip(got, in_process, strict=True)):
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=f"step {step} {name}")
