@@ -2,7 +2,8 @@
 
 The lines come from the `mlperf-logging` package's `mllog` module (standard library only, an
 optional dependency: `pip install 'mlperf-logging>=4.1,<5'`). Process 0 writes them, line by line,
-each line flushed, into a file truncated when the run starts (after its record id is claimed):
+each line flushed, into a file started when the run starts (after its record id is claimed; a log
+already at that path is another run's, refused unless --overwrite):
 submission info (`--submission_org`, `--submission_platform`, the record's division by the same
 `rules.py`, its violations in the metadata), `number_of_nodes` and `accelerators_per_node` (host
 names and their processes' devices), `cache_clear`, `init_start`/`init_stop` (start-up: data,
@@ -18,12 +19,22 @@ come after its last step is done, not when its first is dispatched),
 the workload's metric; during training under --eval_every_epochs, between two epochs), the
 benchmark's `flops_per_s` (Eq. 6 over completed epochs: a run shorter than one epoch logs none,
 and its log fails the check) and `vflops_per_s`, and `run_stop` once the record is written.
-`run_stop` says `success` for a complete run, `aborted` (with the reason) for a preempted or
-invalid one; a run that dies logs no `run_stop` at all, so a log never claims a success the run
-did not have. A resumed run writes its own log, from the step
-it resumed at (`run_start`'s `first_step`). Every line's time is a reading of the training loop's
-monotonic clock, tied to the wall clock once when the log opens: the log's eval_stop − run_start
-is the record's time to target.
+`run_stop` says `success` for a complete run, `aborted` (with the reason) for an invalid one or
+one preempted without a checkpoint; a run that dies logs no `run_stop` at all, so a log never
+claims a success the run did not have.
+
+A run preempted with a checkpoint is not over: its log ends with `segment_stop` (run id, step,
+reason), and the resumed run appends to that log rather than starting another, so no segment's
+lines are lost and the one file holds the whole run, as the record does. The resumed segment
+logs `segment_start` (at its own run_start: `first_step`, its mesh, its compiled step's
+`flops_per_step`, which supersede the header's for what follows) and then its epochs,
+evaluations and the end; an epoch begun before the interruption has its earlier segments' time
+in epoch_stop's `earlier_segments_s`, so epoch_stop − epoch_start + earlier_segments_s is the
+record's `wall_s`. Where the log is missing or does not end with this run's `segment_stop` at
+the checkpoint's step, the resumed run starts a log of its own (`run_start`'s `first_step` > 0),
+which the submission check refuses as incomplete. Every line's time is a reading of the training
+loop's monotonic clock, tied to the wall clock once when the log opens: the log's
+eval_stop − run_start is the record's time to target.
 
 Check a log with the project's ruleset (`RULESET`; the checker needs its absolute path):
 
@@ -33,6 +44,7 @@ Check a log with the project's ruleset (`RULESET`; the checker needs its absolut
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -85,12 +97,21 @@ class MLLog:
         self._metric = metric
         self._last_epoch = 0  # the last completed epoch (1-based)
         self._target = None
+        self._segment: dict | None = None  # a resumed segment's segment_start metadata
 
     @classmethod
-    def start(cls, setup, wall_start: float, clock=time.perf_counter) -> MLLog:
+    def start(
+        cls,
+        setup,
+        wall_start: float,
+        clock=time.perf_counter,
+        run_id: str = "",
+        resumed_at: int | None = None,
+    ) -> MLLog:
         """Opens --mllog and logs the header; `wall_start` (a `clock` reading) is when the run
-        started, its init_start. Raises UsageError (one line, naming the flag) when the file cannot
-        be written or mlperf-logging is not installed."""
+        started, its init_start. A run resumed at step `resumed_at` appends to its log where
+        that log ends with its `segment_stop` at that step. Raises UsageError (one line, naming
+        the flag) when the file cannot be written or mlperf-logging is not installed."""
         config = setup.config
         path = config.results.mllog
         if not path:
@@ -105,9 +126,12 @@ class MLLog:
             raise UsageError(
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
+        append = resumed_at is not None and _open_segment(Path(path)) == (run_id, resumed_at)
+        if not append:
+            _keep_earlier(Path(path), config.results.overwrite, resumed_at)
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            stream = open(path, "w", encoding="utf-8")  # noqa: SIM115 - open for the whole run
+            stream = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
         except OSError as e:
             raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
         handler = logging.StreamHandler(stream)  # flushes every line
@@ -115,7 +139,11 @@ class MLLog:
         logger.addHandler(handler)
         writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
         log = cls(writer, stream, setup.workload.metric, clock)
-        log._header(setup, log._ms(wall_start), hosts)
+        if append:
+            log._segment = _mesh(setup, hosts)
+            log._last_epoch = resumed_at // setup.sampler.steps_per_epoch
+        else:
+            log._header(setup, log._ms(wall_start), hosts)
         return log
 
     def _ms(self, reading: float) -> int:
@@ -137,7 +165,7 @@ class MLLog:
         self._target = config.quality_target() if config.scored else None
         submission = rules.of_setup(setup)  # the record's division, by the same rules
         devices = list(setup.mesh.devices.flat)
-        nodes, per_node = results.node_counts(hosts, [d.process_index for d in devices])
+        mesh = _mesh(setup, hosts)
         platform = (
             config.results.submission_platform or f"{layout.num_devices}x{devices[0].device_kind}"
         )
@@ -157,8 +185,8 @@ class MLLog:
             ),
             ("submission_platform", platform, None),
             ("submission_status", "research", None),
-            ("number_of_nodes", nodes, None),
-            ("accelerators_per_node", per_node, None),
+            ("number_of_nodes", mesh["number_of_nodes"], None),
+            ("accelerators_per_node", mesh["accelerators_per_node"], None),
             # hpcai_jax drops no OS cache; a launch script that does may log its own cache_clear.
             ("cache_clear", False, None),
             ("init_start", None, None),
@@ -166,10 +194,7 @@ class MLLog:
             ("number_of_models", m, None),
             ("per_model_batch_size", b, None),
             ("global_batch_size", m * b, None),
-            ("members_per_device", layout.members_per_device, None),
-            ("parallel_degree", layout.parallel_degree, None),
-            ("model_parallel", layout.model_parallel, None),
-            ("number_of_devices", layout.num_devices, None),
+            *((key, mesh[key], None) for key in _LAYOUT_KEYS),
             ("train_samples", setup.sampler.num_examples, None),
         ]
         if setup.datasets is not None and setup.datasets.eval is not None:
@@ -197,16 +222,23 @@ class MLLog:
 
     def init_stop(self, flops_per_step: float | None = None, source: str = "") -> None:
         """Start-up is over: the compiled step's FLOPs (what FLOPS uses; docs/score.md §4), then
-        init_stop."""
-        if self._mllogger:
+        init_stop (for a resumed segment, both go into its segment_start)."""
+        if self._segment is not None:
+            if flops_per_step is not None:
+                self._segment.update(flops_per_step=float(flops_per_step), flops_source=source)
+        elif self._mllogger:
             if flops_per_step is not None:
                 self._line("event", "flops_per_step", float(flops_per_step), {"source": source})
             self._line("end", "init_stop")
 
     def run_start(self, first_step: int, at: float) -> None:
         """Before the first step (`first_step` > 0 on a resumed run); `at` is the clock reading
-        time to target counts from."""
-        if self._mllogger:
+        time to target counts from (a segment's own start, for a resumed segment)."""
+        if self._segment is not None:
+            meta = {"first_step": first_step, **self._segment}
+            self._line("event", "segment_start", first_step, meta, self._ms(at))
+            self._segment["first_step"] = first_step
+        elif self._mllogger:
             meta = {"first_step": first_step}
             self._line("start", "run_start", metadata=meta, time_ms=self._ms(at))
 
@@ -218,6 +250,8 @@ class MLLog:
         index, first, steps = epoch["index"], epoch["first_step"], epoch["steps"]
         self._line("start", "epoch_start", None, {"epoch_num": index}, self._ms(start), depth=1)
         stop = {"epoch_num": index, "step_num": first + steps, "first_step": first, "steps": steps}
+        if self._segment is not None and first < self._segment.get("first_step", 0):
+            stop["earlier_segments_s"] = epoch["wall_s"] - (end - start)
         self._line("end", "epoch_stop", None, stop, self._ms(end), depth=1)
         self._last_epoch = index
 
@@ -234,10 +268,18 @@ class MLLog:
             about["target"] = self._target.target
         self._line("event", "eval_accuracy", float(quality.ensemble), about)
 
-    def run_stop(self, record: dict) -> None:
+    def run_stop(self, record: dict, resumable: bool = False) -> None:
         """After the record is written: the benchmark's figures, then run_stop (success for a
-        complete run, aborted otherwise); closes the file."""
+        complete run, aborted otherwise), or segment_stop where a checkpoint lets the run go
+        on; closes the file."""
         if not self._mllogger:
+            return
+        if resumable:
+            step = record["timing"]["steps"]
+            stop = {"run_id": record["run_id"], "step": step, "reason": record["reason"]}
+            self._line("event", "segment_stop", step, stop)
+            self._stream.close()
+            self._mllogger = None
             return
         metrics, flops, quality = record["metrics"], record["flops"], record["quality"]
         if metrics.get("flops_per_s") is not None:
@@ -257,3 +299,73 @@ class MLLog:
         self._line("end", "run_stop", metadata=status)
         self._stream.close()
         self._mllogger = None
+
+
+# The layout keys a resumed segment may change (docs/reliability.md), as the header names them.
+_LAYOUT_KEYS = ("members_per_device", "parallel_degree", "model_parallel", "number_of_devices")
+
+
+def _mesh(setup, hosts: list[str]) -> dict:
+    """The machine this segment runs on, as the header and segment_start state it."""
+    layout = setup.layout
+    devices = list(setup.mesh.devices.flat)
+    count, per_node = results.node_counts(hosts, [d.process_index for d in devices])
+    return {
+        "number_of_nodes": count,
+        "accelerators_per_node": per_node,
+        "members_per_device": layout.members_per_device,
+        "parallel_degree": layout.parallel_degree,
+        "model_parallel": layout.model_parallel,
+        "number_of_devices": layout.num_devices,
+    }
+
+
+def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
+    """Before a log is started at `path`: a log already there is another run's (refused, as
+    its record would be, unless --overwrite) or, for a resumed run, this run's own from a
+    segment that ended without its segment_stop (moved aside to PATH.before-step-K, named in a
+    warning). Nothing written is lost either way."""
+    try:
+        if path.stat().st_size == 0:
+            return
+    except OSError:
+        return  # none there (or unreadable: the open that follows names the problem)
+    if overwrite:
+        return
+    if resumed_at is None:
+        raise UsageError(
+            f"--mllog={path}: the file holds another run's log; give another path, or "
+            "--overwrite to replace it"
+        )
+    aside = path.with_name(f"{path.name}.before-step-{resumed_at}")
+    try:
+        path.replace(aside)
+    except OSError as e:
+        raise UsageError(
+            f"--mllog={path}: cannot move the earlier log aside ({e.strerror})"
+        ) from None
+    logging.warning(
+        "--mllog=%s does not end with this run's segment_stop at step %d: it was moved to %s "
+        "and the resumed run starts a log of its own",
+        path,
+        resumed_at,
+        aside,
+    )
+
+
+def _open_segment(path: Path) -> tuple[str, int] | None:
+    """(run id, step) of the segment_stop that ends the log at `path`, or None where the log is
+    missing, unreadable or ends otherwise (finished, died, another run's)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    last = next((line for line in reversed(lines) if line.startswith(":::MLLOG ")), None)
+    try:
+        entry = json.loads(last[len(":::MLLOG ") :]) if last else {}
+    except ValueError:
+        return None
+    meta = entry.get("metadata") or {}
+    if entry.get("key") != "segment_stop":
+        return None
+    return meta.get("run_id"), meta.get("step")

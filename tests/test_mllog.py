@@ -161,6 +161,38 @@ def test_unwritable_mllog_path(tmp_path):
     assert not list((tmp_path / "r").iterdir())  # no record either
 
 
+def test_another_runs_log_is_refused_and_kept(tmp_path):
+    log = tmp_path / "run.mllog"
+    log.write_text(':::MLLOG {"key": "run_stop"}\n')
+    proc = run_in_process(*TINY, f"--results_dir={tmp_path}/r", f"--mllog={log}")
+    assert_one_line_error(proc, f"--mllog={log}", "another run's log", "--overwrite")
+    assert log.read_text() == ':::MLLOG {"key": "run_stop"}\n'
+
+
+def _segment_stop(run_id, step) -> str:
+    meta = {"run_id": run_id, "step": step, "reason": "preempted"}
+    return ":::MLLOG " + json.dumps({"key": "segment_stop", "value": step, "metadata": meta})
+
+
+def test_a_resumed_run_appends_only_to_its_own_open_segment(tmp_path):
+    log = tmp_path / "run.mllog"
+    assert mllog._open_segment(log) is None  # no log
+    log.write_text(":::MLLOG {}\n" + _segment_stop("a", 12) + "\nnot a log line\n")
+    assert mllog._open_segment(log) == ("a", 12)
+    log.write_text(_segment_stop("a", 12) + '\n:::MLLOG {"key": "run_stop"}\n')
+    assert mllog._open_segment(log) is None  # ended: nothing to append to
+    # A log that does not end with this run's segment_stop is moved aside, whole, and named.
+    mllog._keep_earlier(log, overwrite=False, resumed_at=12)
+    aside = tmp_path / "run.mllog.before-step-12"
+    assert not log.exists() and aside.read_text().endswith('"run_stop"}\n')
+    log.write_text("")
+    mllog._keep_earlier(log, overwrite=False, resumed_at=None)  # empty: nothing to keep
+    log.write_text("x")
+    mllog._keep_earlier(log, overwrite=True, resumed_at=None)  # --overwrite: replaced
+    with pytest.raises(UsageError, match="another run's log"):
+        mllog._keep_earlier(log, overwrite=False, resumed_at=None)
+
+
 def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "mlperf_logging.mllog", None)  # import fails
     setup = SimpleNamespace(config=C.RunConfig(results=C.ResultsConfig(mllog=str(tmp_path / "x"))))

@@ -18,6 +18,7 @@ from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subpr
 
 from hpcai_jax.engine.checkpoint import Checkpointer
 from hpcai_jax.errors import UsageError
+from hpcai_jax.submission.__main__ import main as submission_main
 
 RUN = [
     "--ensemble_size=4",
@@ -84,6 +85,7 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
         "--run_name=interrupted",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={tmp_path}/r",
+        f"--mllog={tmp_path}/run.mllog",
     ]
     proc = subprocess.Popen(args, cwd=ROOT, env=subprocess_env(), stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:
@@ -99,6 +101,11 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
     # before the second epoch ends, so the resumed run starts in it and crosses into the third.
     assert 10 <= stopped_at < 2 * 8
     assert partial["data"]["steps_per_epoch"] == 8
+    # The run is not over: its log ends a segment, and claims no run_stop.
+    first_log = _mllog(tmp_path / "run.mllog")
+    assert first_log[-1]["key"] == "segment_stop" and "run_stop" not in _keys(first_log)
+    assert first_log[-1]["metadata"]["run_id"] == "interrupted"
+    assert first_log[-1]["value"] == stopped_at
 
     # The resume in a process of its own, as on a cluster: nothing cached in memory by an
     # earlier run (the sampler's epoch orders, say) can stand in for what it must rebuild. And
@@ -115,6 +122,7 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
         "--run_name=interrupted",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={tmp_path}/r",
+        f"--mllog={tmp_path}/run.mllog",
         devices=4,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -143,6 +151,30 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
     for key in ("ensemble", "members", "oob"):  # the same parameters give the same quality
         assert record["quality"][key] == uninterrupted[key], key
 
+    # One log for the whole run, the first segment's lines kept as they were: the resumed one
+    # appended its start (on its mesh), the rest of epoch 2 (its earlier part carried), epoch 3's
+    # lines and the end. Packed and checked as a submission, it passes: the compliance checker
+    # and every figure re-derived from the log and the record.
+    log = _mllog(tmp_path / "run.mllog")
+    assert log[: len(first_log)] == first_log
+    keys = _keys(log)
+    assert keys.count("run_start") == keys.count("run_stop") == keys.count("segment_start") == 1
+    (segment,) = (line for line in log if line["key"] == "segment_start")
+    assert segment["metadata"]["first_step"] == stopped_at
+    assert segment["metadata"]["number_of_devices"] == 4
+    stops = [line["metadata"] for line in log if line["key"] == "epoch_stop"]
+    assert [m["epoch_num"] for m in stops] == [1, 2]
+    assert stops[1]["earlier_segments_s"] > 0 and "earlier_segments_s" not in stops[0]
+    system = tmp_path / "site.json"
+    system.write_text("{}")
+    package = tmp_path / "package"
+    record_path = next((tmp_path / "r").glob("*.json"))
+    assert (
+        submission_main(["pack", str(record_path), f"--out={package}", f"--system_json={system}"])
+        == 0
+    )
+    assert submission_main(["check", str(package)]) == 0
+
     step_a, params_a = _final_params(whole / "ck")
     step_b, params_b = _final_params(tmp_path / "ck")
     assert step_a == step_b == STEPS
@@ -150,6 +182,14 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
     assert len(leaves_a) == len(leaves_b) > 10
     for a, b in zip(leaves_a, leaves_b, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _mllog(path) -> list[dict]:
+    return [json.loads(line.removeprefix(":::MLLOG ")) for line in path.read_text().splitlines()]
+
+
+def _keys(lines: list[dict]) -> list[str]:
+    return [line["key"] for line in lines]
 
 
 def _leaves(tree):

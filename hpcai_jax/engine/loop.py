@@ -371,7 +371,10 @@ def _train(
     claimed = results.claim(
         config.results.results_dir, progress.run_id, config.results.overwrite, resuming
     )
-    mlog = MLLog.start(setup, wall_start, clock)  # --mllog: MLPerf-style lines (no-op without it)
+    # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
+    mlog = MLLog.start(
+        setup, wall_start, clock, progress.run_id, progress.step if resuming else None
+    )
     if not resuming:
         state = setup.init_state()
     logging.info(
@@ -517,7 +520,8 @@ def _train(
     )
     path = results.write_record(config.results.results_dir, progress.run_id, record)
     claimed.release()
-    mlog.run_stop(record)  # only now may the log say success
+    # Only now may the log say success; a run that can resume ends only a segment.
+    mlog.run_stop(record, resumable=status == "partial" and ckpt is not None)
     barrier("exit")
     record["path"] = str(path) if path else None
     if status == "partial":

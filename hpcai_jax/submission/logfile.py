@@ -36,8 +36,13 @@ class Log:
         return found[0] if found else None
 
     def value(self, key: str):
+        """The value of `key`'s first line, or, where a resumed segment restated it (the mesh,
+        flops_per_step: hpcai_jax/mllog.py), the last segment_start's."""
         line = self.one(key)
-        return None if line is None else line.get("value")
+        value = None if line is None else line.get("value")
+        for segment in self.all("segment_start"):
+            value = (segment.get("metadata") or {}).get(key, value)
+        return value
 
     def epochs(self) -> dict[int, tuple[dict, dict]]:
         """epoch_num → (its epoch_start line, its epoch_stop line), for epochs with both."""
