@@ -142,6 +142,7 @@ class MLLog:
         if append:
             log._segment = _mesh(setup, hosts)
             log._last_epoch = resumed_at // setup.sampler.steps_per_epoch
+            log._target = config.quality_target() if config.scored else None
         else:
             log._header(setup, log._ms(wall_start), hosts)
         return log

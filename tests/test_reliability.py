@@ -165,6 +165,8 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
     stops = [line["metadata"] for line in log if line["key"] == "epoch_stop"]
     assert [m["epoch_num"] for m in stops] == [1, 2]
     assert stops[1]["earlier_segments_s"] > 0 and "earlier_segments_s" not in stops[0]
+    evals = [line["metadata"] for line in log if line["key"] == "eval_accuracy"]
+    assert evals and all(e["target"] == 0.9 for e in evals)  # the resumed segment states it too
     system = tmp_path / "site.json"
     system.write_text("{}")
     package = tmp_path / "package"
