@@ -54,6 +54,8 @@ PRECISIONS = ("float64", "float32", "bfloat16")  # STREAM
 KERNEL_SETS = ("all", "triad", "nstream")
 PLACEMENTS = ("one", "all", "each")
 FLOPS_SOURCES = ("auto", "xla", "analytic")
+# MLPerf's availability categories, as hpcai_jax/mllog_rules/hpcai500.yaml accepts them.
+SUBMISSION_STATUSES = ("onprem", "cloud", "preview", "research")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -516,6 +518,12 @@ class ResultsConfig:
         "The system's name, written to the MLLOG's submission_platform (empty: <devices>x<device "
         "kind>, e.g. 8xcpu).",
     )
+    submission_status: str = _field(
+        "research",
+        "The system's availability, written to the MLLOG's submission_status: onprem or cloud "
+        "(available now), preview (available within the rules' window), research (neither).",
+        choices=SUBMISSION_STATUSES,
+    )
     stream_record: str = _field(
         "",
         "A STREAM record (--mode=stream) whose Triad bandwidth per device is the roofline's "
@@ -537,6 +545,7 @@ class ResultsConfig:
             f"--quality_exponent={self.quality_exponent}: expected >= 0 (-1: the workload's n)",
         )
         _one_of("flops_source", self.flops_source, FLOPS_SOURCES)
+        _one_of("submission_status", self.submission_status, SUBMISSION_STATUSES)
 
 
 @dataclasses.dataclass(frozen=True)

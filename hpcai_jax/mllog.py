@@ -4,8 +4,8 @@ The lines come from the `mlperf-logging` package's `mllog` module (standard libr
 optional dependency: `pip install 'mlperf-logging>=4.1,<5'`). Process 0 writes them, line by line,
 each line flushed, into a file started when the run starts (after its record id is claimed; a log
 already at that path is another run's, refused unless --overwrite):
-submission info (`--submission_org`, `--submission_platform`, the record's division by the same
-`rules.py`, its violations in the metadata), `number_of_nodes` and `accelerators_per_node` (host
+submission info (`--submission_org`, `--submission_platform`, `--submission_status`, the
+record's division by the same `rules.py`, its violations in the metadata), `number_of_nodes` and `accelerators_per_node` (host
 names and their processes' devices), `cache_clear`, `init_start`/`init_stop` (start-up: data,
 state, compilation),
 the run's settings (`seed`, `number_of_models` = M, `per_model_batch_size` = |B|,
@@ -185,7 +185,7 @@ class MLLog:
                 {"violations": list(submission.violations)},
             ),
             ("submission_platform", platform, None),
-            ("submission_status", "research", None),
+            ("submission_status", config.results.submission_status, None),
             ("number_of_nodes", mesh["number_of_nodes"], None),
             ("accelerators_per_node", mesh["accelerators_per_node"], None),
             # hpcai_jax drops no OS cache; a launch script that does may log its own cache_clear.

@@ -81,6 +81,7 @@ def tiny_run(tmp_path_factory):
                 f"--mllog={log}",
                 "--submission_org=Test Org",
                 "--submission_platform=8 CPU devices",
+                "--submission_status=onprem",
             )
             (folder / "stdout").write_text(proc.stdout)
             (folder / "stderr").write_text(proc.stderr)

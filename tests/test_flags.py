@@ -34,6 +34,7 @@ ENUMS = {
     "lr_schedule": C.LR_SCHEDULES,
     "bootstrap": C.BOOTSTRAP_METHODS,
     "flops_source": C.FLOPS_SOURCES,
+    "submission_status": C.SUBMISSION_STATUSES,
     "on_divergence": C.ON_DIVERGENCE,
     "allreduce": C.ALLREDUCE_MODES,
     "grad_allreduce_dtype": C.GRAD_ALLREDUCE_DTYPES,

@@ -55,6 +55,7 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     )
     assert record["submission"]["violations"][0].startswith("no official target for")
     assert (value["submission_org"], value["submission_platform"]) == ("Test Org", "8 CPU devices")
+    assert value["submission_status"] == "onprem"
     assert (value["number_of_nodes"], value["accelerators_per_node"]) == (1, 8)
     assert record["mllog"] == str(log)  # the record names its log
     assert (value["number_of_models"], value["per_model_batch_size"]) == (4, 16)

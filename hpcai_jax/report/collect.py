@@ -28,6 +28,7 @@ OUTPUT_ONLY = (
     "results.stream_record",  # where the roofline's bandwidth is read from
     "results.submission_org",
     "results.submission_platform",
+    "results.submission_status",
     "data.data_dir",
     "distributed.",
     "reliability.checkpoint_dir",
