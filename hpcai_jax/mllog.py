@@ -5,11 +5,11 @@ optional dependency: `pip install 'mlperf-logging>=4.1,<5'`). Process 0 writes t
 each line flushed, into a file started when the run starts (after its record id is claimed; a log
 already at that path is another run's, refused unless --overwrite):
 submission info (`--submission_org`, `--submission_platform`, `--submission_status`, the
-record's division by the same `rules.py`, its violations in the metadata), `number_of_nodes` and `accelerators_per_node` (host
-names and their processes' devices), `cache_clear`, `init_start`/`init_stop` (start-up: data,
-state, compilation),
-the run's settings (`seed`, `number_of_models` = M, `per_model_batch_size` = |B|,
-`global_batch_size` = M × |B|, Eq. 5's mesh, the optimizer), `flops_per_step` (the count of
+record's division by the same `rules.py`, its violations in the metadata), `number_of_nodes` and
+`accelerators_per_node` (host names and their processes' devices), `cache_clear`,
+`init_start`/`init_stop` (start-up: data, state, compilation), the run's settings (`seed`,
+`number_of_models` = M, `per_model_batch_size` = |B|, `global_batch_size` = M × |B|, Eq. 5's
+mesh, the optimizer), `flops_per_step` (the count of
 the compiled step FLOPS uses, with its source), `run_start`, `epoch_start`/`epoch_stop` (1-based
 `epoch_num`; `step_num`, `first_step` and `steps` in epoch_stop's metadata), both written when
 the epoch completes, at the clock readings of the record's epoch boundaries (so that
@@ -31,7 +31,8 @@ logs `segment_start` (at its own run_start: `first_step`, its mesh, its compiled
 evaluations and the end; an epoch begun before the interruption has its earlier segments' time
 in epoch_stop's `earlier_segments_s`, so epoch_stop − epoch_start + earlier_segments_s is the
 record's `wall_s`. Where the log is missing or does not end with this run's `segment_stop` at
-the checkpoint's step, the resumed run starts a log of its own (`run_start`'s `first_step` > 0),
+the checkpoint's step (an earlier segment died), the log there is moved aside to
+PATH.before-step-K and the resumed run starts one of its own (`run_start`'s `first_step` > 0),
 which the submission check refuses as incomplete. Every line's time is a reading of the training
 loop's monotonic clock, tied to the wall clock once when the log opens: the log's
 eval_stop − run_start is the record's time to target.
@@ -302,6 +303,8 @@ class MLLog:
         self._mllogger = None
 
 
+_PREFIX = ":::MLLOG "  # what mlperf-logging starts every line with
+
 # The layout keys a resumed segment may change (docs/reliability.md), as the header names them.
 _LAYOUT_KEYS = ("members_per_device", "parallel_degree", "model_parallel", "number_of_devices")
 
@@ -361,9 +364,9 @@ def _open_segment(path: Path) -> tuple[str, int] | None:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    last = next((line for line in reversed(lines) if line.startswith(":::MLLOG ")), None)
+    last = next((line for line in reversed(lines) if line.startswith(_PREFIX)), None)
     try:
-        entry = json.loads(last[len(":::MLLOG ") :]) if last else {}
+        entry = json.loads(last[len(_PREFIX) :]) if last else {}
     except ValueError:
         return None
     meta = entry.get("metadata") or {}
