@@ -5,12 +5,15 @@ no shared-memory block outlives the stream."""
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
+import time
 from multiprocessing import shared_memory
 
 import jax
 import numpy as np
 import pytest
-from helpers import shm_blocks, shm_lasting
+from helpers import shm_blocks, shm_lasting, subprocess_env
 from test_bad_examples import BadJpeg, N, _corrupt, _datasets, _raw
 
 from hpcai_jax.axes import DATA, ENSEMBLE
@@ -54,8 +57,14 @@ def test_a_killed_worker_is_restarted_and_the_batches_are_unchanged(bad_dir):
     make = _pipeline(source, workers=1, restarts=1)
     before = shm_blocks()
     try:
-        got = [_host(make(step)) for step in range(2)]
+        got = [_host(make(0))]
         (pid,) = _workers()
+        # A preemption's SIGTERM (to the whole job) is the training process's to act on: the
+        # worker lives on, no restart spent (the one allowed is needed below).
+        os.kill(pid, signal.SIGTERM)
+        time.sleep(0.5)
+        got.append(_host(make(1)))
+        assert _workers() == [pid]
         os.kill(pid, signal.SIGKILL)  # mid-epoch 0, the worker blocked on its next element
         killed_at = shm_blocks()  # the killed worker's unfinished block, if any, is among these
         got += [_host(make(step)) for step in range(2, 4)]
@@ -102,3 +111,56 @@ def test_past_the_bound_the_stream_stops_naming_the_worker_and_signal(monkeypatc
     assert opened == [4, 4, 4]  # the first open, then two restarts at the element owed
     assert str(e.value) == ("data worker 1 of 3 died (SIGKILL) with no --worker_restarts left")
     assert e.value.exit_code == 1
+
+
+_SLEEPER = """
+import sys, time
+from hpcai_jax.data.workers import leave_stops_to_the_trainer
+leave_stops_to_the_trainer(0, 1)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_worker_leaves_sigterm_to_its_trainer_unless_the_trainer_is_gone(tmp_path):
+    sleeper = subprocess.Popen(
+        [sys.executable, "-c", _SLEEPER], env=subprocess_env(1), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert sleeper.stdout.readline() == "ready\n"
+        sleeper.send_signal(signal.SIGTERM)
+        sleeper.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert sleeper.poll() is None  # its trainer (this process) is alive: ignored
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # An orphan (its trainer gone, as after the trainer's SIGKILL) ends on SIGTERM.
+    launcher = (
+        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
+        "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True); "
+        "print(p.stdout.readline().strip(), p.pid, flush=True)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", launcher, _SLEEPER],
+        env=subprocess_env(1),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout.split()
+    assert out[0] == "ready"
+    orphan = int(out[1])
+    assert not _gone(orphan, within_s=0.5)  # its launcher has ended; it has not
+    os.kill(orphan, signal.SIGTERM)
+    assert _gone(orphan, within_s=10)

@@ -8,7 +8,8 @@ the elements k, k + K, k + 2K, … and reads them back round-robin: the order is
 whatever K, and each element is a pure function of (step, block), so K workers give exactly what
 the training process alone (K = 0) gives, and a run resumed at step s reads what it read first.
 
-The same purity makes a dead worker harmless: the stream is reopened at the element it owed
+Workers leave SIGTERM and SIGINT to the training process (`leave_stops_to_the_trainer`). The
+same purity makes a dead worker harmless: the stream is reopened at the element it owed
 (new workers, the same elements), at most --worker_restarts times; one more death stops the run
 in one line naming the worker and its signal. grain hands elements over in POSIX shared memory;
 each is copied out and its block unlinked the moment it arrives, so no block outlives its
@@ -54,6 +55,22 @@ def default_workers(local_devices: int) -> int:
     not the node's."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return max(1, min(_MAX_AUTO_WORKERS_PER_DEVICE * local_devices, (cores or 2) - 1))
+
+
+def leave_stops_to_the_trainer(worker_index: int, worker_count: int) -> None:
+    """Run in each worker as it starts. A scheduler's preemption (SLURM's SIGTERM) and a
+    terminal's Ctrl-C reach every process of the job, the workers too; they are the training
+    process's to act on (it stops at a step boundary, saves, then closes its workers, which
+    grain stops without signals). A worker that took them would die and be restarted for
+    nothing in the seconds before the stop. One whose training process is gone still ends."""
+    trainer = os.getppid()
+
+    def stop(signum, frame):
+        if os.getppid() != trainer:
+            os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
 
 
 def augment_keys(sampler: BootstrapSampler, step: int, block: Block) -> np.ndarray:
@@ -154,7 +171,10 @@ class BlockStream:
         # pool's 500-element read-ahead would hold hundreds of blocks per worker.
         iterable = dataset.to_iter_dataset(grain.ReadOptions(num_threads=0, prefetch_buffer_size=0))
         self._iterator = iter(
-            iterable.mp_prefetch(grain.MultiprocessingOptions(num_workers=self._workers))
+            iterable.mp_prefetch(
+                grain.MultiprocessingOptions(num_workers=self._workers),
+                worker_init_fn=leave_stops_to_the_trainer,
+            )
         )
         self._first = self._element = first
 
