@@ -164,3 +164,40 @@ def test_a_worker_leaves_sigterm_to_its_trainer_unless_the_trainer_is_gone(tmp_p
     assert not _gone(orphan, within_s=0.5)  # its launcher has ended; it has not
     os.kill(orphan, signal.SIGTERM)
     assert _gone(orphan, within_s=10)
+
+
+_LEFT_OPEN = """
+import sys
+import numpy as np
+from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.workers import BlockStream, ReadBlock
+
+
+class Reader:
+    def __call__(self, indices, keys):
+        return {"x": np.asarray(indices, np.float32)[:, None]}
+
+
+if __name__ == "__main__":
+    block = ((0, 1), (0, 8))
+    read = ReadBlock(Reader(), BootstrapSampler("with_replacement", 64, 8, seed=0), (block,))
+    stream = BlockStream(read, 10, workers=1)
+    print(stream.step(0)[block]["x"].shape, flush=True)
+    sys.exit(0)  # the stream left open: a library user's exit, or an unexpected one
+"""
+
+
+def test_a_process_that_exits_with_workers_running_ends_and_leaks_nothing(tmp_path):
+    script = tmp_path / "left_open.py"
+    script.write_text(_LEFT_OPEN)
+    before = shm_blocks()
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=subprocess_env(1),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout == "(1, 8, 1)\n", proc.stderr[-2000:]
+    assert "leaked shared_memory" not in proc.stderr
+    assert shm_lasting(shm_blocks() - before, lambda left: not left) == set()

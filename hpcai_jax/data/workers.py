@@ -21,6 +21,7 @@ This module must not import jax: grain's spawned workers unpickle what it define
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import re
@@ -176,6 +177,10 @@ class BlockStream:
                 worker_init_fn=leave_stops_to_the_trainer,
             )
         )
+        # A process that exits with the stream open stops its workers here, as `close` does,
+        # before multiprocessing's exit hooks (atexit runs the latest first): grain's finalizer
+        # would stop them too, but leave the blocks in flight to the resource tracker.
+        atexit.register(self.close)
         self._first = self._element = first
 
     def _next_element(self) -> dict[str, np.ndarray]:
@@ -220,6 +225,7 @@ class BlockStream:
 
     def close(self) -> None:
         """Stops the workers (idempotent)."""
+        atexit.unregister(self.close)
         if self._iterator is not None:
             self._iterator.close()
         self._iterator, self._element = None, None
