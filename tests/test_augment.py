@@ -101,8 +101,13 @@ def test_augmentation_is_a_function_of_seed_member_epoch_and_slot():
     base = crop(0, 1, 2, 3)
     assert base.shape == (16, 16, 3) and base.dtype == np.uint8
     np.testing.assert_array_equal(base, crop(0, 1, 2, 3))
-    for other in [(1, 1, 2, 3), (0, 0, 2, 3), (0, 1, 3, 3), (0, 1, 2, 4)]:
+    for other in [(1, 1, 2, 3), (0, 0, 2, 3), (0, 1, 3, 3), (0, 1, 2, 4), (0, 2, 1, 3)]:
         assert not np.array_equal(base, crop(*other)), other
+    # The keys arrive as NumPy integers (augment_keys); one outside 64 bits would alias another.
+    np.testing.assert_array_equal(base, crop(*np.array([0, 1, 2, 3], np.int64)))
+    for bad in [(-1, 1, 2, 3), (0, 1, 2, 1 << 64)]:
+        with pytest.raises(ValueError, match="outside"):
+            augment.example_rng(*bad)
 
 
 def test_fallback_after_ten_misses_is_the_held_out_crop():
@@ -275,3 +280,15 @@ def test_what_libjpeg_turbo_does_not_decode_takes_the_pil_path():
             assert np.abs(new - reference).mean() <= tolerance
         held_out = augment.eval_encoded(data, 3, 24).astype(int)
         assert np.abs(held_out - augment.eval_image(full, 24)).mean() <= tolerance
+
+
+def test_a_crop_is_its_own_array_after_the_next_decode(photos, jpeg_decoder):
+    # The decoder writes every region into one buffer: a crop must not be a view of it.
+    for transform in (
+        lambda data: augment.train_image(data, 3, 224, augment.example_rng(0, 0, 0, 1)),
+        lambda data: augment.eval_encoded(data, 3, 224),
+    ):
+        crop = transform(photos[0])
+        pixels = crop.copy()
+        transform(photos[1])
+        np.testing.assert_array_equal(crop, pixels)

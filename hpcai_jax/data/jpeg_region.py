@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import functools
 import importlib.metadata
+import math
 import threading
 from fractions import Fraction
 from typing import NamedTuple
@@ -59,7 +60,8 @@ class Header(NamedTuple):
 
 class Region(NamedTuple):
     """Decoded pixels [rows, cols, channels] and where their first row and column lie in the
-    image scaled by eighths/8."""
+    image scaled by eighths/8. The pixels are a view of the decoder's buffer: the next decode
+    overwrites them."""
 
     pixels: np.ndarray
     top: int
@@ -117,6 +119,9 @@ class Decoder:
         self._handle = lib.tj3Init(_TJINIT_DECOMPRESS)
         if not self._handle:
             raise MemoryError("tj3Init failed")
+        self._eighths = 8  # the handle's scaling factor: 1/1 after tj3Init
+        # One buffer for every region, grown as needed: a warm cache line, not fresh pages.
+        self._buffer, self._address = np.empty(0, np.uint8), 0
 
     def __del__(self):
         if getattr(self, "_handle", None):
@@ -157,17 +162,23 @@ class Decoder:
         c0, c1 = min(max(0, cols[0]), width - 1) // mcu * mcu, min(width, cols[1])
         if r1 <= r0 or c1 <= c0:
             return None
-        if (
-            lib.tj3SetScalingFactor(h, _SCALES[eighths]) != 0
-            or lib.tj3SetCroppingRegion(h, _Region(c0, r0, c1 - c0, r1 - r0)) != 0
-        ):
+        if eighths != self._eighths:
+            if lib.tj3SetScalingFactor(h, _SCALES[eighths]) != 0:
+                return None
+            self._eighths = eighths
+        if lib.tj3SetCroppingRegion(h, _Region(c0, r0, c1 - c0, r1 - r0)) != 0:
             return None
-        pixels = np.empty((r1 - r0, c1 - c0, channels), np.uint8)
+        shape = (r1 - r0, c1 - c0, channels)
+        if self._buffer.size < math.prod(shape):
+            self._buffer = np.empty(math.prod(shape), np.uint8)
+            self._address = self._buffer.ctypes.data
         status = lib.tj3Decompress8(
-            h, data, len(data), pixels.ctypes.data, (c1 - c0) * channels, _TJPF[channels]
+            h, data, len(data), self._address, (c1 - c0) * channels, _TJPF[channels]
         )
         # Errors, and warnings too (a truncated file, extraneous bytes): PIL decides, as before.
-        return Region(pixels, r0, c0) if status == 0 else None
+        if status != 0:
+            return None
+        return Region(self._buffer[: math.prod(shape)].reshape(shape), r0, c0)
 
 
 _local = threading.local()
