@@ -36,8 +36,8 @@ from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.errors import UsageError
 
 Block = tuple[tuple[int, int], tuple[int, int]]  # ((first member, end), (first row, end))
-# ~300 images/s per core (benchmarks/input_pipeline.py): 16 feed several thousand images/s, what
-# one GPU trains ResNet-50 at; more per device would only hold memory.
+# ~500-600 images/s per core (benchmarks/input_pipeline.py): 16 feed more than the several
+# thousand images/s one GPU trains ResNet-50 at; more per device would only hold memory.
 _MAX_AUTO_WORKERS_PER_DEVICE = 16
 
 
