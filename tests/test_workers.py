@@ -146,7 +146,8 @@ def test_a_worker_leaves_sigterm_to_its_trainer_unless_the_trainer_is_gone(tmp_p
     finally:
         sleeper.kill()
         sleeper.wait()
-    # An orphan (its trainer gone, as after the trainer's SIGKILL) ends on SIGTERM.
+    # An orphan (its trainer gone, as after the trainer's SIGKILL) ends on the SIGTERM the
+    # kernel sends it (Linux), or on one from anybody else.
     launcher = (
         "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]], "
         "stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True); "
@@ -161,9 +162,55 @@ def test_a_worker_leaves_sigterm_to_its_trainer_unless_the_trainer_is_gone(tmp_p
     ).stdout.split()
     assert out[0] == "ready"
     orphan = int(out[1])
-    assert not _gone(orphan, within_s=0.5)  # its launcher has ended; it has not
-    os.kill(orphan, signal.SIGTERM)
+    if not sys.platform.startswith("linux"):
+        os.kill(orphan, signal.SIGTERM)
     assert _gone(orphan, within_s=10)
+
+
+_KILLED_TRAINER = """
+import multiprocessing, time
+import numpy as np
+from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.data.workers import BlockStream, ReadBlock
+
+
+class Reader:
+    def __call__(self, indices, keys):
+        return {"x": np.asarray(indices, np.float32)[:, None]}
+
+
+if __name__ == "__main__":
+    block = ((0, 1), (0, 8))
+    read = ReadBlock(Reader(), BootstrapSampler("with_replacement", 64, 8, seed=0), (block,))
+    stream = BlockStream(read, 1000, workers=2)
+    stream.step(0)  # the workers read ahead into shared memory from here on
+    workers = [p.pid for p in multiprocessing.active_children() if "grain" in p.name]
+    print(*workers, flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_workers_of_a_trainer_killed_outright_end_and_free_their_blocks(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_TRAINER)
+    before = shm_blocks()
+    trainer = subprocess.Popen(
+        [sys.executable, str(script)],
+        env=subprocess_env(1),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        workers = [int(pid) for pid in trainer.stdout.readline().split()]
+    finally:
+        trainer.kill()  # SIGKILL: nothing of the trainer's runs, no close, no atexit
+        trainer.wait()
+    assert len(workers) == 2
+    assert all(_gone(pid, within_s=15) for pid in workers)
+    # The resource tracker unlinks what the workers left once the last of them has gone.
+    assert shm_lasting(shm_blocks() - before, lambda left: not left) == set()
 
 
 _LEFT_OPEN = """
