@@ -114,3 +114,34 @@ def test_measured_peak_with_all_local_devices_at_once_is_each_devices_share():
     # only with tens of busy threads per core; the bug this catches (one device timed alone and
     # reported as each device's figure) reads about 1.
     assert peak.per_device < 0.75 * one
+
+
+def test_a_process_measures_its_devices_once_and_later_records_say_so(monkeypatch):
+    from hpcai_jax.engine import loop
+
+    monkeypatch.setattr(loop, "_MEASURED", {})
+    calls = []
+
+    def peak_flops(dtype):
+        calls.append(("matmul", dtype))
+        return {"dtype": dtype, "measured_per_device": 1e9, "measured_method": "chained matmuls"}
+
+    def stream_bandwidth(path):
+        calls.append(("stream", path))
+        return 5e9, "STREAM Triad measured at start"
+
+    monkeypatch.setattr(loop, "_peak_flops", peak_flops)
+    monkeypatch.setattr(loop, "stream_bandwidth", stream_bandwidth)
+    first = loop._peaks_at_start("float32", None)
+    assert first["measured_method"] == "chained matmuls"
+    assert first["bandwidth_source"] == "STREAM Triad measured at start"
+    again = loop._peaks_at_start("float32", None)
+    assert again["measured_per_device"] == 1e9 and again["bandwidth_per_device"] == 5e9
+    reused = "chained matmuls; measured by this process's first run"
+    assert again["measured_method"] == reused
+    assert again["bandwidth_source"].endswith("; measured by this process's first run")
+    assert first["measured_method"] == "chained matmuls"  # the cached result left as it was
+    given = loop._peaks_at_start("bfloat16", (7e9, "STREAM record r.json"))
+    assert given["bandwidth_source"] == "STREAM record r.json"
+    assert given["measured_method"] == "chained matmuls"  # another dtype: measured afresh
+    assert calls == [("matmul", "float32"), ("stream", ""), ("matmul", "bfloat16")]
