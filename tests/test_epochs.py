@@ -92,7 +92,9 @@ def run(tmp_path_factory):
         mp.setattr(loop, "evaluate", clock.after(EVAL, loop.evaluate))
         mp.setattr(loop, "compile_step", clock.after(COMPILE, loop.compile_step))
         # Not under test, and seconds each: the peak and bandwidth measurements at start.
-        mp.setattr(loop, "_peak_flops", lambda dtype: {"dtype": dtype})
+        # The process's cache of them too: neither reuse a real one nor keep these fakes.
+        mp.setattr(loop, "_MEASURED", {})
+        mp.setattr(loop, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"})
         mp.setattr(loop, "stream_bandwidth", lambda path: (1e9, "a test"))
         record, code = loop.train_and_evaluate(config)
     assert code == 0, record["reason"]

@@ -158,7 +158,10 @@ def run(tmp_path_factory):
         mp.setattr(step_module, "time", shim)
         mp.setattr(loop, "compile_step", compile_step)
         mp.setattr(loop, "evaluate", evaluate)
-        mp.setattr(loop, "_peak_flops", lambda dtype: {"measured_per_device": 1e9})
+        mp.setattr(loop, "_MEASURED", {})  # no real peak cached by an earlier run, none kept
+        mp.setattr(
+            loop, "_peak_flops", lambda dtype: {"measured_per_device": 1e9, "measured_method": "-"}
+        )
         mp.setattr(Checkpointer, "save", save)
         mp.setattr(jax, "block_until_ready", block_until_ready)
         record, code = loop.train_and_evaluate(config)

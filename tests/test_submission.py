@@ -216,3 +216,20 @@ def test_one_line_errors(tiny_run, package, tmp_path, capsys):
     (broken / f"{RUN}.json").write_text("{not json")
     code, _, err = _cli(capsys, "check", broken)
     assert code == 2 and len(err) == 1 and f"{RUN}.json" in err[0]
+
+
+def test_a_record_moved_with_its_log_packs_from_where_it_lies(tiny_run, tmp_path, capsys):
+    # Copied off the cluster: the record names the log where the run wrote it, which is gone.
+    log = Path(tiny_run.record["mllog"])
+    moved = tmp_path / "from-cluster"
+    moved.mkdir()
+    shutil.copy(log, moved / log.name)
+    record = dict(tiny_run.record, mllog=f"/cluster/scratch/gone/{log.name}")
+    (moved / f"{RUN}.json").write_text(json.dumps(record))
+    code, _, err = _cli(capsys, "pack", moved / f"{RUN}.json", f"--out={tmp_path / 'pkg'}")
+    assert code == 0, err
+    assert (tmp_path / "pkg" / f"{RUN}.mllog").read_bytes() == log.read_bytes()
+    (moved / log.name).unlink()
+    code, out, err = _cli(capsys, "pack", moved / f"{RUN}.json", f"--out={tmp_path / 'pkg2'}")
+    assert code == 2 and len(err) == 1 and not out
+    assert f"/cluster/scratch/gone/{log.name}" in err[0] and str(moved / log.name) in err[0]

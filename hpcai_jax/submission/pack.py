@@ -55,15 +55,22 @@ def _load(path: Path) -> dict:
 
 
 def _mllog(path: Path, record: dict) -> Path:
+    """The record's MLLOG: where the run wrote it, else a file of that name beside the record
+    (records and logs copied off the cluster together, where the run's absolute path is no
+    more)."""
     log = record.get("mllog")
     if not log:
         raise UsageError(
             f"{path}: run {record['run_id']} names no MLLOG: a submission needs its run made "
             "with --mllog=PATH"
         )
-    if not Path(log).is_file():
-        raise UsageError(f"{path}: its MLLOG {log} (--mllog) does not exist")
-    return Path(log)
+    for candidate in (Path(log), path.parent / Path(log).name):
+        if candidate.is_file():
+            return candidate
+    raise UsageError(
+        f"{path}: its MLLOG {log} (--mllog) does not exist, nor does "
+        f"{path.parent / Path(log).name} beside the record"
+    )
 
 
 def score_table(records: list[dict]) -> str:
