@@ -167,8 +167,10 @@ def test_a_worker_leaves_sigterm_to_its_trainer_unless_the_trainer_is_gone(tmp_p
     assert _gone(orphan, within_s=10)
 
 
-_KILLED_TRAINER = """
-import multiprocessing, time
+# A training process with a stream of `argv[1]` workers open, which then either exits with it
+# open (a library user's exit, or an unexpected one) or, given `sleep`, waits to be killed.
+_TRAINER = """
+import multiprocessing, sys, time
 import numpy as np
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.workers import BlockStream, ReadBlock
@@ -182,21 +184,23 @@ class Reader:
 if __name__ == "__main__":
     block = ((0, 1), (0, 8))
     read = ReadBlock(Reader(), BootstrapSampler("with_replacement", 64, 8, seed=0), (block,))
-    stream = BlockStream(read, 1000, workers=2)
-    stream.step(0)  # the workers read ahead into shared memory from here on
-    workers = [p.pid for p in multiprocessing.active_children() if "grain" in p.name]
-    print(*workers, flush=True)
+    stream = BlockStream(read, 1000, workers=int(sys.argv[1]))
+    shape = stream.step(0)[block]["x"].shape  # the workers read ahead from here on
+    if sys.argv[2:] != ["sleep"]:
+        print(shape, flush=True)
+        sys.exit(0)
+    print(*[p.pid for p in multiprocessing.active_children() if "grain" in p.name], flush=True)
     time.sleep(120)
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_the_workers_of_a_trainer_killed_outright_end_and_free_their_blocks(tmp_path):
-    script = tmp_path / "killed.py"
-    script.write_text(_KILLED_TRAINER)
+    script = tmp_path / "trainer.py"
+    script.write_text(_TRAINER)
     before = shm_blocks()
     trainer = subprocess.Popen(
-        [sys.executable, str(script)],
+        [sys.executable, str(script), "2", "sleep"],
         env=subprocess_env(1),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -213,33 +217,12 @@ def test_the_workers_of_a_trainer_killed_outright_end_and_free_their_blocks(tmp_
     assert shm_lasting(shm_blocks() - before, lambda left: not left) == set()
 
 
-_LEFT_OPEN = """
-import sys
-import numpy as np
-from hpcai_jax.data.sampler import BootstrapSampler
-from hpcai_jax.data.workers import BlockStream, ReadBlock
-
-
-class Reader:
-    def __call__(self, indices, keys):
-        return {"x": np.asarray(indices, np.float32)[:, None]}
-
-
-if __name__ == "__main__":
-    block = ((0, 1), (0, 8))
-    read = ReadBlock(Reader(), BootstrapSampler("with_replacement", 64, 8, seed=0), (block,))
-    stream = BlockStream(read, 10, workers=1)
-    print(stream.step(0)[block]["x"].shape, flush=True)
-    sys.exit(0)  # the stream left open: a library user's exit, or an unexpected one
-"""
-
-
 def test_a_process_that_exits_with_workers_running_ends_and_leaks_nothing(tmp_path):
-    script = tmp_path / "left_open.py"
-    script.write_text(_LEFT_OPEN)
+    script = tmp_path / "trainer.py"
+    script.write_text(_TRAINER)
     before = shm_blocks()
     proc = subprocess.run(
-        [sys.executable, str(script)],
+        [sys.executable, str(script), "1"],
         env=subprocess_env(1),
         capture_output=True,
         text=True,
