@@ -292,3 +292,12 @@ def test_a_crop_is_its_own_array_after_the_next_decode(photos, jpeg_decoder):
         pixels = crop.copy()
         transform(photos[1])
         np.testing.assert_array_equal(crop, pixels)
+
+
+def test_a_numpy_generator_serves_as_the_draws_too(photos):
+    # Anything with random() in [0, 1): the same box and flip from the same draws.
+    for seed in range(4):
+        new = augment.train_image(photos[0], 3, 64, np.random.default_rng(seed)).astype(int)
+        full = augment.decode(photos[0], 3)
+        reference = augment.train_image_reference(full, 64, np.random.default_rng(seed))
+        assert np.abs(new - reference).mean() <= 2

@@ -257,6 +257,10 @@ def eval_encoded(data: bytes | np.ndarray, channels: int, size: int) -> np.ndarr
     return _eval_opened(_open(data), channels, size)
 
 
+# What the crop and flip draw from: `random()` in [0, 1), as Python's and NumPy's generators have.
+Draws = random.Random | np.random.Generator
+
+
 def example_rng(seed: int, member: int, epoch: int, slot: int) -> random.Random:
     """The generator of one training example's crop and flip: Python's Mersenne Twister seeded
     with the five numbers packed into one integer (an int seed gives the same `random()`
@@ -270,7 +274,7 @@ def example_rng(seed: int, member: int, epoch: int, slot: int) -> random.Random:
     return random.Random(key)
 
 
-def crop_box(height: int, width: int, rng: random.Random) -> tuple[int, int, int, int] | None:
+def crop_box(height: int, width: int, rng: Draws) -> tuple[int, int, int, int] | None:
     """(top, left, crop height, crop width) of a random-resized crop, or None after 10 misses
     (the caller then takes the held-out centre crop). Area uniform, aspect log-uniform, as
     torchvision's RandomResizedCrop and tf.image.sample_distorted_bounding_box draw them."""
@@ -288,7 +292,7 @@ def crop_box(height: int, width: int, rng: random.Random) -> tuple[int, int, int
     return None
 
 
-def train_image_reference(image: Image.Image, size: int, rng: random.Random) -> np.ndarray:
+def train_image_reference(image: Image.Image, size: int, rng: Draws) -> np.ndarray:
     """Random-resized crop to size×size (bilinear) and a flip half the time: uint8 [S, S, C].
     The full-decode path: `train_image` draws the same, cheaper; kept for the benchmark and
     the tests that compare the two."""
@@ -306,9 +310,7 @@ def train_image_reference(image: Image.Image, size: int, rng: random.Random) -> 
     return out[:, ::-1] if rng.random() < 0.5 else out
 
 
-def train_image(
-    data: bytes | np.ndarray, channels: int, size: int, rng: random.Random
-) -> np.ndarray:
+def train_image(data: bytes | np.ndarray, channels: int, size: int, rng: Draws) -> np.ndarray:
     """`train_image_reference` of an encoded image, its crop box drawn from the header's size
     before decoding (the same draws of `rng`, the same box and flip), then only the box decoded
     (libjpeg-turbo) or the frame decoded at the largest power-of-two DCT scale leaving the box
