@@ -146,6 +146,19 @@ def _ks(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(cdf_a - cdf_b).max())
 
 
+def _reference_crop_box(height, width, rng: np.random.Generator):
+    """RandomResizedCrop's box as torchvision draws it, with NumPy's generator: the sampler of
+    the full-decode path before the path's own generator replaced it."""
+    area = height * width
+    for _ in range(10):
+        target = area * rng.uniform(0.08, 1.0)
+        aspect = np.exp(rng.uniform(np.log(3 / 4), np.log(4 / 3)))
+        w, h = round(np.sqrt(target * aspect)), round(np.sqrt(target / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            return int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w
+    return None
+
+
 @pytest.fixture(scope="module")
 def photos():
     rng = np.random.default_rng(23)
@@ -168,17 +181,18 @@ def test_boxes_drawn_from_the_header_follow_the_reference_distribution(photos, m
     for slot, (data, (height, width, box)) in enumerate(zip(photos, drawn, strict=True)):
         assert (height, width) == np.asarray(augment.decode(data, 3)).shape[:2]
         assert box == augment.crop_box(height, width, augment.example_rng(1, 0, 0, slot))
-    # Thousands of boxes: from headers (the new path) and from decoded frames (the reference),
-    # on disjoint slots; area fraction, aspect and centre compared by two-sample KS.
+    # Thousands of boxes: from headers by the path's sampler, and from decoded frames by the
+    # reference sampler (the one before: NumPy's uniform and integers, seeded per example);
+    # area fraction, aspect and centre compared by two-sample KS.
     n = 3000
     headers = [Image.open(io.BytesIO(d)).size for d in photos]
     frames = [np.asarray(augment.decode(d, 3)).shape[1::-1] for d in photos]
 
-    def features(sizes, first):
+    def features(sizes, draw):
         rows = []
-        for slot in range(first, first + n):
+        for slot in range(n):
             width, height = sizes[slot % len(sizes)]
-            box = augment.crop_box(height, width, augment.example_rng(0, 0, 0, slot))
+            box = draw(height, width, slot)
             if box is not None:
                 top, left, h, w = box
                 rows.append(
@@ -191,7 +205,12 @@ def test_boxes_drawn_from_the_header_follow_the_reference_distribution(photos, m
                 )
         return np.array(rows)
 
-    new, reference = features(headers, 0), features(frames, n)
+    new = features(
+        headers, lambda h, w, slot: augment.crop_box(h, w, augment.example_rng(0, 0, 0, slot))
+    )
+    reference = features(
+        frames, lambda h, w, slot: _reference_crop_box(h, w, np.random.default_rng([7, slot]))
+    )
     assert abs(len(new) - len(reference)) < 30  # the 10-miss fallback as often
     critical = 1.628 * np.sqrt((len(new) + len(reference)) / (len(new) * len(reference)))
     stats = [_ks(new[:, k], reference[:, k]) for k in range(4)]  # α = 0.01: ≈ 0.042
