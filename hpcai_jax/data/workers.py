@@ -22,13 +22,13 @@ This module must not import jax: grain's spawned workers unpickle what it define
 from __future__ import annotations
 
 import atexit
-import ctypes
 import dataclasses
 import multiprocessing
 import os
 import re
 import signal
-import sys
+import threading
+import time
 from typing import Protocol
 
 import numpy as np
@@ -42,7 +42,7 @@ Block = tuple[tuple[int, int], tuple[int, int]]  # ((first member, end), (first 
 # ~500-600 images/s per core (benchmarks/input_pipeline.py): 16 feed more than the several
 # thousand images/s one GPU trains ResNet-50 at; more per device would only hold memory.
 _MAX_AUTO_WORKERS_PER_DEVICE = 16
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_ORPHAN_POLL_S = 1.0  # how often a worker checks that its training process is still its parent
 
 
 class TrainReader(Protocol):
@@ -67,10 +67,12 @@ def leave_stops_to_the_trainer(worker_index: int, worker_count: int) -> None:
     terminal's Ctrl-C reach every process of the job, the workers too; they are the training
     process's to act on (it stops at a step boundary, saves, then closes its workers, which
     grain stops without signals). A worker that took them would die and be restarted for
-    nothing in the seconds before the stop. One whose training process is gone still ends, and
-    on Linux the kernel tells it so: a trainer killed outright (SIGKILL, the OOM killer) left
-    its workers asleep for good, holding their memory and shared-memory blocks, wherever no
-    cgroup reaps a job's processes."""
+    nothing in the seconds before the stop. One whose training process is gone still ends, on
+    such a signal or within a second by itself: a trainer killed outright (SIGKILL, the OOM
+    killer) left its workers asleep for good, holding their memory and shared-memory blocks,
+    wherever no cgroup reaps a job's processes. (A watch of the parent pid, not Linux's
+    PR_SET_PDEATHSIG: that signal follows the trainer's thread that started the worker, which
+    may end before the trainer does.)"""
     spawner = multiprocessing.parent_process()  # its pid recorded at spawn, whatever happened
     trainer = spawner.pid if spawner is not None else os.getppid()
 
@@ -78,14 +80,14 @@ def leave_stops_to_the_trainer(worker_index: int, worker_count: int) -> None:
         if os.getppid() != trainer:
             os._exit(128 + signum)
 
+    def watch():
+        while os.getppid() == trainer:
+            time.sleep(_ORPHAN_POLL_S)
+        os._exit(128 + signal.SIGTERM)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
-    if sys.platform.startswith("linux"):
-        # SIGTERM when the thread that started this worker ends: the handler above tells a
-        # trainer's death (this process reparented) from the end of one of its threads.
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != trainer:  # gone before the kernel was told to watch
-        os._exit(128 + signal.SIGTERM)
+    threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
 
 
 def augment_keys(sampler: BootstrapSampler, step: int, block: Block) -> np.ndarray:
