@@ -14,7 +14,9 @@ together (Linux /proc; what a core yields, busy machine or not). The device side
 this is the host's supply of images.
 
 First, in the same interleaved rounds, each transform on its own in this process (images per
-CPU-second over every image of the set): the training path (`augment.train_image`: crop box from
+CPU-second over every image of the set, the transforms taking turns every 16 images within a
+round; each round's ratio is new over old in that round, and the figure their median): the
+training path (`augment.train_image`: crop box from
 the JPEG header, only that region decoded by libjpeg-turbo 3, resampled by OpenCV) against the
 previous full decode (`augment.train_image_reference`: PIL), and the held-out path
 (`augment.eval_encoded`) against `augment.eval_image` of a full decode; also both paths as they
@@ -40,7 +42,7 @@ import time
 import numpy as np
 import tensorflow_datasets as tfds
 
-from hpcai_jax.check.inputs import imagenet_like_jpeg, images_per_cpu_s
+from hpcai_jax.check.inputs import imagenet_like_jpeg
 from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.tfds_source import TfdsSource
@@ -141,6 +143,7 @@ def _eval(data, size, i):
     return augment.eval_encoded(data, 3, size)
 
 
+_CHUNK = 16  # images a transform decodes before the next takes its turn
 TRAIN_OLD, TRAIN_NEW = "training, full decode (previous)", "training, region decode"
 EVAL_OLD, EVAL_NEW = "eval, full decode (previous)", "eval, region decode"
 TRANSFORMS = {
@@ -153,6 +156,22 @@ TRANSFORMS = {
     EVAL_NEW: _eval,
     "eval, PIL (no libjpeg-turbo 3)": _without_libjpeg_turbo(_eval),
 }
+
+
+def _interleaved(transforms: dict, encoded: list[bytes], size: int) -> dict[str, float]:
+    """Images per CPU-second of each transform over every image, the transforms taking turns
+    every `_CHUNK` images: whatever else the machine does in the round (it varies by ±20 % over
+    seconds on a shared one) falls on all of them alike. Each output is copied, as the batch's
+    `np.stack` copies it: a reversed view (a flip) costs its copy here, as in the pipeline."""
+    cpu = dict.fromkeys(transforms, 0.0)
+    for start in range(0, len(encoded), _CHUNK):
+        chunk = encoded[start : start + _CHUNK]
+        for name, transform in transforms.items():
+            begin = time.process_time()
+            for i, data in enumerate(chunk, start):
+                transform(data, size, i).copy()
+            cpu[name] += time.process_time() - begin
+    return {name: len(encoded) / max(seconds, 1e-9) for name, seconds in cpu.items()}
 
 
 def main() -> None:
@@ -197,8 +216,7 @@ def main() -> None:
         paths.update({f"{w} workers": w for w in (int(w) for w in args.workers.split(","))})
         rates: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
         for round_ in range(args.rounds):
-            for name, transform in TRANSFORMS.items():
-                rate = images_per_cpu_s(transform, encoded, args.image_size)
+            for name, rate in _interleaved(TRANSFORMS, encoded, args.image_size).items():
                 per_transform[name].append(rate)
                 print(f"round {round_}: {name:36} {rate:6.1f} per CPU-second", flush=True)
             for path, workers in paths.items():

@@ -13,8 +13,8 @@ Encoded JPEGs are cropped before they are decoded (`train_image`, `eval_encoded`
 drawn from the header's size with the same draws as before, then libjpeg-turbo 3 decodes only
 that box, at a DCT scale of 1/2, 1/4 or 1/8 where the box stays at least 1.5 × the output a
 side (`jpeg_region.py`), and OpenCV resamples it like PIL's bilinear resize (`_resample`):
-≈ 2.2–2.3× fewer CPU-seconds an image than PIL's full decode and resize on ImageNet-sized
-frames (held-out crops ≈ 2.0–2.5×; docs/input.md says why not more). The pixels differ from
+≈ 2.15× fewer CPU-seconds an image than PIL's full decode and resize on ImageNet-sized frames
+(held-out crops ≈ 2.3–2.4×; docs/input.md says why not more). The pixels differ from
 that full decode by ≈ 1/255 on average (tests/test_augment.py bounds it at 2/255). Where
 libjpeg-turbo 3 is missing, or for what it does not decode (PNG, CMYK), PIL decodes the whole
 frame at the largest power-of-two DCT scale that still leaves the box at least the output's
