@@ -169,8 +169,9 @@ class Decoder:
         if lib.tj3SetCroppingRegion(h, _Region(c0, r0, c1 - c0, r1 - r0)) != 0:
             return None
         shape = (r1 - r0, c1 - c0, channels)
-        if self._buffer.size < math.prod(shape):
-            self._buffer = np.empty(math.prod(shape), np.uint8)
+        size = math.prod(shape)
+        if self._buffer.size < size:
+            self._buffer = np.empty(size, np.uint8)
             self._address = self._buffer.ctypes.data
         status = lib.tj3Decompress8(
             h, data, len(data), self._address, (c1 - c0) * channels, _TJPF[channels]
@@ -178,7 +179,7 @@ class Decoder:
         # Errors, and warnings too (a truncated file, extraneous bytes): PIL decides, as before.
         if status != 0:
             return None
-        return Region(self._buffer[: math.prod(shape)].reshape(shape), r0, c0)
+        return Region(self._buffer[:size].reshape(shape), r0, c0)
 
 
 _local = threading.local()

@@ -105,10 +105,10 @@ def _peaks_at_start(dtype: str, bandwidth: tuple[float, str] | None) -> dict:
     """The record's `peak_flops`: `_peak_flops` with the per-device bandwidth, that of a
     --stream_record where one is given (None: STREAM's Triad measured here)."""
     measured, again = _measured_once(("matmul", dtype), lambda: _peak_flops(dtype))
-    peaks = dict(measured, measured_method=measured["measured_method"] + (_REUSED * again))
+    peaks = dict(measured, measured_method=measured["measured_method"] + (_REUSED if again else ""))
     if not bandwidth:
         (per_device, source), again = _measured_once(("stream",), lambda: stream_bandwidth(""))
-        bandwidth = per_device, source + (_REUSED * again)
+        bandwidth = per_device, source + (_REUSED if again else "")
     peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth
     return peaks
 
