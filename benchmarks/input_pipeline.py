@@ -75,14 +75,26 @@ class JpegBench(tfds.core.GeneratorBasedBuilder):
             yield i, {"image": imagenet_like_jpeg(rng, i), "label": i % 10}
 
 
-def _cpu_s() -> float:
-    """CPU seconds used so far by this process and its live children (the workers)."""
-    total = 0
+def _cpu_by_pid() -> dict[int, float]:
+    """CPU seconds used so far by this process and by each of its live children (the
+    workers), by pid."""
+    out = {}
     for pid in [os.getpid(), *(p.pid for p in multiprocessing.active_children())]:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # ended since it was listed
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime+stime
+    return out
+
+
+def _cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds since `before` of this process and of the children alive now. A child
+    alive then and gone since (an earlier stream's worker, still exiting) drops out; a total
+    of then against now would subtract its whole life (one round once read 966 images per
+    CPU-second for 2 workers)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in _cpu_by_pid().items())
 
 
 def _measure(reader, sampler, batch_size: int, steps: int, workers: int) -> tuple[float, float]:
@@ -91,11 +103,11 @@ def _measure(reader, sampler, batch_size: int, steps: int, workers: int) -> tupl
     stream = BlockStream(ReadBlock(reader, sampler, (block,)), steps + 1, workers)
     try:
         stream.step(0)  # workers started, first step out: not timed
-        start, cpu = time.perf_counter(), _cpu_s()
+        start, cpu = time.perf_counter(), _cpu_by_pid()
         for step in range(1, steps + 1):
             stream.step(step)
         images = steps * batch_size
-        return images / (time.perf_counter() - start), images / (_cpu_s() - cpu)
+        return images / (time.perf_counter() - start), images / _cpu_since(cpu)
     finally:
         stream.close()
 
@@ -115,11 +127,11 @@ def _measure_threads(reader, sampler, batch_size: int, steps: int) -> tuple[floa
             return np.concatenate([r["image"] for r in rows])
 
         step_images(0)  # the pool's threads and the files opened: not timed
-        start, cpu = time.perf_counter(), _cpu_s()
+        start, cpu = time.perf_counter(), _cpu_by_pid()
         for step in range(1, steps + 1):
             step_images(step)
     images = steps * batch_size
-    return images / (time.perf_counter() - start), images / (_cpu_s() - cpu)
+    return images / (time.perf_counter() - start), images / _cpu_since(cpu)
 
 
 def _without_libjpeg_turbo(transform):
