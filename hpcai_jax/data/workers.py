@@ -42,7 +42,7 @@ Block = tuple[tuple[int, int], tuple[int, int]]  # ((first member, end), (first 
 # ~500-600 images/s per core (benchmarks/input_pipeline.py): 16 feed more than the several
 # thousand images/s one GPU trains ResNet-50 at; more per device would only hold memory.
 _MAX_AUTO_WORKERS_PER_DEVICE = 16
-_ORPHAN_POLL_S = 1.0  # how often a worker checks that its training process is still its parent
+_ORPHAN_POLL_S = 1.0  # how often a worker not started by multiprocessing checks its parent
 
 
 class TrainReader(Protocol):
@@ -67,22 +67,31 @@ def leave_stops_to_the_trainer(worker_index: int, worker_count: int) -> None:
     terminal's Ctrl-C reach every process of the job, the workers too; they are the training
     process's to act on (it stops at a step boundary, saves, then closes its workers, which
     grain stops without signals). A worker that took them would die and be restarted for
-    nothing in the seconds before the stop. One whose training process is gone still ends, on
-    such a signal or within a second by itself: a trainer killed outright (SIGKILL, the OOM
-    killer) left its workers asleep for good, holding their memory and shared-memory blocks,
-    wherever no cgroup reaps a job's processes. (A watch of the parent pid, not Linux's
-    PR_SET_PDEATHSIG: that signal follows the trainer's thread that started the worker, which
-    may end before the trainer does.)"""
-    spawner = multiprocessing.parent_process()  # its pid recorded at spawn, whatever happened
-    trainer = spawner.pid if spawner is not None else os.getppid()
+    nothing in the seconds before the stop. One whose training process is gone ends, on such a
+    signal or at once by itself: a trainer killed outright (SIGKILL, the OOM killer) left its
+    workers asleep for good, holding their memory and shared-memory blocks, wherever no cgroup
+    reaps a job's processes. The trainer's end shows on the pipe multiprocessing keeps from it
+    to each child it starts (whatever the start method), not on Linux's PR_SET_PDEATHSIG,
+    which follows the trainer's thread that started the worker and may fire long before."""
+    trainer = multiprocessing.parent_process()
+    if trainer is not None:
+        gone, wait = (lambda: not trainer.is_alive()), trainer.join
+    else:  # started some other way: its parent at start is its trainer
+        ppid = os.getppid()
+
+        def gone():
+            return os.getppid() != ppid
+
+        def wait():
+            while not gone():
+                time.sleep(_ORPHAN_POLL_S)
 
     def stop(signum, frame):
-        if os.getppid() != trainer:
+        if gone():
             os._exit(128 + signum)
 
     def watch():
-        while os.getppid() == trainer:
-            time.sleep(_ORPHAN_POLL_S)
+        wait()
         os._exit(128 + signal.SIGTERM)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
