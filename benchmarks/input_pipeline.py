@@ -42,7 +42,7 @@ import time
 import numpy as np
 import tensorflow_datasets as tfds
 
-from hpcai_jax.check.inputs import imagenet_like_jpeg
+from hpcai_jax.check.inputs import cpu_seconds, imagenet_like_jpeg
 from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.tfds_source import TfdsSource
@@ -92,15 +92,18 @@ def _cpu_by_pid() -> dict[int, float]:
 def _cpu_since(before: dict[int, float]) -> float:
     """CPU seconds since `before` of this process and of the children alive now. A child
     alive then and gone since (an earlier stream's worker, still exiting) drops out; a total
-    of then against now would subtract its whole life (one round once read 966 images per
-    CPU-second for 2 workers)."""
+    of then against now would subtract its whole life."""
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in _cpu_by_pid().items())
 
 
 def _measure(reader, sampler, batch_size: int, steps: int, workers: int) -> tuple[float, float]:
-    """(images/s, images per CPU-second) over `steps` steps, after the first."""
+    """(images/s, images per CPU-second) over `steps` steps, after the first. The stream runs
+    `steps` more after the window: the workers enter it with their buffers full (work done
+    before it) and must leave it busy filling them again, or the window would count images
+    whose CPU it never saw (2 workers had read 1,089 images per CPU-second, more than one
+    transform alone yields)."""
     block = ((0, 1), (0, batch_size))
-    stream = BlockStream(ReadBlock(reader, sampler, (block,)), steps + 1, workers)
+    stream = BlockStream(ReadBlock(reader, sampler, (block,)), 2 * steps + 1, workers)
     try:
         stream.step(0)  # workers started, first step out: not timed
         start, cpu = time.perf_counter(), _cpu_by_pid()
@@ -173,16 +176,12 @@ TRANSFORMS = {
 def _interleaved(transforms: dict, encoded: list[bytes], size: int) -> dict[str, float]:
     """Images per CPU-second of each transform over every image, the transforms taking turns
     every `_CHUNK` images: whatever else the machine does in the round (it varies by ±20 % over
-    seconds on a shared one) falls on all of them alike. Each output is copied, as the batch's
-    `np.stack` copies it: a reversed view (a flip) costs its copy here, as in the pipeline."""
+    seconds on a shared one) falls on all of them alike; each output copied (`cpu_seconds`)."""
     cpu = dict.fromkeys(transforms, 0.0)
     for start in range(0, len(encoded), _CHUNK):
         chunk = encoded[start : start + _CHUNK]
         for name, transform in transforms.items():
-            begin = time.process_time()
-            for i, data in enumerate(chunk, start):
-                transform(data, size, i).copy()
-            cpu[name] += time.process_time() - begin
+            cpu[name] += cpu_seconds(transform, chunk, size, first=start)
     return {name: len(encoded) / max(seconds, 1e-9) for name, seconds in cpu.items()}
 
 

@@ -37,14 +37,19 @@ def imagenet_like_jpeg(rng: np.random.Generator, index: int) -> bytes:
     return buf.getvalue()
 
 
-def images_per_cpu_s(transform, encoded: list[bytes], size: int) -> float:
-    """Images per CPU-second of transform(data, size, i) over every image, in this process,
-    each image copied as the batch's `np.stack` copies it: a transform that returns a view
-    (a reversed one, for a flip) pays for that copy here, as it does in the pipeline."""
+def cpu_seconds(transform, encoded: list[bytes], size: int, first: int = 0) -> float:
+    """CPU seconds of this process for transform(data, size, i) over the images, i counting
+    from `first`, each image copied as the batch's `np.stack` copies it: a transform that
+    returns a view (a reversed one, for a flip) pays for that copy here, as in the pipeline."""
     start = time.process_time()
-    for i, data in enumerate(encoded):
+    for i, data in enumerate(encoded, first):
         transform(data, size, i).copy()
-    return len(encoded) / max(time.process_time() - start, 1e-9)
+    return time.process_time() - start
+
+
+def images_per_cpu_s(transform, encoded: list[bytes], size: int) -> float:
+    """Images per CPU-second of transform(data, size, i) over every image (`cpu_seconds`)."""
+    return len(encoded) / max(cpu_seconds(transform, encoded, size), 1e-9)
 
 
 def train_transform(data: bytes, size: int, i: int) -> np.ndarray:
