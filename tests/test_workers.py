@@ -167,10 +167,13 @@ def test_a_worker_leaves_sigterm_to_its_trainer_unless_the_trainer_is_gone(tmp_p
 # A training process with a stream of `argv[1]` workers open, which then either exits with it
 # open (a library user's exit, or an unexpected one) or, given `sleep`, waits to be killed.
 _TRAINER = """
-import multiprocessing, sys, time
+import multiprocessing, multiprocessing.shared_memory, sys, time
 import numpy as np
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.workers import BlockStream, ReadBlock
+
+# Its blocks named apart from other tests' (this runs in the spawned workers too).
+multiprocessing.shared_memory._SHM_NAME_PREFIX = "/psm_kt"
 
 
 class Reader:
@@ -194,7 +197,6 @@ if __name__ == "__main__":
 def test_the_workers_of_a_trainer_killed_outright_end_and_free_their_blocks(tmp_path):
     script = tmp_path / "trainer.py"
     script.write_text(_TRAINER)
-    before = shm_blocks()
     trainer = subprocess.Popen(
         [sys.executable, str(script), "2", "sleep"],
         env=subprocess_env(1),
@@ -204,19 +206,32 @@ def test_the_workers_of_a_trainer_killed_outright_end_and_free_their_blocks(tmp_
     )
     try:
         workers = [int(pid) for pid in trainer.stdout.readline().split()]
+        # Blocks in flight, named apart from a neighbouring test's (whose stream can hold one
+        # for minutes): the workers fill their buffers while the trainer sleeps.
+        in_flight = _trainers_blocks(until=bool, timeout_s=20)
     finally:
         trainer.kill()  # SIGKILL: nothing of the trainer's runs, no close, no atexit
         trainer.wait()
-    assert len(workers) == 2
+    assert len(workers) == 2 and in_flight
     assert all(_gone(pid, within_s=15) for pid in workers)
     # The resource tracker unlinks what the workers left once the last of them has gone.
-    assert shm_lasting(shm_blocks() - before, lambda left: not left) == set()
+    assert _trainers_blocks(until=lambda left: not left, timeout_s=60) == set()
+
+
+def _trainers_blocks(until, timeout_s: float) -> set[str]:
+    """The shared-memory blocks of _TRAINER's workers (its names: psm_kt…) once `until(them)`
+    holds, else after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not until(blocks := {b for b in shm_blocks() if b.startswith("psm_kt")}):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    return blocks
 
 
 def test_a_process_that_exits_with_workers_running_ends_and_leaks_nothing(tmp_path):
     script = tmp_path / "trainer.py"
     script.write_text(_TRAINER)
-    before = shm_blocks()
     proc = subprocess.run(
         [sys.executable, str(script), "1"],
         env=subprocess_env(1),
@@ -226,4 +241,4 @@ def test_a_process_that_exits_with_workers_running_ends_and_leaks_nothing(tmp_pa
     )
     assert proc.returncode == 0 and proc.stdout == "(1, 8, 1)\n", proc.stderr[-2000:]
     assert "leaked shared_memory" not in proc.stderr
-    assert shm_lasting(shm_blocks() - before, lambda left: not left) == set()
+    assert _trainers_blocks(until=lambda left: not left, timeout_s=60) == set()

@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from typing import Protocol
@@ -92,11 +93,29 @@ def leave_stops_to_the_trainer(worker_index: int, worker_count: int) -> None:
 
     def watch():
         wait()
+        # Not while the main thread creates a shared-memory block: between its shm_open and
+        # its registration with the resource tracker, the block would be nobody's to unlink
+        # (a test's block outlived the run so). What is left is the few bytecodes from this
+        # check to the exit, in which the main thread could start one.
+        while _in_shared_memory(main):
+            time.sleep(0.01)
         os._exit(128 + signal.SIGTERM)
+
+    main = threading.main_thread().ident
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     threading.Thread(target=watch, name="trainer-watch", daemon=True).start()
+
+
+def _in_shared_memory(thread: int) -> bool:
+    """Whether that thread is inside multiprocessing.shared_memory (creating a block)."""
+    frame = sys._current_frames().get(thread)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith("shared_memory.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def augment_keys(sampler: BootstrapSampler, step: int, block: Block) -> np.ndarray:
