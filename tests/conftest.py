@@ -6,7 +6,9 @@ LLVM's optimisation passes, which buy nothing at test sizes. The tests compile a
 optimisation level 0 (3-6× faster here, same programs, same results within float tolerance);
 benchmarks and real runs keep XLA's defaults. The persistent cache lets a subprocess that
 compiles a program another test already compiled (the CLI tests run the same configurations)
-load it instead. Subprocesses inherit both through the environment (`helpers.subprocess_env`).
+load it instead. Subprocesses inherit both through the environment (`helpers.subprocess_env`),
+and pyproject.toml's warning filters as PYTHONWARNINGS: a deprecation a CLI run reaches fails its
+test as one in the test process does.
 """
 
 import atexit
@@ -15,6 +17,11 @@ import shutil
 import tempfile
 
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# pyproject.toml's filterwarnings in -W form (literal message prefix and module): keep in step.
+SUBPROCESS_WARNINGS = (
+    "error::DeprecationWarning,"
+    "ignore:'VariableState' was removed:DeprecationWarning:qwix._src.utils.flax_util"
+)
 
 if "HPCAI_JAX_TEST_ENV" not in os.environ:  # set once, by the first process (xdist's controller)
     os.environ["HPCAI_JAX_TEST_ENV"] = "1"
@@ -22,6 +29,9 @@ if "HPCAI_JAX_TEST_ENV" not in os.environ:  # set once, by the first process (xd
         f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE} --xla_force_host_platform_device_count=8"
     ).strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ["PYTHONWARNINGS"] = ",".join(
+        w for w in (os.environ.get("PYTHONWARNINGS", ""), SUBPROCESS_WARNINGS) if w
+    )
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # one of ours: removed when the run ends
         cache = tempfile.mkdtemp(prefix="hpcai_jax_test_xla_cache_")
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
