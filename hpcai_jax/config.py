@@ -10,6 +10,7 @@ import dataclasses
 import math
 from typing import TypeVar
 
+from hpcai_jax import gpu_settings
 from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
 from hpcai_jax.targets import QualityTarget, resolve_target
@@ -707,6 +708,12 @@ class RunConfig:
         "memory-bandwidth benchmark; check: judge this node before a run (docs/node_check.md).",
         choices=MODES,
     )
+    gpu_settings: str = _field(
+        "default",
+        "XLA flags and environment set before a GPU backend starts (docs/gpu_settings.md): "
+        "default, none, or comma-separated names (default's plus others; '-name' removes one). "
+        "Values already in the environment win. No effect off GPUs.",
+    )
     mesh: MeshConfig = MeshConfig()
     data: DataConfig = DataConfig()
     model: ModelConfig = ModelConfig()
@@ -735,6 +742,7 @@ class RunConfig:
 
     def validate(self) -> RunConfig:
         _one_of("mode", self.mode, MODES)
+        gpu_settings.select(self.gpu_settings)
         _all_finite(self)
         for part in (
             self.mesh,

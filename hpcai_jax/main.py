@@ -10,7 +10,7 @@ import sys
 
 from absl import app, flags, logging
 
-from hpcai_jax import distributed
+from hpcai_jax import distributed, gpu_settings
 from hpcai_jax import flags as hflags
 from hpcai_jax.errors import UsageError
 
@@ -32,7 +32,11 @@ def main(argv: list[str]) -> None:
         _fail(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a --flag")
     try:
         config = hflags.config_from_flags()
+        # Before JAX starts its backend: XLA and the GPU client read these once, at start.
+        applied = gpu_settings.apply(gpu_settings.select(config.gpu_settings))
         distributed.initialize(config.distributed)
+        if applied.applied:
+            logging.info("%s", applied.summary())
         logging.info("hpcai_jax %s: %s", config.mode, config)
         sys.exit(_MODES[config.mode]()(config))
     except UsageError as e:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import jax
 
-from hpcai_jax import nodes
+from hpcai_jax import gpu_settings, nodes
 from hpcai_jax.errors import UsageError
 from hpcai_jax.locks import Busy, PathLock
 
@@ -87,6 +87,7 @@ def provenance() -> dict:
         "number_of_nodes": node_total,
         "accelerators_per_node": per_node,
         "platform": platform.platform(),
+        "environment": gpu_settings.environment(),
         "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 

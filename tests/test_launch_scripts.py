@@ -17,7 +17,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SBATCH = ["launch/slurm/gpu.sbatch", "launch/slurm/gpu_node.sbatch"]
-SHELL_SCRIPTS = [*SBATCH, "launch/slurm/common.sh", "launch/tpu_pod.sh"]
+# Every shell script the project ships, the benchmarks' too.
+SHELL_SCRIPTS = [
+    *SBATCH,
+    "launch/slurm/common.sh",
+    "launch/tpu_pod.sh",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "benchmarks").rglob("*.sh")),
+]
 # A stub that records its arguments, one per line, in $STUB_DIR/<name>.args.
 STUB = '#!/bin/sh\nprintf "%s\\n" "$@" > "$STUB_DIR/$(basename "$0").args"\n'
 
@@ -116,6 +122,7 @@ def test_gpu_sbatch_runs_one_task_per_gpu_with_the_contract(cluster):
         "--flagfile=configs/quickstart.flags",
         "--checkpoint_dir=checkpoints/bench",  # one per job name: a requeued job resumes
         "--results_dir=results",
+        "--gpu_settings=default",
         "--epochs=1",
         "--seed=3",
     ]
@@ -138,7 +145,13 @@ def test_gpu_node_sbatch_without_extra_flags(cluster):
         "launch/slurm/gpu_node.sbatch", cluster, EXTRA_FLAGS=None, SLURM_NTASKS_PER_NODE="1(x2)"
     )
     assert result.returncode == 0, result.stderr
-    assert recorded(cluster, "srun")[-2:] == ["--results_dir=results", "--local_device_ids=all"]
+    assert recorded(cluster, "srun")[-2:] == ["--gpu_settings=default", "--local_device_ids=all"]
+
+
+def test_gpu_settings_reach_every_task(cluster):
+    result = run("launch/slurm/gpu.sbatch", cluster, GPU_SETTINGS="none", SLURM_NTASKS_PER_NODE="4")
+    assert result.returncode == 0, result.stderr
+    assert "--gpu_settings=none" in recorded(cluster, "srun")
 
 
 def test_output_directories_can_be_moved(cluster, tmp_path):

@@ -486,9 +486,21 @@ def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fiel
 
 
 def compile_step(
-    step_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fields
+    step_fn,
+    state,
+    mesh: Mesh,
+    layout: MeshLayout,
+    batch_size: int,
+    fields: Fields,
+    compiler_options: dict | None = None,
 ) -> tuple[jax.stages.Compiled, float]:
-    """Compiles ahead of timing; state may be concrete or abstract. Returns (compiled, seconds)."""
+    """Compiles ahead of timing; state may be concrete or abstract. Returns (compiled, seconds).
+    `compiler_options`: XLA options for this compile only (a setting measured against another)."""
     start = time.perf_counter()
-    compiled = step_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields)).compile()
+    lowered = step_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))
+    compiled = (
+        lowered.compile(compiler_options=compiler_options)
+        if compiler_options
+        else lowered.compile()
+    )
     return compiled, time.perf_counter() - start

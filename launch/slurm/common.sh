@@ -11,6 +11,10 @@
 #   RESULTS_DIR     where process 0 writes the JSON record [results]
 #   LOG_DIR         per-rank logs, <job name>-<job id>-<rank>.out [logs]
 #   EXTRA_FLAGS     more hpcai_jax flags, split on spaces, e.g. "--epochs=2 --seed=1" [empty]
+#   GPU_SETTINGS    XLA flags and variables set before JAX starts, by name (docs/gpu_settings.md):
+#                   default, none, or e.g. "default,-latency_hiding" [default]
+# Site-specific NCCL variables (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) set in the environment reach
+# every task unchanged; the records state them (provenance.environment).
 
 PREEMPTED=75  # hpcai_jax.main's exit code after saving a checkpoint on SIGTERM
 
@@ -79,7 +83,7 @@ check_contract() {
 # CMD: what every task runs. EXTRA_FLAGS come last, so they override the flagfile and these.
 build_command() {
   CMD=("${RUN[@]}" "--flagfile=$FLAGFILE" "--checkpoint_dir=$CHECKPOINT_DIR"
-    "--results_dir=$RESULTS_DIR" "$@" "${EXTRA[@]}")
+    "--results_dir=$RESULTS_DIR" "--gpu_settings=${GPU_SETTINGS:-default}" "$@" "${EXTRA[@]}")
 }
 
 # What the job is about to do, in its batch log ($1: the process layout).
