@@ -11,11 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# One accelerator: the runtimes' own visibility variables, unless the caller set them.
-DEVICE="${DEVICE:-0}"
-export CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-$DEVICE}"
-export HIP_VISIBLE_DEVICES="${HIP_VISIBLE_DEVICES:-$DEVICE}"
-export TPU_VISIBLE_CHIPS="${TPU_VISIBLE_CHIPS:-$DEVICE}"
-export TPU_CHIPS_PER_PROCESS_BOUNDS="${TPU_CHIPS_PER_PROCESS_BOUNDS:-1,1,1}"
-export TPU_PROCESS_BOUNDS="${TPU_PROCESS_BOUNDS:-1,1,1}"
+# shellcheck source=benchmarks/accelerator/one_device.sh
+. benchmarks/accelerator/one_device.sh
 exec "${PYTHON:-python}" -m hpcai_jax.main --flagfile=configs/check.flags "$@"

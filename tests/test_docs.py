@@ -59,7 +59,7 @@ DOCS = [
 ]
 EXTENSIONS = (".py", ".md", ".flags", ".sh", ".sbatch", ".yaml", ".toml", ".json", ".def", ".png")
 # Folders that runs, tools and the install steps create; the docs show paths under them.
-RUN_OUTPUTS = ("results", "logs", "checkpoints", "report", ".venv")
+RUN_OUTPUTS = ("results", "logs", "checkpoints", "report", ".venv", ".cache")
 # Other projects' paths the docs cite, and names that look like paths but are no repository file.
 FOREIGN_PATHS = {
     "UoB-HPC/BabelStream",  # BabelStream's repository

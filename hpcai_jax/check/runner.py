@@ -71,6 +71,19 @@ def collective_rows(
     return rows
 
 
+def measure_collectives(
+    allotment, kind: str, backend: str
+) -> tuple[list[Row], list[collectives.Point]]:
+    """The collective rows and the points measured (none, and a WARN row, on one device)."""
+    if jax.device_count() == 1:
+        return [skipped("collectives", "one device: nothing to communicate with")], []
+    layout = collectives.node_layout()
+    points, cut = collectives.measure(
+        layout, allotment, collectives.max_message_bytes(jax.devices()[0])
+    )
+    return collective_rows(points, kind, backend, cut), points
+
+
 def run_check(config: RunConfig) -> int:
     """Runs the check; prints the tables and rows (process 0), writes the record; the exit code."""
     wall_start = time.perf_counter()
@@ -91,15 +104,8 @@ def run_check(config: RunConfig) -> int:
     budget.finish(a)
 
     a = budget.start("collectives")
-    points: list[collectives.Point] = []
-    if jax.device_count() == 1:
-        rows.append(skipped("collectives", "one device: nothing to communicate with"))
-    else:
-        layout = collectives.node_layout()
-        points, cut = collectives.measure(
-            layout, a, collectives.max_message_bytes(jax.devices()[0])
-        )
-        rows += collective_rows(points, kind, backend, cut)
+    collective, points = measure_collectives(a, kind, backend)
+    rows += collective
     section["collectives"] = [dataclasses.asdict(p) for p in points]
     budget.finish(a)
 

@@ -22,6 +22,7 @@ from hpcai_jax.check import expectations
 from hpcai_jax.check.budget import Allotment, agree
 from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge, skipped
 from hpcai_jax.data.pipeline import synthetic_batch
+from hpcai_jax.engine.energy import read_energy
 from hpcai_jax.engine.flop_count import crosscheck
 from hpcai_jax.engine.loop import memory_analysis
 from hpcai_jax.engine.setup import build_setup
@@ -78,6 +79,7 @@ class StepRun:
     build_s: float  # set-up, initial state and compile: what another step of this size costs first
     step_s: list[float]  # timed steps, warm-up excluded
     finite: bool  # every member's loss and parameters finite after every step
+    joules: float | None = None  # local devices' energy over the timed steps, where counted
 
     @property
     def median_s(self) -> float | None:
@@ -85,11 +87,15 @@ class StepRun:
 
 
 def run_steps(
-    config: C.RunConfig, left_s, max_steps: int = MAX_STEPS, min_steps: int = 0
+    config: C.RunConfig,
+    left_s,
+    max_steps: int = MAX_STEPS,
+    min_steps: int = 0,
+    compiler_options: dict | None = None,
 ) -> StepRun:
     """Builds, compiles and runs `config`'s step on generated data: one warm-up step, then as
     many timed steps (min_steps to max_steps) as the seconds `left_s()` allow, agreed by every
-    process."""
+    process. The local devices' energy counters are read around the timed steps."""
     build_start = time.perf_counter()
     setup = build_setup(config, open_data=False)
     state = setup.init_state()
@@ -100,6 +106,7 @@ def run_steps(
         setup.layout,
         config.train.batch_size,
         setup.workload.spec.fields,
+        compiler_options,
     )
     batch = synthetic_batch(
         setup.workload.synthetic,
@@ -117,13 +124,20 @@ def run_steps(
     fit = int(agree(min(max_steps, max(0.0, 0.8 * left_s()) / max(warm_s, 1e-6))))
     steps = max(min_steps, fit)
     times = []
+    energy_start = read_energy()
     for _ in range(steps):
         start = time.perf_counter()
         state, metrics = compiled(state, batch)
         jax.block_until_ready(metrics)
         times.append(time.perf_counter() - start)
         finite &= bool(np.all(jax.device_get(metrics.finite)))
-    return StepRun(config, compiled, compile_s, build_s, times, finite)
+    energy_end = read_energy()
+    joules = (
+        (sum(energy_end.millijoules) - sum(energy_start.millijoules)) / 1e3
+        if times and energy_start.available and energy_end.available
+        else None
+    )
+    return StepRun(config, compiled, compile_s, build_s, times, finite, joules)
 
 
 def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:
@@ -136,7 +150,7 @@ def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:
 
 
 def train_rows(
-    config: C.RunConfig, allotment: Allotment, estimate_s: float
+    config: C.RunConfig, allotment: Allotment, estimate_s: float, max_steps: int = MAX_STEPS
 ) -> tuple[list[Row], dict]:
     """The flagship step's rows, and the record's section (the step's figures, for the input row
     and the strategy item's compile estimate). Skipped when `estimate_s` (a compile and a few
@@ -151,7 +165,7 @@ def train_rows(
         why = f"{allotment.seconds:.0f} s left, a build needs about {estimate_s:.0f} s"
         return [skipped(i, why) for i in items], {}
     cfg = step_config(config)
-    run = run_steps(cfg, allotment.left_s, min_steps=2)  # once built, a figure is cheap
+    run = run_steps(cfg, allotment.left_s, max_steps, min_steps=2)  # once built, cheap
     layout_devices = jax.device_count()
     m, b = cfg.mesh.ensemble_size, cfg.train.batch_size
     kind, backend = jax.devices()[0].device_kind, jax.default_backend()
@@ -177,6 +191,7 @@ def train_rows(
         "flops_per_s_per_device": flop_rate,
         "xla_over_analytic": flops.xla_over_analytic,
         "finite": run.finite,
+        "joules": run.joules,
     }
     rows = []
     note = f"{cfg.model.model} {cfg.model.dtype}, {m} members x {b}, {len(run.step_s)} timed steps"

@@ -1,0 +1,285 @@
+"""The accelerator acceptance command (benchmarks/accelerator/acceptance.sh): its smoke run on
+one CPU device end to end, its output format, bad arguments, a measuring process that dies and
+the rest of the plan that still runs, and the item and journal logic on their own."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+from helpers import ROOT, subprocess_env
+
+from hpcai_jax.acceptance import environment, render
+from hpcai_jax.acceptance.items import (
+    FAIL,
+    PASS,
+    WARN,
+    Item,
+    failure_item,
+    from_row,
+    interrupted_item,
+    verdict_of,
+)
+from hpcai_jax.acceptance.journal import Journal
+from hpcai_jax.check.rows import Row
+
+SCRIPT = ROOT / "benchmarks" / "accelerator" / "acceptance.sh"
+SMOKE_BUDGET_S = 240
+GROUPS = (
+    "environment",
+    "stream",
+    "matmul",
+    "node",
+    "train",
+    "input",
+    "detector",
+    "members",
+    "dtypes",
+    "settings",
+)
+
+
+def _run(*args, env=None, timeout=400) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        cwd=ROOT,
+        env=env or subprocess_env(devices=1, PYTHON=sys.executable),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One smoke run on one CPU device, as CI runs it: the process, its folder, its document.
+    The budget is an upper bound the run does not wait out: wide, so that a cold compilation
+    cache on a loaded machine still measures every item."""
+    out = tmp_path_factory.mktemp("acceptance") / "out"
+    proc = _run(str(out), "--smoke", f"--budget_s={SMOKE_BUDGET_S}")
+    doc = json.loads((out / "acceptance.json").read_text()) if proc.returncode < 2 else None
+    return proc, out, doc
+
+
+def test_the_smoke_run_passes_with_every_group_and_ends_in_time(smoke):
+    proc, out, doc = smoke
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert doc["verdict"] in (PASS, WARN) and doc["counts"]["FAIL"] == 0
+    assert {i["group"] for i in doc["items"]} == set(GROUPS)
+    # The budget and the script's grace: the command ends within both.
+    assert doc["wall_s"] < SMOKE_BUDGET_S + 45
+    names = {i["name"] for i in doc["items"]}
+    for expected in (
+        "jax",
+        "third-party imports",
+        "backend",
+        "stream copy",
+        "stream mul",
+        "stream add",
+        "stream triad",
+        "stream dot",
+        "matmul bfloat16 per device",
+        "train step per device",
+        "XLA / analytic FLOPs",
+        "step, 2 members per device, vmap",
+        "step, 4 members per device, unroll",
+        "int8 steps finite",
+        "detector train step per device",
+        "input images/s on all host cores",
+        "train energy per image",
+    ):
+        assert expected in names, (expected, sorted(names))
+
+
+def test_every_item_has_the_documented_fields_and_a_figure_where_it_passes(smoke):
+    _, out, doc = smoke
+    assert doc["schema_version"] == 1 and doc["run"]["smoke"] is True
+    for item in doc["items"]:
+        assert {"name", "value", "unit", "reference", "verdict"} <= set(item)
+        assert item["verdict"] in (PASS, WARN, FAIL)
+        if item["verdict"] == PASS:
+            assert item["value"] is not None, item
+    rates = {i["name"]: i for i in doc["items"]}
+    assert rates["train step per device"]["value"] > 0
+    assert rates["stream triad"]["unit"] == "B/s" and rates["stream triad"]["value"] > 1e9
+    # The member variants are judged against the 1-member step's rate.
+    variant = rates["step, 2 members per device, vmap"]
+    assert variant["reference_value"] == rates["train step per device"]["value"]
+    md = (out / "acceptance.md").read_text()
+    assert "| group | item | value | reference | ratio | verdict | note |" in md
+    assert md.count("\n| ") == len(doc["items"]) + 2  # the header, its rule, a row per item
+    assert (out / "acceptance.log").read_text().strip().endswith(proc_summary_tail(doc))
+
+
+def proc_summary_tail(doc: dict) -> str:
+    counts = doc["counts"]
+    return f"({counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL) in {doc['wall_s']} s"
+
+
+def test_the_summary_is_printed_last(smoke):
+    proc, _, doc = smoke
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"acceptance: {doc['verdict']} ("), last
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        ((), "no OUT_DIR"),
+        (("OUT", "--bogus"), "unknown option --bogus"),
+        (("OUT", "--budget_s=0"), "--budget_s=0"),
+        (("OUT", "--budget_s=soon"), "--budget_s=soon"),
+        (("OUT", "--wheelhouse=/nonexistent"), "--wheelhouse=/nonexistent"),
+    ],
+)
+def test_bad_arguments_end_in_one_line_and_exit_2(tmp_path, args, fragment):
+    args = tuple(str(tmp_path / "o") if a == "OUT" else a for a in args)
+    proc = _run(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("acceptance.sh: error: ")
+    assert fragment in lines[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_python_entry_point_refuses_bad_values_in_one_line(tmp_path):
+    for args, fragment in (
+        ([str(tmp_path), "--budget_s=-3"], "--budget_s=-3"),
+        ([str(tmp_path), "--gpu_settings=fast"], "'fast'"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "hpcai_jax.acceptance", *args],
+            capture_output=True,
+            text=True,
+            env=subprocess_env(devices=1),
+            cwd=ROOT,
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
+
+
+# A stand-in for python3 that runs the acceptance with three groups, the second of which kills
+# its process the first time (SIGSEGV): the script must report it and run the third.
+CRASHING_PYTHON = """\
+#!/usr/bin/env bash
+if [ "$1" = "-m" ] && [ "$2" = "hpcai_jax.acceptance" ]; then
+  shift 2
+  exec {python} -c '
+import os, signal, sys
+from hpcai_jax.acceptance import __main__ as entry, plan, measure
+def crash(ctx, allotment):
+    marker = os.environ["CRASH_MARKER"]
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return []
+plan.GROUPS = (
+    plan.Group("environment", 1.0, plan._environment),
+    plan.Group("crashy", 1.0, crash),
+    plan.Group("settings", 1.0, measure.settings_items),
+)
+sys.exit(entry.main(sys.argv[1:]))
+' "$@"
+fi
+exec {python} "$@"
+"""
+
+
+def test_a_group_that_kills_its_process_is_reported_and_the_rest_still_runs(tmp_path):
+    fake = tmp_path / "python"
+    fake.write_text(CRASHING_PYTHON.format(python=sys.executable))
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = subprocess_env(devices=1, PYTHON=str(fake), CRASH_MARKER=str(tmp_path / "crashed"))
+    proc = _run(str(out), "--smoke", "--budget_s=60", env=env)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((out / "acceptance.json").read_text())
+    by_group = {i["group"]: i for i in doc["items"]}
+    assert by_group["crashy"]["verdict"] == FAIL
+    assert "exit 139, signal 11" in by_group["crashy"]["note"]
+    assert "settings" in by_group, "the group after the crash did not run"
+    assert [r["resumed_after_exit"] for r in doc["restarts"]] == [139]
+    assert "the measuring process ended with exit 139" in proc.stdout
+
+
+def test_render_finishes_a_run_whose_process_was_cut(tmp_path):
+    journal = Journal(tmp_path)
+    journal.note(run={"command": "acceptance.sh x", "budget_s": 10, "started_unix_s": 0})
+    journal.start("stream", 0.0)
+    journal.finish("stream", [Item("stream", "stream triad", 1e12, "B/s", "", PASS)])
+    journal.start("train", 1.0)
+    with open(journal.path, "a") as f:
+        f.write('{"items": [{"name": "half a li')  # a line cut by the kill
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcai_jax.acceptance.render",
+            str(tmp_path),
+            "--interrupted_exit=124",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr  # a cut is a WARN, not a FAIL
+    doc = json.loads((tmp_path / "acceptance.json").read_text())
+    assert [(i["name"], i["verdict"]) for i in doc["items"]] == [
+        ("stream triad", PASS),
+        ("train (cut)", WARN),
+    ]
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, hpcai_jax.acceptance.render; print('jax' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert probe.stdout.strip() == "False"
+
+
+def test_items_from_rows_keep_the_verdict_and_name_the_reference():
+    item = from_row(
+        "stream", Row("stream triad per device", WARN, 2e12, 4.8e12, "B/s", "a datasheet", "n")
+    )
+    assert (item.verdict, item.value, item.reference_value) == (WARN, 2e12, 4.8e12)
+    assert item.reference == "4.8 TB/s (a datasheet)" and item.ratio == pytest.approx(2 / 4.8)
+    assert verdict_of([item]) == WARN
+    assert verdict_of([item, Item("x", "y", None, "", "", FAIL)]) == FAIL
+    assert verdict_of([Item("x", "y", 1.0, "", "", PASS)]) == PASS
+    with pytest.raises(ValueError):
+        Item("x", "y", 1.0, "", "", "OK")
+
+
+def test_a_group_that_raises_is_a_warn_only_when_the_backend_or_install_cannot_run_it():
+    assert failure_item("dtypes", ImportError("No module named 'qwix'")).verdict == WARN
+    assert failure_item("dtypes", RuntimeError("UNIMPLEMENTED: int8 dot")).verdict == WARN
+    assert failure_item("train", RuntimeError("RESOURCE_EXHAUSTED: out of memory")).verdict == FAIL
+    assert interrupted_item("train", 124).verdict == WARN
+    crashed = interrupted_item("train", 134)
+    assert crashed.verdict == FAIL and "signal 6" in crashed.note
+
+
+def test_the_supported_jax_range_is_pyprojects():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    jax_requirement = next(r for r in project["dependencies"] if r.startswith("jax>"))
+    assert jax_requirement == f"jax{environment.SUPPORTED_JAX}"
+
+
+def test_the_markdown_escapes_bars_in_cells():
+    doc = {
+        "run": {"command": "c", "budget_s": 1},
+        "verdict": PASS,
+        "counts": {PASS: 1, WARN: 0, FAIL: 0},
+        "wall_s": 1.0,
+        "restarts": [],
+        "items": [Item("g", "a|b", "x|y", "", "", PASS).to_dict()],
+    }
+    row = render.markdown(doc).strip().splitlines()[-1]
+    assert row.count("|") == 8 and "a/b" in row
