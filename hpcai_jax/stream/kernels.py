@@ -43,7 +43,16 @@ class KernelSpec:
 
 
 def _copy(a, b, c, scalar):
-    return jnp.copy(a)
+    return jax.lax.platform_dependent(a, cpu=_copy_in_a_loop, default=jnp.copy)
+
+
+def _copy_in_a_loop(a):
+    """c = a as one loop fusion, the way the other kernels run: XLA:CPU turns every plain copy
+    into a `copy` thunk of parallel memcpys, which reached about 0.73 of a C loop's bandwidth
+    where this loop reached 0.95 (docs/stream.md). Rounding to the dtype's own exponent and
+    mantissa widths is the identity, and XLA keeps it as a loop."""
+    info = jnp.finfo(a.dtype)
+    return jax.lax.reduce_precision(a, exponent_bits=info.nexp, mantissa_bits=info.nmant)
 
 
 def _mul(a, b, c, scalar):
