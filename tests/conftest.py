@@ -111,6 +111,7 @@ def tiny_run(tmp_path_factory):
 # order, so starting the long ones first keeps one worker from finishing a long file alone at
 # the end (longest-first scheduling). Measured by .ci/run's --durations; order only, no skips.
 LONGEST_FIRST = [
+    "test_acceptance.py",
     "test_reliability.py",
     "test_multiprocess.py",
     "test_train_step.py",
