@@ -1,7 +1,7 @@
 """Table 2's system options on one small workload, in one run: each option's step time and
 held-out quality after a short run relative to the default (data parallel, flat all-reduce,
 float32), and what its collectives move per step per device, by mesh axis and by collective
-and element type, read from the HLO (engine/comm.py): the payload (each collective's result)
+and element type, read from the HLO (telemetry/comm.py): the payload (each collective's result)
 as the program wrote it (before XLA's passes) and as this backend runs it (XLA:CPU widens
 bf16/f16 reductions to f32), and the wire bytes (ring algorithms over each collective's group)
 of the compiled program.
@@ -65,9 +65,9 @@ def main() -> None:
 
     from hpcai_jax import config as C
     from hpcai_jax.data.pipeline import train_batch
-    from hpcai_jax.engine.comm import comm_volume
     from hpcai_jax.engine.evaluate import evaluate
     from hpcai_jax.engine.setup import build_setup
+    from hpcai_jax.telemetry.comm import comm_volume
 
     rows = []
     for opt in OPTIONS:

@@ -495,7 +495,7 @@ class ResultsConfig:
         "n of the VFLOPS penalty (Eq. 8). -1: the workload's (5 for image classification); "
         "0 means 0 (no penalty).",
     )
-    # Applied by engine/flop_count.py: choose_flops.
+    # Applied by telemetry/flop_count.py: choose_flops.
     flops_source: str = _field(
         "auto",
         "Which FLOP count of the compiled step FLOPS uses: xla (cost analysis), analytic (the "
@@ -503,7 +503,7 @@ class ResultsConfig:
         "within the cross-check tolerance, else analytic).",
         choices=FLOPS_SOURCES,
     )
-    # Written by hpcai_jax/mllog.py.
+    # Written by hpcai_jax/telemetry/mllog.py.
     mllog: str = _field(
         "",
         "Also write a training run's MLPerf-style :::MLLOG lines to this file (process 0; needs "

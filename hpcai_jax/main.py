@@ -44,13 +44,13 @@ def main(argv: list[str]) -> None:
 
 
 def _run_train():
-    from hpcai_jax.engine.loop import run_train
+    from hpcai_jax.run.loop import run_train
 
     return run_train
 
 
 def _run_flops():
-    from hpcai_jax.engine.flops_mode import run_flops
+    from hpcai_jax.telemetry.flops_mode import run_flops
 
     return run_flops
 

@@ -10,8 +10,8 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
-from hpcai_jax.engine.checkpoint import _differences, _digest, fingerprint
 from hpcai_jax.engine.mesh import MeshLayout
+from hpcai_jax.run.checkpoint import _differences, _digest, fingerprint
 
 # tiny_config's mesh on the 8 test devices: M=4, one member per device, P_degree=2.
 LAYOUT = MeshLayout(ensemble_size=4, members_per_device=1, parallel_degree=2, num_devices=8)

@@ -11,9 +11,9 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
-from hpcai_jax.engine.comm import comm_volume
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh
 from hpcai_jax.engine.setup import build_setup, compile_train_step
+from hpcai_jax.telemetry.comm import comm_volume
 
 REGRESSION = dict(
     model=C.ModelConfig(workload="regression", model="mlp"),

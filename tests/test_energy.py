@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcai_jax.engine.energy import EnergyReading, energy_record, read_energy
+from hpcai_jax.telemetry.energy import EnergyReading, energy_record, read_energy
 
 
 def test_a_cpu_has_no_energy_counter():

@@ -117,7 +117,7 @@ def test_measured_peak_with_all_local_devices_at_once_is_each_devices_share():
 
 
 def test_a_process_measures_its_devices_once_and_later_records_say_so(monkeypatch):
-    from hpcai_jax.engine import loop
+    from hpcai_jax.run import loop
 
     monkeypatch.setattr(loop, "_MEASURED", {})
     calls = []

@@ -63,3 +63,41 @@ def test_lower_layers_never_import_the_engine():
     for module, deps in graph.items():
         if module.split(".")[1:2] in (["flops"], ["data"], ["workloads"], ["stream"], ["models"]):
             assert not any(d.startswith("hpcai_jax.engine") for d in deps), (module, deps)
+
+
+# The engine in three layers (docs/design.md): the JAX numerics of the step (engine/), what is
+# measured about it (telemetry/), and the run around it (run/). Each may import the layers
+# before it in this list, never one after it, and none of them the modes and tools above.
+ENGINE_LAYERS = ("engine", "telemetry", "run")
+ABOVE_THE_ENGINE = ("check", "acceptance", "submission", "report", "sweep", "main")
+
+
+def _package(module: str) -> str:
+    return module.split(".")[1] if module.count(".") else ""
+
+
+def test_the_engine_layers_import_only_downward():
+    graph = _imports()
+    assert all(any(m.startswith(f"hpcai_jax.{p}") for m in graph) for p in ENGINE_LAYERS)
+    for module, deps in graph.items():
+        layer = _package(module)
+        if layer not in ENGINE_LAYERS:
+            continue
+        later = ENGINE_LAYERS[ENGINE_LAYERS.index(layer) + 1 :]
+        for dep in deps:
+            assert _package(dep) not in later + ABOVE_THE_ENGINE, (module, dep)
+
+
+def test_no_engine_module_imports_a_concrete_workload_or_model():
+    """The engine sees workloads through their protocol and factory only (workloads/base.py,
+    workloads/__init__.py): a new workload needs no engine change."""
+    allowed = {"hpcai_jax.workloads", "hpcai_jax.workloads.base"}
+    for module, deps in _imports().items():
+        if _package(module) not in ENGINE_LAYERS:
+            continue
+        for dep in deps:
+            assert not (dep.startswith("hpcai_jax.workloads.") and dep not in allowed), (
+                module,
+                dep,
+            )
+            assert not dep.startswith("hpcai_jax.models"), (module, dep)

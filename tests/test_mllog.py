@@ -13,8 +13,8 @@ from conftest import TINY
 from helpers import assert_one_line_error, run_in_process
 
 from hpcai_jax import config as C
-from hpcai_jax import mllog
 from hpcai_jax.errors import UsageError
+from hpcai_jax.telemetry import mllog
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
         assert abs((stop["time_ms"] - start) / 1e3 - epoch["wall_s"]) < 0.002
     assert abs(starts[0] - first["run_start"]["time_ms"]) <= 1  # the first starts at run_start
     assert lines[-1]["key"] == "run_stop" and lines[-1]["metadata"]["status"] == "success"
-    assert first["run_start"]["metadata"]["file"] == "hpcai_jax/engine/loop.py"
+    assert first["run_start"]["metadata"]["file"] == "hpcai_jax/run/loop.py"
     # Every workload, optimizer and schedule the engine runs is one the ruleset accepts.
     rules = mllog.RULESET.read_text()
     assert all(f"hpcai500_{w}" in rules for w in C.WORKLOADS)

@@ -12,9 +12,9 @@ from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
-from hpcai_jax.engine.comm import comm_volume
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
+from hpcai_jax.telemetry.comm import comm_volume
 
 STEPS = 2
 # LARS: its trust ratios need whole-layer norms of split layers (engine/optimizer.py). Two

@@ -120,7 +120,7 @@ def test_two_processes_match_one_process(tmp_path):
     # Members 2 and 3 live on process 1's devices: their figures are process 1's own.
     assert two["data"]["distinct_fraction"] == one["data"]["distinct_fraction"]
     # Two nodes, and each member's 2 devices on one of them: its gradient all-reduce never
-    # crosses (engine/comm.py; tests/test_comm.py has a member spanning two nodes).
+    # crosses (telemetry/comm.py; tests/test_comm.py has a member spanning two nodes).
     assert (one["comm"]["nodes"], two["comm"]["nodes"]) == (1, 2)
     # The provenance (and MLLOG) count nodes the same way (hpcai_jax.nodes), not by hostname.
     assert two["provenance"]["number_of_nodes"] == 2

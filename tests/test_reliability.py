@@ -16,8 +16,8 @@ import orbax.checkpoint as ocp
 import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subprocess_env
 
-from hpcai_jax.engine.checkpoint import Checkpointer
 from hpcai_jax.errors import UsageError
+from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.submission.__main__ import main as submission_main
 
 RUN = [

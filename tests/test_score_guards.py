@@ -1,4 +1,4 @@
-"""Guards of the score, on one tiny run of the real loop (`engine.loop.train_and_evaluate`,
+"""Guards of the score, on one tiny run of the real loop (`run.loop.train_and_evaluate`,
 regression MLP on Friedman #1, M = 4, 64 examples, 6 steps of 16 = 1.5 epochs, a checkpoint
 every 2 steps) on a fake clock.
 
@@ -32,9 +32,9 @@ from helpers import tiny_config
 
 from hpcai_jax import config as C
 from hpcai_jax.engine import evaluate as evaluate_module
-from hpcai_jax.engine import loop
 from hpcai_jax.engine import step as step_module
-from hpcai_jax.engine.checkpoint import Checkpointer
+from hpcai_jax.run import loop
+from hpcai_jax.run.checkpoint import Checkpointer
 
 M, B, N, STEPS = 4, 16, 64, 6  # 4 steps per epoch: the run crosses an epoch boundary
 COMPILE_S, SAVE_S, EVAL_S = 1000.0, 100.0, 10_000.0

@@ -13,9 +13,9 @@ from hpcai_jax import nodes
 from hpcai_jax.check import expectations
 from hpcai_jax.check.rows import FAIL, PASS, WARN, Row
 from hpcai_jax.distributed import allgather
-from hpcai_jax.engine.energy import read_energy
 from hpcai_jax.flops.peaks import device_row
 from hpcai_jax.stream.datasheet import memory_bandwidth
+from hpcai_jax.telemetry.energy import read_energy
 
 
 def host_cores() -> int:

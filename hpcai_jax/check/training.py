@@ -22,14 +22,14 @@ from hpcai_jax.check import expectations
 from hpcai_jax.check.budget import Allotment, agree
 from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge, skipped
 from hpcai_jax.data.pipeline import synthetic_batch
-from hpcai_jax.engine.energy import read_energy
-from hpcai_jax.engine.flop_count import crosscheck
-from hpcai_jax.engine.loop import memory_analysis
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS, compile_step
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.stream.placement import device_memory_bytes
+from hpcai_jax.telemetry.energy import read_energy
+from hpcai_jax.telemetry.flop_count import crosscheck
+from hpcai_jax.telemetry.memory import memory_analysis
 
 # The workload's own generated data set: the check never reads one from disk.
 GENERATED = {
@@ -245,7 +245,7 @@ def train_rows(
                 None,
                 1.0,
                 "",
-                "analytic walk (engine/flop_count.py)",
+                "analytic walk (telemetry/flop_count.py)",
                 "XLA gave no FLOP count: FLOPS use the analytic count",
             )
         )

@@ -53,7 +53,7 @@ def resolve_member_strategy(
     measured on this backend (`check_record`), else the backend's default."""
     measured = None
     if check_record and requested == "auto":  # read (and checked) whatever the layout
-        from hpcai_jax.check.record import measured_strategy
+        from hpcai_jax.records.check import measured_strategy
 
         measured = measured_strategy(check_record, backend)
     if members_per_device == 1:
@@ -209,7 +209,7 @@ def map_members(fn: Callable, strategy: str, *stacked):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
-METRICS_SCOPE = "member_metrics"  # names the HLO of gather_members (engine/comm.py)
+METRICS_SCOPE = "member_metrics"  # names the HLO of gather_members (telemetry/comm.py)
 
 
 def gather_members(local: jax.Array) -> jax.Array:
@@ -268,7 +268,7 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs)
 def _inputs_finite(batch: dict) -> jax.Array:
     """[M] bool, replicated: every floating-point value of each member's batch is finite. One
     reduction per field, so that a NaN that came in with the data is told apart from one the
-    member produced (engine/progress.py names the examples); integer fields (JPEG pixels,
+    member produced (run/progress.py names the examples); integer fields (JPEG pixels,
     labels) cannot hold one."""
     fields = [x for x in jax.tree.leaves(batch) if jnp.issubdtype(x.dtype, jnp.inexact)]
     m_local = jax.tree.leaves(batch)[0].shape[0]

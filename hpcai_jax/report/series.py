@@ -330,7 +330,7 @@ def stream(records: list[Record]) -> list[StreamRun]:
 
 @dataclasses.dataclass(frozen=True)
 class CommRow:
-    """One run's collectives per step and device (the record's `comm`, engine/comm.py): the
+    """One run's collectives per step and device (the record's `comm`, telemetry/comm.py): the
     payload and the bytes sent under ring algorithms, by mesh axis, and the training bytes that
     stay inside a node or cross the network."""
 

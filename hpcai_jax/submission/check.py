@@ -12,11 +12,12 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from hpcai_jax import mllog, rules
+from hpcai_jax import rules
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
 from hpcai_jax.submission import FLAGS, MLLOG, RECORD, SYSTEM, derive, flagfile, recount
 from hpcai_jax.submission.logfile import Log
+from hpcai_jax.telemetry import mllog
 
 
 class Run(NamedTuple):

@@ -37,7 +37,7 @@ class Log:
 
     def value(self, key: str):
         """The value of `key`'s first line, or, where a resumed segment restated it (the mesh,
-        flops_per_step: hpcai_jax/mllog.py), the last segment_start's."""
+        flops_per_step: hpcai_jax/telemetry/mllog.py), the last segment_start's."""
         line = self.one(key)
         value = None if line is None else line.get("value")
         for segment in self.all("segment_start"):

@@ -27,18 +27,12 @@ import jax
 from hpcai_jax import metrics
 from hpcai_jax.config import OptimConfig, RunConfig
 from hpcai_jax.data.datasets import data_spec
-from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.engine.step import abstract_batch, member_train_step
 from hpcai_jax.flops.analytic import FlopCount, count_fn
-from hpcai_jax.workloads import Workload, make_workload
-from hpcai_jax.workloads.classification import ClassificationWorkload
-
-# Per-channel statistics used to normalise images when a count is asked for by shape only; they
-# change no FLOP figure.
-_NEUTRAL_STATS = (127.5, 64.0)
+from hpcai_jax.workloads import Workload, image_classifier, make_workload
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,16 +116,7 @@ def count_model(
     optim: OptimConfig | None = None,
 ) -> ModelFlops:
     """Counts one image classifier (config.MODELS) on `batch` images of shape H×W×C."""
-    mean, std = _NEUTRAL_STATS
-    channels = image_shape[-1]
-    spec = ImageSpec(
-        name="shape-only",
-        image_shape=tuple(image_shape),
-        num_classes=num_classes,
-        mean=(mean,) * channels,
-        std=(std,) * channels,
-    )
-    return count_workload(ClassificationWorkload(spec, model, dtype), batch, optim)
+    return count_workload(image_classifier(model, image_shape, num_classes, dtype), batch, optim)
 
 
 def count_config(config: RunConfig) -> ModelFlops:

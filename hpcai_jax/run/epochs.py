@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hpcai_jax.engine.progress import Progress
+from hpcai_jax.run.progress import Progress
 
 # Called when an epoch closes: (the epoch's record entry, start reading, end reading), where
 # end - start is the time this segment booked into it (all of wall_s unless it was resumed).

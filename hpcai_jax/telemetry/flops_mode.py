@@ -7,7 +7,6 @@ import jax
 
 from hpcai_jax import results
 from hpcai_jax.config import RunConfig
-from hpcai_jax.engine.flop_count import count_config, crosscheck, forward_args, forward_fn
 from hpcai_jax.engine.setup import compile_train_step
 from hpcai_jax.flops.peaks import measure_matmul_peak, peak_flops_per_device
 from hpcai_jax.flops.tables import (
@@ -18,6 +17,7 @@ from hpcai_jax.flops.tables import (
     train_table,
 )
 from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.telemetry.flop_count import count_config, crosscheck, forward_args, forward_fn
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -56,11 +56,11 @@ import jax
 from hpcai_jax import nodes, results, rules
 from hpcai_jax.errors import UsageError
 
-RULESET = Path(__file__).resolve().parent / "mllog_rules" / "hpcai500.yaml"
+RULESET = Path(__file__).resolve().parents[1] / "mllog_rules" / "hpcai500.yaml"
 INSTALL = "pip install 'mlperf-logging>=4.1,<5'"
-_ROOT = str(Path(__file__).resolve().parent.parent)  # trimmed from the lines' "file"
+_ROOT = str(Path(__file__).resolve().parents[2])  # trimmed from the lines' "file"
 # Frames between MLLogger's caller lookup and the engine's call site: _log_helper, event (or start,
-# end), _line, the public method; so each line's metadata names its line in engine/loop.py.
+# end), _line, the public method; so each line's metadata names its line in run/loop.py.
 _CALLER_OFFSET = 3
 
 
@@ -82,7 +82,7 @@ def checker_command(log: str | Path, output: str | Path) -> list[str]:
 class MLLog:
     """The run's MLLOG writer; every method is a no-op without --mllog and on processes other
     than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`,
-    `evaluated`, `run_stop`); engine/epochs.py's EpochTimer calls `epoch` as each epoch closes.
+    `evaluated`, `run_stop`); run/epochs.py's EpochTimer calls `epoch` as each epoch closes.
     Instants come as readings of the loop's clock, so that the log and the record time the run
     alike."""
 
@@ -136,7 +136,9 @@ class MLLog:
         except OSError as e:
             raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
         handler = logging.StreamHandler(stream)  # flushes every line
-        logger = logging.Logger("hpcai_jax.mllog")  # unregistered: never reaches absl's root
+        logger = logging.Logger(
+            "hpcai_jax.telemetry.mllog"
+        )  # unregistered: never reaches absl's root
         logger.addHandler(handler)
         writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
         log = cls(writer, stream, setup.workload.metric, clock)
@@ -245,7 +247,7 @@ class MLLog:
             self._line("start", "run_start", metadata=meta, time_ms=self._ms(at))
 
     def epoch(self, epoch: dict, start: float, end: float) -> None:
-        """A completed epoch (engine/epochs.py's entry), booked between clock readings `start`
+        """A completed epoch (run/epochs.py's entry), booked between clock readings `start`
         and `end`: its epoch_start and epoch_stop lines, at those readings."""
         if not self._mllogger:
             return

@@ -24,29 +24,30 @@ from hpcai_jax import nodes, results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
-from hpcai_jax.engine import curve
-from hpcai_jax.engine import record as run_record
-from hpcai_jax.engine.checkpoint import Checkpointer, fingerprint
-from hpcai_jax.engine.comm import CommVolume, comm_volume
-from hpcai_jax.engine.energy import read_energy
-from hpcai_jax.engine.epochs import EpochTimer
 from hpcai_jax.engine.evaluate import EnsembleQuality, evaluate, out_of_bag
-from hpcai_jax.engine.flop_count import FlopFigures, crosscheck
-from hpcai_jax.engine.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
-from hpcai_jax.engine.progress import DivergenceWatch, Progress
-from hpcai_jax.engine.roofline import stream_bandwidth
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import StepMetrics, compile_step
-from hpcai_jax.engine.timing import format_duration
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
 from hpcai_jax.flops.xla import XlaCost, xla_cost
-from hpcai_jax.mllog import MLLog
+from hpcai_jax.run import curve
+from hpcai_jax.run import record as run_record
+from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
+from hpcai_jax.run.epochs import EpochTimer
+from hpcai_jax.run.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
+from hpcai_jax.run.progress import DivergenceWatch, Progress
+from hpcai_jax.run.timing import format_duration
+from hpcai_jax.telemetry.comm import CommVolume, comm_volume
+from hpcai_jax.telemetry.energy import read_energy
+from hpcai_jax.telemetry.flop_count import FlopFigures, crosscheck
+from hpcai_jax.telemetry.memory import memory_analysis
+from hpcai_jax.telemetry.mllog import MLLog
+from hpcai_jax.telemetry.roofline import stream_bandwidth
 
 
 def clock() -> float:
     """The loop's one monotonic clock, in seconds. A test replaces it (monkeypatch
-    `hpcai_jax.engine.loop.clock`); it reads `time.perf_counter` at each call, so patching
-    `hpcai_jax.engine.loop.time.perf_counter` reaches it too."""
+    `hpcai_jax.run.loop.clock`); it reads `time.perf_counter` at each call, so patching
+    `hpcai_jax.run.loop.time.perf_counter` reaches it too."""
     return time.perf_counter()
 
 
@@ -202,24 +203,6 @@ class StepClock:
     def data_wait_s(self) -> float:
         """How long the timed steps waited for data."""
         return self._prefetch.wait_s - self._wait_mark
-
-
-def memory_analysis(compiled) -> dict:
-    """The compiled step's memory per device (bytes): on an accelerator, the first thing to
-    check. Empty where the backend gives no analysis."""
-    try:
-        m = compiled.memory_analysis()
-    except Exception:  # noqa: BLE001 - not every backend implements it
-        return {}
-    if m is None:
-        return {}
-    return {
-        "argument_bytes": m.argument_size_in_bytes,
-        "output_bytes": m.output_size_in_bytes,
-        "alias_bytes": m.alias_size_in_bytes,
-        "temp_bytes": m.temp_size_in_bytes,
-        "generated_code_bytes": m.generated_code_size_in_bytes,
-    }
 
 
 def _log_progress(progress: Progress, total: int, metrics: StepMetrics, examples_per_step: int):

@@ -9,15 +9,15 @@ import numpy as np
 
 from hpcai_jax import metrics, results, rules
 from hpcai_jax.distributed import allgather
-from hpcai_jax.engine import curve
-from hpcai_jax.engine.comm import CommVolume
-from hpcai_jax.engine.energy import EnergyReading, energy_record
 from hpcai_jax.engine.evaluate import EnsembleQuality
-from hpcai_jax.engine.flop_count import FlopFigures
-from hpcai_jax.engine.progress import Progress
-from hpcai_jax.engine.roofline import roofline
-from hpcai_jax.engine.timing import StepTimes
 from hpcai_jax.flops.xla import XlaCost
+from hpcai_jax.run import curve
+from hpcai_jax.run.progress import Progress
+from hpcai_jax.run.timing import StepTimes
+from hpcai_jax.telemetry.comm import CommVolume
+from hpcai_jax.telemetry.energy import EnergyReading, energy_record
+from hpcai_jax.telemetry.flop_count import FlopFigures
+from hpcai_jax.telemetry.roofline import roofline
 
 
 def build(
@@ -40,7 +40,7 @@ def build(
 ) -> dict:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
-    `cross` is engine.flop_count.crosscheck's figures: train_step_flops is what FLOPS uses (the
+    `cross` is telemetry.flop_count.crosscheck's figures: train_step_flops is what FLOPS uses (the
     source and why are beside it). `peaks` holds the per-device peak FLOP/s figures. Every
     figure is computed by `metrics`; this function only gathers them.
     """

@@ -28,7 +28,7 @@ class Progress:
     checkpoint_s: float = 0.0  # blocking part of checkpoint saves, kept out of step times
     eval_s: float = 0.0  # held-out evaluations, during training and at the end
     # Eq. 6: completed epochs ({index, first_step, steps, wall_s}), and the time booked so far
-    # to the open one (engine/epochs.py).
+    # to the open one (run/epochs.py).
     epochs: list[dict] = dataclasses.field(default_factory=list)
     epoch_open_s: float = 0.0
     # Run time since run_start, over every segment up to its last checkpoint (time lost to an
