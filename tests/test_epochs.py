@@ -3,7 +3,7 @@
 One in-process Fashion-MNIST run, shared by the tests here: 8 steps per epoch, 3 planned epochs,
 held-out evaluation every epoch, --stop_at_target with a target the ensemble first reaches after
 epoch 2, a checkpoint every 6 steps (inside each epoch, never right after an evaluation, so that
-neither can hide the other), --mllog. The loop's clock is replaced by one that moves only
+neither can hide the other), --mllog. The run clock is replaced by one that moves only
 when the run waits for input, completes a step, compiles, saves a checkpoint or evaluates, each
 by its own power of ten, so every timing figure of the record is an exact sum whose terms can be
 read off: a second that lands in the wrong window changes the digits.
@@ -21,11 +21,12 @@ from helpers import tiny_config
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import Prefetcher
 from hpcai_jax.engine.step import StepMetrics
-from hpcai_jax.run import loop
+from hpcai_jax.run import clock as run_clock
+from hpcai_jax.run import evaluation, loop
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.epochs import EpochTimer
 from hpcai_jax.run.progress import Progress
-from hpcai_jax.telemetry import mllog
+from hpcai_jax.telemetry import device_peaks, mllog
 
 WAIT, STEP, SAVE, EVAL, COMPILE = 1.0, 10.0, 100.0, 1_000.0, 10_000.0
 STEPS_PER_EPOCH, CHECKPOINT_EVERY = 8, 6
@@ -83,19 +84,21 @@ def run(tmp_path_factory):
         return block(x)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loop, "clock", clock)
+        mp.setattr(run_clock, "read", clock)
         mp.setattr(jax, "block_until_ready", block_step)
         mp.setattr(Prefetcher, "next", clock.after(WAIT, Prefetcher.next))
         mp.setattr(
             Checkpointer, "save", clock.after(SAVE, lambda _, s, __, m: saved.update({s: m}))
         )
-        mp.setattr(loop, "evaluate", clock.after(EVAL, loop.evaluate))
+        mp.setattr(evaluation, "evaluate", clock.after(EVAL, evaluation.evaluate))
         mp.setattr(loop, "compile_step", clock.after(COMPILE, loop.compile_step))
         # Not under test, and seconds each: the peak and bandwidth measurements at start.
         # The process's cache of them too: neither reuse a real one nor keep these fakes.
-        mp.setattr(loop, "_MEASURED", {})
-        mp.setattr(loop, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"})
-        mp.setattr(loop, "stream_bandwidth", lambda path: (1e9, "a test"))
+        mp.setattr(device_peaks, "_MEASURED", {})
+        mp.setattr(
+            device_peaks, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"}
+        )
+        mp.setattr(device_peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
         record, code = loop.train_and_evaluate(config)
     assert code == 0, record["reason"]
     return record, tmp / "run.mllog", saved

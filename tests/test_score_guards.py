@@ -8,7 +8,7 @@ The clock: the loop's and the step module's `time` are replaced by a shim whose 
 - SAVE_S inside every `Checkpointer.save`,
 - EVAL_S inside `evaluate`,
 - STEP_S[k], the device time of step k, when the host blocks on that step's StepMetrics with
-  `jax.block_until_ready` (as StepClock does), so a step's time arrives when the host waits
+  `jax.block_until_ready` (as the run clock does), so a step's time arrives when the host waits
   for it, never at dispatch.
 Steady-state FLOPS (Eq. 6) must be the step FLOPs over exactly the steps' own time: compile,
 checkpoint saves and evaluation each counted there would move step_s, train_wall_s and
@@ -33,13 +33,15 @@ from helpers import tiny_config
 from hpcai_jax import config as C
 from hpcai_jax.engine import evaluate as evaluate_module
 from hpcai_jax.engine import step as step_module
-from hpcai_jax.run import loop
+from hpcai_jax.run import clock as run_clock
+from hpcai_jax.run import evaluation, loop
 from hpcai_jax.run.checkpoint import Checkpointer
+from hpcai_jax.telemetry import device_peaks
 
 M, B, N, STEPS = 4, 16, 64, 6  # 4 steps per epoch: the run crosses an epoch boundary
 COMPILE_S, SAVE_S, EVAL_S = 1000.0, 100.0, 10_000.0
 STEP_S = [0.25, 0.5, 0.75, 1.0, 1.25, 1.5]  # distinct: a step booked to another shows
-SAVES = 3  # after steps 2 and 4 (paused StepClock), and the final one after the loop
+SAVES = 3  # after steps 2 and 4 (inside the training time), and the final one after the loop
 OOB_EXAMPLES = 60  # of 64: not all of the set; eval batches of 26, the last one padded
 
 
@@ -55,7 +57,7 @@ class FakeClock:
 
 
 class _TimeShim:
-    """Stands for the `time` module in loop.py and step.py: the fake clock for durations, the
+    """Stands for the `time` module in run/clock.py and step.py: the fake clock for durations, the
     real module for anything else."""
 
     def __init__(self, clock: FakeClock):
@@ -128,7 +130,7 @@ def run(tmp_path_factory):
         reliability=C.ReliabilityConfig(checkpoint_dir=str(tmp / "ckpt"), checkpoint_every=2),
     )
     clock, owed, saves, evaluated = FakeClock(), {}, [], []
-    real_compile, real_evaluate = loop.compile_step, loop.evaluate
+    real_compile, real_evaluate = loop.compile_step, evaluation.evaluate
     real_save, real_block = Checkpointer.save, jax.block_until_ready
 
     def compile_step(step_fn, *args):
@@ -154,13 +156,17 @@ def run(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         shim = _TimeShim(clock)
-        mp.setattr(loop, "time", shim)
+        mp.setattr(run_clock, "time", shim)
         mp.setattr(step_module, "time", shim)
         mp.setattr(loop, "compile_step", compile_step)
-        mp.setattr(loop, "evaluate", evaluate)
-        mp.setattr(loop, "_MEASURED", {})  # no real peak cached by an earlier run, none kept
+        mp.setattr(evaluation, "evaluate", evaluate)
         mp.setattr(
-            loop, "_peak_flops", lambda dtype: {"measured_per_device": 1e9, "measured_method": "-"}
+            device_peaks, "_MEASURED", {}
+        )  # no real peak cached by an earlier run, none kept
+        mp.setattr(
+            device_peaks,
+            "_peak_flops",
+            lambda dtype: {"measured_per_device": 1e9, "measured_method": "-"},
         )
         mp.setattr(Checkpointer, "save", save)
         mp.setattr(jax, "block_until_ready", block_until_ready)

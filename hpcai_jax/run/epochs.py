@@ -23,7 +23,7 @@ OnClose = Callable[[dict, float, float], None]
 
 class EpochTimer:
     """Books clock readings into `progress.epochs`; it never reads a clock itself (the loop's
-    StepClock hands it the readings)."""
+    run clock hands it the readings, run/clock.py)."""
 
     def __init__(
         self,

@@ -1,7 +1,11 @@
-"""What a run has done so far, beyond its device state: timing accumulators, completed epochs
-(Eq. 6), evaluations, resumes, members that diverged. It travels in every checkpoint, so a
+"""What a run has done so far, beyond its device state. It travels in every checkpoint, so a
 resumed run reports the time that trained it and nothing of the time lost to the interruption.
-The divergence watch that fills it sits here too."""
+
+Each field has one writer: the run clock (run/clock.py) the step count and every timing field
+(step times, epochs, input waits, checkpoint and evaluation time, run time); the divergence
+watch below `diverged`; the evaluations (run/evaluation.py) the `curve`; a checkpoint save
+(run/hooks.py) `skipped_examples`; the loop the `compile_s` of each segment and its `resumes`.
+"""
 
 from __future__ import annotations
 

@@ -60,7 +60,7 @@ RULESET = Path(__file__).resolve().parents[1] / "mllog_rules" / "hpcai500.yaml"
 INSTALL = "pip install 'mlperf-logging>=4.1,<5'"
 _ROOT = str(Path(__file__).resolve().parents[2])  # trimmed from the lines' "file"
 # Frames between MLLogger's caller lookup and the engine's call site: _log_helper, event (or start,
-# end), _line, the public method; so each line's metadata names its line in run/loop.py.
+# end), _line, the public method; so each line's metadata names its caller's line (run/).
 _CALLER_OFFSET = 3
 
 
@@ -83,7 +83,7 @@ class MLLog:
     """The run's MLLOG writer; every method is a no-op without --mllog and on processes other
     than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`,
     `evaluated`, `run_stop`); run/epochs.py's EpochTimer calls `epoch` as each epoch closes.
-    Instants come as readings of the loop's clock, so that the log and the record time the run
+    Instants come as readings of the run clock (run/clock.py), so that the log and the record time the run
     alike."""
 
     def __init__(

@@ -1,0 +1,188 @@
+"""What happens between training steps, one hook per concern, each on its own schedule: the
+divergence check, the progress line, the evaluation (and the stop at target), the preemption
+agreement and the checkpoint. The loop calls them in that order after every step; a hook that
+ends the run returns a `Stop`. Modelled on levanter's trainer hooks and big_vision's `itstime`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+
+import jax
+import numpy as np
+from absl import logging
+
+from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.run import curve, evaluation
+from hpcai_jax.run import record as run_record
+from hpcai_jax.run.checkpoint import Checkpointer
+from hpcai_jax.run.clock import RunClock
+from hpcai_jax.run.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
+from hpcai_jax.run.progress import DivergenceWatch, Progress
+from hpcai_jax.run.timing import format_duration
+from hpcai_jax.telemetry.mllog import MLLog
+
+
+class Status(enum.Enum):
+    """How a run ends, as its record's `status` says it."""
+
+    COMPLETE = "complete"
+    PARTIAL = "partial"  # preempted; resumable from its checkpoint
+    INVALID = "invalid"  # diverged: no FLOPS figure
+
+
+@dataclasses.dataclass(frozen=True)
+class Stop:
+    """A hook's reason to end the training loop before its last step."""
+
+    status: Status
+    reason: str = ""
+    at_target: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How the training loop ended: its status, why, and the process's exit code."""
+
+    status: Status
+    reason: str = ""
+    stopped_at_target: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.status is Status.PARTIAL:
+            return PREEMPTED_EXIT_CODE
+        return FAILED_EXIT_CODE if self.status is Status.INVALID else 0
+
+
+def due(done: int, period: int, total: int | None = None) -> bool:
+    """Whether a hook of `period` steps runs after `done` steps; with `total`, also after the
+    last step (big_vision's `itstime`). A period of 0 never runs."""
+    return bool(period) and (done % period == 0 or done == total)
+
+
+@dataclasses.dataclass
+class Context:
+    """What the hooks act on: the run's live values (the loop replaces `state` every step)."""
+
+    setup: object
+    state: object
+    progress: Progress
+    clock: RunClock
+    mlog: MLLog
+    watch: DivergenceWatch
+    ckpt: Checkpointer | None
+    total_steps: int
+
+    def save(self, step: int) -> None:
+        """A checkpoint of the run now: device state, and what its record will need."""
+        self.clock.carry_run_time()
+        self.progress.skipped_examples = run_record.skipped_examples(self.setup, self.progress)
+        self.ckpt.save(step, self.state, self.progress.to_meta())
+
+
+Hook = Callable[[Context, int], Stop | None]
+
+
+@dataclasses.dataclass
+class DivergenceCheck:
+    """Reads the members' finite flags every `every` steps and after the last one; under
+    --on_divergence=stop a non-finite member ends the run."""
+
+    every: int
+
+    def __call__(self, ctx: Context, done: int) -> Stop | None:
+        if due(done, self.every, ctx.total_steps) and (why := ctx.watch.check(keep_last=True)):
+            return Stop(Status.INVALID, why)
+        return None
+
+
+@dataclasses.dataclass
+class ProgressLine:
+    """One log line every `every` steps: loss, training metrics, rate and the time left."""
+
+    every: int
+    examples_per_step: int
+
+    def __call__(self, ctx: Context, done: int) -> Stop | None:
+        metrics = ctx.clock.last_metrics
+        if not due(done, self.every) or metrics is None:
+            return None
+        step_s = ctx.progress.step_s
+        median = float(np.median(step_s)) if step_s else 0.0
+        logging.info(
+            "step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
+            ctx.progress.step,
+            ctx.total_steps,
+            float(np.nanmean(metrics.loss)),
+            "  ".join(f"train {k} {float(np.nanmean(v)):.3f}" for k, v in metrics.metrics.items()),
+            f"{self.examples_per_step / median:.0f}" if median else "-",
+            format_duration((ctx.total_steps - ctx.progress.step) * median),
+        )
+        return None
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """The ensemble evaluated every `every` steps (--eval_every_epochs); a diverged member votes
+    no more. With `target` (--stop_at_target) the run ends at the first evaluation that
+    reaches it. `last` is the latest evaluation: (step, quality)."""
+
+    every: int
+    target: float | None = None
+    last: tuple[int, EnsembleQuality | None] | None = None
+
+    def __call__(self, ctx: Context, done: int) -> Stop | None:
+        if not due(done, self.every):
+            return None
+        ctx.clock.flush()
+        if why := ctx.watch.check(keep_last=False):
+            return Stop(Status.INVALID, why)
+        quality = evaluation.evaluate_now(
+            ctx.setup, ctx.state, ctx.progress, ctx.clock, ctx.mlog, oob=False, training=True
+        )
+        self.last = (done, quality)
+        if self.target is not None and curve.reached(quality, self.target):
+            logging.info("the ensemble reached the target %g at step %d", self.target, done)
+            return Stop(Status.COMPLETE, at_target=True)
+        return None
+
+
+@dataclasses.dataclass
+class Preemption:
+    """A SIGTERM stops the run at a step boundary every process agrees on (agreed every
+    `every` steps); the checkpoint after the loop makes it resumable."""
+
+    guard: PreemptionGuard
+    every: int
+
+    def __call__(self, ctx: Context, done: int) -> Stop | None:
+        if done < ctx.total_steps and self.guard.stop_now(done % self.every == 0):
+            return Stop(Status.PARTIAL, f"preempted by {self.guard.signal_name} at step {done}")
+        return None
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """A save whenever the checkpointer is due (--checkpoint_every), inside the training time;
+    the final save comes after the loop."""
+
+    def __call__(self, ctx: Context, done: int) -> Stop | None:
+        if ctx.ckpt and ctx.ckpt.due(done) and done < ctx.total_steps:
+            with ctx.clock.checkpointing():
+                ctx.save(done)
+        return None
+
+
+def poison(state, member: int):
+    """The --inject_nan test hook: NaN in every parameter of one member, shardings kept."""
+    import jax.numpy as jnp
+
+    shardings = jax.tree.map(lambda x: x.sharding, state)
+
+    def set_nan(s):
+        return s.replace(params=jax.tree.map(lambda p: p.at[member].set(jnp.nan), s.params))
+
+    return jax.jit(set_nan, out_shardings=shardings, donate_argnums=0)(state)
