@@ -12,7 +12,6 @@ import logging as std_logging
 import os
 import re
 
-import jax
 import numpy as np
 from absl import logging
 
@@ -119,6 +118,8 @@ def initialize(config: DistributedConfig) -> str:
     Must run before anything touches a JAX backend. A peer that never arrives makes JAX abort
     the process after `timeout_s` (it does not raise); the log line before says what it waited for.
     """
+    import jax  # here, not at the top: config.py imports DistributedConfig without JAX
+
     cluster = detect_cluster()
     ids = local_device_ids(config, cluster)
     if config.coordinator_address:
@@ -161,6 +162,8 @@ def initialize(config: DistributedConfig) -> str:
 
 def barrier(name: str) -> None:
     """All processes meet here (no-op for one process)."""
+    import jax
+
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
@@ -170,6 +173,8 @@ def barrier(name: str) -> None:
 def allgather(values) -> np.ndarray:
     """Every process's `values` (same shape and dtype everywhere), stacked in process order on a
     new leading axis; [1, ...] in a single process. A collective: every process must call it."""
+    import jax
+
     values = np.asarray(values)
     if jax.process_count() == 1:
         return values[None]

@@ -3,9 +3,10 @@ into a `RunConfig`.
 
 Each setting of `config.RunConfig` (recursively through its parts) is one flag, defined here from
 the field: its name (the field's, or metadata "flag" where they differ), its default (the field's
-value in `RunConfig()`), its help (metadata "help") and its kind: an enum of metadata "choices"
-where there are some, else by the field's type (bool, int, float, str). So a new field is a new
-flag, and its description lives once, on the field (`config._field`).
+value in `RunConfig()`), its help (metadata "help", with the range the field accepts where it
+declares one) and its kind: an enum of metadata "choices" where there are some, else by the
+field's type (bool, int, float, str). So a new field is a new flag, and its description lives
+once, on the field (`config._field`, hpcai_jax/fields.py).
 
 Names are a public interface: users' scripts and flagfiles depend on them.
 """
@@ -53,7 +54,8 @@ _DEFAULTS = cfg.RunConfig()
 
 
 def field_metadata(owner: type, field: dataclasses.Field) -> Mapping[str, Any]:
-    """A setting's description: "help", and "flag" and "choices" where it has them."""
+    """A setting's description: "help", and "flag", "choices" (an enum flag) and "accepts" (what
+    `validate` checks, fields.Accepts) where it has them."""
     return {**field.metadata, **_METADATA_OF.get(owner, {}).get(field.name, {})}
 
 
@@ -79,13 +81,15 @@ def _define_flags() -> dict[str, tuple[str, ...]]:
         where = f"{cls.__name__}.{field.name}"
         if not meta.get("help"):
             raise TypeError(f"{where}: no help text; declare it with config._field(default, help)")
+        accepts = meta.get("accepts")
+        help_text = " ".join(t for t in (meta["help"], accepts and accepts.help_text()) if t)
         if "choices" in meta:
-            flags.DEFINE_enum(name, default, meta["choices"], meta["help"])
+            flags.DEFINE_enum(name, default, meta["choices"], help_text)
         else:
             kind = typing.get_type_hints(cls)[field.name]
             if kind not in _DEFINE_BY_TYPE:
                 raise TypeError(f"{where}: a {kind} field has no flag kind (bool, int, float, str)")
-            _DEFINE_BY_TYPE[kind](name, default, meta["help"])
+            _DEFINE_BY_TYPE[kind](name, default, help_text)
         names[name] = path
     return names
 

@@ -1,8 +1,7 @@
 """Results records: one JSON document per run of any mode, written atomically by process 0 only.
 
-Every record has the same envelope: run_id (the file's name: --run_name, or <mode>-<UTC>-<pid>),
-mode, status (complete | partial | invalid), reason, config and provenance (what makes it
-reproducible), then the mode's own sections.
+Every record starts with the same envelope (`envelope`); the records' definitions and their
+reader are `hpcai_jax/records/`, every field is listed in docs/record.md.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import jax
 
-from hpcai_jax import gpu_settings, nodes
+from hpcai_jax import gpu_settings, nodes, records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.locks import Busy, PathLock
 
@@ -67,29 +66,29 @@ def node_counts(hosts: list[str], device_processes: list[int]) -> tuple[int, int
     return len(set(hosts)), max(per_node.values())
 
 
-def provenance() -> dict:
+def provenance() -> records.Provenance:
     """Versions, devices, hosts and commit: what another site needs to reproduce the run.
 
     Every process must call it (the host names are gathered)."""
     devices = jax.devices()
     hosts = nodes.process_nodes()
     node_total, per_node = node_counts(hosts, [d.process_index for d in devices])
-    return {
-        "versions": package_versions(),
-        "git_commit": git_commit(),
-        "backend": jax.default_backend(),
-        "device_kind": devices[0].device_kind,
-        "device_count": len(devices),
-        "local_device_count": jax.local_device_count(),
-        "process_count": jax.process_count(),
-        "hostname": socket.gethostname(),
-        "hosts": hosts,
-        "number_of_nodes": node_total,
-        "accelerators_per_node": per_node,
-        "platform": platform.platform(),
-        "environment": gpu_settings.environment(),
-        "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }
+    return records.Provenance(
+        versions=package_versions(),
+        git_commit=git_commit(),
+        backend=jax.default_backend(),
+        device_kind=devices[0].device_kind,
+        device_count=len(devices),
+        local_device_count=jax.local_device_count(),
+        process_count=jax.process_count(),
+        hostname=socket.gethostname(),
+        hosts=hosts,
+        number_of_nodes=node_total,
+        accelerators_per_node=per_node,
+        platform=platform.platform(),
+        environment=gpu_settings.environment(),
+        utc=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    )
 
 
 STATUSES = ("complete", "partial", "invalid")
@@ -157,20 +156,23 @@ def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False
     )
 
 
-def envelope(mode: str, run_id: str, status: str, config, reason: str = "", **sections) -> dict:
-    """A record: the common envelope, then the mode's sections. Every process must call it (the
-    provenance gathers host names)."""
+def envelope(
+    mode: str, run_id: str, status: str, config, reason: str = "", **sections
+) -> records.AnyRecord:
+    """The mode's typed record (`records.KINDS`): the common envelope, then the mode's sections.
+    Every process must call it (the provenance gathers host names)."""
     if status not in STATUSES:
         raise ValueError(f"status {status!r}: expected one of {STATUSES}")
-    return {
-        "run_id": run_id,
-        "mode": mode,
-        "status": status,
-        "reason": reason,
-        "config": config.to_dict(),
-        "provenance": provenance(),
+    return records.KINDS[mode](
+        schema_version=records.SCHEMA_VERSION,
+        run_id=run_id,
+        mode=mode,
+        status=status,
+        reason=reason,
+        config=config.to_dict(),
+        provenance=provenance(),
         **sections,
-    }
+    )
 
 
 def check_writable(results_dir: str) -> Path:
@@ -187,8 +189,9 @@ def check_writable(results_dir: str) -> Path:
     return path
 
 
-def write_record(results_dir: str, run_id: str, record: dict) -> Path | None:
-    """Writes `<results_dir>/<run_id>.json` atomically (temp file + fsync + rename) on process 0:
+def write_record(results_dir: str, run_id: str, record: records.Record | dict) -> Path | None:
+    """Writes a record (typed, or its JSON layout) to `<results_dir>/<run_id>.json` atomically
+    (temp file + fsync + rename) on process 0:
     a directory removed since the start is made again; a write that fails (a full disk) leaves
     whatever record was there as it was, removes its temp file and raises UsageError naming the
     path.
@@ -198,6 +201,8 @@ def write_record(results_dir: str, run_id: str, record: dict) -> Path | None:
     if jax.process_index() != 0:
         return None
     path = check_writable(results_dir) / f"{run_id}.json"
+    if not isinstance(record, dict):
+        record = records.to_dict(record)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shlex
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from absl import flags
 
-from hpcai_jax import results
+from hpcai_jax import records, results
 from hpcai_jax.errors import UsageError
 from hpcai_jax.report import write_report
 
@@ -107,20 +106,20 @@ def command(
     ]
 
 
-def table(records: list[dict]) -> str:
+def table(runs: list[records.TrainRecord]) -> str:
     num = results.cell
 
     lines = [
         f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
         f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}"
     ]
-    for r in records:
-        mesh, m, q = r["mesh"], r["metrics"], r["quality"]
+    for r in runs:
+        mesh, m, q = r.mesh, r.metrics, r.quality
         lines.append(
-            f"{mesh['ensemble_size']:>4} {mesh['parallel_degree']:>8} {mesh['num_devices']:>9} "
-            f"{num(m['flops_per_s']):>11} {num(m['vflops_per_s']):>11} "
-            f"{num(q['ensemble'], '{:.4f}'):>12} {num(q['member_mean'], '{:.4f}'):>11} "
-            f"{r['status']:>9}"
+            f"{mesh.ensemble_size:>4} {mesh.parallel_degree:>8} {mesh.num_devices:>9} "
+            f"{num(m.flops_per_s):>11} {num(m.vflops_per_s):>11} "
+            f"{num(q.ensemble, '{:.4f}'):>12} {num(q.member_mean, '{:.4f}'):>11} "
+            f"{r.status:>9}"
         )
     return "\n".join(lines)
 
@@ -152,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         mllog = mllog_path(main_args)
     except (ValueError, UsageError) as e:
         parser.exit(2, f"hpcai_jax.sweep: error: {e}\n")
-    records, written, failed = [], [], 0
+    runs, written, failed = [], [], 0
     for point in points:
         run_name = f"{args.name}-{args.experiment}-M{point.ensemble_size}-P{point.parallel_degree}"
         cmd = command(
@@ -174,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         if returncode != 0:
             failed += 1
             continue
-        records.append(json.loads(path.read_text()))
-    if records:
-        print(table(records))
+        runs.append(records.read(path))
+    if runs:
+        print(table(runs))
     if written and not _report(written, Path(args.results_dir) / "report"):
         failed += 1
     return 1 if failed else 0

@@ -11,6 +11,7 @@ import sys
 import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
 
+from hpcai_jax import records
 from hpcai_jax.check import collectives
 from hpcai_jax.check.budget import Budget
 from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, exit_code, judge, skipped
@@ -116,6 +117,9 @@ def test_check_prints_one_row_per_item_and_writes_them(check_run):
         assert any(line.startswith(item) for line in proc.stdout.splitlines()), item
     assert all(r["status"] != PASS for r in rows if r["measured"] is None)
     assert "collectives on intra_node (n = 8 per group; GB/s)" in proc.stdout
+    typed = records.read(record)  # the typed record is the file's JSON, field for field
+    assert isinstance(typed, records.CheckRecord) and records.to_dict(typed) == record
+    assert typed.check.verdict == record["check"]["verdict"]
 
 
 def test_a_degraded_collective_fails_its_rows_and_the_exit_code(check_run):

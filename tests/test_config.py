@@ -1,13 +1,21 @@
-"""Every shipped flagfile parses and validates; flags override flagfiles."""
+"""Every shipped flagfile parses and validates; flags override flagfiles; every declared bound,
+choice and format refuses what it should with a one-line message naming its flag."""
 
+import dataclasses
+import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process
 
 from hpcai_jax import config as C
+from hpcai_jax import fields
 from hpcai_jax import flags as hflags
+from hpcai_jax.check.config import CheckConfig
 from hpcai_jax.errors import UsageError
+from hpcai_jax.stream.config import StreamConfig
 
 FLAGFILES = sorted((ROOT / "configs").glob("*.flags"))
 
@@ -107,7 +115,7 @@ def test_quality_exponent_zero_means_zero():
         (dict(optim=C.OptimConfig(learning_rate=float("inf"))), "--learning_rate=inf: expected a"),
         (dict(train=C.TrainConfig(epochs=float("nan"), steps=3)), "--epochs=nan: expected a fin"),
         (dict(results=C.ResultsConfig(target_quality=float("nan"))), "--target_quality=nan"),
-        (dict(stream=C.StreamConfig(array_mib=float("inf"))), "--array_mib=inf: expected a"),
+        (dict(stream=StreamConfig(array_mib=float("inf"))), "--array_mib=inf: expected a"),
         (
             dict(train=C.TrainConfig(stop_at_target=True)),
             "--stop_at_target: needs --eval_every_epochs > 0",
@@ -129,3 +137,178 @@ def test_validation_messages(kwargs, message):
 def test_a_negative_seed_is_a_one_line_error():
     """It used to reach numpy's SeedSequence (a traceback)."""
     assert_one_line_error(run_in_process("--seed=-3", "--steps=1"), "--seed=-3", "[0, 2^32)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Declared bounds (hpcai_jax/fields.py): every case below is generated from the declarations, so
+# a bound added to a field is tested without a new line here.
+
+# Validates as it stands in every mode's checks: unscored (no target), STREAM's part checked.
+BASE = C.RunConfig(mode="stream", data=C.DataConfig(dataset="synthetic"))
+
+
+def _leaves(config=BASE, path=()):
+    """(path, owner, field) of every setting of RunConfig, depth first."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            yield from _leaves(value, (*path, field.name))
+        else:
+            yield (*path, field.name), config, field
+
+
+LEAVES = list(_leaves())
+
+
+def _with(path, value, base=BASE):
+    """`base` with the setting at `path` replaced by `value`."""
+    if len(path) == 1:
+        return dataclasses.replace(base, **{path[0]: value})
+    return dataclasses.replace(base, **{path[0]: _with(path[1:], value, getattr(base, path[0]))})
+
+
+def _just_past(bound, step, is_int):
+    return bound + step if is_int else math.nextafter(bound, bound + step)
+
+
+def _bound_cases():
+    """(path, flag, refused values, accepted values) of every field with a numeric range: the
+    first value past each bound (skipping the values `allow` lets in) and the bound itself (or
+    the first value inside an open bound), and every allowed value."""
+    for path, owner, field in LEAVES:
+        accepts = field.metadata.get("accepts")
+        if accepts is None or not accepts.bounded:
+            continue
+        kind = type(getattr(owner, field.name))  # int or float: values as a flag gives them
+        is_int = kind is int
+        refused, accepted = [], list(accepts.allow)
+        for bound, outward, closed in (
+            (accepts.at_least, -1, True),
+            (accepts.above, -1, False),
+            (accepts.at_most, +1, True),
+            (accepts.below, +1, False),
+        ):
+            if bound is None:
+                continue
+            outside = bound if not closed else _just_past(bound, outward, is_int)
+            while outside in accepts.allow:
+                outside = _just_past(outside, outward, is_int)
+            refused.append(outside)
+            accepted.append(bound if closed else _just_past(bound, -outward, is_int))
+        refused, accepted = ([kind(v) for v in dict.fromkeys(vs)] for vs in (refused, accepted))
+        yield pytest.param(path, fields.flag_name(field), refused, accepted, id=".".join(path))
+
+
+BOUND_CASES = list(_bound_cases())
+
+
+def _refusal(config: C.RunConfig) -> str:
+    with pytest.raises(UsageError) as info:
+        config.validate()
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_the_bounds_are_declared():
+    """The generator finds them: 45 fields declared the ranges once checked by hand."""
+    assert len(BOUND_CASES) >= 45
+
+
+@pytest.mark.parametrize("path,flag,refused,accepted", BOUND_CASES)
+def test_every_declared_bound_refuses_the_value_just_past_it(path, flag, refused, accepted):
+    for value in refused:
+        message = _refusal(_with(path, value))
+        assert message.startswith(f"--{flag}={value}: "), message
+
+
+@pytest.mark.parametrize("path,flag,refused,accepted", BOUND_CASES)
+def test_every_declared_bound_accepts_its_boundary_value(path, flag, refused, accepted):
+    for value in accepted:
+        _with(path, value).validate()
+
+
+CHOICE_CASES = [
+    pytest.param(path, owner, field, id=".".join(path))
+    for path, owner, field in LEAVES
+    if getattr(field.metadata.get("accepts"), "choices", None) is not None
+]
+
+
+@pytest.mark.parametrize("path,owner,field", CHOICE_CASES)
+def test_every_declared_choice_refuses_other_values(path, owner, field):
+    """Enum flags are checked by absl too; a config built in code is checked here."""
+    choices = field.metadata["accepts"].choices
+    message = _refusal(_with(path, "no_such_value"))
+    assert message == (
+        f"--{fields.flag_name(field)}='no_such_value': expected one of {', '.join(choices)}"
+    )
+    for value in choices:  # its own declaration only: other rules tie --model to --workload
+        fields.check(dataclasses.replace(owner, **{field.name: value}))
+
+
+# A value each format check refuses; a new `valid=` declaration needs its case here.
+FORMAT_CASES = {
+    "dataset": "",
+    "lr_step_epochs": "30,20",
+    "results_dir": "",
+    "run_name": "a/b",
+    "inject_nan": "1-3",
+}
+
+
+def test_every_format_check_has_a_case():
+    declared = {
+        fields.flag_name(field)
+        for _, _, field in LEAVES
+        if getattr(field.metadata.get("accepts"), "valid", None) is not None
+    }
+    assert declared == set(FORMAT_CASES)
+
+
+@pytest.mark.parametrize("flag", sorted(FORMAT_CASES))
+def test_every_format_check_refuses_a_bad_value(flag):
+    path = hflags.FLAG_FIELDS[flag]
+    message = _refusal(_with(path, FORMAT_CASES[flag]))
+    assert message.startswith(f"--{flag}={FORMAT_CASES[flag]}: expected"), message
+
+
+FLOATS = [
+    pytest.param(path, fields.flag_name(field), id=".".join(path))
+    for path, owner, field in LEAVES
+    if isinstance(getattr(owner, field.name), float)
+]
+
+
+@pytest.mark.parametrize("path,flag", FLOATS)
+def test_every_float_setting_must_be_finite_in_every_mode(path, flag):
+    for value in (float("inf"), float("-inf"), float("nan")):
+        config = _with(path, value, dataclasses.replace(BASE, mode="train"))
+        assert _refusal(config) == f"--{flag}={value}: expected a finite number"
+
+
+def test_pipeline_stages_keeps_its_reason():
+    """docs/system_options.md quotes it."""
+    message = _refusal(_with(("mesh", "pipeline_stages"), 2))
+    assert message.startswith(
+        "--pipeline_stages=2: only 1 is supported; pipeline microbatches would change BatchNorm's "
+        "batch statistics"
+    )
+
+
+def test_only_cross_field_rules_are_written_out():
+    """A part without rules between its fields validates by its declarations alone."""
+    for part in (C.MeshConfig, C.DataConfig, C.OptimConfig, C.ResultsConfig):
+        assert "validate" not in vars(part), part
+    for part in (C.ReliabilityConfig, CheckConfig):
+        assert "validate" not in vars(part), part
+
+
+def test_the_configuration_imports_without_jax():
+    """flags and tools that only read a configuration must not pay for JAX (nor import the
+    modes: the STREAM and check settings live beside their modes, which do import it)."""
+    code = "import sys, hpcai_jax.config; print(sorted(m for m in sys.modules if 'jax' == m))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[]", out.stdout

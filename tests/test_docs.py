@@ -313,12 +313,12 @@ def test_docs_never_cite_the_shared_folder():
 def _main_flags_from_config() -> dict[str, str]:
     """hpcai_jax.main's config flags and their fields' types, read from the source as flags.py
     derives them."""
-    config = ast.parse((PACKAGE / "config.py").read_text(encoding="utf-8"))
-    distributed = ast.parse((PACKAGE / "distributed.py").read_text(encoding="utf-8"))
+    # config.py, and the modules of the parts it imports (a mode's settings live beside it).
+    modules = ("config.py", "distributed.py", "stream/config.py", "check/config.py")
     classes = {
         node.name: node
-        for tree in (config, distributed)
-        for node in tree.body
+        for module in modules
+        for node in ast.parse((PACKAGE / module).read_text(encoding="utf-8")).body
         if isinstance(node, ast.ClassDef)
     }
     renamed = {}  # field name -> flag, from flags.py's _METADATA_OF

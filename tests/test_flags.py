@@ -13,6 +13,7 @@ from absl import flags
 from hpcai_jax import config as C
 from hpcai_jax import flags as hflags
 from hpcai_jax.errors import UsageError
+from hpcai_jax.stream.config import StreamConfig
 
 FLAGS = hflags.FLAGS
 
@@ -117,6 +118,21 @@ def test_flag_kind_default_and_help_come_from_the_field(path, owner, field):
     assert "".join(help_text.split()) in "".join(rendered_help().split())
 
 
+def test_a_declared_range_ends_the_flags_help():
+    """The help states the range `validate` checks, from the same declaration."""
+    for path, owner, field in SETTINGS:
+        accepts = field.metadata.get("accepts")
+        name = next(n for n, p in hflags.FLAG_FIELDS.items() if p == path)
+        help_text = hflags.field_metadata(owner, field)["help"]  # after absl's <a|b>: of enums
+        if accepts is not None and accepts.help_text():
+            assert FLAGS[name].help.endswith(f"{help_text} {accepts.help_text()}"), name
+        else:
+            assert FLAGS[name].help.endswith(help_text), name
+    assert FLAGS["members_per_device"].help.endswith(" (>= 1, or 0)")
+    assert FLAGS["seed"].help.endswith(" (in [0, 2^32))")
+    assert FLAGS["pipeline_stages"].help.endswith("(docs/system_options.md says why).")
+
+
 def test_stream_settings_stay_string_flags():
     """STREAM validates these itself, in stream mode only; an enum would reject them earlier."""
     for name in ("precision", "stream_kernels", "stream_devices"):
@@ -164,7 +180,7 @@ def test_a_records_config_section_gives_back_every_flag(parse):
         results=C.ResultsConfig(
             target_quality=0.7, mllog="logs/a b.mllog", submission_org="ACME Labs, Inc."
         ),
-        stream=C.StreamConfig(kernels="triad", csv=True),
+        stream=StreamConfig(kernels="triad", csv=True),
         distributed=C.DistributedConfig(timeout_s=7),
     )
     section = json.loads(json.dumps(config.to_dict()))

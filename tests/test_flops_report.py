@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import run_main
 
+from hpcai_jax import records
 from hpcai_jax.flops.analytic import KINDS
 from hpcai_jax.flops.tables import forward_table, train_table
 from hpcai_jax.telemetry.flop_count import SOURCE_ANALYTIC, SOURCE_XLA, choose_flops, count_model
@@ -80,3 +81,5 @@ def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
     }
     assert record["peaks"]["measured_matmul_flops_per_s"] > 0
     assert record["config"]["mode"] == "flops"
+    typed = records.read(path)  # the typed record is the file's JSON, field for field
+    assert isinstance(typed, records.FlopsRecord) and records.to_dict(typed) == record

@@ -1,9 +1,11 @@
 """The architecture holds: no import circles between modules, and no layer imports one above it
-(flops/, data/, workloads/ and stream/ never import the engine)."""
+(flops/, data/, workloads/, stream/ and records/ never import the engine; records/ imports
+nothing above it, and the report reads records without JAX)."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 from helpers import ROOT
@@ -61,7 +63,8 @@ def test_lower_layers_never_import_the_engine():
     graph = _imports()
     assert len(graph) > 40
     for module, deps in graph.items():
-        if module.split(".")[1:2] in (["flops"], ["data"], ["workloads"], ["stream"], ["models"]):
+        lower = (["flops"], ["data"], ["workloads"], ["stream"], ["models"], ["records"])
+        if module.split(".")[1:2] in lower:
             assert not any(d.startswith("hpcai_jax.engine") for d in deps), (module, deps)
 
 
@@ -101,3 +104,69 @@ def test_no_engine_module_imports_a_concrete_workload_or_model():
                 dep,
             )
             assert not dep.startswith("hpcai_jax.models"), (module, dep)
+
+
+# The records' definitions and their reader (docs/record.md) sit below every mode and tool: the
+# engine layers build records, report/, submission/ and the MLLOG read them. They import only
+# themselves and the one exception type, and no package beyond Python's own.
+RECORDS_MAY_IMPORT = ("hpcai_jax.records", "hpcai_jax.errors")
+JAX_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax", "qwix")
+
+
+def _third_party() -> dict[str, set[str]]:
+    """Module → the top-level packages outside hpcai_jax it imports (at any depth of its code)."""
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+        out[_module(path)] = names - {"hpcai_jax", "__future__"}
+    return out
+
+
+def records_problems(graph: dict[str, set[str]], third: dict[str, set[str]]) -> list:
+    problems = []
+    for module, deps in graph.items():
+        if _package(module) != "records":
+            continue
+        problems += [(module, d) for d in deps if not d.startswith(RECORDS_MAY_IMPORT)]
+        problems += [(module, p) for p in third[module] if p not in sys.stdlib_module_names]
+    return problems
+
+
+def test_records_import_only_themselves_and_the_standard_library():
+    graph = _imports()
+    assert any(_package(m) == "records" for m in graph)
+    assert records_problems(graph, _third_party()) == []
+
+
+def _reaches(graph: dict[str, set[str]], start: list[str]) -> set[str]:
+    seen, todo = set(), list(start)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += [d for d in graph.get(module, ()) if d in graph]
+    return seen
+
+
+def jax_importers(graph, third, packages: tuple[str, ...]) -> list[str]:
+    """The modules the given packages reach (their own and every hpcai_jax module they import,
+    transitively) that import JAX or a JAX library."""
+    start = [m for m in graph if _package(m) in packages]
+    return sorted(m for m in _reaches(graph, start) if third[m] & set(JAX_PACKAGES))
+
+
+def test_the_report_and_the_records_never_reach_jax():
+    """`python -m hpcai_jax.report` reads records copied off a cluster, anywhere."""
+    graph, third = _imports(), _third_party()
+    assert jax_importers(graph, third, ("report", "records")) == []
+    # The checks can fail: the submission tools do reach JAX (flag parsing, the mesh layout),
+    # and a records module importing the engine would break both rules.
+    assert jax_importers(graph, third, ("submission",))
+    graph["hpcai_jax.records.read"] = graph["hpcai_jax.records.read"] | {"hpcai_jax.engine.mesh"}
+    assert "hpcai_jax.engine.mesh" in jax_importers(graph, third, ("records",))
+    assert ("hpcai_jax.records.read", "hpcai_jax.engine.mesh") in records_problems(graph, third)

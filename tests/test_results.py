@@ -7,21 +7,34 @@ import json
 import pytest
 from helpers import tiny_config
 
-from hpcai_jax import results
+from hpcai_jax import records, results
 from hpcai_jax.errors import UsageError
 
 
 def test_envelope_is_the_same_for_every_mode():
     config = tiny_config()
-    record = results.envelope("flops", "x", "invalid", config, "why", flops={"a": 1})
-    assert list(record)[:6] == ["run_id", "mode", "status", "reason", "config", "provenance"]
-    assert (record["run_id"], record["mode"], record["status"], record["reason"]) == (
+    record = results.envelope(
+        "flops", "x", "invalid", config, "why", flops={"a": 1}, peaks=None, compile_s=1.0
+    )
+    assert isinstance(record, records.FlopsRecord)
+    layout = records.to_dict(record)
+    assert list(layout)[:7] == [
+        "schema_version",
+        "run_id",
+        "mode",
+        "status",
+        "reason",
+        "config",
+        "provenance",
+    ]
+    assert (record.run_id, record.mode, record.status, record.reason) == (
         "x",
         "flops",
         "invalid",
         "why",
     )
-    assert record["flops"] == {"a": 1} and record["provenance"]["device_count"] == 8
+    assert record.schema_version == records.SCHEMA_VERSION == 2
+    assert layout["flops"] == {"a": 1} and record.provenance.device_count == 8
     with pytest.raises(ValueError, match="status 'done'"):
         results.envelope("train", "x", "done", config)
 
@@ -32,7 +45,7 @@ def test_nodes_are_host_names_and_hold_their_processes_devices():
     assert results.node_counts(hosts, [0, 0, 1, 1, 2, 2, 3, 3]) == (2, 4)
     assert results.node_counts(["a"], [0] * 8) == (1, 8)  # one process holding 8 devices
     provenance = results.provenance()
-    assert (provenance["number_of_nodes"], provenance["accelerators_per_node"]) == (1, 8)
+    assert (provenance.number_of_nodes, provenance.accelerators_per_node) == (1, 8)
 
 
 def test_run_id_is_the_run_name_or_a_fresh_one():

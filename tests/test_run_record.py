@@ -13,6 +13,7 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.data.datasets import Datasets
 from hpcai_jax.engine.evaluate import EnsembleQuality, OutOfBag
 from hpcai_jax.engine.setup import build_setup
@@ -298,3 +299,21 @@ def test_skipped_examples_join_this_segments_to_those_of_earlier_ones():
     setup = SimpleNamespace(datasets=datasets)
     assert run_record.skipped_examples(setup, before_resume) == {"train": [3, 12, 40], "test": [1]}
     assert run_record.skipped_examples(setup, Progress(run_id="r")) == {"train": [3, 12]}
+
+
+def test_the_typed_record_survives_json(setup):
+    """What the builders make (numpy figures, tuples and all) → its JSON text → the reader →
+    the same typed record; and `build` is that record's JSON layout."""
+    progress = _progress({1: 3})
+    progress.epochs = [{"index": 1, "first_step": 0, "steps": 32, "wall_s": 4.0}]
+    progress.curve = _curve((32, 10.0, 0.85))
+    args = (setup, progress, XlaCost(4e9 / DEVICES, 1e8, DEVICES), _cross(M * 1e9))
+    peaks = {"measured_per_device": 1e9, "bandwidth_per_device": 1e8, "bandwidth_source": "x"}
+    rest = (peaks, "complete", _quality([True, False, True, True]), None, 1.0, 9.0)
+    typed = run_record.train_record(*args, *rest)
+    assert isinstance(typed, records.TrainRecord) and typed.schema_version == 2
+    text = json.dumps(records.to_dict(typed), default=lambda v: v.tolist())
+    assert records.read(json.loads(text)) == typed
+    built, layout = run_record.build(*args, *rest), records.to_dict(typed)
+    built.pop("provenance"), layout.pop("provenance")  # made a moment apart: another utc
+    assert built == layout

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from hpcai_jax.config import RunConfig, StreamConfig
+from hpcai_jax.config import RunConfig
 from hpcai_jax.errors import UsageError
 from hpcai_jax.stream.cache import CacheInfo, check_size, cpu_cache
-from hpcai_jax.stream.config import DEFAULT_ARRAY_SIZE, resolve_array_size
+from hpcai_jax.stream.config import DEFAULT_ARRAY_SIZE, StreamConfig, resolve_array_size
 
 MIB = 1 << 20
 

@@ -8,8 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from hpcai_jax.config import ResultsConfig, RunConfig, StreamConfig
+from hpcai_jax import records
+from hpcai_jax.config import ResultsConfig, RunConfig
 from hpcai_jax.stream import report, run_stream
+from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.kernels import KERNELS
 
 N = 1 << 13
@@ -75,6 +77,10 @@ def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, c
     assert record["metrics"]["stream/triad/gb_per_s"] == record["figure_of_merit"]["gb_per_s"] > 0
     assert record["config"]["stream"]["precision"] == "float64"
     assert "versions" in record["provenance"]
+    # The reader's typed record is the file's JSON, field for field (docs/record.md).
+    typed = records.read(path)
+    assert isinstance(typed, records.StreamRecord) and typed.schema_version == 2
+    assert records.to_dict(typed) == record
 
 
 def test_csv_mode_prints_only_csv_on_stdout(tmp_path, capsys):

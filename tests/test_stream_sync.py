@@ -10,9 +10,10 @@ import sys
 import pytest
 from helpers import ROOT
 
-from hpcai_jax.config import ResultsConfig, RunConfig, StreamConfig
+from hpcai_jax.config import ResultsConfig, RunConfig
 from hpcai_jax.stream import run_stream
 from hpcai_jax.stream.benchmark import measure_each
+from hpcai_jax.stream.config import StreamConfig
 
 JOIN_S = 300  # a loaded 2-core machine can take minutes to import JAX and join
 SLEEP_CALL, SLEEP_S = 2, 2.0

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hpcai_jax.config import StreamConfig
 from hpcai_jax.stream import measure_bandwidth
+from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.kernels import KERNELS
 from hpcai_jax.stream.validate import gold_values
 

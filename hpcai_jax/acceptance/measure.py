@@ -23,9 +23,9 @@ from hpcai_jax.check import compute, expectations, inputs, system, training
 from hpcai_jax.check.budget import Allotment
 from hpcai_jax.check.rows import skipped
 from hpcai_jax.check.runner import measure_collectives
-from hpcai_jax.config import StreamConfig
 from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.cache import largest_cache
+from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.datasheet import memory_bandwidth
 from hpcai_jax.stream.placement import device_memory_bytes
 

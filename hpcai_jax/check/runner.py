@@ -19,6 +19,7 @@ from hpcai_jax.check import collectives, compute, expectations, inputs, system, 
 from hpcai_jax.check.budget import Budget
 from hpcai_jax.check.rows import FAIL, WARN, Row, exit_code, judge, skipped, table
 from hpcai_jax.config import RunConfig
+from hpcai_jax.records import check as checks
 
 # Shares of the budget (of what is left when an item starts; see budget.py).
 WEIGHTS = {
@@ -82,6 +83,29 @@ def measure_collectives(
         layout, allotment, collectives.max_message_bytes(jax.devices()[0])
     )
     return collective_rows(points, kind, backend, cut), points
+
+
+def check_section(section: dict) -> checks.CheckSection:
+    """The record's `check` section (docs/record.md) from the items' own sections, each a dict of
+    the fields its definition names (a field missing or unknown fails here, not in a reader)."""
+    step, strategy = section["train_step"], section["member_strategy"]
+    if step:
+        step = checks.TrainStep(
+            **{
+                **step,
+                "config": checks.StepConfig(**step["config"]),
+                "memory": checks.Memory(**step["memory"]) if step["memory"] else None,
+            }
+        )
+    return checks.CheckSection(
+        system=checks.System(**section["system"]),
+        collectives=[checks.CollectivePoint(**p) for p in section["collectives"]],
+        train_step=step or None,
+        member_strategy=checks.MemberStrategy(**strategy) if strategy else None,
+        rows=[checks.CheckRow(**row) for row in section["rows"]],
+        verdict=section["verdict"],
+        budget=checks.Budget(**section["budget"]),
+    )
 
 
 def run_check(config: RunConfig) -> int:
@@ -156,7 +180,7 @@ def run_check(config: RunConfig) -> int:
         "complete",
         config,
         f"FAIL: {', '.join(failed)}" if failed else "",
-        check=section,
+        check=check_section(section),
     )
     path = results.write_record(config.results.results_dir, run_id, record)
     if jax.process_index() == 0:

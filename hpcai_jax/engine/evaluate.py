@@ -85,13 +85,13 @@ def evaluate(
         return (kept[list(members), None] & (rows >= 0)[None]).astype(np.float32)
 
     counts = _score(setup, state, source, None, held_out_votes)
-    describe = getattr(workload, "quality_details", None)
+    ensemble_details = workload.quality_details(counts.ensemble)
     details = (
         {
-            "ensemble": describe(counts.ensemble),
-            "members": [describe(c) for c in counts.members],
+            "ensemble": ensemble_details,
+            "members": [workload.quality_details(c) for c in counts.members],
         }
-        if describe
+        if ensemble_details is not None
         else None
     )
     return EnsembleQuality(

@@ -43,7 +43,7 @@ def dummy_batch(workload: Workload, rows: int = 1) -> dict:
 
 def uses_loss_scaling(workload: Workload) -> bool:
     """float16 compute needs a dynamic loss scale; float32 and bfloat16 do not."""
-    return getattr(workload, "dtype", "float32") == "float16"
+    return workload.dtype == "float16"
 
 
 def init_member(
@@ -80,7 +80,7 @@ def state_specs(
     a layer whose output features do not divide by P_model."""
     if model_parallel == 1:
         return None
-    if not hasattr(workload, "split_model"):
+    if workload.split_model(None, model_parallel) is None:
         raise UsageError(
             f"--model_parallel={model_parallel}: --workload={workload.name} has no tensor-"
             "parallel model (only --workload=image_classification's ResNets)"

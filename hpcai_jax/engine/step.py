@@ -10,7 +10,6 @@ mode are the ones the record names (docs/system_options.md).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 
@@ -53,7 +52,7 @@ def resolve_member_strategy(
     measured on this backend (`check_record`), else the backend's default."""
     measured = None
     if check_record and requested == "auto":  # read (and checked) whatever the layout
-        from hpcai_jax.records.check import measured_strategy
+        from hpcai_jax.records.strategy import measured_strategy
 
         measured = measured_strategy(check_record, backend)
     if members_per_device == 1:
@@ -410,12 +409,6 @@ def _voters_mean(local, votes: jax.Array):
     return jax.tree.map(mean, local)
 
 
-def _mean_of_predictions(workload: Workload, x, apply_members, average):
-    """The default ensemble: every member predicts alone; the ensemble predicts their mean."""
-    preds = apply_members(lambda apply: workload.predict(apply(x, train=False)))
-    return preds, average(preds)
-
-
 def build_eval_step(
     workload: Workload, mesh: Mesh, strategy: str, state_specs: EnsembleState | None = None
 ):
@@ -423,15 +416,12 @@ def build_eval_step(
 
     The ensemble predicts an example from the members that vote on it (votes 1): every kept
     member on held-out data; on training data, the kept members that never trained on the
-    example (the out-of-bag estimate). By default that is the mean of their predictions; a
-    workload whose ensemble is staged (a detector's shared proposals) defines
-    `eval_predictions(x, apply_members, average)` instead. An example without a voter is not
-    scored; padding rows (valid false) have no votes and count for no member.
+    example (the out-of-bag estimate), combined by the workload's `eval_predictions(x,
+    apply_members, average)`: the mean of their predictions by default, a staged ensemble for a
+    detector (shared proposals). An example without a voter is not scored; padding rows (valid
+    false) have no votes and count for no member.
     """
     model = member_model(workload, None, model_parallel_of(mesh))
-    eval_predictions = getattr(workload, "eval_predictions", None)
-    if eval_predictions is None:
-        eval_predictions = functools.partial(_mean_of_predictions, workload)
 
     def local_eval(state, batch, valid, votes):
         x = workload.inputs(batch)
@@ -446,7 +436,9 @@ def build_eval_step(
 
             return map_members(one, strategy, state, *stacked)
 
-        preds, ensemble = eval_predictions(x, apply_members, lambda t: _voters_mean(t, votes))
+        preds, ensemble = workload.eval_predictions(
+            x, apply_members, lambda t: _voters_mean(t, votes)
+        )
         weight = valid.astype(jnp.float32)
         m_local = votes.shape[0]
         members = jnp.stack(

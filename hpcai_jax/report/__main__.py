@@ -44,7 +44,7 @@ def run(argv: list[str]) -> int:
             raise UsageError(f"--compare takes two records, not also {' '.join(args.results)}")
         text = compare(*args.compare)
         if args.out:
-            a, b = (read(p)["run_id"] for p in args.compare)
+            a, b = (read(p).run_id for p in args.compare)
             path = Path(args.out) / f"compare_{a}_vs_{b}.md"
             output.write_text(path, text)
         print(text, end="")

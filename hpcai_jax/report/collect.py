@@ -12,9 +12,9 @@ import dataclasses
 import json
 from pathlib import Path
 
+from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 
-MODES = ("train", "flops", "stream")
 PLOTTED = ("train", "stream")
 
 # Fields that name a run or place its inputs and outputs, not what it measures: a run with an
@@ -50,22 +50,28 @@ _RUN_IDENTITY = (
 # STREAM plot compares (each bar names it), so --stream_devices does not split the records.
 _STREAM_FIELDS = ("stream.array_size", "stream.array_mib", "stream.array_fraction")
 _STREAM_FIELDS += ("stream.precision",)
-_PROVENANCE = ("device_kind", "backend")
 MAX_LISTED_DIFFERENCES = 6
 
 
 @dataclasses.dataclass(frozen=True)
 class Record:
+    """A record and the file it was read from. Given a JSON object (a test's edited copy), it
+    reads it as the reader would read the file."""
+
     path: Path
-    data: dict
+    record: records.AnyRecord
+
+    def __post_init__(self):
+        if isinstance(self.record, dict):
+            object.__setattr__(self, "record", records.read(self.record))
 
     @property
     def run_id(self) -> str:
-        return str(self.data.get("run_id", self.path.stem))
+        return self.path.stem if self.record.run_id is None else str(self.record.run_id)
 
     @property
     def mode(self) -> str:
-        return self.data["mode"]
+        return self.record.mode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,17 +126,12 @@ def find(paths: list[str]) -> list[Path]:
     return unique
 
 
-def load(path: Path) -> dict | str:
+def load(path: Path) -> records.AnyRecord | str:
     """The record in `path`, or why it is not a hpcai_jax record."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        return f"not a hpcai_jax record: unreadable or not JSON ({type(e).__name__})"
-    if not isinstance(data, dict) or "mode" not in data:
-        return 'not a hpcai_jax record: no "mode" field'
-    if data["mode"] not in MODES:
-        return f"not a hpcai_jax record: mode {data['mode']!r}"
-    return data
+        return records.read(path)
+    except records.RecordError as e:
+        return f"not a hpcai_jax record: {e}"
 
 
 def _among(key: str, names: tuple[str, ...]) -> bool:
@@ -138,10 +139,11 @@ def _among(key: str, names: tuple[str, ...]) -> bool:
     return any(key == n or (n.endswith(".") and key.startswith(n)) for n in names)
 
 
-def comparison_fields(record: dict) -> dict:
-    """The fields two records of a mode must share to sit in one comparison plot."""
-    config = flatten(record.get("config") or {})
-    if record["mode"] == "stream":
+def comparison_fields(record: records.AnyRecord) -> dict:
+    """The fields two records of a mode must share to sit in one comparison plot: their
+    configuration's, flattened, and the devices they ran on."""
+    config = flatten(record.config or {})
+    if record.mode == "stream":
         fields = {k: v for k, v in config.items() if _among(k, _STREAM_FIELDS)}
     else:
         fields = {
@@ -149,27 +151,23 @@ def comparison_fields(record: dict) -> dict:
             for k, v in config.items()
             if not _among(k, _RUN_IDENTITY) and not k.startswith("stream.")
         }
-    provenance = record.get("provenance") or {}
-    fields.update({f"provenance.{k}": provenance.get(k) for k in _PROVENANCE})
+    fields["provenance.device_kind"] = record.provenance.device_kind
+    fields["provenance.backend"] = record.provenance.backend
     return fields
 
 
-# What a plotted record must hold (the rest may be null: plotted where it exists).
-_REQUIRED = {
-    "train": ("mesh.ensemble_size", "mesh.parallel_degree", "mesh.num_devices"),
-    "stream": ("kernels",),
-}
-
-
-def _missing(data: dict) -> str:
-    """The first required field `data` lacks, or ''."""
-    for path in _REQUIRED[data["mode"]]:
-        node = data
-        for key in path.split("."):
-            node = node.get(key) if isinstance(node, dict) else None
-        if node is None:
-            return path
-    return ""
+def _missing(record: records.AnyRecord) -> str:
+    """The first field a plotted record must hold that `record` lacks, or '' (the rest may be
+    None: plotted where it exists)."""
+    if isinstance(record, records.StreamRecord):
+        return "" if record.kernels else "kernels"
+    mesh = record.mesh
+    required = (
+        ("mesh.ensemble_size", mesh.ensemble_size),
+        ("mesh.parallel_degree", mesh.parallel_degree),
+        ("mesh.num_devices", mesh.num_devices),
+    )
+    return next((name for name, value in required if value is None), "")
 
 
 def _json(value) -> str:
@@ -185,12 +183,12 @@ def differences(fields: dict, majority: dict) -> str:
     return text + (f"; and {more} more" if more > 0 else "")
 
 
-def _majority(records: list[Record]) -> tuple[dict, list[Record], list[Record]]:
+def _majority(group: list[Record]) -> tuple[dict, list[Record], list[Record]]:
     """The largest group of records sharing comparison fields (ties: the first record's).
 
     Only fields every record has are compared: a field added to the configuration by a newer
     version of hpcai_jax is not a difference between two runs' setups."""
-    fields = [comparison_fields(r.data) for r in records]
+    fields = [comparison_fields(r.record) for r in group]
     shared = set.intersection(*(set(f) for f in fields))
     groups: dict[str, list[int]] = {}
     for i, f in enumerate(fields):
@@ -198,8 +196,8 @@ def _majority(records: list[Record]) -> tuple[dict, list[Record], list[Record]]:
         groups.setdefault(key, []).append(i)
     best = max(groups.values(), key=len)  # max keeps the first of equal lengths
     majority = {k: fields[best[0]][k] for k in sorted(shared)}
-    others = [r for i, r in enumerate(records) if i not in best]
-    return majority, [records[i] for i in best], others
+    others = [r for i, r in enumerate(group) if i not in best]
+    return majority, [group[i] for i in best], others
 
 
 def collect(paths: list[str]) -> Collection:
@@ -212,20 +210,19 @@ def collect(paths: list[str]) -> Collection:
     skipped: list[Skipped] = []
     found = 0
     for path in files:
-        data = load(path)
-        if isinstance(data, str):
-            skipped.append(Skipped(path, None, data))
+        read = load(path)
+        if isinstance(read, str):
+            skipped.append(Skipped(path, None, read))
             continue
         found += 1
-        record = Record(path, data)
-        status = data.get("status")
-        if status != "complete":
-            reason = data.get("reason") or "no reason given"
-            skipped.append(Skipped(path, record.run_id, f"status {status}: {reason}"))
+        record = Record(path, read)
+        if read.status != "complete":
+            reason = read.reason or "no reason given"
+            skipped.append(Skipped(path, record.run_id, f"status {read.status}: {reason}"))
         elif record.mode not in PLOTTED:
             why = f"mode {record.mode}: the report plots train and stream records only"
             skipped.append(Skipped(path, record.run_id, why))
-        elif missing := _missing(data):
+        elif missing := _missing(read):
             skipped.append(Skipped(path, record.run_id, f"incomplete record: no {missing}"))
         else:
             candidates.setdefault(record.mode, []).append(record)
@@ -235,10 +232,10 @@ def collect(paths: list[str]) -> Collection:
             f'{len(files)} JSON file(s), none with a known "mode"'
         )
     used, majority = {}, {}
-    for mode, records in candidates.items():
-        majority[mode], used[mode], others = _majority(records)
+    for mode, group in candidates.items():
+        majority[mode], used[mode], others = _majority(group)
         for r in others:
-            why = differences(comparison_fields(r.data), majority[mode])
+            why = differences(comparison_fields(r.record), majority[mode])
             skipped.append(
                 Skipped(
                     r.path,

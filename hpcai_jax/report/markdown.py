@@ -62,22 +62,25 @@ def heading(title: str, level: int = 2) -> str:
 def runs(collection: Collection) -> str:
     rows = []
     for r in collection.train:
-        mesh = r.data["mesh"]
-        ensemble, p, s = mesh["ensemble_size"], mesh["parallel_degree"], mesh["num_devices"]
-        pm = mesh.get("model_parallel", 1)  # records before --model_parallel have none
-        rows.append([r.run_id, "train", ensemble, p, pm, s, _device(r.data), r.path.name])
+        mesh = r.record.mesh
+        ensemble, p, s = mesh.ensemble_size, mesh.parallel_degree, mesh.num_devices
+        device = _device(r.record.provenance)
+        rows.append([r.run_id, "train", ensemble, p, mesh.model_parallel, s, device, r.path.name])
     for r in collection.stream:
-        devices = (r.data.get("placement") or {}).get("num_devices", "n/a")
-        rows.append([r.run_id, "stream", "", "", "", devices, _device(r.data), r.path.name])
+        devices = r.record.placement.num_devices
+        devices = "n/a" if devices is None else devices
+        rows.append(
+            [r.run_id, "stream", "", "", "", devices, _device(r.record.provenance), r.path.name]
+        )
     if not rows:
         return "No record could be plotted: see Skipped records."
     headers = ["run", "mode", "M", "P_degree", "P_model", "Sys_scale (devices)", "device", "file"]
     return table(headers, rows)
 
 
-def _device(data: dict) -> str:
-    provenance = data.get("provenance") or {}
-    return f"{provenance.get('device_kind', '?')} ({provenance.get('backend', '?')})"
+def _device(provenance) -> str:
+    kind, backend = provenance.device_kind, provenance.backend
+    return f"{'?' if kind is None else kind} ({'?' if backend is None else backend})"
 
 
 def configuration(majority: dict) -> str:

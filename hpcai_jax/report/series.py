@@ -12,15 +12,6 @@ from hpcai_jax.report.collect import Record
 from hpcai_jax.report.units import number
 
 
-def field(data: dict, path: str):
-    """data["a"]["b"] for "a.b", or None where any level is missing."""
-    for key in path.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
 @dataclasses.dataclass(frozen=True)
 class ScalePoint:
     """One training run on the FLOPS/VFLOPS-against-Sys_scale plot (HPC AI500 V3.0 Fig. 5)."""
@@ -70,13 +61,13 @@ def scalability(records: list[Record]) -> dict[int, list[ScalePoint]]:
     sorted by Sys_scale; the ideal is the smallest Sys_scale's figure scaled linearly."""
     by_p: dict[int, list[Record]] = {}
     for r in records:
-        by_p.setdefault(int(r.data["mesh"]["parallel_degree"]), []).append(r)
+        by_p.setdefault(int(r.record.mesh.parallel_degree), []).append(r)
     out = {}
     for p, runs in sorted(by_p.items()):
-        runs = sorted(runs, key=lambda r: (r.data["mesh"]["num_devices"], r.run_id))
-        scale = [int(r.data["mesh"]["num_devices"]) for r in runs]
-        flops = [number(field(r.data, "metrics.flops_per_s")) for r in runs]
-        vflops = [number(field(r.data, "metrics.vflops_per_s")) for r in runs]
+        runs = sorted(runs, key=lambda r: (r.record.mesh.num_devices, r.run_id))
+        scale = [int(r.record.mesh.num_devices) for r in runs]
+        flops = [number(r.record.metrics.flops_per_s) for r in runs]
+        vflops = [number(r.record.metrics.vflops_per_s) for r in runs]
         base_f, base_v = (
             _ideal(list(zip(scale, flops, strict=True))),
             _ideal(list(zip(scale, vflops, strict=True))),
@@ -84,19 +75,25 @@ def scalability(records: list[Record]) -> dict[int, list[ScalePoint]]:
         out[p] = [
             ScalePoint(
                 run_id=r.run_id,
-                m=int(r.data["mesh"]["ensemble_size"]),
+                m=int(r.record.mesh.ensemble_size),
                 p=p,
                 sys_scale=s,
                 flops=f,
                 vflops=v,
                 ideal_flops=base_f[1] * s / base_f[0] if base_f else None,
                 ideal_vflops=base_v[1] * s / base_v[0] if base_v else None,
-                members_per_device=int(r.data["mesh"].get("members_per_device", 1)),
-                model_parallel=int(r.data["mesh"].get("model_parallel", 1)),
+                members_per_device=_or_one(r.record.mesh.members_per_device),
+                model_parallel=_or_one(r.record.mesh.model_parallel),
             )
             for r, s, f, v in zip(runs, scale, flops, vflops, strict=True)
         ]
     return out
+
+
+def _or_one(value: int | None) -> int:
+    """A layout count a record may lack (a version-2 record edited by hand): 1, as Eq. 5 has it
+    without the option."""
+    return 1 if value is None else int(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,24 +117,22 @@ class TradePoint:
 def tradeoff(records: list[Record]) -> dict[int, list[TradePoint]]:
     """Every Sys_scale's runs, sorted by M, quality or not (the plot draws those that have it)."""
     out: dict[int, list[TradePoint]] = {}
-    for r in sorted(records, key=lambda r: (r.data["mesh"]["ensemble_size"], r.run_id)):
-        mesh = r.data["mesh"]
-        out.setdefault(int(mesh["num_devices"]), []).append(
+    for r in sorted(records, key=lambda r: (r.record.mesh.ensemble_size, r.run_id)):
+        mesh, quality = r.record.mesh, r.record.quality
+        out.setdefault(int(mesh.num_devices), []).append(
             TradePoint(
                 run_id=r.run_id,
-                m=int(mesh["ensemble_size"]),
-                p=int(mesh["parallel_degree"]),
-                train_s=number(field(r.data, "timing.train_wall_s")),
-                ensemble=number(field(r.data, "quality.ensemble")),
-                member_mean=number(field(r.data, "quality.member_mean")),
-                oob=number(field(r.data, "quality.oob.quality")),
-                sys_scale=int(mesh["num_devices"]),
-                members=tuple(
-                    v for v in map(number, field(r.data, "quality.members") or []) if v is not None
-                ),
-                target=number(field(r.data, "quality.target")),
-                members_per_device=int(mesh.get("members_per_device", 1)),
-                model_parallel=int(mesh.get("model_parallel", 1)),
+                m=int(mesh.ensemble_size),
+                p=int(mesh.parallel_degree),
+                train_s=number(r.record.timing.train_wall_s),
+                ensemble=number(quality.ensemble),
+                member_mean=number(quality.member_mean),
+                oob=number(quality.oob.quality) if quality.oob else None,
+                sys_scale=int(mesh.num_devices),
+                members=tuple(v for v in map(number, quality.members or []) if v is not None),
+                target=number(quality.target),
+                members_per_device=_or_one(mesh.members_per_device),
+                model_parallel=_or_one(mesh.model_parallel),
             )
         )
     return dict(sorted(out.items()))
@@ -171,9 +166,7 @@ def plottable(points: list[TradePoint]) -> list[TradePoint]:
 
 
 def quality_metric(records: list[Record]) -> str:
-    return next(
-        (r.data["quality"]["metric"] for r in records if field(r.data, "quality.metric")), ""
-    )
+    return next((r.record.quality.metric for r in records if r.record.quality.metric), "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,21 +196,21 @@ def quality_curves(records: list[Record]) -> list[QualityCurve]:
     for r in sorted(records, key=lambda r: r.run_id):
         points = [
             CurvePoint(
-                epoch=float(p["epoch"]),
-                wall_s=float(p["wall_s"]),
-                ensemble=float(p["ensemble"]),
-                member_mean=number(p.get("member_mean")),
+                epoch=float(p.epoch),
+                wall_s=float(p.wall_s),
+                ensemble=float(p.ensemble),
+                member_mean=number(p.member_mean),
             )
-            for p in field(r.data, "quality.curve") or []
+            for p in r.record.quality.curve
         ]
         if points:
             out.append(
                 QualityCurve(
                     run_id=r.run_id,
-                    target=number(field(r.data, "quality.target")),
+                    target=number(r.record.quality.target),
                     points=points,
-                    time_to_target_s=number(r.data.get("time_to_target_s")),
-                    time_to_target_why=r.data.get("time_to_target_why"),
+                    time_to_target_s=number(r.record.time_to_target_s),
+                    time_to_target_why=r.record.time_to_target_why,
                 )
             )
     return out
@@ -238,12 +231,12 @@ def mfu(records: list[Record]) -> list[MfuRow]:
     rows = [
         MfuRow(
             run_id=r.run_id,
-            sys_scale=int(r.data["mesh"]["num_devices"]),
-            flops_per_device=number(field(r.data, "metrics.flops_per_s_per_device")),
-            measured=number(field(r.data, "metrics.mfu_measured")),
-            datasheet=number(field(r.data, "metrics.mfu_datasheet")),
-            peak_measured=number(field(r.data, "peak_flops.measured_per_device")),
-            peak_datasheet=number(field(r.data, "peak_flops.datasheet_per_device")),
+            sys_scale=int(r.record.mesh.num_devices),
+            flops_per_device=number(r.record.metrics.flops_per_s_per_device),
+            measured=number(r.record.metrics.mfu_measured),
+            datasheet=number(r.record.metrics.mfu_datasheet),
+            peak_measured=number(r.record.peak_flops.measured_per_device),
+            peak_datasheet=number(r.record.peak_flops.datasheet_per_device),
         )
         for r in records
     ]
@@ -266,18 +259,18 @@ class RoofPoint:
 def roofline(records: list[Record]) -> list[RoofPoint]:
     points = []
     for r in records:
+        roof = r.record.roofline
+        if roof is None:
+            continue
         values = [
-            number(field(r.data, f"roofline.{k}"))
-            for k in (
-                "peak_flops_per_s",
-                "bandwidth_bytes_per_s",
-                "arithmetic_intensity_flops_per_byte",
-                "achieved_flops_per_s",
-                "attainable_flops_per_s",
-            )
+            number(roof.peak_flops_per_s),
+            number(roof.bandwidth_bytes_per_s),
+            number(roof.arithmetic_intensity_flops_per_byte),
+            number(roof.achieved_flops_per_s),
+            number(roof.attainable_flops_per_s),
         ]
         if None not in (values[0], values[1], values[2], values[4]):
-            device = str(field(r.data, "provenance.device_kind") or "")
+            device = str(r.record.provenance.device_kind or "")
             points.append(RoofPoint(r.run_id, *values, device=device))
     return sorted(points, key=lambda p: p.run_id)
 
@@ -307,22 +300,22 @@ class StreamRun:
 def stream(records: list[Record]) -> list[StreamRun]:
     out = []
     for r in sorted(records, key=lambda r: r.run_id):
-        kernels = r.data.get("kernels") or {}
+        record = r.record
         out.append(
             StreamRun(
                 run_id=r.run_id,
-                num_devices=int(field(r.data, "placement.num_devices") or 1),
-                precision=str(field(r.data, "array.precision") or ""),
+                num_devices=int(record.placement.num_devices or 1),
+                precision=str(record.array.precision or ""),
                 kernels=[
                     StreamKernel(
                         key=key,
-                        label=str(k.get("label", key)),
-                        gb_per_s=number(k.get("gb_per_s")),
-                        gb_per_s_per_device=number(k.get("gb_per_s_per_device")),
+                        label=str(key if k.label is None else k.label),
+                        gb_per_s=number(k.gb_per_s),
+                        gb_per_s_per_device=number(k.gb_per_s_per_device),
                     )
-                    for key, k in kernels.items()
+                    for key, k in record.kernels.items()
                 ],
-                per_process=r.data.get("per_process_gb_per_s"),
+                per_process=record.per_process_gb_per_s,
             )
         )
     return out
@@ -346,34 +339,31 @@ class CommRow:
     inter_node: float | None
 
 
-def _allreduce(data: dict) -> str:
-    precision = data.get("precision") or {}
-    mode = precision.get("allreduce", "flat")
-    inner = precision.get("inner_group_size")
+def _allreduce(precision) -> str:
+    mode, inner = precision.allreduce, precision.inner_group_size
     group = f" ({inner})" if mode != "flat" and inner else ""
-    return f"{mode}{group} {precision.get('grad_allreduce_dtype', 'float32')}"
+    return f"{mode}{group} {precision.grad_allreduce_dtype}"
 
 
 def communication(records: list[Record]) -> list[CommRow]:
     rows = []
     for r in records:
-        comm = r.data.get("comm") or {}
-        payload = comm.get("payload_bytes", comm.get("bytes_per_step"))  # older records
-        if not payload:
+        comm = r.record.comm
+        if comm is None or not comm.payload_bytes:
             continue
-        mesh = r.data["mesh"]
+        mesh, link = r.record.mesh, comm.link_bytes
         rows.append(
             CommRow(
                 run_id=r.run_id,
-                m=int(mesh["ensemble_size"]),
-                p=int(mesh["parallel_degree"]),
-                p_model=int(mesh.get("model_parallel", 1)),
-                allreduce=_allreduce(r.data),
-                nodes=comm.get("nodes"),
-                payload=payload,
-                wire=comm.get("wire_bytes"),
-                intra_node=number(field(comm, "link_bytes.intra_node")),
-                inter_node=number(field(comm, "link_bytes.inter_node")),
+                m=int(mesh.ensemble_size),
+                p=int(mesh.parallel_degree),
+                p_model=_or_one(mesh.model_parallel),
+                allreduce=_allreduce(r.record.precision),
+                nodes=comm.nodes,
+                payload=comm.payload_bytes,
+                wire=comm.wire_bytes,
+                intra_node=number(link.intra_node) if link else None,
+                inter_node=number(link.inter_node) if link else None,
             )
         )
     return sorted(rows, key=lambda row: (row.m * row.p * row.p_model, row.m, row.run_id))
@@ -397,20 +387,29 @@ class MachineRow:
 def machine(records: list[Record]) -> list[MachineRow]:
     rows = []
     for r in records:
-        memory = r.data.get("memory_per_device") or {}
-        parts = [number(memory.get(k)) for k in ("argument_bytes", "output_bytes", "temp_bytes")]
-        alias = number(memory.get("alias_bytes")) or 0.0
-        energy = r.data.get("energy") or {}
+        memory, energy, submission = (
+            r.record.memory_per_device,
+            r.record.energy,
+            r.record.submission,
+        )
+        parts = (
+            [number(memory.argument_bytes), number(memory.output_bytes), number(memory.temp_bytes)]
+            if memory
+            else [None]
+        )
+        alias = (number(memory.alias_bytes) if memory else None) or 0.0
         rows.append(
             MachineRow(
                 run_id=r.run_id,
-                division=field(r.data, "submission.division"),
-                violations=len(field(r.data, "submission.violations") or []),
+                division=submission.division,
+                violations=len(submission.violations or []),
                 memory_bytes=None if None in parts else sum(parts) - alias,
-                joules=number(energy.get("joules")),
-                average_watts=number(energy.get("average_watts")),
-                flops_per_watt=number(energy.get("flops_per_watt")),
-                energy_why=None if energy.get("available") else energy.get("why", "not measured"),
+                joules=number(energy.joules),
+                average_watts=number(energy.average_watts),
+                flops_per_watt=number(energy.flops_per_watt),
+                energy_why=None
+                if energy.available
+                else ("not measured" if energy.why is None else energy.why),
             )
         )
     return sorted(rows, key=lambda row: row.run_id)

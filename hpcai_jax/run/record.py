@@ -1,16 +1,20 @@
-"""The training run's results record and its human-readable summary."""
+"""The training run's record (`records.TrainRecord`; docs/record.md lists its fields), built
+section by section from what the run measured, and its human-readable summary. Every figure is
+computed by `metrics` (docs/score.md); this module only gathers them."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
 import numpy as np
 
-from hpcai_jax import metrics, results, rules
+from hpcai_jax import metrics, records, results, rules
 from hpcai_jax.distributed import allgather
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.flops.xla import XlaCost
+from hpcai_jax.records import train
 from hpcai_jax.run import curve
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.run.timing import StepTimes
@@ -20,7 +24,13 @@ from hpcai_jax.telemetry.flop_count import FlopFigures
 from hpcai_jax.telemetry.roofline import roofline
 
 
-def build(
+def build(*args, **kwargs) -> dict:
+    """`train_record(...)`'s JSON layout: what run/loop.py writes, hands the MLLOG and
+    summarises (same arguments)."""
+    return records.to_dict(train_record(*args, **kwargs))
+
+
+def train_record(
     setup,
     progress: Progress,
     cost: XlaCost,
@@ -37,35 +47,20 @@ def build(
     comm: CommVolume | None = None,
     energy: tuple[EnergyReading | None, EnergyReading] | None = None,
     stopped_at_target: bool = False,
-) -> dict:
+) -> records.TrainRecord:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
     `cross` is telemetry.flop_count.crosscheck's figures: train_step_flops is what FLOPS uses (the
-    source and why are beside it). `peaks` holds the per-device peak FLOP/s figures. Every
-    figure is computed by `metrics`; this function only gathers them.
+    source and why are beside it). `peaks` holds the per-device peak FLOP/s figures.
     """
-    config, layout, tc = setup.config, setup.layout, setup.config.train
-    m, b = layout.ensemble_size, tc.batch_size
-    timed = len(progress.step_s)
-    wall = progress.train_wall_s
+    config, m = setup.config, setup.layout.ensemble_size
     valid = status != "invalid"
-    useful = progress.useful_member_steps(m)
-    step_flops = cross.train_step_flops
-    per_member_step = step_flops / m if step_flops else None
-    steady = metrics.per_second(per_member_step, useful, wall) if valid else None
-    per_device = steady / layout.num_devices if steady else None
+    per_member_step = cross.train_step_flops / m if cross.train_step_flops else None
     epochs = _epochs(progress, per_member_step if valid else None, m)
-    counted = [e for e in epochs if e["flops"] is not None]
-    flops = metrics.over_epochs([e["flops"] for e in counted], [e["wall_s"] for e in counted])
-    achieved = quality.ensemble if quality else None
     target = config.quality_target() if config.scored else None
     skipped = skipped_examples(setup, progress)
     submission = rules.of_setup(setup, skipped)
-    kept = [i for i in range(m) if i not in progress.diverged]
-
-    def vflops(figure: float | None) -> float | None:
-        return metrics.vflops_per_s(figure, achieved, target.target, target.exponent)
-
+    figures = _metrics(setup, progress, epochs, status, per_member_step, quality, target, peaks)
     to_target, to_target_why = curve.time_to_target(
         progress.curve, target.target if target else None, progress.resumes, status
     )
@@ -76,179 +71,266 @@ def build(
         config,
         reason,
         # The division a ranking reads first: closed, or open with one line per broken rule.
-        submission=submission.to_dict(),
+        submission=train.Submission(
+            division=submission.division, violations=list(submission.violations)
+        ),
         mllog=os.path.abspath(config.results.mllog) if config.results.mllog else None,
-        mesh={
-            "shape": dict(setup.mesh.shape),
-            "ensemble_size": m,
-            "members_per_device": layout.members_per_device,
-            "parallel_degree": layout.parallel_degree,
-            "model_parallel": layout.model_parallel,
-            "pipeline_stages": config.mesh.pipeline_stages,
-            "devices_per_member": layout.devices_per_member,
-            "num_devices": layout.num_devices,
-            "member_strategy": setup.member_strategy,
-            "member_strategy_why": setup.member_strategy_why,
-        },
-        # Table 2's precision and communication options, as the compiled step runs them.
-        precision={
-            "dtype": config.model.dtype,
-            "master_weights": "float32",
-            "loss_scaling": "dynamic" if config.model.dtype == "float16" else None,
-            "quantized": (
-                "convolutions and dense layers int8 x int8 -> int32, forward and backward "
-                "(qwix, per-channel absmax scales); FLOPs are the same ops, counted as float"
-                if config.model.dtype == "int8"
-                else None
-            ),
-            **setup.allreduce.to_dict(),
-        },
-        data={
-            "dataset": config.data.dataset,
-            "synthetic": setup.datasets.synthetic,
-            "train_examples": setup.sampler.num_examples,
-            "eval_examples": quality.examples if quality else 0,
-            "bootstrap": tc.bootstrap,
-            "steps_per_epoch": setup.sampler.steps_per_epoch,
-            "epochs_trained": progress.step / setup.sampler.steps_per_epoch,
-            # Per member: the share of the training set its one sample holds (≈ 0.632).
-            "distinct_fraction": _distinct_fractions(setup),
-            # Split → records that did not decode and were replaced (--bad_example_policy=skip).
-            "skipped_examples": skipped,
-        },
-        timing={
-            "compile_s": float(sum(progress.compile_s)),
-            "steps": progress.step,
-            "planned_steps": setup.total_steps,
-            "timed_steps": timed,
-            "step_s": StepTimes.of(progress.step_s).__dict__,
-            "train_wall_s": wall,
-            "data_wait_s": progress.data_wait_s,
-            "eval_s": eval_s,  # every held-out evaluation, during training and at the end
-            "checkpoint_s": progress.checkpoint_s,
-            "total_wall_s": total_wall_s,
-        },
-        resumes=progress.resumes,
-        divergence={
-            "policy": config.reliability.on_divergence,
-            "nonfinite_first_step": {str(k): v for k, v in sorted(progress.diverged.items())},
-            "pruned_members": sorted(progress.diverged)
-            if config.reliability.on_divergence == "prune"
-            else [],
-        },
-        flops={
-            "per_step": step_flops,
-            "source": cross.train_step_flops_source,
-            "source_reason": cross.source_reason,
-            "crosscheck_ok": cross.crosscheck_ok,
-            "xla_per_step": cost.flops,
-            "xla_per_step_per_device": cost.flops_per_device,
-            "xla_note": cost.note,
-            "useful_member_steps": useful,
-            "timed_member_steps": timed * m,
-            "crosscheck": cross.to_dict(),
-        },
+        mesh=_mesh(setup),
+        precision=_precision(setup),
+        data=_data(setup, progress, quality, skipped),
+        timing=_timing(setup, progress, eval_s, total_wall_s),
+        resumes=[
+            train.Resume(at_step=r["at_step"], utc=r["utc"], mesh=r.get("mesh", {}))
+            for r in progress.resumes
+        ],
+        divergence=_divergence(config, progress),
+        flops=_flops(cost, cross, progress, m),
         # Eq. 6 per epoch (docs/score.md §5): what `metrics.flops_per_s` is computed from.
         epochs=epochs,
-        metrics={
-            "flops_per_s": flops,
-            "flops_per_s_why": None if flops else _why_no_flops(status, progress, setup, epochs),
-            "vflops_per_s": vflops(flops) if target else None,
-            "vflops_per_s_why": (
-                metrics.vflops_per_s_why(flops, achieved, target.target, target.exponent)
-                if target
-                else "not a scored run (no quality target)"
-            ),
-            # Over the timed steps: warm-up, checkpoint saves and evaluations left out.
-            "flops_per_s_steady": steady,
-            "vflops_per_s_steady": vflops(steady) if target else None,
-            "penalty": (
-                metrics.penalty(achieved, target.target, target.exponent)
-                if target and achieved is not None
-                else None
-            ),
-            # Every member's images, and those of members still healthy (what FLOPS counts).
-            "images_per_s": metrics.per_second(b, timed * m, wall),
-            "useful_images_per_s": metrics.per_second(b, useful, wall),
-            "images_per_s_per_member": metrics.per_second(b, timed, wall),
-            "flops_per_s_per_device": per_device,
-            "mfu_datasheet": metrics.mfu(per_device, peaks.get("datasheet_per_device")),
-            "mfu_measured": metrics.mfu(per_device, peaks.get("measured_per_device")),
-        },
-        peak_flops=peaks,
-        memory_per_device=memory or {},
-        comm=comm.to_dict() if comm else None,
-        roofline=(
-            roofline(
-                cost,
-                peaks.get("measured_per_device"),
-                peaks["bandwidth_per_device"],
-                peaks["bandwidth_source"],
-                per_device,
-            )
-            if peaks.get("bandwidth_per_device")
-            else None
-        ),
-        energy=_energy(energy, steady),
-        quality={
-            "metric": setup.workload.metric,
-            "target": target.target if target else None,
-            "exponent": target.exponent if target else None,
-            # Official only where the whole run is: a shrunk ImageNet run is not scored officially.
-            "target_is_official": (
-                target.target_is_official and submission.division == rules.CLOSED
-                if target
-                else None
-            ),
-            "exponent_is_official": target.exponent_is_official if target else None,
-            "members": quality.members if quality else None,
-            "kept_members": kept if quality else None,
-            "member_mean": quality.member_mean if quality else None,
-            "ensemble": achieved,
-            "ensemble_members": len(kept) if quality else None,
-            "oob": quality.oob.to_dict() if quality and quality.oob else None,
-            "details": quality.details if quality else None,
-            "curve": progress.curve,
-            "stopped_at_target": stopped_at_target,
-        },
+        metrics=figures,
+        peak_flops=_peak_flops(peaks),
+        memory_per_device=train.Memory(**memory) if memory else None,
+        comm=_comm(comm),
+        roofline=_roofline(cost, peaks, figures.flops_per_s_per_device),
+        energy=_energy(energy, figures.flops_per_s_steady),
+        quality=_quality(setup, progress, quality, target, submission, stopped_at_target),
         time_to_target_s=to_target,
         time_to_target_why=to_target_why,
-        train={
-            "final_loss": None if last_metrics is None else np.asarray(last_metrics.loss).tolist(),
-            "final_metrics": (
-                None
-                if last_metrics is None
-                else {k: np.asarray(v).tolist() for k, v in last_metrics.metrics.items()}
-            ),
-            # Per member: steps skipped on float16 overflow (None without loss scaling).
-            "skipped_steps": (
-                None
-                if last_metrics is None or last_metrics.skipped is None
-                else np.asarray(last_metrics.skipped).tolist()
-            ),
-        },
+        train=_final_step(last_metrics),
     )
 
 
-def _epochs(progress: Progress, per_member_step: float | None, m: int) -> list[dict]:
+def _mesh(setup) -> train.Mesh:
+    layout = setup.layout
+    return train.Mesh(
+        shape=dict(setup.mesh.shape),
+        ensemble_size=layout.ensemble_size,
+        members_per_device=layout.members_per_device,
+        parallel_degree=layout.parallel_degree,
+        model_parallel=layout.model_parallel,
+        pipeline_stages=setup.config.mesh.pipeline_stages,
+        devices_per_member=layout.devices_per_member,
+        num_devices=layout.num_devices,
+        member_strategy=setup.member_strategy,
+        member_strategy_why=setup.member_strategy_why,
+    )
+
+
+def _precision(setup) -> train.Precision:
+    """Table 2's precision and communication options, as the compiled step runs them."""
+    dtype, plan = setup.config.model.dtype, setup.allreduce
+    return train.Precision(
+        dtype=dtype,
+        master_weights="float32",
+        loss_scaling="dynamic" if dtype == "float16" else None,
+        quantized=(
+            "convolutions and dense layers int8 x int8 -> int32, forward and backward "
+            "(qwix, per-channel absmax scales); FLOPs are the same ops, counted as float"
+            if dtype == "int8"
+            else None
+        ),
+        **plan.to_dict(),  # allreduce, grad_allreduce_dtype, inner_ and outer_group_size
+    )
+
+
+def _data(setup, progress: Progress, quality, skipped: dict[str, list[int]]) -> train.Data:
+    tc, sampler = setup.config.train, setup.sampler
+    return train.Data(
+        dataset=setup.config.data.dataset,
+        synthetic=setup.datasets.synthetic,
+        train_examples=sampler.num_examples,
+        eval_examples=quality.examples if quality else 0,
+        bootstrap=tc.bootstrap,
+        steps_per_epoch=sampler.steps_per_epoch,
+        epochs_trained=progress.step / sampler.steps_per_epoch,
+        distinct_fraction=_distinct_fractions(setup),
+        skipped_examples=skipped,
+    )
+
+
+def _timing(setup, progress: Progress, eval_s: float, total_wall_s: float) -> train.Timing:
+    return train.Timing(
+        compile_s=float(sum(progress.compile_s)),
+        steps=progress.step,
+        planned_steps=setup.total_steps,
+        timed_steps=len(progress.step_s),
+        step_s=train.StepTimes(**dataclasses.asdict(StepTimes.of(progress.step_s))),
+        train_wall_s=progress.train_wall_s,
+        data_wait_s=progress.data_wait_s,
+        eval_s=eval_s,
+        checkpoint_s=progress.checkpoint_s,
+        total_wall_s=total_wall_s,
+    )
+
+
+def _divergence(config, progress: Progress) -> train.Divergence:
+    policy = config.reliability.on_divergence
+    return train.Divergence(
+        policy=policy,
+        nonfinite_first_step={str(k): v for k, v in sorted(progress.diverged.items())},
+        pruned_members=sorted(progress.diverged) if policy == "prune" else [],
+    )
+
+
+def _flops(cost: XlaCost, cross: FlopFigures, progress: Progress, m: int) -> train.Flops:
+    return train.Flops(
+        per_step=cross.train_step_flops,
+        source=cross.train_step_flops_source,
+        source_reason=cross.source_reason,
+        crosscheck_ok=cross.crosscheck_ok,
+        xla_per_step=cost.flops,
+        xla_per_step_per_device=cost.flops_per_device,
+        xla_note=cost.note,
+        useful_member_steps=progress.useful_member_steps(m),
+        timed_member_steps=len(progress.step_s) * m,
+        crosscheck=train.Crosscheck(**cross.to_dict()),
+    )
+
+
+def _metrics(
+    setup,
+    progress: Progress,
+    epochs: list[train.Epoch],
+    status: str,
+    per_member_step: float | None,
+    quality: EnsembleQuality | None,
+    target,
+    peaks: dict,
+) -> train.Metrics:
+    """The headline figures: Eq. 6 over the epochs, the steady rate over the timed steps, VFLOPS
+    of both, throughput and MFU (docs/score.md §3, §5, §6)."""
+    layout, b = setup.layout, setup.config.train.batch_size
+    m, timed, wall = layout.ensemble_size, len(progress.step_s), progress.train_wall_s
+    useful = progress.useful_member_steps(m)
+    valid = status != "invalid"
+    steady = metrics.per_second(per_member_step, useful, wall) if valid else None
+    per_device = steady / layout.num_devices if steady else None
+    counted = [e for e in epochs if e.flops is not None]
+    flops = metrics.over_epochs([e.flops for e in counted], [e.wall_s for e in counted])
+    achieved = quality.ensemble if quality else None
+
+    def vflops(figure: float | None) -> float | None:
+        return metrics.vflops_per_s(figure, achieved, target.target, target.exponent)
+
+    return train.Metrics(
+        flops_per_s=flops,
+        flops_per_s_why=None if flops else _why_no_flops(status, progress, setup, epochs),
+        vflops_per_s=vflops(flops) if target else None,
+        vflops_per_s_why=(
+            metrics.vflops_per_s_why(flops, achieved, target.target, target.exponent)
+            if target
+            else "not a scored run (no quality target)"
+        ),
+        # Over the timed steps: warm-up, checkpoint saves and evaluations left out.
+        flops_per_s_steady=steady,
+        vflops_per_s_steady=vflops(steady) if target else None,
+        penalty=(
+            metrics.penalty(achieved, target.target, target.exponent)
+            if target and achieved is not None
+            else None
+        ),
+        # Every member's images, and those of members still healthy (what FLOPS counts).
+        images_per_s=metrics.per_second(b, timed * m, wall),
+        useful_images_per_s=metrics.per_second(b, useful, wall),
+        images_per_s_per_member=metrics.per_second(b, timed, wall),
+        flops_per_s_per_device=per_device,
+        mfu_datasheet=metrics.mfu(per_device, peaks.get("datasheet_per_device")),
+        mfu_measured=metrics.mfu(per_device, peaks.get("measured_per_device")),
+    )
+
+
+def _peak_flops(peaks: dict) -> train.PeakFlops:
+    """The peaks measured at start (telemetry/device_peaks.py); a figure not measured is None."""
+    return train.PeakFlops(
+        **{f.name: peaks.get(f.name) for f in dataclasses.fields(train.PeakFlops)}
+    )
+
+
+def _comm(comm: CommVolume | None) -> train.Comm | None:
+    if comm is None:
+        return None
+    figures = comm.to_dict()
+    return train.Comm(**{**figures, "link_bytes": train.LinkBytes(**figures["link_bytes"])})
+
+
+def _roofline(cost: XlaCost, peaks: dict, per_device: float | None) -> train.Roofline | None:
+    if not peaks.get("bandwidth_per_device"):
+        return None
+    return train.Roofline(
+        **roofline(
+            cost,
+            peaks.get("measured_per_device"),
+            peaks["bandwidth_per_device"],
+            peaks["bandwidth_source"],
+            per_device,
+        )
+    )
+
+
+def _quality(
+    setup,
+    progress: Progress,
+    quality: EnsembleQuality | None,
+    target,
+    submission: rules.Submission,
+    stopped_at_target: bool,
+) -> train.Quality:
+    kept = [i for i in range(setup.layout.ensemble_size) if i not in progress.diverged]
+    oob = quality.oob if quality else None
+    return train.Quality(
+        metric=setup.workload.metric,
+        target=target.target if target else None,
+        exponent=target.exponent if target else None,
+        # Official only where the whole run is: a shrunk ImageNet run is not scored officially.
+        target_is_official=(
+            target.target_is_official and submission.division == rules.CLOSED if target else None
+        ),
+        exponent_is_official=target.exponent_is_official if target else None,
+        members=quality.members if quality else None,
+        kept_members=kept if quality else None,
+        member_mean=quality.member_mean if quality else None,
+        ensemble=quality.ensemble if quality else None,
+        ensemble_members=len(kept) if quality else None,
+        oob=train.OutOfBag(**oob.to_dict()) if oob else None,
+        details=quality.details if quality else None,
+        curve=[train.CurvePoint(**point) for point in progress.curve],
+        stopped_at_target=stopped_at_target,
+    )
+
+
+def _final_step(last_metrics) -> train.FinalStep:
+    if last_metrics is None:
+        return train.FinalStep(final_loss=None, final_metrics=None, skipped_steps=None)
+    skipped = last_metrics.skipped
+    return train.FinalStep(
+        final_loss=np.asarray(last_metrics.loss).tolist(),
+        final_metrics={k: np.asarray(v).tolist() for k, v in last_metrics.metrics.items()},
+        # Per member: steps skipped on float16 overflow (None without loss scaling).
+        skipped_steps=None if skipped is None else np.asarray(skipped).tolist(),
+    )
+
+
+def _epochs(progress: Progress, per_member_step: float | None, m: int) -> list[train.Epoch]:
     """Each completed epoch with its training FLOPs (healthy member-steps only, as FLOPS counts)
     and its FLOPS; FLOPs are None where the step has no count or the run is invalid."""
     out = []
     for e in progress.epochs:
         first, steps = e["first_step"], e["steps"]
         useful = progress.healthy_member_steps(first, first + steps, m)
-        flops = per_member_step * useful if per_member_step else None
         out.append(
-            {
-                **e,
-                "flops": flops,
-                "flops_per_s": metrics.per_second(per_member_step, useful, e["wall_s"]),
-            }
+            train.Epoch(
+                index=e["index"],
+                first_step=first,
+                steps=steps,
+                wall_s=e["wall_s"],
+                flops=per_member_step * useful if per_member_step else None,
+                flops_per_s=metrics.per_second(per_member_step, useful, e["wall_s"]),
+            )
         )
     return out
 
 
-def _why_no_flops(status: str, progress: Progress, setup, epochs: list[dict]) -> str:
+def _why_no_flops(status: str, progress: Progress, setup, epochs: list) -> str:
     if status == "invalid":
         return "the run is invalid"
     if epochs:
@@ -259,13 +341,13 @@ def _why_no_flops(status: str, progress: Progress, setup, epochs: list[dict]) ->
     )
 
 
-def _energy(readings, flops: float | None) -> dict:
+def _energy(readings, flops: float | None) -> train.Energy:
     if readings is None:
-        return {"available": False, "why": "not measured"}
+        return train.Energy(available=False, why="not measured")
     start, end = readings
     if start is None:
-        return {"available": False, "why": "no timed step"}
-    return energy_record(start, end, flops)
+        return train.Energy(available=False, why="no timed step")
+    return train.Energy(**energy_record(start, end, flops))
 
 
 def skipped_examples(setup, progress: Progress) -> dict[str, list[int]]:
@@ -304,18 +386,20 @@ def _distinct_fractions(setup) -> list[float]:
     return [float(every[p, member]) for member, p in enumerate(first)]
 
 
-def summary(record: dict) -> str:
-    """A short human-readable table of the record's headline figures."""
-    m, q, t, mesh = record["metrics"], record["quality"], record["timing"], record["mesh"]
-    f, oob, metric = record["flops"], record["quality"]["oob"], record["quality"]["metric"]
-
+def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
+    """A short human-readable table of the record's headline figures; `path` is where it was
+    written (default: the "path" run/loop.py sets on the record it returns)."""
+    if path is None and isinstance(record, dict):
+        path = record.get("path")  # not a record field: run/loop.py's note of the file
+    r = records.read(record) if isinstance(record, dict) else record
+    m, q, t, mesh, f = r.metrics, r.quality, r.timing, r.mesh, r.flops
     num = results.cell
-    division, broken = record["submission"]["division"], len(record["submission"]["violations"])
+    broken = len(r.submission.violations)
     rows = [
-        ("status", record["status"] + (f" ({record['reason']})" if record["reason"] else "")),
+        ("status", r.status + (f" ({r.reason})" if r.reason else "")),
         (
             "division",
-            division
+            str(r.submission.division)
             + (
                 f" ({broken} rule{'s' if broken > 1 else ''} broken: submission.violations)"
                 if broken
@@ -324,82 +408,88 @@ def summary(record: dict) -> str:
         ),
         (
             "mesh (ensemble x data x model)",
-            f"{mesh['shape']}  M={mesh['ensemble_size']} "
-            f"P_degree={mesh['parallel_degree']} P_model={mesh.get('model_parallel', 1)} "
-            f"strategy={mesh['member_strategy']}",
+            f"{mesh.shape}  M={mesh.ensemble_size} P_degree={mesh.parallel_degree} "
+            f"P_model={mesh.model_parallel} strategy={mesh.member_strategy}",
         ),
-        ("steps (timed)", f"{t['steps']}/{t['planned_steps']} ({t['timed_steps']})"),
-        ("step time median [s]", num(t["step_s"]["median_s"])),
-        ("compile / data wait [s]", f"{t['compile_s']:.1f} / {t['data_wait_s']:.2f}"),
+        ("steps (timed)", f"{t.steps}/{t.planned_steps} ({t.timed_steps})"),
+        ("step time median [s]", num(t.step_s.median_s)),
+        ("compile / data wait [s]", f"{t.compile_s:.1f} / {t.data_wait_s:.2f}"),
         (
             "images/s (all / healthy members)",
-            f"{num(m['images_per_s'], '{:.1f}')} / {num(m['useful_images_per_s'], '{:.1f}')}",
+            f"{num(m.images_per_s, '{:.1f}')} / {num(m.useful_images_per_s, '{:.1f}')}",
         ),
         (
             "FLOPS [FLOP/s] (Eq. 6, per epoch)",
-            (
-                f"{num(m['flops_per_s'])} over {len(record['epochs'])} epoch(s)"
-                if m["flops_per_s"] is not None
-                else f"n/a ({m['flops_per_s_why']})"
-            ),
+            f"{num(m.flops_per_s)} over {len(r.epochs)} epoch(s)"
+            if m.flops_per_s is not None
+            else f"n/a ({m.flops_per_s_why})",
         ),
         (
             "FLOPS steady [FLOP/s]",
-            f"{num(m['flops_per_s_steady'])} (from {f['source']}; XLA/analytic "
-            f"{num(f['crosscheck'].get('xla_over_analytic'), '{:.3f}')}"
-            f"{'' if f['crosscheck_ok'] is not False else ': CROSS-CHECK FAILED'})",
+            f"{num(m.flops_per_s_steady)} (from {f.source}; XLA/analytic "
+            f"{num(f.crosscheck.xla_over_analytic, '{:.3f}')}"
+            f"{'' if f.crosscheck_ok is not False else ': CROSS-CHECK FAILED'})",
         ),
         (
             "MFU datasheet / measured",
-            f"{num(m['mfu_datasheet'], '{:.3f}')} / {num(m['mfu_measured'], '{:.3f}')}",
+            f"{num(m.mfu_datasheet, '{:.3f}')} / {num(m.mfu_measured, '{:.3f}')}",
         ),
         (
-            f"member {metric}",
+            f"member {q.metric}",
             "n/a"
-            if q["members"] is None
+            if q.members is None
             else " ".join(
-                num(a, "{:.4f}") + ("" if i in q["kept_members"] else " (pruned)")
-                for i, a in enumerate(q["members"])
+                num(a, "{:.4f}") + ("" if i in (q.kept_members or []) else " (pruned)")
+                for i, a in enumerate(q.members)
             ),
         ),
-        ("member mean (kept members)", num(q["member_mean"], "{:.4f}")),
-        (f"ensemble {metric}", num(q["ensemble"], "{:.4f}")),
-        (
-            f"out-of-bag {metric}",
-            "n/a"
-            if not oob
-            else f"{num(oob['quality'], '{:.4f}')} ({oob['scored']} of {oob['subset']} training examples, "
-            f"{oob['mean_voters']:.2f} members each)",
-        ),
+        ("member mean (kept members)", num(q.member_mean, "{:.4f}")),
+        (f"ensemble {q.metric}", num(q.ensemble, "{:.4f}")),
+        (f"out-of-bag {q.metric}", _oob(q)),
+        *_scored_rows(r),
+        ("energy", _energy_line(r.energy)),
+        ("record", str(path)),
     ]
-    if q["target"] is not None:
-        rows.append(
-            (
-                "VFLOPS [FLOP/s]",
-                f"{num(m['vflops_per_s'])} = FLOPS × {num(m['penalty'], '{:.4f}')} "
-                f"(({num(q['ensemble'], '{:.4f}')} / {q['target']})^{q['exponent']:g}; target "
-                f"{'official' if q['target_is_official'] else 'not official'})",
-            )
-        )
-        rows.append(
-            (
-                "time to target",
-                f"{record['time_to_target_s']:.1f} s after run_start"
-                + (" (stopped there)" if q["stopped_at_target"] else "")
-                if record["time_to_target_s"] is not None
-                else f"n/a ({record['time_to_target_why']})",
-            )
-        )
-    energy = record.get("energy") or {}
-    rows.append(
-        (
-            "energy",
-            f"{energy['joules']:.4g} J, {num(energy['average_watts'])} W, "
-            f"{num(energy['flops_per_watt'])} FLOP/J"
-            if energy.get("available")
-            else f"not available ({energy.get('why', 'not measured')})",
-        )
-    )
-    rows.append(("record", str(record.get("path"))))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _oob(q: train.Quality) -> str:
+    oob, num = q.oob, results.cell
+    if not oob:
+        return "n/a"
+    return (
+        f"{num(oob.quality, '{:.4f}')} ({oob.scored} of {oob.subset} training examples, "
+        f"{oob.mean_voters:.2f} members each)"
+    )
+
+
+def _scored_rows(r: records.TrainRecord) -> list[tuple[str, str]]:
+    """VFLOPS and time to target, for a run with a quality target."""
+    q, m, num = r.quality, r.metrics, results.cell
+    if q.target is None:
+        return []
+    official = "official" if q.target_is_official else "not official"
+    reached = (
+        f"{r.time_to_target_s:.1f} s after run_start"
+        + (" (stopped there)" if q.stopped_at_target else "")
+        if r.time_to_target_s is not None
+        else f"n/a ({r.time_to_target_why})"
+    )
+    return [
+        (
+            "VFLOPS [FLOP/s]",
+            f"{num(m.vflops_per_s)} = FLOPS × {num(m.penalty, '{:.4f}')} "
+            f"(({num(q.ensemble, '{:.4f}')} / {q.target})^{q.exponent:g}; target {official})",
+        ),
+        ("time to target", reached),
+    ]
+
+
+def _energy_line(energy: train.Energy) -> str:
+    num = results.cell
+    if not energy.available:
+        return f"not available ({energy.why or 'not measured'})"
+    return (
+        f"{energy.joules:.4g} J, {num(energy.average_watts)} W, {num(energy.flops_per_watt)} FLOP/J"
+    )

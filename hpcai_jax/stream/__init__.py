@@ -5,6 +5,14 @@ cache (the 4x-cache size rule), kernels (compiled donated kernels), runner (timi
 (BabelStream's check), report (table, CSV, record), benchmark (the run, end to end).
 """
 
-from hpcai_jax.stream.benchmark import StreamResult, measure_bandwidth, run_stream
-
 __all__ = ["StreamResult", "measure_bandwidth", "run_stream"]
+
+
+def __getattr__(name: str):
+    """The benchmark's names, imported on first use: `config` imports `stream.config`, which
+    must not load JAX (nor `benchmark`, which imports `config` back)."""
+    if name in __all__:
+        from hpcai_jax.stream import benchmark
+
+        return getattr(benchmark, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

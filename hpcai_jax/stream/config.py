@@ -1,18 +1,102 @@
-"""STREAM's array size, resolved once the placement (device count, device memory) is known. The
-flag checks that need no device are `config.StreamConfig.validate()`.
+"""STREAM's settings (`StreamConfig`, the `stream` part of `config.RunConfig`), and its array
+size, resolved once the placement (device count, device memory) is known. The checks that need
+no device are `StreamConfig.validate()`; `RunConfig.validate` calls it in stream mode only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from hpcai_jax.config import StreamConfig
 from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
+from hpcai_jax.fields import Checked
+from hpcai_jax.fields import field as _field
 
 # BabelStream's default: 2^25 elements per array (256 MiB of doubles, 768 MiB for all three).
 DEFAULT_ARRAY_SIZE = 1 << 25
 MIB = 1 << 20
+PRECISIONS = ("float64", "float32", "bfloat16")
+KERNEL_SETS = ("all", "triad", "nstream")
+PLACEMENTS = ("one", "all", "each")
+_UNSET = "or 0 to leave unset"
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamConfig(Checked):
+    """BabelStream-style bandwidth run (docs/design.md §2). At most one size setting is non-zero.
+
+    precision, kernels and devices are string flags, not enums: validate() checks them, and only
+    in stream mode, so a flagfile of another mode never trips on them.
+    """
+
+    array_size: int = _field(
+        0,
+        "STREAM: elements per array.",
+        at_least=1,
+        allow=(0,),
+        unit="elements per array",
+        note="or 0 for the default 2^25",
+    )
+    array_mib: float = _field(
+        0.0, "STREAM: MiB per array.", above=0, allow=(0,), unit="MiB per array", note=_UNSET
+    )
+    array_fraction: float = _field(
+        0.0,
+        "STREAM: fraction of one device's memory for the three arrays.",
+        above=0,
+        below=1,
+        allow=(0,),
+        unit="of one device's memory for the three arrays",
+        note=_UNSET,
+    )
+    # BabelStream drops the first iteration from the statistics, so it needs two.
+    num_times: int = _field(
+        100,
+        "STREAM: repetitions of each kernel.",
+        at_least=2,
+        note="the first iteration is excluded from the statistics",
+    )
+    precision: str = _field(
+        "float64", "STREAM: float64, float32 or bfloat16.", choices=PRECISIONS, enum=False
+    )
+    kernels: str = _field(
+        "all",
+        "STREAM: all, triad or nstream.",
+        flag="stream_kernels",
+        choices=KERNEL_SETS,
+        enum=False,
+    )
+    devices: str = _field(
+        "one",
+        "STREAM: one (first local device), all (sharded over every device) or each (every "
+        "device alone, in turn, one figure per device).",
+        flag="stream_devices",
+        choices=PLACEMENTS,
+        enum=False,
+    )
+    csv: bool = _field(False, "STREAM: print CSV instead of the table.")
+    mibibytes: bool = _field(False, "STREAM: report MiB/s instead of MB/s.")
+    strict_size: bool = _field(
+        False, "STREAM: arrays smaller than 4x the largest cache are an error, not a warning."
+    )
+
+    def validate(self) -> None:
+        """Checks every STREAM flag; raises UsageError with a one-line message naming it."""
+        super().validate()
+        given = [
+            f"--{name}={value}"
+            for name, value in (
+                ("array_size", self.array_size),
+                ("array_mib", self.array_mib),
+                ("array_fraction", self.array_fraction),
+            )
+            if value
+        ]
+        _require(
+            len(given) <= 1,
+            f"{' and '.join(given)}: set at most one of --array_size, "
+            "--array_mib, --array_fraction",
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ import dataclasses
 
 import numpy as np
 
+from hpcai_jax.records.stream import Kernel
 from hpcai_jax.stream.kernels import KERNELS
 
 BABELSTREAM_VERSION = "5.0"  # the output format followed
@@ -288,18 +289,19 @@ def metrics(figures: list[KernelFigures]) -> dict[str, float]:
     return out
 
 
-def figures_record(figures: list[KernelFigures]) -> dict[str, dict]:
+def figures_record(figures: list[KernelFigures]) -> dict[str, Kernel]:
+    """The record's `kernels` section: kernel key → its figures (docs/record.md)."""
     return {
-        f.key: {
-            "label": f.label,
-            "bytes_moved": f.bytes_moved,
-            "arrays_moved": KERNELS[f.key].arrays_moved,
-            "gb_per_s": f.gb_per_s,
-            "gb_per_s_per_device": f.per_device_gb_per_s,
-            "min_s": f.min_s,
-            "max_s": f.max_s,
-            "avg_s": f.avg_s,
-            "xla_bytes_accessed": f.xla_bytes_accessed,
-        }
+        f.key: Kernel(
+            label=f.label,
+            bytes_moved=f.bytes_moved,
+            arrays_moved=KERNELS[f.key].arrays_moved,
+            gb_per_s=f.gb_per_s,
+            gb_per_s_per_device=f.per_device_gb_per_s,
+            min_s=f.min_s,
+            max_s=f.max_s,
+            avg_s=f.avg_s,
+            xla_bytes_accessed=f.xla_bytes_accessed,
+        )
         for f in figures
     }

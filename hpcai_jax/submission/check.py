@@ -6,15 +6,15 @@ lines; a malformed package is a UsageError."""
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from hpcai_jax import rules
+from hpcai_jax import records, rules
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records.train import Mesh
 from hpcai_jax.submission import FLAGS, MLLOG, RECORD, SYSTEM, derive, flagfile, recount
 from hpcai_jax.submission.logfile import Log
 from hpcai_jax.telemetry import mllog
@@ -22,7 +22,7 @@ from hpcai_jax.telemetry import mllog
 
 class Run(NamedTuple):
     id: str
-    record: dict
+    record: records.AnyRecord
     log: Log
     flags: Path
 
@@ -40,11 +40,11 @@ def load(folder: str) -> list[Run]:
     runs = []
     for path in files:
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise UsageError(f"{path}: not a readable JSON record ({e})") from None
+            record = records.read(path)
+        except records.RecordError as e:
+            raise UsageError(f"{path}: not a readable record ({e})") from None
         run = path.name.removesuffix(RECORD)
-        if not isinstance(record, dict) or record.get("run_id") != run:
+        if record.run_id != run:
             raise UsageError(f"{path}: not the record of run {run} (its run_id differs)")
         for suffix in (MLLOG, FLAGS):
             if not (root / f"{run}{suffix}").is_file():
@@ -53,13 +53,13 @@ def load(folder: str) -> list[Run]:
     return runs
 
 
-def _layout(mesh: dict) -> MeshLayout:
+def _layout(mesh: Mesh) -> MeshLayout:
     return MeshLayout(
-        mesh["ensemble_size"],
-        mesh["members_per_device"],
-        mesh["parallel_degree"],
-        mesh["num_devices"],
-        mesh.get("model_parallel", 1),
+        mesh.ensemble_size,
+        mesh.members_per_device,
+        mesh.parallel_degree,
+        mesh.num_devices,
+        mesh.model_parallel,
     )
 
 
@@ -82,17 +82,14 @@ def _compliance(f: derive.Findings, run: Run, workdir: Path) -> None:
 
 
 def _division(f: derive.Findings, run: Run, config, rec: str, lg: str) -> None:
-    record = run.record
-    sizes = rules.SplitSizes(
-        record["data"]["train_examples"], record["data"]["eval_examples"] or None
-    )
-    skipped = record["data"].get("skipped_examples")
-    judged = rules.judge(config, _layout(record["mesh"]), sizes, skipped)
+    record, data, mesh = run.record, run.record.data, run.record.mesh
+    sizes = rules.SplitSizes(data.train_examples, data.eval_examples or None)
+    judged = rules.judge(config, _layout(mesh), sizes, data.skipped_examples)
     how = f"by rules.judge on {run.flags.name} (layout from the record's mesh, sizes from its data)"
-    f.same(f"{rec} submission.division", record["submission"]["division"], judged.division, how)
+    f.same(f"{rec} submission.division", record.submission.division, judged.division, how)
     f.same(
         f"{rec} submission.violations",
-        record["submission"]["violations"],
+        record.submission.violations,
         list(judged.violations),
         how,
     )
@@ -106,12 +103,12 @@ def _division(f: derive.Findings, run: Run, config, rec: str, lg: str) -> None:
     )
     # The sizes and layout judged are the ones the log states the run had.
     for key, want in (
-        ("train_samples", record["data"]["train_examples"]),
-        ("eval_samples", record["data"]["eval_examples"]),
-        ("number_of_devices", record["mesh"]["num_devices"]),
-        ("parallel_degree", record["mesh"]["parallel_degree"]),
-        ("members_per_device", record["mesh"]["members_per_device"]),
-        ("model_parallel", record["mesh"].get("model_parallel", 1)),
+        ("train_samples", data.train_examples),
+        ("eval_samples", data.eval_examples),
+        ("number_of_devices", mesh.num_devices),
+        ("parallel_degree", mesh.parallel_degree),
+        ("members_per_device", mesh.members_per_device),
+        ("model_parallel", mesh.model_parallel),
     ):
         f.same(f"{lg} {key}", run.log.value(key), want, f"({rec} data/mesh)")
 
@@ -120,10 +117,12 @@ def check_run(run: Run, workdir: Path, recount_flops: bool) -> list[str]:
     f = derive.Findings(run.id)
     rec, lg, record = f"{run.id}{RECORD}", run.log.path.name, run.record
     config = flagfile.read(run.flags)
-    if flagfile.comparable(config.to_dict()) != flagfile.comparable(record["config"]):
+    if flagfile.comparable(config.to_dict()) != flagfile.comparable(record.config or {}):
         f.fail(f"{run.flags.name} is not the configuration of {rec} config")
-    f.same(f"{rec} mode", record.get("mode"), "train", "(a submission holds training runs)")
-    f.same(f"{rec} status", record.get("status"), "complete", "(only a complete run scores)")
+    f.same(f"{rec} mode", record.mode, "train", "(a submission holds training runs)")
+    if record.mode != "train":
+        return f.lines  # its figures are not a training run's: nothing more to re-derive
+    f.same(f"{rec} status", record.status, "complete", "(only a complete run scores)")
     _compliance(f, run, workdir)
     _division(f, run, config, rec, lg)
     target = config.quality_target() if config.scored else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from hpcai_jax import metrics
+from hpcai_jax.records import TrainRecord
 
 # Every MLLOG time is a clock reading truncated to the millisecond: a difference of two is off
 # by under 1 ms, so 3 ms per epoch (or per time to target) is generous and still tight.
@@ -42,62 +43,60 @@ def _g(x) -> str:
     return f"{x:.6g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else repr(x)
 
 
-def _healthy(record: dict, first: int, steps: int) -> int:
+def _healthy(record: TrainRecord, first: int, steps: int) -> int:
     """Member-steps of steps [first, first + steps) before each member's first non-finite
     step (the record's divergence section), as FLOPS counts them (docs/score.md §5)."""
-    m = record["mesh"]["ensemble_size"]
-    bad = {int(k): v for k, v in (record["divergence"]["nonfinite_first_step"] or {}).items()}
+    m = record.mesh.ensemble_size
+    bad = {int(k): v for k, v in record.divergence.nonfinite_first_step.items()}
     last = first + steps
     return sum(max(0, min(last, bad.get(member, last)) - first) for member in range(m))
 
 
-def scores(f: Findings, record: dict, log, target, rec: str, lg: str) -> None:
+def scores(f: Findings, record: TrainRecord, log, target, rec: str, lg: str) -> None:
     """Eq. 6 per epoch, the penalty, VFLOPS and time to target; `target` is the packed
     configuration's QualityTarget (or None), `rec` and `lg` the files' names."""
-    per_step, m = record["flops"]["per_step"], record["mesh"]["ensemble_size"]
+    per_step, m = record.flops.per_step, record.mesh.ensemble_size
     f.same(f"{lg} flops_per_step", log.value("flops_per_step"), per_step, f"(record {rec})")
     f.same(f"{lg} number_of_models", log.value("number_of_models"), m, f"(record {rec} M)")
     log_epochs = log.epochs()
     flops, walls, log_walls = [], [], []
-    for i, epoch in enumerate(record["epochs"]):
+    for i, epoch in enumerate(record.epochs):
         at = f"{rec} epochs[{i}]"
-        first, steps = epoch["first_step"], epoch["steps"]
+        first, steps = epoch.first_step, epoch.steps
         amount = per_step / m * _healthy(record, first, steps)
         f.same(
             f"{at}.flops",
-            epoch["flops"],
+            epoch.flops,
             amount,
             "re-derived (flops.per_step ÷ M × healthy member-steps)",
         )
         f.same(
             f"{at}.flops_per_s",
-            epoch["flops_per_s"],
-            amount / epoch["wall_s"],
+            epoch.flops_per_s,
+            amount / epoch.wall_s,
             "re-derived (its FLOPs ÷ its wall_s)",
         )
         flops.append(amount)
-        walls.append(epoch["wall_s"])
-        pair = log_epochs.pop(epoch["index"], None)
+        walls.append(epoch.wall_s)
+        pair = log_epochs.pop(epoch.index, None)
         if pair is None:
-            f.fail(f"{lg} has no epoch_start/epoch_stop of epoch {epoch['index']} ({at})")
+            f.fail(f"{lg} has no epoch_start/epoch_stop of epoch {epoch.index} ({at})")
             continue
         start, stop = pair
         meta = stop.get("metadata") or {}
         f.same(
-            f"{lg} epoch_stop (epoch {epoch['index']}) first_step",
+            f"{lg} epoch_stop (epoch {epoch.index}) first_step",
             meta.get("first_step"),
             first,
             f"({at})",
         )
-        f.same(
-            f"{lg} epoch_stop (epoch {epoch['index']}) steps", meta.get("steps"), steps, f"({at})"
-        )
+        f.same(f"{lg} epoch_stop (epoch {epoch.index}) steps", meta.get("steps"), steps, f"({at})")
         # An epoch a preemption cut in two has its earlier segments' time in epoch_stop.
         wall = (stop["time_ms"] - start["time_ms"]) / 1e3 + meta.get("earlier_segments_s", 0.0)
         log_walls.append(wall)
         f.same(
             f"{at}.wall_s",
-            epoch["wall_s"],
+            epoch.wall_s,
             wall,
             f"from {lg} epoch_stop − epoch_start (+ earlier_segments_s; ± 3 ms)",
             rel=0,
@@ -106,7 +105,7 @@ def scores(f: Findings, record: dict, log, target, rec: str, lg: str) -> None:
     for index in sorted(log_epochs):
         f.fail(f"{lg} epoch {index} is not in {rec} epochs")
     eq6 = metrics.over_epochs(flops, walls)
-    got = record["metrics"]["flops_per_s"]
+    got = record.metrics.flops_per_s
     if eq6 is None:
         f.fail(f"{rec} has no completed epoch: no Eq. 6 figure")
         return
@@ -148,25 +147,25 @@ def scores(f: Findings, record: dict, log, target, rec: str, lg: str) -> None:
     _quality(f, record, log, target, eq6, rec, lg)
 
 
-def _quality(f: Findings, record: dict, log, target, eq6: float, rec: str, lg: str) -> None:
-    q = record["quality"]
+def _quality(f: Findings, record: TrainRecord, log, target, eq6: float, rec: str, lg: str) -> None:
+    q = record.quality
     if target is None:
         f.same(
             f"{rec} quality.target",
-            q.get("target"),
+            q.target,
             None,
             "(the packed configuration has no target)",
         )
         return
     f.same(
         f"{rec} quality.target",
-        q.get("target"),
+        q.target,
         target.target,
         "from the packed flagfile (--target_quality)",
     )
     f.same(
         f"{rec} quality.exponent",
-        q.get("exponent"),
+        q.exponent,
         target.exponent,
         "from the packed flagfile (--quality_exponent)",
     )
@@ -175,21 +174,21 @@ def _quality(f: Findings, record: dict, log, target, eq6: float, rec: str, lg: s
         f.fail(f"{lg} has no eval_accuracy line")
         return
     last = evals[-1][1]["value"]
-    f.same(f"{rec} quality.ensemble", q.get("ensemble"), last, f"(the last eval_accuracy of {lg})")
-    curve = [p["ensemble"] for p in q.get("curve") or []]
+    f.same(f"{rec} quality.ensemble", q.ensemble, last, f"(the last eval_accuracy of {lg})")
+    curve = [p.ensemble for p in q.curve]
     f.same(
         f"{rec} quality.curve",
         curve,
         [a["value"] for _, a in evals],
         f"(the eval_accuracy lines of {lg})",
     )
-    achieved = q.get("ensemble")
+    achieved = q.ensemble
     if not isinstance(achieved, (int, float)):
         return
     penalty = metrics.penalty(achieved, target.target, target.exponent)
     f.same(
         f"{rec} metrics.penalty",
-        record["metrics"]["penalty"],
+        record.metrics.penalty,
         penalty,
         "re-derived ((quality ÷ target)^n)",
     )
@@ -211,7 +210,7 @@ def _quality(f: Findings, record: dict, log, target, eq6: float, rec: str, lg: s
     vflops = None if penalty is None else eq6 * penalty  # None: Eq. 8 undefined
     f.same(
         f"{rec} metrics.vflops_per_s",
-        record["metrics"]["vflops_per_s"],
+        record.metrics.vflops_per_s,
         vflops,
         "re-derived (Eq. 6 FLOPS × penalty)",
     )
@@ -219,13 +218,13 @@ def _quality(f: Findings, record: dict, log, target, eq6: float, rec: str, lg: s
     _time_to_target(f, record, log, evals, target.target, rec, lg)
 
 
-def _time_to_target(f: Findings, record: dict, log, evals, target: float, rec: str, lg: str):
+def _time_to_target(f: Findings, record: TrainRecord, log, evals, target: float, rec: str, lg: str):
     start = log.one("run_start")
     reached = next((stop for stop, acc in evals if acc["value"] >= target), None)
-    got = record.get("time_to_target_s")
+    got = record.time_to_target_s
     if got is None:
         resumed = start is not None and (start.get("metadata") or {}).get("first_step", 0) > 0
-        if reached is not None and start is not None and not resumed and not record["resumes"]:
+        if reached is not None and start is not None and not resumed and not record.resumes:
             seconds = (reached["time_ms"] - start["time_ms"]) / 1e3
             f.fail(
                 f"{rec} time_to_target_s None != {seconds:.6g} from {lg} (the first eval_stop at the target − run_start)"

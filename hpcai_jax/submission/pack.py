@@ -11,12 +11,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.results import cell
 from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, system
 
 
-def _records(paths: list[str]) -> list[tuple[Path, dict]]:
+def _records(paths: list[str]) -> list[tuple[Path, records.TrainRecord]]:
     """(file, record) of every training record: files as given, folders' *.json that are."""
     out = []
     for given in paths:
@@ -24,44 +25,40 @@ def _records(paths: list[str]) -> list[tuple[Path, dict]]:
         if path.is_dir():
             for file in sorted(path.glob("*.json")):
                 record = _load(file)
-                if record.get("mode") == "train":
+                if isinstance(record, records.TrainRecord):
                     out.append((file, record))
             continue
         record = _load(path)
-        if record.get("mode") != "train":
-            raise UsageError(
-                f"{path}: a --mode={record.get('mode')} record; pack takes training runs"
-            )
+        if not isinstance(record, records.TrainRecord):
+            raise UsageError(f"{path}: a --mode={record.mode} record; pack takes training runs")
         out.append((path, record))
     if not out:
         raise UsageError(f"no training record in {' '.join(paths)}")
-    ids = [r["run_id"] for _, r in out]
+    ids = [r.run_id for _, r in out]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
         raise UsageError(f"run id {twice[0]} given twice: a package holds each run once")
     return out
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path) -> records.AnyRecord:
     try:
-        record = json.loads(path.read_text())
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
-    except ValueError as e:
-        raise UsageError(f"{path}: not a JSON record ({e})") from None
-    if not isinstance(record, dict) or "run_id" not in record:
+        record = records.read(path)
+    except records.RecordError as e:
+        raise UsageError(f"{path}: not a hpcai_jax record ({e})") from None
+    if record.run_id is None:
         raise UsageError(f"{path}: not a hpcai_jax record (no run_id)")
     return record
 
 
-def _mllog(path: Path, record: dict) -> Path:
+def _mllog(path: Path, record: records.TrainRecord) -> Path:
     """The record's MLLOG: where the run wrote it, else a file of that name beside the record
     (records and logs copied off the cluster together, where the run's absolute path is no
     more)."""
-    log = record.get("mllog")
+    log = record.mllog
     if not log:
         raise UsageError(
-            f"{path}: run {record['run_id']} names no MLLOG: a submission needs its run made "
+            f"{path}: run {record.run_id} names no MLLOG: a submission needs its run made "
             "with --mllog=PATH"
         )
     for candidate in (Path(log), path.parent / Path(log).name):
@@ -73,35 +70,35 @@ def _mllog(path: Path, record: dict) -> Path:
     )
 
 
-def score_table(records: list[dict]) -> str:
+def score_table(runs: list[records.TrainRecord]) -> str:
     head = (
         "| run | division | M | P_degree | devices | FLOPS (Eq. 6) | quality | target | penalty "
         "| VFLOPS | time to target [s] |"
     )
     rows = [head, "|" + " --- |" * 11]
-    for r in records:
-        m, q, mesh = r["metrics"], r["quality"], r["mesh"]
+    for r in runs:
+        m, q, mesh = r.metrics, r.quality, r.mesh
         cells = [
-            r["run_id"],
-            r["submission"]["division"],
-            str(mesh["ensemble_size"]),
-            str(mesh["parallel_degree"]),
-            f"{mesh['num_devices']} × {r['provenance'].get('device_kind')}",
-            cell(m.get("flops_per_s")),
-            cell(q.get("ensemble"), "{:.4f}"),
-            cell(q.get("target"), "{:g}"),
-            cell(m.get("penalty")),
-            cell(m.get("vflops_per_s")),
-            cell(r.get("time_to_target_s"), "{:.1f}"),
+            r.run_id,
+            str(r.submission.division),
+            str(mesh.ensemble_size),
+            str(mesh.parallel_degree),
+            f"{mesh.num_devices} × {r.provenance.device_kind}",
+            cell(m.flops_per_s),
+            cell(q.ensemble, "{:.4f}"),
+            cell(q.target, "{:g}"),
+            cell(m.penalty),
+            cell(m.vflops_per_s),
+            cell(r.time_to_target_s, "{:.1f}"),
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
 
-def readme(records: list[dict]) -> str:
+def readme(runs: list[records.TrainRecord]) -> str:
     return f"""# HPC AI500 V3.0 submission (hpcai_jax)
 
-{score_table(records)}
+{score_table(runs)}
 
 FLOPS is Eq. 6 (an epoch's training FLOPs over its wall time, Σ over the run's epochs), VFLOPS =
 FLOPS × penalty, penalty = (quality / target)^n; time to target runs from run_start to the end of
@@ -124,9 +121,9 @@ def pack(paths: list[str], out: str, system_json: str | None = None) -> Path:
         raise UsageError(f"--out={out}: already exists and is not empty; pack writes a new folder")
     found = _records(paths)
     logs = [_mllog(path, record) for path, record in found]
-    flag_lines = [flagfile.lines(r["config"], str(p)) for p, r in found]
-    records = [r for _, r in found]
-    described = system.describe(records, system.user_file(system_json))
+    flag_lines = [flagfile.lines(r.config or {}, str(p)) for p, r in found]
+    runs = [r for _, r in found]
+    described = system.describe(runs, system.user_file(system_json))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -134,13 +131,13 @@ def pack(paths: list[str], out: str, system_json: str | None = None) -> Path:
         raise UsageError(f"--out={out}: cannot create it ({e.strerror})") from None
     try:
         for (path, record), log, lines in zip(found, logs, flag_lines, strict=True):
-            run = record["run_id"]
+            run = record.run_id
             shutil.copyfile(path, tmp / f"{run}{RECORD}")
             shutil.copyfile(log, tmp / f"{run}{MLLOG}")
             header = f"# run {run}: its configuration, rebuilt from the record's config section\n"
             (tmp / f"{run}{FLAGS}").write_text(header + "\n".join(lines) + "\n")
         (tmp / SYSTEM).write_text(json.dumps(described, indent=2) + "\n")
-        (tmp / README).write_text(readme(records))
+        (tmp / README).write_text(readme(runs))
         if target.exists():
             target.rmdir()  # empty, checked above
         os.replace(tmp, target)

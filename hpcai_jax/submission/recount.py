@@ -11,7 +11,6 @@ more than that is not the step the configuration describes.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -19,22 +18,25 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hpcai_jax import records
+from hpcai_jax.records.train import Mesh, TrainRecord
+
 # Devices XLA's host platform is asked to fake; more makes compiling a large step impractical.
 MAX_FAKE_DEVICES = 64
 TOLERANCE = 0.01
 
 
-def _mesh_for_cpu(mesh: dict) -> tuple[int, list[str]]:
+def _mesh_for_cpu(mesh: Mesh) -> tuple[int, list[str]]:
     """(devices, extra flags): the run's own mesh where a CPU can fake it, else the same
     ensemble with the largest P_degree dividing the run's that fits MAX_FAKE_DEVICES."""
-    n = mesh["num_devices"]
+    n = mesh.num_devices
     if n <= MAX_FAKE_DEVICES:
         return n, []
-    groups = mesh["ensemble_size"] // mesh["members_per_device"] * mesh.get("model_parallel", 1)
+    groups = mesh.ensemble_size // mesh.members_per_device * mesh.model_parallel
     fits = [
         d
-        for d in range(1, mesh["parallel_degree"] + 1)
-        if mesh["parallel_degree"] % d == 0 and groups * d <= MAX_FAKE_DEVICES
+        for d in range(1, mesh.parallel_degree + 1)
+        if mesh.parallel_degree % d == 0 and groups * d <= MAX_FAKE_DEVICES
     ]
     if not fits:
         return 0, []
@@ -46,8 +48,8 @@ _OUTPUTS = ("--run_name=", "--results_dir=", "--mllog=", "--checkpoint_dir=", "-
 _COUNTED: dict[tuple, tuple[float | None, str]] = {}
 
 
-def recount(f, flags: Path, record: dict, workdir: Path, rec: str) -> None:
-    devices, extra = _mesh_for_cpu(record["mesh"])
+def recount(f, flags: Path, record: TrainRecord, workdir: Path, rec: str) -> None:
+    devices, extra = _mesh_for_cpu(record.mesh)
     if not devices:
         f.fail(
             f"{flags.name} cannot be recounted: even P_degree 1 needs more than {MAX_FAKE_DEVICES} CPU devices"
@@ -62,7 +64,7 @@ def recount(f, flags: Path, record: dict, workdir: Path, rec: str) -> None:
         f.fail(f"{flags.name}: --mode=flops wrote no record: {error}")
         return
     where = f"{devices} CPU devices" + (f", {extra[0]}" if extra else "")
-    got = record["flops"]["per_step"]
+    got = record.flops.per_step
     if not (isinstance(got, (int, float)) and math.isclose(got, counted, rel_tol=TOLERANCE)):
         f.fail(
             f"{rec} flops.per_step {got:.6g} != {counted:.6g} recounted by --mode=flops from "
@@ -87,7 +89,10 @@ def _count(flags: Path, out: Path, devices: int, extra: list[str]) -> tuple[floa
     ]
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     try:
-        return json.loads((out / "recount.json").read_text())["flops"]["train_step_flops"], ""
-    except (OSError, ValueError, KeyError):
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"exit {proc.returncode}: {last}"
+        counted = records.read(out / "recount.json")
+    except records.RecordError:
+        counted = None
+    if isinstance(counted, records.FlopsRecord) and counted.flops.train_step_flops is not None:
+        return counted.flops.train_step_flops, ""
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return None, f"exit {proc.returncode}: {last}"

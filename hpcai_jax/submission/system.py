@@ -9,6 +9,7 @@ import platform
 import socket
 from pathlib import Path
 
+from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 
 _PROVENANCE = (
@@ -65,18 +66,17 @@ def user_file(path: str | None) -> dict:
     return data
 
 
-def describe(records: list[dict], user: dict) -> dict:
+def describe(packed: list[records.TrainRecord], user: dict) -> dict:
     """Per run: devices (kind, count), hosts, versions; the runs' devices and software together;
     the packing host; then the submitter's own keys (a key the records determine is refused)."""
     runs, devices, software = {}, {}, {}
-    for record in records:
-        prov = record.get("provenance") or {}
-        runs[record["run_id"]] = {k: prov.get(k) for k in _PROVENANCE} | {
-            "versions": prov.get("versions", {})
-        }
-        kind = prov.get("device_kind")
-        devices[kind] = max(devices.get(kind, 0), prov.get("device_count") or 0)
-        for name, version in (prov.get("versions") or {}).items():
+    for record in packed:
+        prov = record.provenance
+        fields = records.to_dict(prov)
+        runs[record.run_id] = {k: fields.get(k) for k in _PROVENANCE} | {"versions": prov.versions}
+        kind = prov.device_kind
+        devices[kind] = max(devices.get(kind, 0), prov.device_count or 0)
+        for name, version in prov.versions.items():
             seen = software.setdefault(name, [])
             if version not in seen:
                 seen.append(version)

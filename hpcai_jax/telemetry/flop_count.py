@@ -46,7 +46,7 @@ class ModelFlops:
 
     @property
     def model(self) -> str:
-        return getattr(self.workload, "model_name", self.workload.name)
+        return self.workload.model_name
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from hpcai_jax.flops.tables import (
     train_table,
 )
 from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.records.flops import FlopsPeaks, FlopsReport
 from hpcai_jax.telemetry.flop_count import count_config, crosscheck, forward_args, forward_fn
 
 
@@ -121,20 +122,20 @@ def run_flops(config: RunConfig) -> int:
         status,
         config,
         reason,
-        flops={
+        flops=FlopsReport(
             **check.to_dict(),
-            "forward": fwd.to_dict(),
-            "train_step_member": member.train_step.to_dict(),
-            "xla_forward_flops_per_example": fwd_xla_ex,
-            "xla_notes": [n for n in (fwd_cost.note, step_cost.note) if n],
-            "gap_by_operator": explain_gap(member),
-        },
-        peaks={
-            "device_kind": device.device_kind,
-            "dtype": dtype,
-            "datasheet_flops_per_s": datasheet,
-            "measured_matmul_flops_per_s": measured,
-        },
+            forward=fwd.to_dict(),
+            train_step_member=member.train_step.to_dict(),
+            xla_forward_flops_per_example=fwd_xla_ex,
+            xla_notes=[n for n in (fwd_cost.note, step_cost.note) if n],
+            gap_by_operator=explain_gap(member),
+        ),
+        peaks=FlopsPeaks(
+            device_kind=device.device_kind,
+            dtype=dtype,
+            datasheet_flops_per_s=datasheet,
+            measured_matmul_flops_per_s=measured,
+        ),
         compile_s=step.compile_s,
     )
     path = results.write_record(config.results.results_dir, run_id, record)

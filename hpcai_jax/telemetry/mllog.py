@@ -53,7 +53,7 @@ from pathlib import Path
 
 import jax
 
-from hpcai_jax import nodes, results, rules
+from hpcai_jax import nodes, records, results, rules
 from hpcai_jax.errors import UsageError
 
 RULESET = Path(__file__).resolve().parents[1] / "mllog_rules" / "hpcai500.yaml"
@@ -272,34 +272,40 @@ class MLLog:
             about["target"] = self._target.target
         self._line("event", "eval_accuracy", float(quality.ensemble), about)
 
-    def run_stop(self, record: dict, resumable: bool = False) -> None:
-        """After the record is written: the benchmark's figures, then run_stop (success for a
-        complete run, aborted otherwise), or segment_stop where a checkpoint lets the run go
-        on; closes the file."""
+    def run_stop(self, record: dict | records.TrainRecord, resumable: bool = False) -> None:
+        """After the record (typed, or its JSON layout) is written: the benchmark's figures,
+        then run_stop (success for a complete run, aborted otherwise), or segment_stop where a
+        checkpoint lets the run go on; closes the file."""
         if not self._mllogger:
             return
+        r = records.read(record) if isinstance(record, dict) else record
         if resumable:
-            step = record["timing"]["steps"]
-            stop = {"run_id": record["run_id"], "step": step, "reason": record["reason"]}
+            step = r.timing.steps
+            stop = {"run_id": r.run_id, "step": step, "reason": r.reason}
             self._line("event", "segment_stop", step, stop)
             self._stream.close()
             self._mllogger = None
             return
-        metrics, flops, quality = record["metrics"], record["flops"], record["quality"]
-        if metrics.get("flops_per_s") is not None:
+        metrics, quality = r.metrics, r.quality
+        if metrics.flops_per_s is not None:
             about = {
-                "per_step": flops["per_step"],
-                "source": flops["source"],
-                "epochs": len(record["epochs"]),
+                "per_step": r.flops.per_step,
+                "source": r.flops.source,
+                "epochs": len(r.epochs),
             }
-            self._line("event", "flops_per_s", float(metrics["flops_per_s"]), about)
-        if metrics.get("vflops_per_s") is not None:
-            about = {k: quality[k] for k in ("metric", "target", "exponent")}
-            about.update(quality=quality["ensemble"], penalty=metrics["penalty"])
-            self._line("event", "vflops_per_s", float(metrics["vflops_per_s"]), about)
-        status = {"status": "success" if record["status"] == "complete" else "aborted"}
-        if record.get("reason"):
-            status["reason"] = record["reason"]
+            self._line("event", "flops_per_s", float(metrics.flops_per_s), about)
+        if metrics.vflops_per_s is not None:
+            about = {
+                "metric": quality.metric,
+                "target": quality.target,
+                "exponent": quality.exponent,
+                "quality": quality.ensemble,
+                "penalty": metrics.penalty,
+            }
+            self._line("event", "vflops_per_s", float(metrics.vflops_per_s), about)
+        status = {"status": "success" if r.status == "complete" else "aborted"}
+        if r.reason:
+            status["reason"] = r.reason
         self._line("end", "run_stop", metadata=status)
         self._stream.close()
         self._mllogger = None

@@ -6,15 +6,12 @@ analysis of the compiled step (FLOPs over bytes accessed, per device)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import jax
 
-from hpcai_jax import metrics
-from hpcai_jax.config import StreamConfig
+from hpcai_jax import metrics, records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.xla import XlaCost
+from hpcai_jax.stream.config import StreamConfig
 
 # Triad at start: float32 arrays of BabelStream's default 2^25 elements on a CPU (128 MiB each,
 # past the 4x-largest-cache rule here), a tenth of device memory for the three arrays elsewhere;
@@ -28,14 +25,17 @@ def stream_bandwidth(record_path: str) -> tuple[float, str]:
     """Per-device Triad bandwidth (bytes/s) and where it came from."""
     if record_path:
         try:
-            record = json.loads(Path(record_path).read_text())
-            per_device = record["kernels"]["triad"]["gb_per_s_per_device"] * 1e9
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            record = records.read(record_path)
+            is_stream = isinstance(record, records.StreamRecord)
+            triad, why = record.kernels.get("triad") if is_stream else None, "no Triad figure"
+        except records.RecordError as e:
+            triad, why = None, str(e)
+        per_device = triad.gb_per_s_per_device if triad else None
+        if not isinstance(per_device, int | float):
             raise UsageError(
-                f"--stream_record={record_path}: not a STREAM record with a Triad "
-                f"figure ({type(e).__name__}: {e})"
-            ) from None
-        return per_device, f"STREAM record {record_path} (Triad, per device)"
+                f"--stream_record={record_path}: not a STREAM record with a Triad figure ({why})"
+            )
+        return per_device * 1e9, f"STREAM record {record_path} (Triad, per device)"
     from hpcai_jax.stream import measure_bandwidth  # STREAM's own kernels, timing and check
 
     cpu = jax.devices()[0].platform == "cpu"

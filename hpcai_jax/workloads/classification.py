@@ -16,10 +16,11 @@ import optax
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.models import int8
 from hpcai_jax.models.resnet import make_resnet
+from hpcai_jax.workloads.base import Workload
 
 
 @dataclasses.dataclass(frozen=True)
-class ClassificationWorkload:
+class ClassificationWorkload(Workload):
     spec: ImageSpec
     model_name: str
     dtype: str = "float32"

@@ -23,6 +23,7 @@ from hpcai_jax.data.climate import CLASSES, ClimateSpec
 from hpcai_jax.detection import average_precision as ap
 from hpcai_jax.detection.losses import detection_loss
 from hpcai_jax.models import faster_rcnn, int8
+from hpcai_jax.workloads.base import Workload
 
 # Score bins of the AP histograms: 4 × finer than average_precision's default, since a
 # detector's scores crowd into few logit bins and binning can only lower AP (the record's
@@ -31,7 +32,7 @@ SCORE_BINS = 4096
 
 
 @dataclasses.dataclass(frozen=True)
-class ExtremeWeatherWorkload:
+class ExtremeWeatherWorkload(Workload):
     spec: ClimateSpec
     model_name: str
     dtype: str = "float32"

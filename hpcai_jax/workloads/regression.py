@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from hpcai_jax.data.friedman import TableSpec
 from hpcai_jax.models import int8
+from hpcai_jax.workloads.base import Workload
 
 
 class MLP(nn.Module):
@@ -32,7 +33,7 @@ class MLP(nn.Module):
 
 
 @dataclasses.dataclass(frozen=True)
-class RegressionWorkload:
+class RegressionWorkload(Workload):
     spec: TableSpec
     dtype: str = "float32"  # --dtype, as for the other workloads
     name: str = "regression"

@@ -1,0 +1,154 @@
+"""The STREAM record (`--mode=stream`); `stream/benchmark.py` builds it from `stream/report.py`'s
+figures. docs/stream.md explains the figures, docs/record.md lists the fields."""
+
+from __future__ import annotations
+
+from hpcai_jax.records.envelope import Record
+from hpcai_jax.records.fields import field
+from hpcai_jax.records.schema import section
+
+
+@section
+class StreamArray:
+    elements: int = field("elements of each of the three arrays")
+    precision: str = field("their dtype: float64, float32 or bfloat16")
+    itemsize: int = field("bytes of one element", "B")
+    bytes_per_array: int = field("elements × itemsize", "B")
+    bytes_total: int = field("the three arrays", "B")
+    size_source: str = field("which flag or rule set the size")
+    size_note: str = field("what the size rule had to say, or empty")
+
+
+@section
+class Placement:
+    mode: str = field("`--stream_devices`: one, all or each")
+    num_devices: int = field("devices the arrays span", "devices")
+    devices: list[str] = field("those devices, as JAX names them")
+    device_kind: str = field("their kind")
+    platform: str = field("their platform")
+    process_count: int = field("JAX processes of the job", "processes")
+
+
+@section
+class Cache:
+    bytes: int | None = field("the largest cache behind the arrays", "B")
+    source: str = field("where its size was read")
+    scope: str = field("what it serves: a device or the host")
+    arrays_bytes_per_cache: int = field("the arrays' bytes behind one such cache", "B")
+    size_rule_ok: bool = field("the arrays are at least 4 × that cache, as BabelStream asks")
+    message: str = field("the size rule's verdict in words")
+
+
+@section
+class StreamRun:
+    babelstream_version: str = field("the BabelStream output format followed")
+    implementation: str = field("JAX's version and the device, as BabelStream's header shows")
+    kernels: str = field("`--stream_kernels`: all, or the one kernel run")
+    order: list[str] = field("the kernels in the order they ran")
+    num_times: int = field("calls of each kernel (the first is excluded from the figures)")
+    timing: str = field("how calls were timed")
+
+
+@section
+class StreamTiming:
+    compile_s: float = field("compiling the kernels", "s")
+    init_s: float = field("initialising the arrays on the devices", "s")
+
+
+@section
+class Kernel:
+    label: str = field("BabelStream's name: Copy, Mul, Add, Triad, Dot, Nstream")
+    bytes_moved: int = field("bytes one call reads and writes, all devices", "B")
+    arrays_moved: int = field("arrays one call reads and writes")
+    gb_per_s: float = field(
+        "bytes_moved / the fastest call, the first call excluded (docs/stream.md)", "GB/s"
+    )
+    gb_per_s_per_device: float = field("gb_per_s / the devices the arrays span", "GB/s")
+    min_s: float = field("the fastest call", "s")
+    max_s: float = field("the slowest call", "s")
+    avg_s: float = field("the mean call", "s")
+    xla_bytes_accessed: float | None = field(
+        "XLA's bytes accessed of the compiled kernel, all devices (a cross-check)", "B"
+    )
+
+
+@section
+class FigureOfMerit:
+    kernel: str = field("the kernel of merit: triad, or nstream when it runs alone")
+    gb_per_s: float = field("its bandwidth", "GB/s")
+
+
+@section
+class Allocation:
+    donated: str | None = field("the array the kernel writes into, donated to XLA; None for Dot")
+    output_bytes: int | None = field("the compiled kernel's output", "B")
+    alias_bytes: int | None = field("output bytes aliased to the donated array", "B")
+    temp_bytes: int | None = field("its temporaries", "B")
+    buffer_reused: bool | None = field("the output reused the donated buffer across calls")
+    note: str = field("what could not be read, or empty")
+
+
+@section
+class ValidationCheck:
+    error: float | None = field("the array's mean |x − gold| (relative where `relative`)")
+    tolerance: float = field("the largest error that passes")
+    relative: bool = field("whether error is relative to the gold value")
+    passed: bool = field("error ≤ tolerance")
+
+
+@section
+class Gold:
+    a: float = field("the value every element of a should hold after the run")
+    b: float = field("the same of b")
+    c: float = field("the same of c")
+    dot: float | None = field("Dot's expected result; None when Dot did not run")
+    rounding: str = field("how the gold values were rounded: per operation, like the kernels")
+
+
+@section
+class Validation:
+    passed: bool = field("every array (and Dot) within its tolerance, on every device measured")
+    gold: Gold = field("the expected values, computed on the host as BabelStream does")
+    checks: dict[str, ValidationCheck] = field("array or dot → its check")
+    devices_failed: list[int] | None = field(
+        "devices whose validation failed (`--stream_devices=each` only)", omit_none=True
+    )
+
+
+@section
+class DeviceRun:
+    device_id: int = field("the device's id, unique in the job")
+    process_index: int = field("the process it belongs to")
+    validation_passed: bool = field("its validation")
+    kernels: dict[str, Kernel] = field("kernel → its figures, measured with the device alone")
+
+
+@section
+class StreamRecord(Record):
+    array: StreamArray = field("the three arrays")
+    placement: Placement = field("the devices the arrays span")
+    cache: Cache = field("the cache-size rule (arrays ≥ 4 × the largest cache)")
+    run: StreamRun = field("what ran and how it was timed")
+    timing: StreamTiming = field("set-up time, outside the figures")
+    kernels: dict[str, Kernel] = field(
+        "kernel key (copy, mul, add, triad, dot, nstream) → its figures; with "
+        "`--stream_devices=each` the slowest device's"
+    )
+    figure_of_merit: FigureOfMerit = field("BabelStream's closing line")
+    allocation: dict[str, Allocation] = field("kernel key → what its compiled call allocates")
+    byte_weight_mismatches: list[str] = field(
+        "kernels whose BabelStream byte count disagrees with XLA's bytes accessed"
+    )
+    validation: Validation = field("the arrays checked against the gold values")
+    per_process_gb_per_s: list[dict[str, float]] | None = field(
+        "per process, kernel key → its own device's bandwidth (`--stream_devices=one` on several "
+        "processes); None otherwise",
+        "GB/s",
+    )
+    per_device: list[DeviceRun] | None = field(
+        "every device measured alone (`--stream_devices=each`); None otherwise"
+    )
+    metrics: dict[str, float | bool] = field(
+        "the same figures flat, keyed stream/KERNEL/gb_per_s, gb_per_s_per_device, min_s, max_s "
+        "and avg_s, plus the figure of merit and validation.passed"
+    )
