@@ -149,6 +149,7 @@ def test_the_python_entry_point_refuses_bad_values_in_one_line(tmp_path):
     for args, fragment in (
         ([str(tmp_path), "--budget_s=-3"], "--budget_s=-3"),
         ([str(tmp_path), "--gpu_settings=fast"], "'fast'"),
+        ([str(tmp_path), "--groups=stream,bogus"], "unknown group bogus"),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "hpcai_jax.acceptance", *args],
@@ -159,6 +160,17 @@ def test_the_python_entry_point_refuses_bad_values_in_one_line(tmp_path):
         )
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
+
+
+def test_groups_run_only_the_named_groups_and_a_bad_name_leaves_nothing(tmp_path):
+    proc = _run(str(tmp_path / "o"), "--smoke", "--groups=settings,environment")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads((tmp_path / "o" / "acceptance.json").read_text())
+    assert {i["group"] for i in doc["items"]} == {"environment", "settings"}
+    assert doc["run"]["groups"] == ["settings", "environment"]
+    proc = _run(str(tmp_path / "p"), "--smoke", "--groups=bogus")
+    assert proc.returncode == 2 and "unknown group bogus" in proc.stdout + proc.stderr
+    assert not (tmp_path / "p").exists()
 
 
 # A stand-in for python3 that runs the acceptance with three groups, the second of which kills

@@ -67,6 +67,26 @@ def test_each_item_gets_its_share_of_what_is_left():
     assert budget.used_s == {"a": 5.0}
 
 
+def test_an_item_borrows_for_its_smallest_form_up_to_half_of_what_is_left():
+    now = [0.0]
+    budget = Budget(300.0, {"small": 1.0, "big": 1.0, "rest": 8.0}, clock=lambda: now[0])
+    small = budget.start("small")
+    assert small.seconds == 30.0 and small.ceiling_s == 150.0
+    assert small.claim(20.0) and small.seconds == 30.0  # within its share: nothing borrowed
+    now[0] = 10.0
+    assert small.claim(60.0) and small.seconds == pytest.approx(70.0)  # 20 left, 40 borrowed
+    assert not small.claim(200.0) and small.seconds == pytest.approx(70.0)  # over the ceiling
+    now[0] = 70.0
+    budget.finish(small)
+    big = budget.start("big")  # 230 left: a share of 230 / 9, a ceiling of 115
+    assert big.seconds == pytest.approx(230.0 / 9) and big.ceiling_s == pytest.approx(115.0)
+    assert not big.claim(120.0)
+    now[0] = 80.0
+    budget.finish(big)
+    rest = budget.start("rest")  # the last item may take everything left
+    assert rest.seconds == rest.ceiling_s == pytest.approx(220.0)
+
+
 SLOW = "reduce_scatter"  # the collective the shared run makes 1000x slower
 # The check at the suite's size: the regression MLP, a 4 s budget (most items cut or skipped).
 CHECK = [

@@ -12,7 +12,8 @@
 #   bash benchmarks/accelerator/acceptance.sh OUT_DIR --smoke             # toy sizes, any CPU
 #
 # Options: --smoke, --budget_s=S (seconds for the measuring, > 0), --wheelhouse=DIR (a wheelhouse
-# from wheelhouse.sh, installed into $TMPDIR first), --gpu_settings=SPEC (as hpcai_jax.main's).
+# from wheelhouse.sh, installed into $TMPDIR first), --gpu_settings=SPEC (as hpcai_jax.main's),
+# --groups=NAME,... (only these groups of the plan: a rerun of what an earlier run cut or failed).
 # Environment: PYTHON [python3]; DEVICE [0], the one accelerator to use (as device_check.sh);
 # JAX_COMPILATION_CACHE_DIR [.cache/acceptance-xla in the repository], so a second try reuses
 # the first one's compiles.
@@ -25,14 +26,15 @@ die() {
   exit 2
 }
 
-OUT="" SMOKE=() BUDGET="" WHEELHOUSE="" SETTINGS=()
+OUT="" SMOKE=() BUDGET="" WHEELHOUSE="" SETTINGS=() ONLY=()
 for arg in "$@"; do
   case "$arg" in
     --smoke) SMOKE=(--smoke) ;;
     --budget_s=*) BUDGET="${arg#*=}" ;;
     --wheelhouse=*) WHEELHOUSE="${arg#*=}" ;;
     --gpu_settings=*) SETTINGS=("$arg") ;;
-    -*) die "unknown option $arg (expected --smoke, --budget_s=S, --wheelhouse=DIR, --gpu_settings=SPEC)" ;;
+    --groups=*) ONLY=("$arg") ;;
+    -*) die "unknown option $arg (expected --smoke, --budget_s=S, --wheelhouse=DIR, --gpu_settings=SPEC, --groups=NAME,...)" ;;
     *)
       [ -z "$OUT" ] || die "one OUT_DIR expected, got $OUT and $arg"
       OUT="$arg"
@@ -50,6 +52,8 @@ fi
 [ ! -e "$OUT/acceptance.journal.jsonl" ] ||
   die "OUT_DIR $OUT holds an earlier acceptance run; choose another directory"
 [ -z "$WHEELHOUSE" ] || [ -d "$WHEELHOUSE" ] || die "--wheelhouse=$WHEELHOUSE: not a directory"
+CREATED=0
+[ -e "$OUT" ] || CREATED=1
 mkdir -p "$OUT" || die "cannot create OUT_DIR $OUT"
 OUT="$(cd "$OUT" && pwd)"
 LOG="$OUT/acceptance.log"
@@ -83,10 +87,14 @@ for attempt in 1 2 3; do
   [ "$budget" -ge 10 ] || break
   set +e
   timeout --kill-after=10 "$left" "$PYTHON" -m hpcai_jax.acceptance "$OUT" "${SMOKE[@]}" \
-    --budget_s="$budget" "${SETTINGS[@]}" "${resume[@]}" 2>&1 | tee -a "$LOG"
+    --budget_s="$budget" "${SETTINGS[@]}" "${ONLY[@]}" "${resume[@]}" 2>&1 | tee -a "$LOG"
   rc=${PIPESTATUS[0]}
   set -e
-  if [ "$rc" -le 2 ]; then exit "$rc"; fi
+  if [ "$rc" -le 2 ]; then
+    # Arguments only the measuring process can judge (a group's name): leave nothing behind.
+    if [ "$rc" -eq 2 ] && [ "$attempt" -eq 1 ] && [ "$CREATED" -eq 1 ]; then rm -rf "$OUT"; fi
+    exit "$rc"
+  fi
   # Past the deadline the process was cut by `timeout` (124, or 137 after --kill-after).
   if [ "$SECONDS" -ge "$DEADLINE" ]; then rc=124; fi
   echo "acceptance.sh: the measuring process ended with exit $rc; $((DEADLINE - SECONDS)) s left" | tee -a "$LOG"

@@ -1,5 +1,5 @@
 """`python -m hpcai_jax.acceptance OUT_DIR [--smoke] [--budget_s=S] [--gpu_settings=SPEC]
-[--resume_after_exit=CODE]`: runs the acceptance plan and writes its outputs into OUT_DIR.
+[--groups=NAME,...] [--resume_after_exit=CODE]`: runs the acceptance plan and writes its outputs into OUT_DIR.
 
 `benchmarks/accelerator/acceptance.sh` is the command users run; it calls this, and again with
 `--resume_after_exit` when a measuring process dies, so the rest of the plan still runs.
@@ -34,12 +34,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="toy sizes: every item, on a CPU, fast")
     p.add_argument("--budget_s", type=float, default=None, help="seconds for the whole plan")
     p.add_argument("--gpu_settings", default="default", help="as hpcai_jax.main's flag")
+    p.add_argument(
+        "--groups", default="", help="only these groups, comma-separated (default: every group)"
+    )
     p.add_argument("--resume_after_exit", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.budget_s is not None and not args.budget_s > 0:
         p.error(f"--budget_s={args.budget_s:g}: expected a number of seconds > 0")
     if args.budget_s is None:
         args.budget_s = DEFAULT_BUDGET_S["smoke" if args.smoke else "full"]
+    args.groups = tuple(g for g in args.groups.split(",") if g) or None
     try:
         args.settings = gpu_settings.select(args.gpu_settings)
     except UsageError as e:
@@ -61,11 +65,20 @@ def _echo(item) -> None:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     # Before JAX starts its backend (the plan's modules import JAX).
     applied = gpu_settings.apply(args.settings)
     from hpcai_jax.acceptance import plan, render
+
+    names = [g.name for g in plan.GROUPS]
+    if unknown := [g for g in args.groups or () if g not in names]:
+        print(
+            f"acceptance: error: --groups: unknown group {','.join(unknown)}"
+            f" (expected some of {','.join(names)})",
+            file=sys.stderr,
+        )
+        return 2
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     from hpcai_jax.acceptance.items import failure_item
     from hpcai_jax.acceptance.journal import Journal
     from hpcai_jax.acceptance.sizes import FULL, SMOKE
@@ -78,6 +91,7 @@ def main(argv: list[str]) -> int:
                 "smoke": args.smoke,
                 "budget_s": args.budget_s,
                 "gpu_settings": applied.summary(),
+                "groups": list(args.groups or ()),
                 "host": platform.node(),
                 "started_unix_s": time.time(),
             }
@@ -93,6 +107,7 @@ def main(argv: list[str]) -> int:
             SMOKE if args.smoke else FULL,
             args.budget_s,
             accelerator=not args.smoke,
+            groups=None if args.groups is None else plan.select(args.groups),
             after_exit=args.resume_after_exit,
             echo=_echo,
         )

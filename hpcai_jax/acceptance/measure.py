@@ -182,9 +182,11 @@ def member_items(ctx: Context, allotment: Allotment) -> list[Item]:
     for i, (m, strategy) in enumerate(variants):
         name = f"step, {m} members per device, {strategy}"
         share = allotment.agreed_left_s() / (len(variants) - i)
-        if share < ctx.build_estimate_s() * m**0.5:
+        need = ctx.build_estimate_s() * m**0.5
+        if share < need and not allotment.claim(need):
             items.append(from_row("members", skipped(name, f"{share:.0f} s left for it")))
             continue
+        share = max(share, need)
         batch = max(1, ctx.sizes.batch_size // m)
         cfg = training.step_config(
             ctx.base, members_per_device=m, batch_size=batch, strategy=strategy
@@ -312,7 +314,7 @@ def settings_items(ctx: Context, allotment: Allotment) -> list[Item]:
         return items + [
             from_row("settings", skipped(name, f"a GPU setting; this is {ctx.backend}"))
         ]
-    if allotment.agreed_left_s() < ctx.build_estimate_s() or not ctx.step_rate:
+    if not ctx.step_rate or not allotment.claim(ctx.build_estimate_s()):
         why = "no 1-member step to compare with" if not ctx.step_rate else "no time left"
         return items + [from_row("settings", skipped(name, why))]
     options = gpu_settings.compiler_options([gpu_settings.BY_NAME["no_command_buffers"]])

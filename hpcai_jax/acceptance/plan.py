@@ -52,6 +52,11 @@ GROUPS: tuple[Group, ...] = (
 )
 
 
+def select(names: tuple[str, ...]) -> tuple[Group, ...]:
+    """The named groups, in the plan's order (a rerun of some groups: `--groups`)."""
+    return tuple(g for g in GROUPS if g.name in names)
+
+
 def _restore(ctx: measure.Context, journal: Journal) -> None:
     """What earlier groups measured, from the journal of a process that died."""
     for note in journal.notes():

@@ -161,8 +161,8 @@ def train_rows(
         "train step memory per device",
         "XLA / analytic FLOPs",
     )
-    if allotment.agreed_left_s() < estimate_s:
-        why = f"{allotment.seconds:.0f} s left, a build needs about {estimate_s:.0f} s"
+    if not allotment.claim(estimate_s):
+        why = f"{allotment.ceiling_s:.0f} s at most, a build needs about {estimate_s:.0f} s"
         return [skipped(i, why) for i in items], {}
     cfg = step_config(config)
     run = run_steps(cfg, allotment.left_s, max_steps, min_steps=2)  # once built, cheap
@@ -276,8 +276,8 @@ def strategy_rows(
     item = "member strategy, 2 per device"
     # Two builds, each of twice the members at half the batch.
     need = 2 * estimate_s
-    if allotment.agreed_left_s() < need:
-        why = f"{allotment.seconds:.0f} s left, two builds of twice the members need ~{need:.0f} s"
+    if not allotment.claim(need):
+        why = f"{allotment.ceiling_s:.0f} s at most, two builds of twice the members need ~{need:.0f} s"
         return [skipped(item, why)], {}
     batch = max(1, config.train.batch_size // 2)
     runs = {}
@@ -316,7 +316,7 @@ def dtype_rows(config: C.RunConfig, allotment: Allotment, estimate_s: float) -> 
     rows = []
     for dtype in CHECK_DTYPES:
         item = f"{dtype} steps finite"
-        if allotment.agreed_left_s() < estimate_s:
+        if not allotment.claim(estimate_s):
             rows.append(
                 skipped(
                     item,
