@@ -41,9 +41,9 @@ def _runner(members: int, strategy: str, batch_size: int, device, seed: int):
     ).validate()
     setup = build_setup(config, devices=[device])
     state = setup.init_state()
-    compiled, _ = compile_step(
+    compiled = compile_step(
         setup.train_step, state, setup.mesh, setup.layout, batch_size, setup.workload.spec.fields
-    )
+    ).compiled
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, members, 0)
     holder = [state]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from hpcai_jax import config as C
@@ -100,8 +101,11 @@ def test_missing_xla_figure_falls_back_to_the_analytic_count():
 
 
 class _FakeCompiled:
-    def __init__(self, analysis):
-        self.analysis = analysis
+    def __init__(self, analysis, text=""):
+        self.analysis, self.text = analysis, text
+
+    def as_text(self):
+        return self.text
 
     def cost_analysis(self):
         if isinstance(self.analysis, Exception):
@@ -121,6 +125,60 @@ class _FakeCompiled:
 def test_xla_cost_never_reports_a_wrong_number(analysis, words):
     cost = xla_cost(_FakeCompiled(analysis), 8)
     assert cost.flops is None and words in cost.note
+
+
+# What a GPU's optimised ResNet step holds: convolutions and a matmul as library calls.
+_GPU_TEXT = (
+    '%c = custom-call(%a, %b), custom_call_target="__cudnn$convForward"\n'
+    '%d = custom-call(%a, %b), custom_call_target="__cudnn$convForward"\n'
+    '%e = custom-call(%c, %d), custom_call_target="__cublas$lt$matmul"\n'
+    '%f = custom-call(%e), custom_call_target="Sharding"\n'
+)
+
+
+def test_flops_come_from_before_optimisation_when_libraries_do_the_work():
+    compiled = _FakeCompiled({"flops": 1.0e9, "bytes accessed": 5.0e8}, _GPU_TEXT)
+    lowered = _FakeCompiled({"flops": 6.0e10, "bytes accessed": 9.0e9})
+    assert xla_cost(compiled, 2).flops == 2.0e9  # without the lowered program: as compiled
+    cost = xla_cost(compiled, 2, lowered)
+    assert cost.flops_per_device == 6.0e10 and cost.flops == 1.2e11
+    assert cost.bytes_accessed_per_device == 5.0e8  # bytes are the optimised program's
+    assert "2 x __cudnn$convForward" in cost.note and "1 x __cublas$lt$matmul" in cost.note
+    assert "Sharding" not in cost.note
+    # No library call (CPUs, TPUs): the compiled program's figure, the lowered one unused.
+    plain = xla_cost(_FakeCompiled({"flops": 1.0e9}, "%c = convolution(%a, %b)"), 2, lowered)
+    assert plain.flops == 2.0e9 and "before optimisation" not in plain.note
+
+
+def test_the_lowered_step_counts_per_device_like_the_compiled_one():
+    # The figure the GPU path reads is per device, as the compiled one is: shard_map bodies
+    # have local shapes before optimisation too (here within 2 %, on a 2 x 2 mesh).
+    config = _config("resnet_small", 28, 16, C.MeshConfig(ensemble_size=2, parallel_degree=2))
+    step = compile_train_step(config, devices=jax.devices()[:4])
+    before = step.lowered.cost_analysis()["flops"]
+    after = xla_cost(step.compiled, step.num_devices).flops_per_device
+    assert before == pytest.approx(after, rel=0.02)
+
+
+class _PluginLowered:
+    """A lowered program on a PJRT plugin backend: no cost analysis of its own."""
+
+    def __init__(self, lowered):
+        self._lowering = lowered._lowering
+
+    def cost_analysis(self):
+        return None
+
+
+def test_the_host_counts_the_lowered_program_when_the_plugin_cannot():
+    lowered = jax.jit(lambda x, y: x @ y).lower(jnp.ones((64, 32)), jnp.ones((32, 16)))
+    compiled = _FakeCompiled({"flops": 1.0}, _GPU_TEXT)
+    cost = xla_cost(compiled, 1, _PluginLowered(lowered))
+    assert cost.flops == 2 * 64 * 32 * 16
+    broken = _PluginLowered(lowered)
+    broken._lowering = None  # what a JAX that moved the private function would give
+    cost = xla_cost(compiled, 1, broken)
+    assert cost.flops is None and "host's analysis of it failed" in cost.note
 
 
 def test_crosscheck_is_cached():

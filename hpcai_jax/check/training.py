@@ -75,6 +75,7 @@ def step_config(
 class StepRun:
     config: C.RunConfig
     compiled: object
+    lowered: object
     compile_s: float
     build_s: float  # set-up, initial state and compile: what another step of this size costs first
     step_s: list[float]  # timed steps, warm-up excluded
@@ -99,7 +100,7 @@ def run_steps(
     build_start = time.perf_counter()
     setup = build_setup(config, open_data=False)
     state = setup.init_state()
-    compiled, compile_s = compile_step(
+    build = compile_step(
         setup.train_step,
         state,
         setup.mesh,
@@ -115,6 +116,7 @@ def run_steps(
         config.train.batch_size,
         config.train.seed,
     )
+    compiled, compile_s = build.compiled, build.seconds
     build_s = time.perf_counter() - build_start
     finite = True
     start = time.perf_counter()
@@ -137,7 +139,7 @@ def run_steps(
         if times and energy_start.available and energy_end.available
         else None
     )
-    return StepRun(config, compiled, compile_s, build_s, times, finite, joules)
+    return StepRun(config, compiled, build.lowered, compile_s, build_s, times, finite, joules)
 
 
 def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:
@@ -169,7 +171,7 @@ def train_rows(
     layout_devices = jax.device_count()
     m, b = cfg.mesh.ensemble_size, cfg.train.batch_size
     kind, backend = jax.devices()[0].device_kind, jax.default_backend()
-    cost = xla_cost(run.compiled, layout_devices)
+    cost = xla_cost(run.compiled, layout_devices, run.lowered)
     flops = crosscheck(cfg, cost.flops)
     median = run.median_s
     rate = m * b / median / layout_devices if median else None

@@ -138,6 +138,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
 @dataclasses.dataclass(frozen=True)
 class CompiledTrainStep:
     compiled: jax.stages.Compiled
+    lowered: jax.stages.Lowered
     layout: MeshLayout
     mesh: Mesh
     num_devices: int
@@ -150,7 +151,7 @@ def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
     """The whole-ensemble training step for `config`, compiled without initialising any state
     (for FLOP accounting)."""
     setup = build_setup(config, devices=devices, open_data=False)
-    compiled, seconds = compile_step(
+    build = compile_step(
         setup.train_step,
         setup.abstract_state,
         setup.mesh,
@@ -159,11 +160,12 @@ def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
         setup.workload.spec.fields,
     )
     return CompiledTrainStep(
-        compiled=compiled,
+        compiled=build.compiled,
+        lowered=build.lowered,
         layout=setup.layout,
         mesh=setup.mesh,
         num_devices=setup.layout.num_devices,
         member_strategy=setup.member_strategy,
         member_strategy_why=setup.member_strategy_why,
-        compile_s=seconds,
+        compile_s=build.seconds,
     )

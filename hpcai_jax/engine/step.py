@@ -10,6 +10,7 @@ mode are the ones the record names (docs/system_options.md).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -477,6 +478,16 @@ def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fiel
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class StepBuild:
+    """A compiled step, how long lowering and compiling took, and the lowered program (whose
+    FLOPs count where the compiled one calls libraries: flops/xla.py)."""
+
+    compiled: jax.stages.Compiled
+    seconds: float
+    lowered: jax.stages.Lowered
+
+
 def compile_step(
     step_fn,
     state,
@@ -485,8 +496,8 @@ def compile_step(
     batch_size: int,
     fields: Fields,
     compiler_options: dict | None = None,
-) -> tuple[jax.stages.Compiled, float]:
-    """Compiles ahead of timing; state may be concrete or abstract. Returns (compiled, seconds).
+) -> StepBuild:
+    """Compiles ahead of timing; state may be concrete or abstract.
     `compiler_options`: XLA options for this compile only (a setting measured against another)."""
     start = time.perf_counter()
     lowered = step_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))
@@ -495,4 +506,4 @@ def compile_step(
         if compiler_options
         else lowered.compile()
     )
-    return compiled, time.perf_counter() - start
+    return StepBuild(compiled, time.perf_counter() - start, lowered)

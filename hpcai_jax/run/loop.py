@@ -92,7 +92,7 @@ def _compile(
     """Compiles the step ahead of timing and gathers what the record says about it: XLA's and the
     analytic FLOP counts (warning loudly when they disagree), memory per device, peak FLOP/s."""
     config, layout = setup.config, setup.layout
-    compiled, compile_s = compile_step(
+    build = compile_step(
         setup.train_step,
         state,
         setup.mesh,
@@ -100,8 +100,9 @@ def _compile(
         config.train.batch_size,
         setup.workload.spec.fields,
     )
+    compiled, compile_s = build.compiled, build.seconds
     progress.compile_s.append(compile_s)
-    cost = xla_cost(compiled, layout.num_devices)
+    cost = xla_cost(compiled, layout.num_devices, build.lowered)
     cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
     logging.info(
         "compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",

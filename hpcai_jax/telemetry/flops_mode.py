@@ -41,9 +41,10 @@ def run_flops(config: RunConfig) -> int:
     m, b = config.mesh.ensemble_size, config.train.batch_size
 
     variables, x = forward_args(member)
-    fwd_cost = xla_cost(jax.jit(forward_fn(member.workload)).lower(variables, x).compile(), 1)
+    fwd_lowered = jax.jit(forward_fn(member.workload)).lower(variables, x)
+    fwd_cost = xla_cost(fwd_lowered.compile(), 1, fwd_lowered)
     step = compile_train_step(config)
-    step_cost = xla_cost(step.compiled, step.num_devices)
+    step_cost = xla_cost(step.compiled, step.num_devices, step.lowered)
     check = crosscheck(config, step_cost.flops)
 
     device = jax.devices()[0]
