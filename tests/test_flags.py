@@ -21,6 +21,7 @@ FLAGS = hflags.FLAGS
 RENAMED = {
     "stream_kernels": ("stream", "kernels"),
     "stream_devices": ("stream", "devices"),
+    "stream_burst": ("stream", "burst"),
     "distributed_timeout_s": ("distributed", "timeout_s"),
     "check_budget_s": ("check", "budget_s"),
     "check_record": ("check", "record"),

@@ -55,6 +55,31 @@ def test_sharded_over_eight_devices_validates(kernels):
     assert not result.allocation_problems()
 
 
+@pytest.mark.parametrize("kernels", ["all", "triad", "nstream"])
+@pytest.mark.parametrize("devices", ["one", "all"])
+def test_a_burst_of_calls_per_sample_still_validates(kernels, devices):
+    # Every kernel but Nstream rewrites its output from inputs it leaves alone, so a burst ends
+    # as one call does; Nstream adds itself `burst` times, and validation must replay that.
+    result = measure_bandwidth(
+        StreamConfig(array_size=N, num_times=3, kernels=kernels, devices=devices, burst=4)
+    )
+    assert result.burst == 4
+    assert result.validation.passed, result.validation.failures()
+    assert all(v in (None, True) for v in result.buffer_reused.values())
+    if kernels == "nstream":  # 12 additions, not 3: a replay of 3 would not have passed
+        assert (
+            gold_values("nstream", 12, "float64", N).a != gold_values("nstream", 3, "float64", N).a
+        )
+
+
+def test_the_burst_is_one_call_on_cpus_and_eight_elsewhere():
+    from hpcai_jax.stream.config import resolve_burst
+
+    assert resolve_burst(StreamConfig(), "cpu") == 1
+    assert resolve_burst(StreamConfig(), "gpu") == resolve_burst(StreamConfig(), "tpu") == 8
+    assert resolve_burst(StreamConfig(burst=3), "gpu") == 3
+
+
 def _wrong(key: str, fn) -> dict:
     return {**KERNELS, key: dataclasses.replace(KERNELS[key], fn=fn)}
 

@@ -102,7 +102,10 @@ def stream_items(ctx: Context, allotment: Allotment) -> list[Item]:
     items = []
     for figure in result.figures:
         rate = figure.gb_per_s * 1e9
-        note = f"{mib:.0f} MiB per array, {config.precision}, best of {config.num_times - 1}"
+        note = (
+            f"{mib:.0f} MiB per array, {config.precision}, best of {config.num_times - 1} "
+            f"samples of {result.burst} call(s) back to back"
+        )
         if failures:
             verdict, note = FAIL, f"validation failed: {failures}"
         elif not expected:

@@ -45,7 +45,8 @@ class StreamRun:
     implementation: str = field("JAX's version and the device, as BabelStream's header shows")
     kernels: str = field("`--stream_kernels`: all, or the one kernel run")
     order: list[str] = field("the kernels in the order they ran")
-    num_times: int = field("calls of each kernel (the first is excluded from the figures)")
+    num_times: int = field("samples of each kernel (the first is excluded from the figures)")
+    burst: int = field("calls back to back per sample, one synchronisation at its end", "calls")
     timing: str = field("how calls were timed")
 
 

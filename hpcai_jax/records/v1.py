@@ -19,6 +19,8 @@ CHANGES = (
     "`precision` at all: before Table 2's communication options) reduced flat, in float32.",
     "Training records: no `energy` (before the energy counters) is `energy.available` false, "
     "`energy.why` not measured.",
+    "STREAM records: a `run` without `burst` (before `--stream_burst`) timed every call alone: "
+    "a burst of 1.",
     "Everything else a version-1 record lacks reads as a version-2 record that lacks it does: "
     "None, a section of Nones, or an empty list or mapping.",
 )
@@ -30,6 +32,9 @@ def upgrade(data: dict) -> dict:
     out = {**data, "schema_version": 2}
     if out.get("mode") == "train":
         _train(out)
+    if out.get("mode") == "stream" and isinstance(out.get("run"), dict):
+        out["run"] = {**out["run"]}
+        out["run"].setdefault("burst", 1)
     return out
 
 

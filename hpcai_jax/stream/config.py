@@ -56,6 +56,15 @@ class StreamConfig(Checked):
         at_least=2,
         note="the first iteration is excluded from the statistics",
     )
+    burst: int = _field(
+        0,
+        "STREAM: calls of a kernel back to back per timed sample, one synchronisation at its end.",
+        flag="stream_burst",
+        at_least=1,
+        allow=(0,),
+        unit="calls",
+        note="or 0 for the platform's: 1 on CPUs, 8 on accelerators (docs/stream.md)",
+    )
     precision: str = _field(
         "float64", "STREAM: float64, float32 or bfloat16.", choices=PRECISIONS, enum=False
     )
@@ -97,6 +106,20 @@ class StreamConfig(Checked):
             f"{' and '.join(given)}: set at most one of --array_size, "
             "--array_mib, --array_fraction",
         )
+
+
+# Calls per timed sample when --stream_burst=0. A JAX call on a GPU costs about 0.1 ms of
+# dispatch and synchronisation beyond its kernel: at 1 GiB per array that is 10-20 % of a Copy
+# (the first H200 run: 3.4 TB/s per call, 4.1 TB/s back to back, 4.2 TB/s for CuPy's kernel
+# timed with CUDA events). Back to back, each dispatch overlaps the previous call's kernel.
+# On CPUs a call runs on the dispatching thread's pool, and 1 keeps BabelStream's timing.
+DEFAULT_BURST = {"cpu": 1}
+ACCELERATOR_BURST = 8
+
+
+def resolve_burst(config: StreamConfig, platform: str) -> int:
+    """Calls per timed sample on `platform` (--stream_burst, or the platform's default)."""
+    return config.burst or DEFAULT_BURST.get(platform, ACCELERATOR_BURST)
 
 
 @dataclasses.dataclass(frozen=True)

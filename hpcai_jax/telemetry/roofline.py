@@ -52,7 +52,8 @@ def stream_bandwidth(record_path: str) -> tuple[float, str]:
     return (
         triad.per_device_gb_per_s * 1e9,
         f"STREAM Triad measured at start: all {triad.num_devices} devices at once, float32, "
-        f"{result.elements} elements, best of {_CALLS - 1} calls, per device",
+        f"{result.elements} elements, best of {_CALLS - 1} samples of {result.burst} call(s), "
+        "per device",
     )
 
 
