@@ -2,8 +2,9 @@
 
 `measure_bandwidth` measures and validates one placement (tests and benchmarks call it);
 `measure_each` does so for every local device in turn (--stream_devices=each); `run_stream` is
-what `python -m hpcai_jax.main --mode=stream` runs: it also prints BabelStream's output on
-process 0 and writes the JSON record.
+what `python -m hpcai_jax.main --mode=stream` runs, three steps on one measured value: measure
+(`measure_stream`), record (`stream_record`, the JSON record) and render (`render_stream`,
+BabelStream's output, printed on process 0).
 """
 
 from __future__ import annotations
@@ -233,79 +234,128 @@ def implementation_label(placement: Placement) -> str:
     return f"JAX {jax.__version__} ({placement.platform}: {hardware_name(placement)})"
 
 
+@dataclasses.dataclass(frozen=True)
+class StreamMeasurement:
+    """What `--mode=stream` measured on this process, and what it gathered from the others."""
+
+    local: tuple[StreamResult, ...]  # this process's runs: one, or one per local device (each)
+    devices: list[report.DeviceFigures] | None  # every process's devices (each); else None
+    per_process: list[dict[str, float]] | None  # every process's best rates (one); else None
+
+    @property
+    def result(self) -> StreamResult:
+        """This process's first run: sizes, programs and allocation proofs are the same on every
+        device."""
+        return self.local[0]
+
+    @property
+    def passed(self) -> bool:
+        if self.devices is None:
+            return self.local[0].validation.passed
+        return all(d.passed for d in self.devices)
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamText:
+    """What process 0 prints: BabelStream's report (stdout), the validation failures (stderr),
+    and the figure of merit, last (on stderr under --csv, so that stdout stays CSV)."""
+
+    report: str
+    failures: tuple[str, ...]
+    figure_of_merit: str
+    merit_to_stderr: bool
+
+
+def measure_stream(config: StreamConfig) -> StreamMeasurement:
+    """Measures as --stream_devices asks and gathers the figures every process needs (a
+    collective with several processes); prints nothing."""
+    if config.devices == "each":
+        local = tuple(measure_each(config))
+        return StreamMeasurement(local, gather_each(list(local)), None)
+    result = measure_bandwidth(config)
+    per_process = _per_process_best(result) if config.devices == "one" else None
+    return StreamMeasurement((result,), None, per_process)
+
+
+def warn_problems(measured: StreamMeasurement) -> None:
+    """Every process: its own devices' validation failures (each) on stderr, and its kernels'
+    allocation and byte-count problems in the log."""
+    if measured.devices is not None:
+        for r in measured.local:
+            for failure in r.validation.failures():
+                print(f"device {r.placement.devices[0].id}: {failure}", file=sys.stderr)
+    for r in measured.local:
+        for problem in r.allocation_problems() + r.byte_weight_mismatches():
+            logging.warning("STREAM: %s", problem)
+
+
+def render_stream(measured: StreamMeasurement) -> StreamText:
+    """BabelStream's output of the measurement, from it alone."""
+    result, devices = measured.result, measured.devices
+    cfg = result.config
+    if devices is None:
+        text = render_report(result)
+        failures = tuple(result.validation.failures())
+        fom = report.figure_of_merit(result.figures, cfg.mibibytes)
+    else:
+        text, failures = render_each(result, devices), ()
+        note = f"; the slowest of {len(devices)} devices, each measured alone"
+        fom = report.figure_of_merit(report.slowest(devices), cfg.mibibytes, note)
+    return StreamText(text, failures, fom, merit_to_stderr=cfg.csv)
+
+
 def run_stream(config: RunConfig) -> int:
-    """`--mode=stream`: run, print BabelStream's output (process 0), write the record.
+    """`--mode=stream`: measure, write the record, print BabelStream's output (process 0).
 
     Returns the process exit code: 0, or 1 when validation failed (BabelStream's non-zero exit).
     """
-    stream = config.stream
     run_id = results.run_id(config, "stream")
     claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
-    if stream.devices == "each":
-        local = measure_each(stream)
-        devices = gather_each(local)
-        passed = all(d.passed for d in devices)
-        for r in local:  # every process reports its own devices' failures
-            for failure in r.validation.failures():
-                print(f"device {r.placement.devices[0].id}: {failure}", file=sys.stderr)
-    else:
-        local, devices = [measure_bandwidth(stream)], None
-        passed = local[0].validation.passed
-    result = local[0]  # sizes, programs and allocation proofs are the same on every device
-    for r in local:
-        for problem in r.allocation_problems() + r.byte_weight_mismatches():
-            logging.warning("STREAM: %s", problem)
-    per_process = _per_process_best(result) if stream.devices == "one" else None
-    record = stream_record(config, run_id, result, per_process, devices)
+    measured = measure_stream(config.stream)
+    warn_problems(measured)
+    record = stream_record(config, run_id, measured.result, measured.per_process, measured.devices)
     path = results.write_record(config.results.results_dir, run_id, record)
     claimed.release()
     if jax.process_index() == 0:
-        if devices is None:
-            _print_report(result)
-            for failure in result.validation.failures():
-                print(failure, file=sys.stderr)
-            fom = report.figure_of_merit(result.figures, stream.mibibytes)
-        else:
-            _print_each(result, devices)
-            note = f"; the slowest of {len(devices)} devices, each measured alone"
-            fom = report.figure_of_merit(report.slowest(devices), stream.mibibytes, note)
-        if path:
-            logging.info("STREAM: record written to %s", path)
-        print(fom, file=sys.stderr if stream.csv else sys.stdout, flush=True)
-    return 0 if passed else 1
+        _show(render_stream(measured), path)
+    return 0 if measured.passed else 1
 
 
-def _print_header(result: StreamResult) -> None:
+def _show(text: StreamText, path) -> None:
+    print(text.report)
+    for failure in text.failures:
+        print(failure, file=sys.stderr)
+    if path:
+        logging.info("STREAM: record written to %s", path)
+    print(text.figure_of_merit, file=sys.stderr if text.merit_to_stderr else sys.stdout, flush=True)
+
+
+def _header(result: StreamResult) -> str:
     cfg = result.config
-    print(
-        report.header(
-            implementation=implementation_label(result.placement),
-            kernels=cfg.kernels,
-            num_times=cfg.num_times,
-            precision=cfg.precision,
-            elements=result.elements,
-            itemsize=result.itemsize,
-            mibibytes=cfg.mibibytes,
-            placement=result.placement.describe(),
-        )
+    return report.header(
+        implementation=implementation_label(result.placement),
+        kernels=cfg.kernels,
+        num_times=cfg.num_times,
+        precision=cfg.precision,
+        elements=result.elements,
+        itemsize=result.itemsize,
+        mibibytes=cfg.mibibytes,
+        placement=result.placement.describe(),
     )
 
 
-def _print_report(result: StreamResult) -> None:
+def render_report(result: StreamResult) -> str:
+    """BabelStream's report of one placement: the header and the table, or the CSV lines."""
     cfg = result.config
     if cfg.csv:
-        print(
-            report.csv(
-                result.figures, cfg.num_times, result.elements, result.itemsize, cfg.mibibytes
-            )
+        return report.csv(
+            result.figures, cfg.num_times, result.elements, result.itemsize, cfg.mibibytes
         )
-        return
-    _print_header(result)
-    print(report.table(result.figures, cfg.mibibytes))
+    parts = [_header(result), report.table(result.figures, cfg.mibibytes)]
     if result.placement.num_devices > 1:
-        print(report.per_device_table(result.figures, cfg.mibibytes))
+        parts.append(report.per_device_table(result.figures, cfg.mibibytes))
     if cfg.kernels == "triad":
-        print(
+        parts.append(
             report.triad_only_summary(
                 result.times_s["triad"],
                 result.elements,
@@ -314,19 +364,17 @@ def _print_report(result: StreamResult) -> None:
                 cfg.mibibytes,
             )
         )
+    return "\n".join(parts)
 
 
-def _print_each(result: StreamResult, devices: list[report.DeviceFigures]) -> None:
+def render_each(result: StreamResult, devices: list[report.DeviceFigures]) -> str:
+    """BabelStream's report of every device measured alone (--stream_devices=each)."""
     cfg = result.config
     if cfg.csv:
-        print(
-            report.each_device_csv(
-                devices, cfg.num_times, result.elements, result.itemsize, cfg.mibibytes
-            )
+        return report.each_device_csv(
+            devices, cfg.num_times, result.elements, result.itemsize, cfg.mibibytes
         )
-        return
-    _print_header(result)
-    print(report.each_device_table(devices, cfg.mibibytes))
+    return "\n".join([_header(result), report.each_device_table(devices, cfg.mibibytes)])
 
 
 def _per_process_best(result: StreamResult) -> list[dict[str, float]]:

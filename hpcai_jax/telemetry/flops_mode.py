@@ -1,7 +1,13 @@
 """`--mode=flops`: the FLOP accounting report of a configuration's training step, without
-training: the per-operator tables, XLA's count against the analytic one, APC, the peaks."""
+training: the per-operator tables, XLA's count against the analytic one, APC, the peaks.
+
+Measure (`measure_flops`, the compiles and the matmul peak), render (`render_flops`, the text)
+and record (`flops_record`) are separate, so that the text and the record are functions of one
+measured value (docs/flops.md)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 
@@ -16,9 +22,42 @@ from hpcai_jax.flops.tables import (
     forward_table,
     train_table,
 )
-from hpcai_jax.flops.xla import xla_cost
-from hpcai_jax.records.flops import FlopsPeaks, FlopsReport
-from hpcai_jax.telemetry.flop_count import count_config, crosscheck, forward_args, forward_fn
+from hpcai_jax.flops.xla import XlaCost, xla_cost
+from hpcai_jax.records.flops import FlopsPeaks, FlopsRecord, FlopsReport
+from hpcai_jax.telemetry.flop_count import (
+    FlopFigures,
+    ModelFlops,
+    count_config,
+    crosscheck,
+    forward_args,
+    forward_fn,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopsResult:
+    """What `--mode=flops` measured; the model, |B| and M are the cross-check's (`check`)."""
+
+    member: ModelFlops  # one member's analytic counts: forward and training step
+    forward_cost: XlaCost  # XLA's count of the compiled forward pass, one device
+    step_cost: XlaCost  # XLA's count of the whole ensemble's compiled training step
+    check: FlopFigures  # XLA against the analytic counts, APC
+    dtype: str
+    num_devices: int  # the training step's devices
+    device_kind: str
+    datasheet_flops_per_s: float | None
+    measured_matmul_flops_per_s: float
+    compile_s: float  # compiling the training step
+
+    @property
+    def xla_forward_per_example(self) -> float | None:
+        flops = self.forward_cost.flops
+        return None if flops is None else flops / self.check.batch_size
+
+    @property
+    def ok(self) -> bool:
+        """False only when XLA's and the analytic count disagree beyond the tolerance."""
+        return self.check.crosscheck_ok is not False
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -29,35 +68,39 @@ def _fmt_ratio(r: float | None) -> str:
     return results.cell(r, "{:.4f}")
 
 
-def run_flops(config: RunConfig) -> int:
-    """Prints the FLOP report for `config` and writes it as a results record.
-
-    Returns 0, or 1 when XLA's and the analytic count of the training step disagree by more
-    than CROSSCHECK_TOLERANCE.
-    """
-    run_id = results.run_id(config, "flops")
-    claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
+def measure_flops(config: RunConfig) -> FlopsResult:
+    """Counts `config`'s step analytically, compiles its forward pass and training step for
+    XLA's counts, and measures the matmul peak; prints nothing."""
     member = count_config(config)
-    m, b = config.mesh.ensemble_size, config.train.batch_size
-
     variables, x = forward_args(member)
     fwd_lowered = jax.jit(forward_fn(member.workload)).lower(variables, x)
     fwd_cost = xla_cost(fwd_lowered.compile(), 1, fwd_lowered)
     step = compile_train_step(config)
     step_cost = xla_cost(step.compiled, step.num_devices, step.lowered)
     check = crosscheck(config, step_cost.flops)
-
     device = jax.devices()[0]
     dtype = config.model.dtype
-    datasheet = peak_flops_per_device(device.device_kind, dtype)
-    measured = measure_matmul_peak(dtype)
+    return FlopsResult(
+        member=member,
+        forward_cost=fwd_cost,
+        step_cost=step_cost,
+        check=check,
+        dtype=dtype,
+        num_devices=step.num_devices,
+        device_kind=device.device_kind,
+        datasheet_flops_per_s=peak_flops_per_device(device.device_kind, dtype),
+        measured_matmul_flops_per_s=measure_matmul_peak(dtype),
+        compile_s=step.compile_s,
+    )
 
-    fwd = member.forward
-    fwd_xla_ex = None if fwd_cost.flops is None else fwd_cost.flops / b
-    lines = [
-        f"FLOP accounting: {config.model.model}, {'×'.join(map(str, member.input_shape))}, |B| = {b}, M = {m}, dtype {dtype}, "
-        f"{step.num_devices} device(s) ({device.device_kind})",
-        "",
+
+def _forward_lines(result: FlopsResult) -> list[str]:
+    fwd, b, fwd_xla_ex = (
+        result.member.forward,
+        result.check.batch_size,
+        result.xla_forward_per_example,
+    )
+    return [
         f"Forward pass (one member, training mode), per example; "
         f"{fwd.macs / b / 1e9:.4f} GMAC over all taps",
         forward_table(fwd),
@@ -67,13 +110,19 @@ def run_flops(config: RunConfig) -> int:
             f"{_fmt_ratio(_ratio(fwd_xla_ex, fwd.per_example('xla')))}, XLA / Table 3 2·MAC "
             f"{_fmt_ratio(_ratio(fwd_xla_ex, fwd.per_example('table3_2mac')))}"
             if fwd_xla_ex is not None
-            else f"unavailable ({fwd_cost.note})"
+            else f"unavailable ({result.forward_cost.note})"
         ),
-        "",
+    ]
+
+
+def _step_lines(result: FlopsResult) -> list[str]:
+    check, step_cost = result.check, result.step_cost
+    return [
         "Training step (one member: preprocess, forward, backward, SGD update), per example",
-        train_table(member),
+        train_table(result.member),
         "",
-        f"Whole ensemble's training step (M = {m}, global = per device × {step.num_devices}):",
+        f"Whole ensemble's training step (M = {check.ensemble_size}, global = per device × "
+        f"{result.num_devices}):",
         "  XLA cost analysis      "
         + (
             f"{step_cost.flops / 1e9:14.3f} GFLOP"
@@ -85,39 +134,55 @@ def run_flops(config: RunConfig) -> int:
         f"  analytic, 3×fwd Table 3 {check.apc_table3 / 1e9:13.3f} GFLOP"
         f"   XLA / Table 3  = {_fmt_ratio(check.xla_over_table3)}",
         "  per operator, 3×fwd Table 3 vs the step under XLA's rules (GFLOP/example):",
-        *(f"    {line}" for line in explain_gap(member)),
+        *(f"    {line}" for line in explain_gap(result.member)),
+    ]
+
+
+def render_flops(result: FlopsResult) -> str:
+    """The report `--mode=flops` prints, from the measured value alone."""
+    check, member = result.check, result.member
+    kind, dtype = result.device_kind, result.dtype
+    lines = [
+        f"FLOP accounting: {check.model}, {'×'.join(map(str, member.input_shape))}, "
+        f"|B| = {check.batch_size}, M = {check.ensemble_size}, dtype {dtype}, "
+        f"{result.num_devices} device(s) ({kind})",
+        "",
+        *_forward_lines(result),
+        "",
+        *_step_lines(result),
         "",
         f"APC (Eq. 4, one iteration of the ensemble): {check.apc / 1e9:.3f} GFLOP "
         f"[{check.train_step_flops_source}]; {check.apc_table3 / 1e9:.3f} GFLOP by the "
         "paper's rule (3 × forward, Table 3)",
     ]
-    if config.model.model == "resnet50":
+    if check.model == "resnet50":
         lines.append(
             f"  paper (ResNet-50 v1, |B| = {PAPER_RESNET50_BATCH}, M = 1): "
             f"{PAPER_RESNET50_APC_GFLOPS:,} GFLOP = 23.0 GFLOP × 512 (≈ 3.8 GMAC × 2 × 3); ours is "
             "v1.5 (stride on the 3×3 convolution: 4.09 GMAC) and counts BatchNorm, "
             "element-wise and pooling operators too"
         )
+    datasheet = result.datasheet_flops_per_s
+    notes = check.notes + [result.forward_cost.note, result.step_cost.note]
     lines += [
         "FLOPS (Eq. 6) = APC × N/|B| / T_epoch: reported by training runs",
         "",
         f"Peak FLOP/s per device ({dtype}): datasheet "
-        + (
-            f"{datasheet / 1e12:.1f} TFLOP/s"
-            if datasheet
-            else f"unknown for {device.device_kind!r}"
-        )
-        + f"; measured matmul {measured / 1e12:.4f} TFLOP/s",
-        *(f"note: {n}" for n in check.notes + [fwd_cost.note, step_cost.note] if n),
+        + (f"{datasheet / 1e12:.1f} TFLOP/s" if datasheet else f"unknown for {kind!r}")
+        + f"; measured matmul {result.measured_matmul_flops_per_s / 1e12:.4f} TFLOP/s",
+        *(f"note: {n}" for n in notes if n),
     ]
-    ok = check.crosscheck_ok is not False
-    if not ok:
+    if not result.ok:
         lines.append(f"CROSS-CHECK FAILED: {check.source_reason}")
-    if jax.process_index() == 0:
-        print("\n".join(lines))
+    return "\n".join(lines)
 
-    status, reason = ("complete", "") if ok else ("invalid", check.source_reason)
-    record = results.envelope(
+
+def flops_record(config: RunConfig, run_id: str, result: FlopsResult) -> FlopsRecord:
+    """The record (`records.FlopsRecord`, docs/record.md) of the measured value; every process
+    must call it (the envelope gathers host names)."""
+    check = result.check
+    status, reason = ("complete", "") if result.ok else ("invalid", check.source_reason)
+    return results.envelope(
         "flops",
         run_id,
         status,
@@ -125,22 +190,36 @@ def run_flops(config: RunConfig) -> int:
         reason,
         flops=FlopsReport(
             **check.to_dict(),
-            forward=fwd.to_dict(),
-            train_step_member=member.train_step.to_dict(),
-            xla_forward_flops_per_example=fwd_xla_ex,
-            xla_notes=[n for n in (fwd_cost.note, step_cost.note) if n],
-            gap_by_operator=explain_gap(member),
+            forward=result.member.forward.to_dict(),
+            train_step_member=result.member.train_step.to_dict(),
+            xla_forward_flops_per_example=result.xla_forward_per_example,
+            xla_notes=[n for n in (result.forward_cost.note, result.step_cost.note) if n],
+            gap_by_operator=explain_gap(result.member),
         ),
         peaks=FlopsPeaks(
-            device_kind=device.device_kind,
-            dtype=dtype,
-            datasheet_flops_per_s=datasheet,
-            measured_matmul_flops_per_s=measured,
+            device_kind=result.device_kind,
+            dtype=result.dtype,
+            datasheet_flops_per_s=result.datasheet_flops_per_s,
+            measured_matmul_flops_per_s=result.measured_matmul_flops_per_s,
         ),
-        compile_s=step.compile_s,
+        compile_s=result.compile_s,
     )
+
+
+def run_flops(config: RunConfig) -> int:
+    """Prints the FLOP report for `config` (process 0) and writes it as a results record.
+
+    Returns 0, or 1 when XLA's and the analytic count of the training step disagree by more
+    than CROSSCHECK_TOLERANCE.
+    """
+    run_id = results.run_id(config, "flops")
+    claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
+    result = measure_flops(config)
+    if jax.process_index() == 0:
+        print(render_flops(result))
+    record = flops_record(config, run_id, result)
     path = results.write_record(config.results.results_dir, run_id, record)
     claimed.release()
     if path is not None:
         print(f"record: {path}")
-    return 0 if ok else 1
+    return 0 if result.ok else 1
