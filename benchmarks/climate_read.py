@@ -1,21 +1,9 @@
 """Random reads of climate examples: the authors' gzip HDF5 years vs the converter's memmap.
 
-Builds a small raw data set of the real layout in a temporary directory (full-resolution
-768 × 1152 × 16 float32 fields from the synthetic generator, written back in CAM5 units with
-float32 rounding noise in every mantissa, as model output has, so that gzip does not find the
-float16 zeros; gzip level 4 and h5py's default chunking, as `create_dataset(...,
-compression="gzip")` writes), converts it at each height, and reads the same random batches
-(with repeats, like a bootstrap sample) from both, taking turns batch by batch so that a
-shared machine's load hits both alike. Both are read from the page cache (the files were just
-written): the raw figure is HDF5 decompression plus transposing and downscaling, the converted
-one a memmap copy.
-
-Then the training read itself, as a run makes it: the pipeline's block stream
-(`hpcai_jax/data/workers.py`) with the climate training reader (`data/climate_train.py`: sample
-keys and the north-south flip) on raw and converted data, with each --workers count, reporting
-samples/s and samples per CPU-second of the training process and its workers together (Linux
-/proc: what a core yields, busy machine or not). It ends with the cores one GPU needs to be fed
-at full resolution: --gpu_batch samples per --step_s seconds, over the best per-core figure.
+Builds a small raw data set of the real layout here, converts it, reads the same random batches
+from both in turns, then times the training read through the worker pipeline, and ends with the
+cores one GPU needs to be fed. What it builds and times, and the figures: `docs/detection.md`,
+Measured.
 
     python benchmarks/climate_read.py [--samples=16] [--heights=768,192] [--batch=4] [--reads=12]
         [--workers=1,2] [--steps=6] [--step_s=1.0] [--gpu_batch=2]

@@ -1,28 +1,10 @@
 """The input pipeline for JPEG sets: the crop-before-decode transforms against the full-decode
 ones, and the thread-pool path against the worker path.
 
-Builds a tfds array_record set of ImageNet-like JPEGs here (about 500 × 375, quality 90, smooth
-content with some texture, so the files are ImageNet-sized rather than noise-sized), then reads
-training steps of one member, in one run, two ways: on a thread pool of one thread per core in
-the training process (the path before the worker pipeline: `TfdsSource.read` decoded there, on
-threads), and through the pipeline's block stream (`hpcai_jax/data/workers.py`) with each
-worker count (0: in the training process, one thread). It reports images/s after start-up and
-the ratio to the thread pool. Rounds are interleaved so that machine noise hits every path
-alike; each figure is the median over rounds. Next to images/s (which a
-busy machine lowers) it prints images per CPU-second of the training process and its workers
-together (Linux /proc; what a core yields, busy machine or not). The device side is left out:
-this is the host's supply of images.
-
-First, in the same interleaved rounds, each transform on its own in this process (images per
-CPU-second over every image of the set, the transforms taking turns every 16 images within a
-round; each round's ratio is new over old in that round, and the figure their median): the
-training path (`augment.train_image`: crop box from
-the JPEG header, only that region decoded by libjpeg-turbo 3, resampled by OpenCV) against the
-previous full decode (`augment.train_image_reference`: PIL), and the held-out path
-(`augment.eval_encoded`) against `augment.eval_image` of a full decode; also both paths as they
-run where libjpeg-turbo 3 is missing (PIL, whole frame, DCT-scaled where the box allows). It
-ends with the cores a device needs at each --target_images_per_s and, as its last two lines,
-the eval and training paths' figures against the previous ones.
+Builds ImageNet-like JPEGs here and times each transform, then whole training reads, in
+interleaved rounds so that machine noise hits every path alike; it ends with the cores a device
+needs at each --target_images_per_s. What it times and how, and the figures: `docs/input.md`,
+What was measured.
 
     python benchmarks/input_pipeline.py [--images=256] [--workers=0,2] [--rounds=3]
         [--steps=8] [--batch_size=64] [--image_size=224] [--target_images_per_s=3000,6000]

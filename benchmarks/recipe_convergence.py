@@ -1,20 +1,10 @@
 """The ImageNet recipe's convergence check at CPU scale: the same bagged members trained for the
 same steps on a JPEG set built here, without and with the recipe, held-out top-1 side by side.
 
-The set: Fashion-MNIST's Debian IDX files (nothing is downloaded), each image upscaled to
-S × S (default 40) and stored as a JPEG (quality 90) in a tfds array_record set, so that it goes
-through the JPEG path of an ImageNet run: grain workers decode, random-resized-crop and flip
-training images to --image_size (default 32), held-out images are resized and centre-cropped.
-
-The runs (`python -m hpcai_jax.main`, one record each, same seed, members and steps):
-  baseline     the path before the recipe: SGD momentum, constant learning rate, training
-               images get the held-out transform (--noaugment), hard labels;
-  sgd_recipe   SGD momentum, warm-up + cosine, random-resized crop + flip, label smoothing 0.1;
-  lars_recipe  LARS on kernels, warm-up + polynomial (power 2), the same augmentation and label
-               smoothing.
-Short runs favour the baseline (augmentation is a regulariser: it pays once the un-augmented
-model starts to overfit), so read the figures as "does the recipe train", and the gap as
-what augmentation costs or buys at this length.
+The set is Fashion-MNIST (Debian's IDX files: nothing is downloaded) stored as JPEGs, so that the
+runs go through an ImageNet run's JPEG path. The runs (baseline, sgd_recipe, lars_recipe), what
+they differ in, and why short runs favour the baseline: `docs/measurements.md`, The ImageNet
+recipe at CPU scale.
 
     python benchmarks/recipe_convergence.py [--steps=600] [--ensemble_size=4] [--train=12000]
 """

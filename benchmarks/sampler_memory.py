@@ -1,9 +1,9 @@
 """Resident memory of a bootstrap sampler walking ImageNet-size epoch orders.
 
 A sampler keeps each member's sample (uint16 counts) and at most `sampler.ORDERS_KEPT` epoch
-orders per member (int64, 10 MB a member at 1,281,167 examples), so its memory after 64 epochs
-is what it was after one. It used to keep up to 64 (member, epoch) orders in a cache shared by
-every equal sampler of the process: ~650 MB in every data worker by epoch 64.
+orders per member (int64, 10 MB a member at 1,281,167 examples), so that its memory after 64
+epochs, in every data worker, is what it was after one; this benchmark measures whether it is
+(figures, and the baseline: `benchmarks/README.md`).
 
 Walks --members members through --epochs epochs (one step per epoch, which builds that
 epoch's order) and prints the process's resident set size (VmRSS) after epoch 1 and after the

@@ -4,21 +4,10 @@ CPU, is it the code XLA generates, or how XLA's runtime runs it?
     python benchmarks/stream_runtime.py                  # 2^25 doubles, 30 calls x 4 rounds
     python benchmarks/stream_runtime.py --kernels=copy,mul --rounds=6
 
-XLA:CPU compiles each STREAM kernel (hpcai_jax.stream.kernels) into a loop function that its
-runtime calls once per partition (`outer_dimension_partitions`) on its thread pool. This script
-takes that function's object file from XLA's dump, links it into a small C library, and calls
-it on OpenMP threads, one per partition. Three contenders then take turns call by call on the
-same buffers (the JAX arrays' own memory):
-
-  jax        the engine's compiled kernel, called and blocked on as hpcai_jax.stream.runner does
-  xla_omp    XLA's machine code for that kernel, its partitions on pinned OpenMP threads
-  gcc_omp    BabelStream's loop compiled by gcc -O3 -march=native -fopenmp, pinned threads
-
-jax / gcc_omp is the gap; xla_omp / gcc_omp is the part of it that is code; jax / xla_omp the
-part that is the runtime. GB/s from the fastest call of each round (BabelStream's figure); the
-ratios are per round, then their median. CPU only (the dump's object files are x86-64 or
-AArch64 ELF). libgomp is loaded after JAX has started its threads: with OMP_PROC_BIND set,
-libgomp binds the thread that loads it, and threads made after that inherit the binding.
+XLA's own machine code for each kernel, taken from its dump and run on OpenMP threads, splits the
+gap between the engine's call and gcc's loop into code and runtime. The contenders, the ratios
+and the figures: `docs/stream.md`, Why each kernel is where it is (CPU). libgomp is loaded after
+JAX has started its threads, or OMP_PROC_BIND would pin every XLA thread to one core.
 """
 
 from __future__ import annotations

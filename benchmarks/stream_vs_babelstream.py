@@ -4,19 +4,9 @@
     python benchmarks/stream_vs_babelstream.py --babelstream=/path/to/BabelStream  # builds it
     python benchmarks/stream_vs_babelstream.py --babelstream=... --pairs=7 --array_size=33554432
 
-BabelStream (UoB-HPC/BabelStream) is never downloaded: point `--babelstream` at a built binary
-(`omp-stream`, or any model's, e.g. `cuda-stream` for a GPU) or at a source tree, which is built
-with `cmake -DMODEL=omp -DCMAKE_BUILD_TYPE=Release` into `--build_dir` (default: a temporary
-directory). Without it the script says so and exits 0; `benchmarks/stream_vs_numpy.py` keeps a
-BabelStream-like C/OpenMP baseline for machines without it.
-
-Each pair runs `python -m hpcai_jax.main --mode=stream --csv` and `omp-stream --csv` on the same
-size, one after the other, alternating which goes first, so both see the same load drift. Rates
-are BabelStream's (byte weight x N x sizeof over the fastest call, first iteration dropped),
-recomputed here from each side's `min_runtime` so the units agree. The ratio JAX / BabelStream
-is taken per pair; the summary gives every kernel's median ratio and its range over the pairs.
-BabelStream's OpenMP threads get `OMP_NUM_THREADS` = all cores and `OMP_PROC_BIND=true` unless
-the environment sets them.
+Runs alternate in pairs so that both sides see the same load drift. BabelStream is never
+downloaded: without --babelstream the script says so and exits 0. How a pair runs, how the rates
+are recomputed, and the figures: `docs/stream.md`, Comparing with BabelStream itself.
 """
 
 from __future__ import annotations

@@ -5,27 +5,9 @@ measured in one run, on the same array sizes, call by call.
     python benchmarks/stream_vs_numpy.py --host_devices=2 --stream_devices=all
     python benchmarks/stream_vs_numpy.py --xla_flags=--xla_cpu_multi_thread_eigen=false
 
-On a shared machine the load changes from second to second, so contenders measured one after
-another are not comparable. Here they take turns call by call: every iteration runs BabelStream's
-sequence (Copy, Mul, Add, Triad, Dot) and, for each kernel, each contender does its own call
-(rotating who goes first), each on its own three arrays, each call timed alone and blocking.
-Rates are BabelStream's: byte weight x N x sizeof over the fastest call, first iteration dropped
-(`triad_avg`: over the average call, to compare with jax_loop, which has only an average).
-
-  jax            the engine's compiled, donated kernels (hpcai_jax.stream.kernels), called and
-                 blocked on exactly as hpcai_jax.stream.runner does; validated at the end.
-  numpy          one thread, in place: np.copyto(c, a); np.multiply(c, s, out=b);
-                 np.add(a, b, out=c); Triad as np.multiply(c, s, out=a) then np.add(a, b,
-                 out=a); np.dot(a, b).
-  numpy_blocked  Triad only: the same two passes over 64 Ki-element blocks, so `a` is still in
-                 cache for the second pass (numpy's best in-place Triad here).
-  c_omp          BabelStream's OpenMP kernels (`omp parallel for`, first-touch init, 2 MiB-
-                 aligned arrays, `reduction(+:sum)` Dot), built with gcc -O3 -march=native
-                 -fopenmp into a temporary directory and called through ctypes; all cores,
-                 OMP_PROC_BIND=true, OMP_WAIT_POLICY=passive (its idle threads sleep instead of
-                 spinning against JAX's).
-After the paired iterations, `jax_loop` times Triad num_times over inside one jitted fori_loop
-(average rate, no per-call dispatch or synchronisation), once per round.
+On a shared machine contenders measured one after another are not comparable, so here they take
+turns call by call. The contenders, how each is timed, and the figures: `docs/stream.md`,
+Against numpy and a BabelStream-like C build, in one process.
 """
 
 from __future__ import annotations

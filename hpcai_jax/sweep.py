@@ -1,20 +1,8 @@
 """The paper's two experiments as sweeps of runs inside one allocation (HPC AI500 V3.0 §5).
 
-    scalability: P_degree fixed, M = 1..max_ensemble, so Sys_scale = M × P_degree grows.
-    tradeoff:    Sys_scale fixed, every (M, P_degree) with M × P_degree = Sys_scale.
-
-Each point is one run of `python -m hpcai_jax.main` started through a launcher template (srun
-inside an allocation, launch/local.py on one machine), writing its own record; the sweep prints
-a table of the records at the end and writes their report (`hpcai_jax.report`: markdown and PNG
-plots of FLOPS/VFLOPS against Sys_scale, quality against training time, MFU) into
-<results_dir>/report/. Placeholders in --launcher: {devices} (= Sys_scale), {nodes},
-{devices_per_node}. A --mllog=PATH among the runs' flags (or in their flagfile) gives each run
-its own MLLOG file beside PATH, <stem>.<run id><suffix> (e.g. logs/sweep.mllog ->
-logs/sweep.sweep-tradeoff-M2-P1.mllog), since one file would be truncated by every run.
-
-    python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=8 --max_ensemble=8 \\
-        --devices_per_node=8 --launcher='srun --nodes={nodes} --ntasks-per-node={devices_per_node}' \\
-        -- --flagfile=configs/resnet50_imagenet.flags
+Each point is one run of `python -m hpcai_jax.main` with a record of its own, so the sweep only
+plans the points, launches them and reports on their records. The experiments, the --launcher
+template and the runs' MLLOG files: `launch/README.md`, Sweeps.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The third-party modules hpcai_jax imports, read from its own source, and whether they import.
 
 A node's image decides what is installed, and a hand-kept list drifts from the code, so the list
-is derived: every `import` in `hpcai_jax/**/*.py` (at any depth, inside functions too), less the
-standard library, relative imports and hpcai_jax itself. An import inside a `try:` that catches
-ImportError (or ModuleNotFoundError, Exception, BaseException, a bare `except:`), inside `with
-contextlib.suppress(ImportError)`, or inside a module-private function (`_name`) that is only
-ever called from such places in its file, is guarded: a module whose every import is guarded is
-optional (reported, never a failure). Imports under `if TYPE_CHECKING:` never run and are not
-counted.
-
-    python3 -m hpcai_jax.third_party [--json]
-
-tries to import each module (warnings silenced: availability is the question, not deprecations)
-and prints one line per module; exit 1 when a required module is missing, 2 for bad arguments.
-This module imports only the standard library, so the check runs where nothing else is installed.
+is derived from the package's own imports. What counts, what is optional, and the check
+`python3 -m hpcai_jax.third_party [--json]`: `docs/offline_install.md`. This module imports only
+the standard library, so the check runs where nothing else is installed.
 """
 
 from __future__ import annotations

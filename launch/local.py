@@ -3,19 +3,9 @@
     python launch/local.py --num_processes=2 --devices_per_process=4 -- \\
         python -m hpcai_jax.main --flagfile=configs/quickstart.flags
 
-Process i runs the command with `--coordinator_address=127.0.0.1:PORT --num_processes=N
---process_id=i` appended, `JAX_PLATFORMS=cpu` and K forced host devices, so N processes make one
-N×K-device global mesh (docs/design.md, fact 5). `--processes_per_node=J` puts processes
-0..J-1 on simulated node 0, J..2J-1 on node 1, ... (HPCAI_JAX_NODE), so that intra- and
-inter-node traffic can be told apart on one machine; by default all are on one node. It is for tests and demos; clusters use launch/slurm/.
-
-Each output line of process i is prefixed `[p<i>] `. The launcher watches the processes like a
-scheduler would: the first one that fails (exit code other than 0) gets the others stopped
-(SIGTERM, SIGKILL after --grace_s), because a JAX process whose peer has gone waits in a
-collective forever. SIGINT/SIGTERM received by the launcher are forwarded to every process (a
-second one kills them). Exit code: 0 all succeeded; 75 all were preempted (exited 75, checkpoint
-saved); 124 --timeout_s expired; 130/143 interrupted by SIGINT/SIGTERM; otherwise the first failed
-process's code, or 128+signal if a signal killed it. Standard library only.
+For tests and demos (clusters use launch/slurm/). It watches the processes as a scheduler would,
+since a JAX process whose peer has gone waits in a collective forever. What each process gets,
+the options, signals and exit codes: `launch/README.md`, Local. Standard library only.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ sizes.
 
 Prints one row per size and kernel: GB/s of each way, and the engine's and the enqueued calls'
 ratios against CuPy's (what per-call dispatch and synchronisation cost, and what XLA's kernel
-costs against CuPy's). The first H200 acceptance read 3.1-3.6 TB/s at 1 GiB per array, float64, where
-a device-to-device copy reaches about 4.3 TB/s (docs/acceptance.md).
+costs against CuPy's). Why this exists, and the figures: `docs/stream.md`, What this means on
+GPUs.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Builds a wheelhouse for an offline node: only what its image lacks, for another Python.
 
-A GPU node first met is usually offline, with a vendor image that already holds JAX, CUDA and
-most of the scientific stack; shipping the whole closure would be gigabytes, and pip's own
-resolver cannot be told "these are installed over there". So the closure is walked here: each
-requirement of pyproject.toml's dependencies and chosen extras whose name is not in the
-have-list is downloaded as a wheel for the target (`pip download --no-deps` with the target's
-Python, ABI and manylinux platforms), its METADATA's Requires-Dist evaluated for the target's
-markers and walked in turn; a name in the have-list is trusted as installed (only the extras it
-is asked for are walked, from its metadata). Specifiers of a package required twice are
-intersected; a chosen version that fails a later one is chosen again and the walk restarts.
-A source-only dependency is built into a wheel here, which works for another target only when it
-is pure Python. Every wheel's tags are checked against the target's before anything is written.
-
-Run through wheelhouse.sh (its header has the usage). Exit 0 built, 1 the build failed, 2 bad
-arguments (one line on stderr).
+Shipping a vendor image's whole closure would be gigabytes, and pip's own resolver cannot be told
+"these are installed over there", so the closure is walked here against the node's have-list.
+How the walk works, and how to run it (through wheelhouse.sh): `docs/offline_install.md`. Exit 0
+built, 1 the build failed, 2 bad arguments (one line on stderr).
 """
 
 from __future__ import annotations

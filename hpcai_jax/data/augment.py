@@ -1,26 +1,8 @@
 """Image transforms for tfds sets: decode, the training augmentation, the held-out crop.
 
-Training images get the ImageNet recipe of the flax example and MLPerf's JAX ResNet: a random
-crop of 8–100% of the area and aspect 3/4–4/3 (10 attempts, then the held-out centre crop),
-resized to S×S, and a horizontal flip half the time. Its randomness is a pure function of
-(seed, member, epoch, slot), slot being the example's position in the member's epoch order, so a
-run resumed at any step, or read by any number of workers, sees the same crops; two copies of an
-example in one bootstrap sample get crops of their own, as two draws would. Held-out images
-(and out-of-bag reads of training images) get the shorter side resized to S/0.875 and a centre
-crop. Everything stays uint8: normalisation happens on the device.
-
-Encoded JPEGs are cropped before they are decoded (`train_image`, `eval_encoded`): the box is
-drawn from the header's size with the same draws as before, then libjpeg-turbo 3 decodes only
-that box, at a DCT scale of 1/2, 1/4 or 1/8 where the box stays at least 1.5 × the output a
-side (`jpeg_region.py`), and OpenCV resamples it like PIL's bilinear resize (`_resample`):
-≈ 2.15× fewer CPU-seconds an image than PIL's full decode and resize on ImageNet-sized frames
-(held-out crops ≈ 2.3–2.4×; docs/input.md says why not more). The pixels differ from
-that full decode by ≈ 1/255 on average (tests/test_augment.py bounds it at 2/255). Where
-libjpeg-turbo 3 is missing, or for what it does not decode (PNG, CMYK), PIL decodes the whole
-frame at the largest power-of-two DCT scale that still leaves the box at least the output's
-size (its `draft`) and resizes it with its bilinear filter: where no scale applies, the pixels
-are those of the full decode, bit for bit. `train_image_reference` is the full-decode path,
-kept for the benchmark and tests.
+A crop is a pure function of (seed, member, epoch, slot), so resumes and any number of workers
+read the same batches; a JPEG is cropped before it is decoded, because decoding is what an image
+costs the host. What each path does, how close its pixels are, and its cost: `docs/input.md`.
 """
 
 from __future__ import annotations
@@ -44,17 +26,16 @@ AREA = (0.08, 1.0)
 ASPECT = (3 / 4, 4 / 3)
 ATTEMPTS = 10
 CROP_FRACTION = 0.875  # held-out: shorter side to S / 0.875, then the central S×S
-# The held-out resize keeps 1.5× its size after a DCT scale: with none, a 1/4-scaled 500 × 375
-# frame resized by 1.28 to 73 differed from the full decode by 3.6/255 on average (1.3 at 1.5×).
+# The held-out resize keeps 1.5× its size after a DCT scale: less moves its pixels away from the
+# full decode's (docs/input.md, Pixels).
 _EVAL_MARGIN = 1.5
 _MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # PIL's mode of each channel count
 # libjpeg-turbo's DCT scale keeps the box ≥ 1.5× the output a side; `_resample`'s blur does the
-# rest of PIL's antialiasing. The DCT's low-pass is sharper than PIL's triangle: at 1×, 64² crops
-# differed from the full decode's by up to 1.8/255 on average (0.85 at 1.5×; ImageNet-like
-# photos, as the benchmark makes them).
+# rest of PIL's antialiasing. The DCT's low-pass is sharper than PIL's triangle, so a smaller
+# margin departs further from the full decode (docs/input.md, Pixels).
 _DCT_MARGIN = 1.5
 # `_resample`'s Gaussian has 1.3× the standard deviation that PIL's triangle adds to bilinear
-# interpolation: measured closest to PIL's output on ImageNet-like photos (1.0 and 1.5: farther).
+# interpolation: the factor closest to PIL's output (docs/input.md, Pixels).
 _BLUR = 1.3
 
 
@@ -116,7 +97,7 @@ def _eval_box(height: int, width: int, size: int) -> tuple[float, float, float, 
 def _eighths(height: float, width: float, size: int) -> int:
     """The DCT scale M/8 at which to decode a height × width box: the smallest of 1/8, 1/4 and
     1/2 that keeps its shorter side at least 1.5 × size, else 8/8 (libjpeg-turbo has SIMD
-    code for these four only; its 5/8, 3/4 and 7/8 measured slower than the full scale)."""
+    code for these four only; its other scales are slower than the full one, docs/input.md)."""
     short = min(height, width)
     return next((m for m in (1, 2, 4) if short * m >= 8 * _DCT_MARGIN * size), 8)
 
@@ -139,9 +120,9 @@ def _resample(
     pixels: np.ndarray, box: tuple[float, float, float, float], size: int, flip: bool
 ) -> np.ndarray:
     """The box (top, left, height, width, in `pixels`' coordinates) resized to size × size like
-    PIL's bilinear resize of that box, mirrored if `flip`. OpenCV (SIMD), ≈ 3× cheaper than
-    PIL's resize: a Gaussian blur along each axis that shrinks enough, then a bilinear resize of
-    the box where it lies on whole pixels (a training crop at the full scale), else one
+    PIL's bilinear resize of that box, mirrored if `flip`. OpenCV (SIMD), cheaper than PIL's
+    resize (docs/input.md): a Gaussian blur along each axis that shrinks enough, then a bilinear
+    resize of the box where it lies on whole pixels (a training crop at the full scale), else one
     bilinear warp that crops, scales and flips. Pixels beyond `pixels`' edges repeat its edge."""
     top, left, height, width = box
     channels = pixels.shape[-1]
@@ -171,7 +152,8 @@ def _resample(
             (size, size),
             interpolation=cv2.INTER_LINEAR,
         )
-        # A copy, not a view: NumPy copies a reversed 3-byte-pixel view ≈ 40× slower (0.5 ms).
+        # A copy, not a view: NumPy copies a reversed 3-byte-pixel view element by element, slowly
+        # (docs/input.md).
         out = cv2.flip(out, 1) if flip else out
     else:
         # Output pixel i's centre lies at left + (i + 0.5) × ratio in the box's continuous
@@ -264,8 +246,8 @@ Draws = random.Random | np.random.Generator
 def example_rng(seed: int, member: int, epoch: int, slot: int) -> random.Random:
     """The generator of one training example's crop and flip: Python's Mersenne Twister seeded
     with the five numbers packed into one integer (an int seed gives the same `random()`
-    sequence on every platform and Python version). A NumPy generator costs ≈ 35 µs to seed,
-    more than the crop box's whole arithmetic; this one ≈ 7 µs."""
+    sequence on every platform and Python version). A NumPy generator costs more to seed
+    than the crop box's whole arithmetic (docs/input.md)."""
     key = _AUGMENT_TAG
     for value in map(operator.index, (seed, member, epoch, slot)):
         if not 0 <= value < 1 << 64:

@@ -1,25 +1,10 @@
 """The ExtremeWeather converter for real years (≈ 62 GB each): raw HDF5 years → the memory-mapped
 layout of `extremeweather.ConvertedClimateSource`, in parallel, chunk-aligned and resumable.
 
-- **Chunk-aligned reads.** A gzip HDF5 dataset is decompressed a whole chunk at a time. h5py's
-  automatic chunking of a (1460, 16, 768, 1152) dataset spans dozens of samples per chunk, so
-  reading a few samples at a time decompresses each chunk many times over. The converter cuts
-  each year into units of whole chunks along the sample axis and reads each unit in slabs of
-  whole chunks along channels and rows: every chunk is decompressed once, whatever the layout.
-- **Workers.** Units are independent: `workers` processes each read a unit, downscale it and
-  write it into the output memmaps (disjoint rows). The arithmetic is elementwise
-  (`climate.downscale_planes`), so the output is bit-identical whatever the chunking, the slab
-  sizes and the worker count.
-- **Resumable.** Work goes into OUT_DIR/.converted_<H>.partial/, with a log of finished units;
-  a rerun continues where an interrupted one stopped (a finished unit is never read again), and
-  a complete conversion (OUT_DIR/converted_<H>/, renamed from the partial one at the end) is
-  reported and skipped. If the raw files changed meanwhile, the partial work is started over.
-- **Progress** after every unit: samples done, rate, ETA; the first lines name each file's
-  shape, dtype, HDF5 chunking and compression.
-
-Storage is float16 in `climate.UNITS`; docs/detection.md gives each channel's float16
-resolution at its typical values. Non-finite values (and values float16 cannot hold) are refused,
-naming the file, the sample and the channel, as the reader does.
+Random reads from the gzip years decompress whole HDF5 chunks, far too slowly to feed an
+accelerator, so real years are converted once. How the converter reads, splits the work, resumes
+and stores (float16 in `climate.UNITS`), and what it was measured to do: `docs/detection.md`,
+Data and Measured.
 """
 
 from __future__ import annotations

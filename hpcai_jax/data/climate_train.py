@@ -1,22 +1,10 @@
 """The climate sets' training read: each example's sampling key and its optional latitude flip,
 made where the examples are read (grain worker processes, data/workers.py, or in-process).
 
-**Keys.** Detectron2 draws the RPN's 256 anchors and the head's 512 RoIs afresh every
-iteration. The detector draws them from a key carried by the example, `sample_key` (uint32
-[2]), that this reader derives from the worker machinery's augmentation key (seed, member,
-epoch, slot), slot the example's position in the member's epoch: (epoch, slot) is (step, row
-of the batch) by another name, so the key is a function of (seed, member, step, example), the
-same on every process and after a resume, and another one every step. Reads outside training
-(evaluation, `Source.read`) carry the zero key: the detector does not sample there.
-
-**Flip.** With `flip`, half the examples (by the key) are mirrored north-south: rows reversed,
-the meridional wind channels (V850, VBOT) negated, the boxes' y mirrored. A mirror reverses
-the sense of every rotation; a north-south mirror also moves the event to the other
-hemisphere, where the Coriolis parameter has the other sign, so a cyclone that turned
-anticlockwise in the north turns clockwise in the south: the rotation the physics wants there,
-and the wind stays in geostrophic balance with the mirrored pressure. An east-west mirror (with
-the zonal winds U850, UBOT negated) would leave every cyclone in its hemisphere turning the
-wrong way round, so it is not offered (docs/detection.md says more).
+The key makes the detector's fresh per-step sampling a pure function of (seed, member, step,
+example), the same on every process and after a resume; the flip is north-south because only
+that mirror leaves each cyclone turning the way its hemisphere wants. Both are specified in
+`docs/detection.md` (The detector; Augmentation).
 
 This module must not import jax: the reader runs in grain's spawned workers.
 """

@@ -1,23 +1,8 @@
 """ExtremeWeather (Racah et al., NeurIPS 2017): the authors' HDF5 years, read directly or
 converted once into a layout that random reads are fast on.
 
-The raw files, one per year, `climo_YYYY.h5` (≈ 62 GB each, gzip): dataset `images` float32
-[1460, 16, 768, 1152] (4 fields a day, channels first, in CAM5 units) and `boxes` int
-[1460, 15, 5]. A random read from them decompresses whole HDF5 chunks, so training from them is
-slow; `python -m hpcai_jax.data.extremeweather` converts them once, at one image height
-(data/climate_convert.py: chunk-aligned, in parallel, resumable).
-
---data_dir layout (the height H is --image_size):
-
-    DATA_DIR/train/climo_*.h5       raw training years  } from https://extremeweatherdataset.github.io
-    DATA_DIR/test/climo_*.h5        raw held-out years  } (nothing is downloaded)
-    DATA_DIR/converted_<H>/train/   written by the converter: images.npy float16 [n, H, W, 16]
-    DATA_DIR/converted_<H>/test/    (in climate.UNITS), boxes.npy float32 [n, 15, 4],
-                                    classes.npy int32 [n, 15], stats.json
-
-`open_extremeweather` prefers converted_<H> and otherwise reads the raw years. The converter
-builds converted_<H> under a hidden `.converted_<H>.partial` name and renames it when complete,
-so an interrupted conversion never leaves a directory that looks complete; a rerun resumes it.
+`open_extremeweather` prefers the converted form at the run's height and otherwise reads the raw
+years. The files, the --data_dir layout and the conversion: `docs/detection.md`, Data.
 """
 
 from __future__ import annotations

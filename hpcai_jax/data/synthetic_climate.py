@@ -1,27 +1,9 @@
 """Climate-like fields with labelled extreme events, generated: the extreme-weather workload's
 data when ExtremeWeather (62 GB a year) is not at hand, and in tests.
 
-Example i is a pure function of (seed, i) and is sampled from continuous functions of the full
-768 × 1152 grid, so it is the same whatever n, start or height it is generated with (up to the
-sampling at the height's pixel centres). A field is
-  - a latitude profile per channel (ITCZ rain, subtropical highs, westerlies, warm tropics, ...),
-  - plus large-scale weather: 6 smooth random latent fields (a cosine series in latitude, a
-    periodic Fourier series in longitude, wavenumbers ≤ 12) mixed into the channels, so that
-    pressure and geopotential, or the temperatures, move together,
-  - plus 1–6 events, each with its box and class, never overlapping:
-
-    class  where (|lat|)  size at full resolution (box side, px)  signature
-    TD     5–25°          36–54, round                              PSL −3..−7 hPa, swirl 8–14 m/s
-    TC     8–30°          42–66, round                              PSL −25..−50 hPa, swirl 30–50
-                                                                    m/s, warm core T200, rain
-    ETC    35–65°         135–210, round                            PSL −15..−30 hPa, swirl 15–25
-                                                                    m/s, cold core T500
-    AR     28–50°         band 300–500 long × 24–40 wide, 12–30°    TMQ +20..35 kg/m², flow of
-                          from the east-west axis (box ~2–4 : 1)    10–18 m/s along the band
-
-Cyclones turn anticlockwise in the north and clockwise in the south (row 0 is the South Pole).
-TD and TC differ in strength, ETC in size, latitude and core, AR in shape: a detector can learn
-them. Values are in climate.UNITS.
+Example i is a pure function of (seed, i), sampled from continuous functions of the full grid, so
+it is the same at any height; its four event classes differ in ways a detector can learn. What a
+field holds (profiles, weather, the events and their signatures): `docs/detection.md`, Data.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Training reads in grain worker processes: every local device block of every step, in order.
 
-A source whose training examples need heavy per-example work (JPEG decoding and augmentation)
-offers a `TrainReader`; one grain element is one device block of one step (the [members, rows]
-slice of the global [M, B] batch that one local device holds), so a step's decoding spreads
-over the workers and the memory in flight stays a few blocks per worker. grain hands worker k
-the elements k, k + K, k + 2K, … and reads them back round-robin: the order is the step order
-whatever K, and each element is a pure function of (step, block), so K workers give exactly what
-the training process alone (K = 0) gives, and a run resumed at step s reads what it read first.
-
-Workers leave SIGTERM and SIGINT to the training process (`leave_stops_to_the_trainer`). The
-same purity makes a dead worker harmless: the stream is reopened at the element it owed
-(new workers, the same elements), at most --worker_restarts times; one more death stops the run
-in one line naming the worker and its signal. grain hands elements over in POSIX shared memory;
-each is copied out and its block unlinked the moment it arrives, so no block outlives its
-element whatever way the run ends (grain would unlink it later, from a thread pool that an
-exiting process does not wait for: the "leaked shared_memory objects" of the resource tracker).
+Each grain element is one device block of one step and a pure function of (step, block), so any
+number of workers, a restarted worker and a resumed run all read what the training process alone
+would. The element order, restarts and shared memory: `docs/input.md` (The worker pipeline;
+Faults in the input path).
 
 This module must not import jax: grain's spawned workers unpickle what it defines.
 """

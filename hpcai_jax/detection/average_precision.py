@@ -1,27 +1,8 @@
 """COCO-style detection mAP as additive counts: matched on the device, integrated on the host.
 
-The eval step matches each image's detections to its ground truth exactly as pycocotools'
-`COCOeval.evaluateImg` does (area range "all", at most 100 detections per image and class, no
-crowd boxes), for the 10 IoU thresholds 0.50:0.05:0.95 at once, and histograms the true and
-false positives by score. Those histograms and the number of ground-truth boxes per class add
-up over batches, devices and processes, so multi-host evaluation is one `psum` and no
-prediction is ever gathered. The host turns the summed histograms into precision/recall points
-and integrates them as `COCOeval.accumulate` does (101-point interpolated AP).
-
-IoU is pycocotools' continuous convention (width = xmax - xmin, no +1; `boxes.iou`), on boxes
-ymin, xmin, ymax, xmax, in float32 where pycocotools uses float64: an IoU within about 1e-6 of
-a threshold may fall on the other side of it.
-
-Binning: detections whose scores share a bin become one point of the curve. When every
-detection falls in its own bin the result equals pycocotools'. Otherwise the merged curve's
-points are a subset of the exact curve's, so the binned AP is never above the exact one, and it
-is below it by at most the largest precision a bin's merge can hide; `average_precision`
-reports that bound (`DetectionQuality.map50_bound`) from the same counts. The bins are uniform
-in logit(score), not in the score: a Faster R-CNN's softmax scores crowd just below 1, where
-uniform bins merge every detection above 1 - 1/bins into one point. On simulated detectors
-(about 10^4 detections of one class, logit-normal scores) with 1024 bins, logit bins were within
-3e-4 to 1.4e-3 of the exact AP whether or not the scores saturate; uniform bins were as close
-when few scores pass 0.999 but 2.6e-2 and 6.3e-2 below it when 10% and 55% do.
+Histograms of true and false positives by score add up over batches, devices and processes, so
+multi-host evaluation is one `psum` and no prediction is ever gathered. The matching, the logit
+binning and the bound it reports: `docs/detection.md`, Quality.
 """
 
 from __future__ import annotations

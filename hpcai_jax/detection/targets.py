@@ -1,25 +1,8 @@
 """Training targets of the two stages, assigned and sampled with static shapes.
 
-Per image, as Detectron2 assigns them:
-
-- RPN: an anchor is positive at IoU ≥ 0.7 with some ground-truth box, or when it is (one of)
-  a box's best anchors; negative below 0.3; ignored otherwise. 256 anchors are sampled, at
-  most half positive, the rest negative.
-- RoI head: the candidates are the proposals plus the ground-truth boxes; foreground at
-  IoU ≥ 0.5, background below. 512 RoIs are sampled (fewer for the small model), at most 25 %
-  foreground.
-
-Padding ground-truth rows (class -1, box -1) match nothing. Empty candidates (zero area: the
-proposal stage's unused slots) are never sampled.
-
-Sampling, as Detectron2 does it, draws a fresh random subset for every image of every step;
-here the draw is keyed by the example's `sample_key` (two uint32 words the input pipeline
-derives from (seed, member, step, example), data/climate_train.py), so a step is still a pure
-function of (state, batch): the same on every process and after a resume, and different from
-one step to the next. The priority of slot i is a keyed bijection of i onto [0, 2^30) (a few
-rounds of add-key, xor-shift and odd multiply, each invertible modulo 2^30), so priorities are
-distinct, need no sort, and "the k members of highest priority" is a uniform-looking random
-k-subset. The RPN and the RoI head draw from different streams of the same key.
+Assignment follows Detectron2, and so does the fresh sample every step, but drawn from the
+example's `sample_key` so that a step stays a pure function of (state, batch). The rules and the
+keyed draw: `docs/detection.md`, The detector.
 """
 
 from __future__ import annotations

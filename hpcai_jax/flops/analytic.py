@@ -1,29 +1,9 @@
 """The analytic FLOP count: the paper's Table 3 rules applied to every operator of a jaxpr.
 
-We walk the jaxpr that JAX traces for the computation (the forward pass, or a whole training
-step with its backward pass and optimizer update) rather than intercepting flax modules, because
-the jaxpr is exactly what XLA compiles: the backward pass, the optimizer update and any operator
-written as a plain `jnp` call are all there, nothing is counted from a module's declared
-hyper-parameters. Only one fact is taken from flax: which operators belong to a normalization
-layer. Table 3 counts a normalization as one operator (C_in × H × W), but in the jaxpr it is a
-dozen element-wise ops and reductions; `normalization_scopes()` intercepts flax's normalization
-modules and wraps each call in a named scope, and every jaxpr equation whose name stack carries
-that scope is booked as part of that normalization.
-
-Each operator is counted under three conventions:
-- ``table3``: the paper's Table 3 as written. Convolution 2·MAC on all kernel taps (padding
-  included); fully connected FL_in × FL_out, i.e. MACs with no factor 2; element-wise, pooling
-  and normalization one FLOP per output element; everything else (reductions, type conversions,
-  collectives) ignored as "low-share".
-- ``table3_2mac``: Table 3 with the usual 2 FLOPs per multiply-add for fully connected layers
-  too (the only row where it differs from ``table3``).
-- ``xla``: the rules of XLA's HloCostAnalysis (xla/service/hlo_cost_analysis.cc), applied to the
-  jaxpr: convolution and dot 2·MAC, convolutions on non-padded taps only (taps on padding or on
-  the holes of a dilated input are skipped); element-wise ops one FLOP per element with
-  transcendental ops (exp, log, rsqrt, ...) counted apart; reductions (input − output)
-  elements; reduce-window (window − 1) × output; all-reduce one per output element; type
-  conversions one per element. XLA counts the program after its optimizations (CSE, algebraic
-  simplification), so its figure may differ from this one by a few element-wise ops.
+The jaxpr is what XLA compiles, so the backward pass, the optimizer update and plain `jnp` code
+are all counted, and nothing from a module's declared hyper-parameters; flax is consulted only
+for which operators make up a normalization layer (`normalization_scopes`). The walk and its
+three conventions (`table3`, `table3_2mac`, `xla`): `docs/flops.md`.
 """
 
 from __future__ import annotations

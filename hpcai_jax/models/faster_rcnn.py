@@ -1,24 +1,9 @@
 """Faster R-CNN (Ren et al. 2015) in the C4 layout of He et al. 2016, with static shapes.
 
-One member's detector: a ResNet trunk, an RPN on its last feature map, RoIAlign, a box head.
-Everything runs under jit with fixed shapes (fixed anchor, proposal, RoI and detection counts,
-unused slots masked); the training targets' random sampling is keyed by each example's
-`sample_key` input (targets.py), so a step is a pure function of (state, batch).
-
-`faster_rcnn_resnet50` keeps Detectron's res5 head (He et al.'s C4 model): RoIAlign to 14 × 14
-on res4, res5 (stride 2) to 7 × 7, mean pool. Of the two heads the task allows it is the one of
-the ResNet Faster R-CNN whose COCO ensemble the staged API reproduces, and it keeps all of
-ResNet-50 in the model; the price is that the head, run on every sampled RoI, costs several
-times the trunk (a 2×FC-1024 head would be ~15× cheaper). `faster_rcnn_small` is a stride-8
-trunk of three basic-block stages with a 2×FC-128 head, for tests and CPU demos.
-
-The staged API serves ensembles (members averaged on shared proposals): stage one,
-`s = apply(image, method=FasterRCNN.rpn)`; `p = model.propose(s["objectness"], s["deltas"], hw)`;
-stage two, `h = apply(s["features"], p, method=FasterRCNN.head)`;
-`model.detect(p, h["class_probs"], h["deltas"], hw)`. `__call__(train=False)` is exactly that
-composition, so averaging two identical members gives one member's detections exactly (more
-members: to float rounding, docs/detection.md). Class index C (the
-last) is background, as in Detectron2.
+One member's detector, staged (`rpn`, `propose`, `head`, `detect`) so that an ensemble's members
+can be averaged on shared proposals; fixed shapes and keyed target sampling keep a step a pure
+function of (state, batch). The two models, why the res5 head, and the staged API:
+`docs/detection.md` (The detector; The ensemble).
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Tensor parallelism inside one member (--model_parallel): output-feature splitting.
 
-Every convolution and dense layer of a member holds 1 / P_model of its output features on
-each device of the `model` axis; the layer's normalisation (BatchNorm's statistics are per
-channel) runs on those channels alone, and the full activation is then all-gathered over
-`model` before the next layer, which reads every input channel. Forward, a layer moves its
-output once (all-gather); backward, the gradient of its input is summed over `model`
-(all-reduce, the gather's transpose). Parameters, gradients and optimizer state are split
-P_model ways; the arithmetic is the unsplit model's, which is why model-parallel training
-equals data-parallel training of the same members (tests/test_model_parallel.py).
-
-The gather yields an activation that is the same on every `model` device
-(`all_gather(..., to="invarying")`), so the layers after it, the loss and its gradient are
-computed once per device and the input gradient's reduction is inserted by shard_map's
-replication check, not by hand. The classes keep flax's names (BatchNorm, Dense) so that the
-parameter tree, its checkpoints and its FLOP count are the unsplit model's.
+Each layer keeps 1 / P_model of its output features on each `model` device and all-gathers the
+activation before the next layer, so the arithmetic is the unsplit model's and model-parallel
+training equals data-parallel training of the same members. The split, its collectives and what
+it costs: `docs/system_options.md`, Model parallelism.
 """
 
 from __future__ import annotations

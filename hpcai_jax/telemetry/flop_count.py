@@ -1,19 +1,10 @@
 """The computations we count: one member's forward pass and training step, and the whole
-ensemble's training step, each traced to a jaxpr and counted by `analytic.count_fn`; and the
-cross-check of XLA's count of a run's step against the analytic one, which decides the count
-FLOPS uses (--flops_source).
+ensemble's training step, traced from the engine's own step so that the analytic walk and XLA's
+cost analysis see the same program; and the cross-check of the two, which decides the count
+FLOPS uses (--flops_source), since XLA's cost analysis is never taken on trust.
 
-Which count a run's FLOPS uses: `xla`, XLA's cost analysis of the compiled training step (global
-= per device × devices), the figure of the very program that ran; `analytic`, the walk of the
-same step's jaxpr under XLA's rules; `auto` (default), XLA's when it agrees with the walk within
-CROSSCHECK_TOLERANCE, else the walk. XLA's cost analysis has had accelerator bugs (a dense layer
-counted at a fraction of its FLOPs), so a disagreement is never taken on trust. The record says
-which count was used and why, next to the paper's own rule (3 × forward under Table 3).
-
-The training step traced here is the engine's own (`train_step.member_train_step` for one member
-on one device, `build_setup(...).train_step` for the sharded ensemble), for any workload, so the
-analytic count and XLA's cost analysis look at the same program. Counts are cached: tracing
-ResNet-50 takes ~1 s.
+Which count is used and why: `docs/score.md` §4 and `docs/flops.md`. Counts are cached: tracing
+ResNet-50 takes about a second.
 """
 
 from __future__ import annotations

@@ -1,46 +1,8 @@
 """`--mllog=PATH`: a training run's MLPerf-style `:::MLLOG` lines, for the MLPerf tools.
 
-The lines come from the `mlperf-logging` package's `mllog` module (standard library only, an
-optional dependency: `pip install 'mlperf-logging>=4.1,<5'`). Process 0 writes them, line by line,
-each line flushed, into a file started when the run starts (after its record id is claimed; a log
-already at that path is another run's, refused unless --overwrite):
-submission info (`--submission_org`, `--submission_platform`, `--submission_status`, the
-record's division by the same `rules.py`, its violations in the metadata), `number_of_nodes` and
-`accelerators_per_node` (host names and their processes' devices), `cache_clear`,
-`init_start`/`init_stop` (start-up: data, state, compilation), the run's settings (`seed`,
-`number_of_models` = M, `per_model_batch_size` = |B|, `global_batch_size` = M × |B|, Eq. 5's
-mesh, the optimizer), `flops_per_step` (the count of
-the compiled step FLOPS uses, with its source), `run_start`, `epoch_start`/`epoch_stop` (1-based
-`epoch_num`; `step_num`, `first_step` and `steps` in epoch_stop's metadata), both written when
-the epoch completes, at the clock readings of the record's epoch boundaries (so that
-epoch_stop − epoch_start is the record's `epochs[].wall_s` to the millisecond; the epoch's lines
-come after its last step is done, not when its first is dispatched),
-`eval_start`/`eval_stop`/`eval_accuracy` for every held-out evaluation (the ensemble's quality in
-the workload's metric; during training under --eval_every_epochs, between two epochs), the
-benchmark's `flops_per_s` (Eq. 6 over completed epochs: a run shorter than one epoch logs none,
-and its log fails the check) and `vflops_per_s`, and `run_stop` once the record is written.
-`run_stop` says `success` for a complete run, `aborted` (with the reason) for an invalid one or
-one preempted without a checkpoint; a run that dies logs no `run_stop` at all, so a log never
-claims a success the run did not have.
-
-A run preempted with a checkpoint is not over: its log ends with `segment_stop` (run id, step,
-reason), and the resumed run appends to that log rather than starting another, so no segment's
-lines are lost and the one file holds the whole run, as the record does. The resumed segment
-logs `segment_start` (at its own run_start: `first_step`, its mesh, its compiled step's
-`flops_per_step`, which supersede the header's for what follows) and then its epochs,
-evaluations and the end; an epoch begun before the interruption has its earlier segments' time
-in epoch_stop's `earlier_segments_s`, so epoch_stop − epoch_start + earlier_segments_s is the
-record's `wall_s`. Where the log is missing or does not end with this run's `segment_stop` at
-the checkpoint's step (an earlier segment died), the log there is moved aside to
-PATH.before-step-K and the resumed run starts one of its own (`run_start`'s `first_step` > 0),
-which the submission check refuses as incomplete. Every line's time is a reading of the training
-loop's monotonic clock, tied to the wall clock once when the log opens: the log's
-eval_stop − run_start is the record's time to target.
-
-Check a log with the project's ruleset (`RULESET`; the checker needs its absolute path):
-
-    python -m mlperf_logging.compliance_checker --usage hpc --ruleset 3.0.0 \\
-        --config "$PWD/hpcai_jax/mllog_rules/hpcai500.yaml" LOG
+The log times the run on the record's own clock and appends across resumed segments, so that a
+submission check can re-derive the record's figures from it. Which lines are written when, the
+segments and the compliance checker's command: `docs/mllog.md`.
 """
 
 from __future__ import annotations
