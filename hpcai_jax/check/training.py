@@ -26,6 +26,7 @@ from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS, compile_step
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.run import members
 from hpcai_jax.stream.placement import device_memory_bytes
 from hpcai_jax.telemetry.energy import read_energy
 from hpcai_jax.telemetry.flop_count import crosscheck
@@ -121,7 +122,7 @@ def run_steps(
     finite = True
     start = time.perf_counter()
     state, metrics = compiled(state, batch)
-    finite &= bool(np.all(jax.device_get(metrics.finite)))
+    finite &= _all_local(metrics.finite)
     warm_s = time.perf_counter() - start
     fit = int(agree(min(max_steps, max(0.0, 0.8 * left_s()) / max(warm_s, 1e-6))))
     steps = max(min_steps, fit)
@@ -132,14 +133,21 @@ def run_steps(
         state, metrics = compiled(state, batch)
         jax.block_until_ready(metrics)
         times.append(time.perf_counter() - start)
-        finite &= bool(np.all(jax.device_get(metrics.finite)))
+        finite &= _all_local(metrics.finite)
     energy_end = read_energy()
     joules = (
         (sum(energy_end.millijoules) - sum(energy_start.millijoules)) / 1e3
         if times and energy_start.available and energy_end.available
         else None
     )
+    finite = agree(1.0 if finite else 0.0) > 0  # every process's members
     return StepRun(config, compiled, build.lowered, compile_s, build_s, times, finite, joules)
+
+
+def _all_local(flags) -> bool:
+    """Whether this process's members' flags are all true (the step leaves them sharded over
+    `ensemble`: each process reads its own)."""
+    return all(bool(np.all(v)) for v in members.local(flags).values())
 
 
 def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:

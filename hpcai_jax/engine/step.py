@@ -69,7 +69,9 @@ def resolve_member_strategy(
 
 
 class StepMetrics(struct.PyTreeNode):
-    """Per-member figures of one step, replicated on every device (readable by any process)."""
+    """Per-member figures of one step, sharded over `ensemble` like the members themselves: the
+    step has no collective between two members, so no member waits for another (a process reads
+    its own members' shards: run/members.py)."""
 
     loss: jax.Array  # [M]
     finite: jax.Array  # [M] bool: loss and updated parameters all finite
@@ -210,17 +212,24 @@ def map_members(fn: Callable, strategy: str, *stacked):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
-METRICS_SCOPE = "member_metrics"  # names the HLO of gather_members (telemetry/comm.py)
+# Names the HLO of collectives that report rather than train (telemetry/comm.py counts them apart).
+METRICS_SCOPE = "member_metrics"
 
 
 def gather_members(local: jax.Array) -> jax.Array:
-    """[m_local] per device → [M] replicated, inside shard_map. A psum of zero-padded slots, since
-    all_gather's result counts as device-varying for shard_map's replication check."""
+    """[m_local] per device → [M] replicated, inside shard_map (the evaluation step's counts; the
+    training step never gathers). A psum of zero-padded slots, since all_gather's result counts
+    as device-varying for shard_map's replication check."""
     with jax.named_scope(METRICS_SCOPE):  # its collectives are reporting, not training traffic
         m_local = local.shape[0]
         full = jnp.zeros((m_local * lax.axis_size(ENSEMBLE), *local.shape[1:]), local.dtype)
         full = lax.dynamic_update_slice_in_dim(full, local, lax.axis_index(ENSEMBLE) * m_local, 0)
         return lax.psum(full, ENSEMBLE)
+
+
+# A per-member vector [M] stays on its members' devices (sharded over `ensemble`, one copy per
+# device of the member): gathering it in the step would make every member wait for every other.
+MEMBERS = P(ENSEMBLE)
 
 
 def model_parallel_of(mesh: Mesh) -> int:
@@ -251,8 +260,7 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs)
         loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
         # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
         grads = jax.tree.map(lambda g: g[:, None], grads)
-        metrics = jax.tree.map(gather_members, metrics)
-        return grads, model_state, gather_members(loss), metrics, _inputs_finite(batch)
+        return grads, model_state, loss, metrics, _inputs_finite(batch)
 
     # check_vma=True is load-bearing: it types the parameters invariant over `data` until
     # member_gradients casts them varying, so BatchNorm's and the loss's pmean transpose
@@ -261,26 +269,26 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs)
         local_gradients,
         mesh=mesh,
         in_specs=(state_spec, BATCH_SPEC),
-        out_specs=(grads_spec, model_state_spec, P(), P(), P()),
+        out_specs=(grads_spec, model_state_spec, MEMBERS, MEMBERS, MEMBERS),
         check_vma=True,
     )
 
 
 def _inputs_finite(batch: dict) -> jax.Array:
-    """[M] bool, replicated: every floating-point value of each member's batch is finite. One
+    """[m_local] bool: every floating-point value of each member's batch is finite. One
     reduction per field, so that a NaN that came in with the data is told apart from one the
     member produced (run/progress.py names the examples); integer fields (JPEG pixels,
     labels) cannot hold one."""
     fields = [x for x in jax.tree.leaves(batch) if jnp.issubdtype(x.dtype, jnp.inexact)]
     m_local = jax.tree.leaves(batch)[0].shape[0]
     if not fields:  # nothing to check, nothing to communicate
-        return jnp.ones((m_local * lax.axis_size(ENSEMBLE),), bool)
+        return jnp.ones((m_local,), bool)
     ok = jnp.ones((m_local,), jnp.int32)
     for x in fields:
         ok = ok & jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim))).astype(jnp.int32)
     with jax.named_scope(METRICS_SCOPE):
         ok = lax.pmin(ok, DATA)  # the member's batch is spread over `data`
-    return gather_members(ok) > 0
+    return ok > 0
 
 
 def _summed(plan: AllreducePlan, grads):
@@ -328,7 +336,7 @@ def build_update_step(
     state_specs: EnsembleState | None = None,
 ):
     """jit: (state, local gradients [M, P_degree, ...], model state) → (state, finite [M],
-    skipped [M] or None): the train step's second half alone, so that a test can hand it local
+    skipped [M] or None, both sharded over `ensemble`): the train step's second half alone, so that a test can hand it local
     gradients of its own (a NaN on one device) and read the members' flags."""
     return jax.jit(_update(tx, mesh, strategy, plan or _default_plan(mesh), state_specs))
 
@@ -340,7 +348,8 @@ def _update(
     plan: AllreducePlan,
     state_specs: EnsembleState | None,
 ):
-    """shard_map: (state, local gradients, model state) → (state, finite [M], skipped [M])."""
+    """shard_map: (state, local gradients, model state) → (state, finite [M], skipped [M]),
+    the flags sharded over `ensemble`."""
     pm = model_parallel_of(mesh)
     if pm > 1 and state_specs is None:
         raise ValueError("a mesh with a model axis needs the state's per-leaf specs")
@@ -351,10 +360,8 @@ def _update(
         grads = _summed(plan, grads)
         step = lambda s, g, ms: member_update(tx, s, g, ms, model_axis)  # noqa: E731
         new_state, finite = map_members(step, strategy, state, grads, model_state)
-        skipped = None
-        if new_state.loss_scale is not None:
-            skipped = gather_members(new_state.loss_scale.skipped)
-        return new_state, gather_members(finite.astype(jnp.int32)) > 0, skipped
+        skipped = None if new_state.loss_scale is None else new_state.loss_scale.skipped
+        return new_state, finite, skipped
 
     # check_vma=False: jax 0.10 has no grouped psum under it (collectives.py). Nothing here is
     # differentiated, and every device of a member ends with the same summed gradient.
@@ -362,7 +369,7 @@ def _update(
         local_update,
         mesh=mesh,
         in_specs=(state_spec, grads_spec, model_state_spec),
-        out_specs=(state_spec, P(), P()),
+        out_specs=(state_spec, MEMBERS, MEMBERS),
         check_vma=False,
     )
 

@@ -296,7 +296,7 @@ class Comm:
         "B",
     )
     metrics_payload_bytes: dict[str, int] | None = field(
-        "mesh axis → payload of the per-member figures gathered for the host", "B"
+        "mesh axis → payload of the step's reporting collectives (input flags over `data`)", "B"
     )
     metrics_wire_bytes: dict[str, int] | None = field("the same, sent under rings", "B")
     link_bytes: LinkBytes | None = field(

@@ -15,7 +15,7 @@ import numpy as np
 from absl import logging
 
 from hpcai_jax.engine.evaluate import EnsembleQuality
-from hpcai_jax.run import curve, evaluation
+from hpcai_jax.run import curve, evaluation, members
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.clock import RunClock
@@ -116,8 +116,8 @@ class ProgressLine:
             "step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
             ctx.progress.step,
             ctx.total_steps,
-            float(np.nanmean(metrics.loss)),
-            "  ".join(f"train {k} {float(np.nanmean(v)):.3f}" for k, v in metrics.metrics.items()),
+            members.local_mean(metrics.loss),
+            "  ".join(f"train {k} {members.local_mean(v):.3f}" for k, v in metrics.metrics.items()),
             f"{self.examples_per_step / median:.0f}" if median else "-",
             format_duration((ctx.total_steps - ctx.progress.step) * median),
         )

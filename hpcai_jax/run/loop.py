@@ -22,13 +22,13 @@ from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import compile_step
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, hooks
+from hpcai_jax.run import evaluation, hooks, members
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.run.hooks import Outcome, Status, Stop
 from hpcai_jax.run.preemption import PreemptionGuard
 from hpcai_jax.run.progress import DivergenceWatch, Progress
-from hpcai_jax.telemetry.comm import CommVolume, comm_volume
+from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
 from hpcai_jax.telemetry.device_peaks import peaks_at_start
 from hpcai_jax.telemetry.flop_count import FlopFigures, crosscheck
 from hpcai_jax.telemetry.memory import memory_analysis
@@ -119,12 +119,13 @@ def _compile(
             cross.source_reason,
             cross.train_step_flops_source,
         )
-    comm = comm_volume(
-        compiled.as_text(), setup.mesh, nodes.device_node_index(list(setup.mesh.devices.flat))
-    )
+    text = compiled.as_text()
+    comm = comm_volume(text, setup.mesh, nodes.device_node_index(list(setup.mesh.devices.flat)))
+    for line in cross_member(text, setup.mesh):  # bagging's members must never wait for another
+        logging.warning("a collective of the training step spans two members: %s", line)
     logging.info(
         "collectives per step and device: training payload %s bytes, on the wire %s bytes "
-        "(%s; %d node(s)), member metrics %s bytes",
+        "(%s; %d node(s)), reporting %s bytes",
         comm.payload_bytes,
         comm.wire_bytes,
         comm.link_bytes,
@@ -338,6 +339,8 @@ def _train(
         guard.restore()
     last_eval = next(h.last for h in steps if isinstance(h, hooks.Evaluation))
     quality = _final_quality(ctx, outcome, last_eval)
+    # The members' last figures, from every process (the end of the run: all are here).
+    final = None if clock.last_metrics is None else members.gather_tree(clock.last_metrics)
     record = run_record.build(
         setup,
         progress,
@@ -346,7 +349,7 @@ def _train(
         built.peaks,
         outcome.status.value,
         quality,
-        clock.last_metrics,
+        final,
         progress.eval_s,
         run_clock.read() - wall_start,
         outcome.reason,

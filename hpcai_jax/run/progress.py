@@ -17,6 +17,7 @@ import numpy as np
 from absl import logging
 
 from hpcai_jax.errors import UsageError
+from hpcai_jax.run import members
 
 
 @dataclasses.dataclass
@@ -99,6 +100,19 @@ class Progress:
         return total
 
 
+def _gathered(ready: list) -> list:
+    """The steps' flags with every process's members (one all-gather for all of them: every
+    process checks the same steps, so each calls it alike)."""
+    if not ready:
+        return []
+    inputs = [i for _, _, i in ready if i is not None]
+    table = members.gather([f for _, f, _ in ready] + inputs)
+    n = len(ready)
+    return [
+        (step, table[j], table[n + j] if inputs else None) for j, (step, _, _) in enumerate(ready)
+    ]
+
+
 class DivergenceWatch:
     """Reads the on-device finite flags of completed steps a few steps at a time (no host sync
     per step) and records each member's first non-finite step in `progress.diverged`.
@@ -122,7 +136,7 @@ class DivergenceWatch:
         diverged = self._progress.diverged
         ready = self._pending[:-1] if keep_last else self._pending
         self._pending = self._pending[-1:] if keep_last else []
-        for step, finite, input_finite in ready:
+        for step, finite, input_finite in _gathered(ready):
             if input_finite is not None and not np.all(bad := np.asarray(input_finite)):
                 member = int(np.flatnonzero(~bad)[0])
                 raise UsageError(

@@ -237,5 +237,22 @@ def comm_volume(hlo_text: str, mesh: Mesh, device_nodes: dict[int, int] | None =
     )
 
 
+def cross_member(hlo_text: str, mesh: Mesh) -> list[str]:
+    """The collectives of an SPMD-partitioned program (device ids index `mesh.devices.flat`)
+    whose replica groups (or permute pairs) hold devices of two members: each such line,
+    shortened. Bagging's step must have none (docs/scale.md)."""
+    found = []
+    for line in hlo_text.splitlines():
+        op = _OP.search(line)
+        if op is None or "-done(" in line:
+            continue
+        spec = _PAIRS.search(line) if op["op"] == "collective-permute" else _GROUPS.search(line)
+        groups = _groups(spec["g"]) if spec else [list(range(mesh.devices.size))]
+        axis = _axis(groups, mesh)
+        if axis is not None and "ensemble" in axis.split(","):
+            found.append(line.strip()[:200])
+    return found
+
+
 def _rounded(table: dict[str, Fraction]) -> dict[str, int]:
     return {k: round(v) for k, v in table.items()}
