@@ -74,3 +74,48 @@ def test_each_process_reads_its_own_members_and_gather_combines_them():
     table = members.gather([array, array * 2])
     np.testing.assert_array_equal(table, [values, values * 2])
     assert members.gather([flags])[0].tolist() == (values > 3).tolist()
+
+
+def test_a_member_on_one_device_runs_a_step_without_any_collective():
+    # XLA keeps an all-reduce of one-device groups, and a multi-process run waits in it for the
+    # other processes' steps; with P_degree = 1 the step must hold none at all.
+    config = _config(C.MeshConfig(ensemble_size=4, parallel_degree=1))
+    step = compile_train_step(config, devices=jax.devices()[:4])
+    text = step.compiled.as_text()
+    for op in ("all-reduce", "all-gather", "reduce-scatter", "collective-permute", "all-to-all"):
+        assert f" {op}(" not in text and f" {op}-start(" not in text, op
+
+
+def test_members_by_process_and_the_slowest_epochs():
+    from hpcai_jax.records import train
+    from hpcai_jax.run.processes import members_by_process, take_slowest_epochs
+    from hpcai_jax.run.progress import Progress
+
+    devices = np.array(jax.devices()[:8]).reshape(4, 2, 1)
+    mesh = jax.sharding.Mesh(devices, ("ensemble", "data", "model"))
+    assert members_by_process(mesh, 2) == {0: list(range(8))}  # one process drives them all
+    progress = Progress(run_id="r", epochs=[{"wall_s": 1.0}, {"wall_s": 2.0}])
+
+    def timing(p, walls):
+        steps = train.ProcessStepTimes(median_s=0.1, max_s=0.2)
+        return train.ProcessTiming(
+            process_index=p, members=[p], step_s=steps, agree_s=0.0, epoch_wall_s=walls
+        )
+
+    take_slowest_epochs(progress, [timing(0, [1.0, 2.0]), timing(1, [4.5, 1.5])])
+    assert [e["wall_s"] for e in progress.epochs] == [4.5, 2.0]
+
+
+def test_the_submission_check_reads_process_zeros_log_and_the_slowest_epoch():
+    from types import SimpleNamespace as NS
+
+    from hpcai_jax.submission.derive import _process_walls
+
+    def record(*walls):
+        per = [NS(epoch_wall_s=list(w)) for w in walls]
+        return NS(timing=NS(per_process=per))
+
+    # Process 0 logged 1.0 s; process 1 took 1.5 s, which the record's epoch holds.
+    assert _process_walls(record([1.0], [1.5]), 0, 1.5) == (1.0, 1.5)
+    assert _process_walls(record([1.0]), 0, 1.0) == (1.0, None)  # one process: one figure
+    assert _process_walls(NS(timing=NS(per_process=None)), 0, 2.0) == (2.0, None)  # older

@@ -213,3 +213,80 @@ def test_stream_across_two_processes_reports_all_eight_devices(tmp_path):
     record = json.loads(records[0].read_text())
     assert record["placement"]["num_devices"] == 8 and record["placement"]["process_count"] == 2
     assert record["status"] == "complete"
+
+
+def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
+    """Four processes, one member each: process 2 is stopped (SIGSTOP) for 3 s mid-epoch. The
+    other members' steps do not wait for it (no collective of the step spans two members, and
+    the host meets only at the end), and Eq. 6's epoch time is the slowest process's."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "launch/local.py",
+            "--num_processes=4",
+            "--devices_per_process=1",
+            "--grace_s=5",
+            f"--timeout_s={JOIN_S + 200}",
+            "--",
+            sys.executable,
+            "-m",
+            "hpcai_jax.main",
+            *[f for f in SMALL if not f.startswith(("--parallel_degree", "--log_every"))],
+            "--parallel_degree=1",
+            "--train_examples=8192",  # 512 steps of 16 an epoch
+            "--epochs=16",  # seconds of steps after the stall
+            "--timing_warmup_steps=1",
+            "--log_every=100000",  # no progress lines, and no agreement before the end
+            "--divergence_check_every=100000",
+            f"--results_dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    output = []
+    try:
+        for line in proc.stdout:
+            output.append(line)
+            if line.startswith("[p2] ") and "process 2: training steps" in line:
+                break
+        ps = subprocess.run(
+            ["pgrep", "-P", str(proc.pid), "-f", "--", "--process_id=2$"],
+            capture_output=True,
+            text=True,
+        )
+        pids = [int(p) for p in ps.stdout.split()]
+        assert pids, "".join(output)
+        time.sleep(0.5)  # into its timed steps (the first is warm-up); the run lasts seconds
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(3.0)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+        rest, _ = proc.communicate(timeout=JOIN_S + 300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = "".join(output) + rest
+    assert proc.returncode == 0, text[-3000:]
+    record = json.loads(next(tmp_path.glob("*.json")).read_text())
+    per = record["timing"]["per_process"]
+    assert [p["process_index"] for p in per] == [0, 1, 2, 3]
+    assert [p["members"] for p in per] == [[0], [1], [2], [3]]
+    stalled = int(np.argmax(per[2]["epoch_wall_s"]))  # the epoch process 2 was stopped in
+    walls = [p["epoch_wall_s"][stalled] for p in per]
+    # The stalled process: one step of 3 s or more, and that epoch 2 s longer than the others'.
+    assert per[2]["step_s"]["max_s"] >= 2.5, per
+    # The others did not wait: no step of theirs near the stall (they waited once, at the end).
+    assert max(per[i]["step_s"]["max_s"] for i in (0, 1, 3)) < 1.5, per
+    assert walls[2] >= max(walls[i] for i in (0, 1, 3)) + 2.0, walls
+    # Eq. 6's epochs are the slowest process's, and FLOPS is computed from them.
+    epochs = record["epochs"]
+    for i, epoch in enumerate(epochs):
+        assert epoch["wall_s"] == pytest.approx(max(p["epoch_wall_s"][i] for p in per))
+    assert epochs[stalled]["wall_s"] == pytest.approx(walls[2])
+    assert record["metrics"]["flops_per_s"] == pytest.approx(
+        sum(e["flops"] for e in epochs) / sum(e["wall_s"] for e in epochs), rel=1e-9
+    )

@@ -254,27 +254,37 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs)
     state, loss [M], metrics {name: [M]}): the first half of the train step."""
     pm = model_parallel_of(mesh)
     state_spec, grads_spec, model_state_spec = _specs(state_specs)
+    data = _axis_if_spread(mesh, DATA)
 
     def local_gradients(state, batch):
-        step = lambda s, b: member_gradients(workload, DATA, s, b, pm)  # noqa: E731
+        step = lambda s, b: member_gradients(workload, data, s, b, pm)  # noqa: E731
         loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
         # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
         grads = jax.tree.map(lambda g: g[:, None], grads)
-        return grads, model_state, loss, metrics, _inputs_finite(batch)
+        return grads, model_state, loss, metrics, _inputs_finite(batch, data)
 
     # check_vma=True is load-bearing: it types the parameters invariant over `data` until
     # member_gradients casts them varying, so BatchNorm's and the loss's pmean transpose
     # correctly and the gradient is each device's exact share of the global-batch gradient.
+    # With one device per member its batch is not split: typed invariant over `data`, so the
+    # member's figures need no collective to leave the shard_map.
     return jax.shard_map(
         local_gradients,
         mesh=mesh,
-        in_specs=(state_spec, BATCH_SPEC),
+        in_specs=(state_spec, BATCH_SPEC if data else MEMBER_SPEC),
         out_specs=(grads_spec, model_state_spec, MEMBERS, MEMBERS, MEMBERS),
         check_vma=True,
     )
 
 
-def _inputs_finite(batch: dict) -> jax.Array:
+def _axis_if_spread(mesh: Mesh, axis: str) -> str | None:
+    """`axis`, or None where it has one device: a member on one device communicates nothing
+    (XLA keeps an all-reduce of one-device groups, and a multi-process CPU run then waits in it
+    for the other processes' steps: tests/test_multiprocess.py, the stalled-process test)."""
+    return axis if mesh.shape[axis] > 1 else None
+
+
+def _inputs_finite(batch: dict, data: str | None) -> jax.Array:
     """[m_local] bool: every floating-point value of each member's batch is finite. One
     reduction per field, so that a NaN that came in with the data is told apart from one the
     member produced (run/progress.py names the examples); integer fields (JPEG pixels,
@@ -286,15 +296,18 @@ def _inputs_finite(batch: dict) -> jax.Array:
     ok = jnp.ones((m_local,), jnp.int32)
     for x in fields:
         ok = ok & jnp.all(jnp.isfinite(x), axis=tuple(range(1, x.ndim))).astype(jnp.int32)
-    with jax.named_scope(METRICS_SCOPE):
-        ok = lax.pmin(ok, DATA)  # the member's batch is spread over `data`
+    if data is not None:
+        with jax.named_scope(METRICS_SCOPE):
+            ok = lax.pmin(ok, data)  # the member's batch is spread over `data`
     return ok > 0
 
 
 def _summed(plan: AllreducePlan, grads):
     """This device's local gradients [m_local, 1, ...] summed over `data` as `plan` says →
-    [m_local, ...]; inside a shard_map with check_vma=False."""
-    return reduce_gradients(plan, jax.tree.map(lambda g: g[:, 0], grads))
+    [m_local, ...]; inside a shard_map with check_vma=False. One device per member: nothing to
+    sum, nothing to send (whatever the plan's communication dtype)."""
+    local = jax.tree.map(lambda g: g[:, 0], grads)
+    return local if plan.parallel_degree == 1 else reduce_gradients(plan, local)
 
 
 def _default_plan(mesh: Mesh) -> AllreducePlan:

@@ -94,6 +94,23 @@ class StepTimes:
 
 
 @section
+class ProcessStepTimes:
+    median_s: float | None = field("the process's median timed step, on its own clock", "s")
+    max_s: float | None = field("its slowest timed step", "s")
+
+
+@section
+class ProcessTiming:
+    process_index: int = field("the JAX process")
+    members: list[int] = field("the members whose devices it drives")
+    step_s: ProcessStepTimes = field("its timed steps: members never wait for another's")
+    agree_s: float = field(
+        "its waits in the periodic agreements of all processes (kept out of step times)", "s"
+    )
+    epoch_wall_s: list[float] = field("each completed epoch's wall time on its clock", "s")
+
+
+@section
 class Timing:
     compile_s: float = field("compiling the training step, summed over segments", "s")
     steps: int = field("steps completed", "steps")
@@ -109,6 +126,9 @@ class Timing:
     eval_s: float = field("every held-out evaluation, during training and at the end", "s")
     checkpoint_s: float = field("the blocking part of checkpoint saves", "s")
     total_wall_s: float = field("from the run's start to the record, this segment", "s")
+    per_process: list[ProcessTiming] | None = field(
+        "one entry per process, in process order (docs/scale.md); None in older records"
+    )
 
 
 @section

@@ -111,6 +111,21 @@ class RunClock:
         self._progress.checkpoint_s += self._last_done - start
 
     @contextlib.contextmanager
+    def agreeing(self, several: bool):
+        """A host collective of every process (the divergence check, the preemption agreement):
+        with `several` processes the step in flight is booked first and the wait for the others
+        is booked as agreement time, not as a step's (it stays in its epoch's wall time). One
+        process waits for nobody: nothing is flushed."""
+        if not several:
+            yield
+            return
+        self.flush()
+        start = read()
+        yield
+        self._last_done = read()
+        self._progress.agree_s += self._last_done - start
+
+    @contextlib.contextmanager
     def evaluating(self, training: bool = True):
         """An evaluation, yielding its `Span`: booked as evaluation time and, during training,
         cut out of its epoch (Eq. 6 counts training time only)."""

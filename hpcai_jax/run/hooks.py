@@ -94,9 +94,11 @@ class DivergenceCheck:
     every: int
 
     def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if due(done, self.every, ctx.total_steps) and (why := ctx.watch.check(keep_last=True)):
-            return Stop(Status.INVALID, why)
-        return None
+        if not due(done, self.every, ctx.total_steps):
+            return None
+        with ctx.clock.agreeing(jax.process_count() > 1):  # a gather of every process's flags
+            why = ctx.watch.check(keep_last=True)
+        return Stop(Status.INVALID, why) if why else None
 
 
 @dataclasses.dataclass
@@ -159,7 +161,12 @@ class Preemption:
     every: int
 
     def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if done < ctx.total_steps and self.guard.stop_now(done % self.every == 0):
+        if done >= ctx.total_steps:
+            return None
+        at_check = done % self.every == 0
+        with ctx.clock.agreeing(at_check and jax.process_count() > 1):
+            stop = self.guard.stop_now(at_check)
+        if stop:
             return Stop(Status.PARTIAL, f"preempted by {self.guard.signal_name} at step {done}")
         return None
 

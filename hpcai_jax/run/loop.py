@@ -22,7 +22,7 @@ from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import compile_step
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, hooks, members
+from hpcai_jax.run import evaluation, hooks, members, processes
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.run.hooks import Outcome, Status, Stop
@@ -326,6 +326,7 @@ def _train(
     steps = _hooks(setup, guard)
     barrier("before-timing")
     mlog.run_start(first, clock.start())
+    logging.info("process %d: training steps %d to %d", jax.process_index(), first, ctx.total_steps)
     try:
         try:
             stop = _train_steps(ctx, built.compiled, prefetch, steps)
@@ -339,8 +340,11 @@ def _train(
         guard.restore()
     last_eval = next(h.last for h in steps if isinstance(h, hooks.Evaluation))
     quality = _final_quality(ctx, outcome, last_eval)
-    # The members' last figures, from every process (the end of the run: all are here).
+    # The members' last figures and every process's timing (the end of the run: all are here);
+    # an epoch lasts as long as its slowest process took.
     final = None if clock.last_metrics is None else members.gather_tree(clock.last_metrics)
+    timings = processes.per_process(progress, setup.mesh, setup.layout.members_per_device)
+    processes.take_slowest_epochs(progress, timings)
     record = run_record.build(
         setup,
         progress,
@@ -357,6 +361,7 @@ def _train(
         comm=built.comm,
         energy=(clock.energy_start, clock.energy_end),
         stopped_at_target=outcome.stopped_at_target,
+        per_process=timings,
     )
     path = results.write_record(config.results.results_dir, progress.run_id, record)
     claimed.release()

@@ -31,6 +31,7 @@ class Progress:
     data_wait_s: float = 0.0
     compile_s: list[float] = dataclasses.field(default_factory=list)  # one per segment
     checkpoint_s: float = 0.0  # blocking part of checkpoint saves, kept out of step times
+    agree_s: float = 0.0  # waits in the processes' periodic agreements, kept out of step times
     eval_s: float = 0.0  # held-out evaluations, during training and at the end
     # Eq. 6: completed epochs ({index, first_step, steps, wall_s}), and the time booked so far
     # to the open one (run/epochs.py).

@@ -47,6 +47,7 @@ def train_record(
     comm: CommVolume | None = None,
     energy: tuple[EnergyReading | None, EnergyReading] | None = None,
     stopped_at_target: bool = False,
+    per_process: list[train.ProcessTiming] | None = None,
 ) -> records.TrainRecord:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
@@ -78,7 +79,7 @@ def train_record(
         mesh=_mesh(setup),
         precision=_precision(setup),
         data=_data(setup, progress, quality, skipped),
-        timing=_timing(setup, progress, eval_s, total_wall_s),
+        timing=_timing(setup, progress, eval_s, total_wall_s, per_process),
         resumes=[
             train.Resume(at_step=r["at_step"], utc=r["utc"], mesh=r.get("mesh", {}))
             for r in progress.resumes
@@ -148,7 +149,13 @@ def _data(setup, progress: Progress, quality, skipped: dict[str, list[int]]) -> 
     )
 
 
-def _timing(setup, progress: Progress, eval_s: float, total_wall_s: float) -> train.Timing:
+def _timing(
+    setup,
+    progress: Progress,
+    eval_s: float,
+    total_wall_s: float,
+    per_process: list[train.ProcessTiming] | None,
+) -> train.Timing:
     return train.Timing(
         compile_s=float(sum(progress.compile_s)),
         steps=progress.step,
@@ -160,6 +167,7 @@ def _timing(setup, progress: Progress, eval_s: float, total_wall_s: float) -> tr
         eval_s=eval_s,
         checkpoint_s=progress.checkpoint_s,
         total_wall_s=total_wall_s,
+        per_process=per_process,
     )
 
 
