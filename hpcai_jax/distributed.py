@@ -24,11 +24,14 @@ class DistributedConfig:
     num_processes: int = 0
     process_id: int = -1
     local_device_ids: str = ""  # "0,1,2,3", "all", or "" (JAX decides)
-    timeout_s: int = 120
+    timeout_s: int = 0  # 0: by the process count (startup_timeout_s)
 
     def validate(self) -> None:
-        if self.timeout_s < 1:
-            raise UsageError(f"--distributed_timeout_s={self.timeout_s}: expected >= 1")
+        if self.timeout_s < 0:
+            raise UsageError(
+                f"--distributed_timeout_s={self.timeout_s}: expected seconds >= 1, or 0 for "
+                "the rule by process count"
+            )
         explicit = (bool(self.coordinator_address), self.num_processes > 0, self.process_id >= 0)
         if any(explicit) and not all(explicit):
             raise UsageError(
@@ -56,6 +59,33 @@ def _env_count(env, name: str, default: int) -> int:
     reads as the default rather than stopping the job with a traceback."""
     m = re.match(r"\s*(\d+)", env.get(name, ""))
     return int(m.group(1)) if m else default
+
+
+# JAX's own initialization timeout, and what each 1,000 processes add to it: thousands of
+# processes importing JAX and this package from one shared file system at once take minutes
+# (docs/scale.md, Start-up).
+BASE_TIMEOUT_S = 300
+PER_THOUSAND_PROCESSES_S = 60
+
+
+def startup_timeout_s(processes: int) -> int:
+    """Seconds to wait for every process to join: BASE_TIMEOUT_S, plus
+    PER_THOUSAND_PROCESSES_S per started 1,000 processes beyond the first 1,000."""
+    return BASE_TIMEOUT_S + PER_THOUSAND_PROCESSES_S * max(0, (processes - 1) // 1000)
+
+
+def expected_processes(config: DistributedConfig, env: dict | None = None) -> int:
+    """The job's process count before it starts: the flag, else the launcher's environment
+    (SLURM, Open MPI), else 0 (unknown: a TPU pod, or a single process)."""
+    env = os.environ if env is None else env
+    if config.num_processes:
+        return config.num_processes
+    return max(_env_count(env, "SLURM_NTASKS", 0), _env_count(env, "OMPI_COMM_WORLD_SIZE", 0))
+
+
+def timeout_for(config: DistributedConfig, env: dict | None = None) -> int:
+    """--distributed_timeout_s where given, else the rule by the expected process count."""
+    return config.timeout_s or startup_timeout_s(expected_processes(config, env))
 
 
 def detect_cluster(env: dict | None = None) -> str | None:
@@ -122,6 +152,7 @@ def initialize(config: DistributedConfig) -> str:
 
     cluster = detect_cluster()
     ids = local_device_ids(config, cluster)
+    timeout = timeout_for(config)
     if config.coordinator_address:
         path = "flags"
         logging.info(
@@ -129,19 +160,19 @@ def initialize(config: DistributedConfig) -> str:
             config.process_id,
             config.num_processes,
             config.coordinator_address,
-            config.timeout_s,
+            timeout,
         )
         jax.distributed.initialize(
             coordinator_address=config.coordinator_address,
             num_processes=config.num_processes,
             process_id=config.process_id,
             local_device_ids=ids,
-            initialization_timeout=config.timeout_s,
+            initialization_timeout=timeout,
         )
     elif cluster:
         path = f"auto-detected {cluster}"
-        logging.info("jax.distributed: %s, waiting up to %d s for peers", path, config.timeout_s)
-        jax.distributed.initialize(local_device_ids=ids, initialization_timeout=config.timeout_s)
+        logging.info("jax.distributed: %s, waiting up to %d s for peers", path, timeout)
+        jax.distributed.initialize(local_device_ids=ids, initialization_timeout=timeout)
     else:
         path = "single process"
     index, count = jax.process_index(), jax.process_count()

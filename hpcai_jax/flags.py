@@ -37,7 +37,8 @@ _METADATA_OF: dict[type, dict[str, Mapping[str, Any]]] = {
             "for JAX's choice."
         },
         "timeout_s": {
-            "help": "Seconds to wait for every process to join.",
+            "help": "Seconds to wait for every process to join; 0: 300 plus 60 per 1,000 "
+            "processes beyond the first 1,000 (docs/scale.md).",
             "flag": "distributed_timeout_s",
         },
     },

@@ -4,6 +4,8 @@ start-up tests replace it with a recorder."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import pytest
 
@@ -203,7 +205,10 @@ def test_valid_settings_pass(kwargs):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"timeout_s": 0}, "--distributed_timeout_s=0: expected >= 1"),
+        (
+            {"timeout_s": -5},
+            "--distributed_timeout_s=-5: expected seconds >= 1, or 0 for the rule by process count",
+        ),
         (
             {"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 2},
             "--process_id=2: expected 0 <= id < --num_processes=2",
@@ -293,13 +298,13 @@ def test_slurm_one_task_per_gpu_is_auto_detected(started, monkeypatch):
 def test_slurm_one_task_per_node_is_auto_detected_with_every_gpu(started, monkeypatch):
     _set_env(monkeypatch, SLURM_PER_NODE)
     assert D.initialize(DistributedConfig()) == "auto-detected slurm"
-    assert started == [{"local_device_ids": [0, 1, 2, 3], "initialization_timeout": 120}]
+    assert started == [{"local_device_ids": [0, 1, 2, 3], "initialization_timeout": 300}]
 
 
 def test_open_mpi_is_auto_detected(started, monkeypatch):
     _set_env(monkeypatch, {"OMPI_COMM_WORLD_SIZE": "2"})
     assert D.initialize(DistributedConfig(local_device_ids="0")) == "auto-detected ompi"
-    assert started == [{"local_device_ids": [0], "initialization_timeout": 120}]
+    assert started == [{"local_device_ids": [0], "initialization_timeout": 300}]
 
 
 def test_explicit_flags_win_over_slurm(started, monkeypatch):
@@ -330,6 +335,23 @@ def test_explicit_flags_without_a_cluster(started):
             "num_processes": 2,
             "process_id": 0,
             "local_device_ids": [0, 1],
-            "initialization_timeout": 120,
+            "initialization_timeout": 300,
         }
     ]
+
+
+def test_the_start_up_timeout_grows_with_the_processes_unless_given():
+    assert [D.startup_timeout_s(n) for n in (0, 1, 2, 1000, 1001, 10000)] == [
+        300,
+        300,
+        300,
+        300,
+        360,
+        840,
+    ]
+    assert D.expected_processes(DistributedConfig(), {"SLURM_NTASKS": "2500"}) == 2500
+    assert D.expected_processes(DistributedConfig(), {"OMPI_COMM_WORLD_SIZE": "8"}) == 8
+    assert D.expected_processes(DistributedConfig(), {}) == 0
+    flags = DistributedConfig(coordinator_address="h:1", num_processes=4608, process_id=0)
+    assert D.timeout_for(flags, {}) == 300 + 4 * 60
+    assert D.timeout_for(dataclasses.replace(flags, timeout_s=45), {}) == 45  # the flag wins
