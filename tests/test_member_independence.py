@@ -119,3 +119,13 @@ def test_the_submission_check_reads_process_zeros_log_and_the_slowest_epoch():
     assert _process_walls(record([1.0], [1.5]), 0, 1.5) == (1.0, 1.5)
     assert _process_walls(record([1.0]), 0, 1.0) == (1.0, None)  # one process: one figure
     assert _process_walls(NS(timing=NS(per_process=None)), 0, 2.0) == (2.0, None)  # older
+
+
+def test_each_member_is_reported_by_its_first_process_as_one_scalar():
+    from hpcai_jax.run.processes import owners
+
+    devices = np.array(jax.devices()[:8]).reshape(4, 2, 1)
+    mesh = jax.sharding.Mesh(devices, ("ensemble", "data", "model"))
+    assert owners(mesh, 2) == [0] * 8
+    table = members.gather_owned({0: 0.5, 1: 0.25, 2: 1.0}, [0, 0, 0], 0)
+    np.testing.assert_array_equal(table, [0.5, 0.25, 1.0])

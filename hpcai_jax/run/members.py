@@ -84,3 +84,22 @@ def gather_tree(tree):
         for i, value in zip(indices, gather([leaves[i] for i in indices]), strict=True):
             out[i] = value
     return jax.tree.unflatten(treedef, out)
+
+
+def gather_owned(mine: dict[int, float], owner: list[int], process: int) -> np.ndarray:
+    """[M] float64: member m's value from the process `owner[m]` (this process, `process`,
+    gives `mine` for its own), by one all-gather of (ids, values) as wide as the most members
+    one process owns: M scalars over the job, not [processes, M] (a collective)."""
+    m = len(owner)
+    width = max(owner.count(p) for p in set(owner)) if owner else 0
+    ids = np.full((width,), -1, np.int64)
+    values = np.full((width,), np.nan, np.float64)
+    own = [member for member in range(m) if owner[member] == process]
+    ids[: len(own)] = own
+    values[: len(own)] = [mine[member] for member in own]
+    out = np.full((m,), np.nan, np.float64)
+    for p_ids, p_values in zip(allgather(ids), allgather(values), strict=True):
+        for member, value in zip(p_ids, p_values, strict=True):
+            if member >= 0:
+                out[member] = value
+    return out

@@ -30,6 +30,15 @@ def members_by_process(mesh: Mesh, members_per_device: int) -> dict[int, list[in
     return {p: sorted(members) for p, members in sorted(out.items())}
 
 
+def owners(mesh: Mesh, members_per_device: int) -> list[int]:
+    """member → the first process whose devices train it (the one that reports its figures)."""
+    first: dict[int, int] = {}
+    for p, members in members_by_process(mesh, members_per_device).items():
+        for member in members:
+            first.setdefault(member, p)
+    return [first[m] for m in sorted(first)]
+
+
 def _figure(x: float) -> float | None:
     return None if math.isnan(x) else float(x)
 

@@ -15,7 +15,7 @@ from hpcai_jax.distributed import allgather
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.records import train
-from hpcai_jax.run import curve
+from hpcai_jax.run import curve, members, processes
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.run.timing import StepTimes
 from hpcai_jax.telemetry.comm import CommVolume
@@ -383,15 +383,10 @@ def _distinct_fractions(setup) -> list[float]:
     """Each member's distinct fraction as the first process that trains it derives it from its
     own sampler: a process whose samples differ from process 0's (another seed, another data set
     size) shows in the record instead of hiding behind process 0's figures. A collective."""
-    m, per_device = setup.layout.ensemble_size, setup.layout.members_per_device
-    mine = np.full(m, np.nan)
-    for e, row in enumerate(setup.mesh.devices):  # [ensemble, data, model]
-        if any(d.process_index == jax.process_index() for d in row.flat):
-            for member in range(e * per_device, (e + 1) * per_device):
-                mine[member] = setup.sampler.distinct_fraction(member)
-    every = allgather(mine)  # [processes, M]; NaN where a process trains no part of the member
-    first = np.argmax(~np.isnan(every), axis=0)
-    return [float(every[p, member]) for member, p in enumerate(first)]
+    owner = processes.owners(setup.mesh, setup.layout.members_per_device)
+    me = jax.process_index()
+    mine = {m: setup.sampler.distinct_fraction(m) for m, p in enumerate(owner) if p == me}
+    return [float(v) for v in members.gather_owned(mine, owner, me)]
 
 
 def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
