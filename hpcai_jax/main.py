@@ -13,6 +13,7 @@ from absl import app, flags, logging
 from hpcai_jax import distributed, gpu_settings
 from hpcai_jax import flags as hflags
 from hpcai_jax.errors import UsageError
+from hpcai_jax.run import startup
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -28,17 +29,21 @@ def _parse(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
+    startup.begin()
     if len(argv) > 1:
         _fail(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a --flag")
     try:
         config = hflags.config_from_flags()
         # Before JAX starts its backend: XLA and the GPU client read these once, at start.
         applied = gpu_settings.apply(gpu_settings.select(config.gpu_settings))
-        distributed.initialize(config.distributed)
+        with startup.phase("distributed"):
+            distributed.initialize(config.distributed)
         if applied.applied:
             logging.info("%s", applied.summary())
         logging.info("hpcai_jax %s: %s", config.mode, config)
-        sys.exit(_MODES[config.mode]()(config))
+        with startup.phase("imports"):
+            run_mode = _MODES[config.mode]()
+        sys.exit(run_mode(config))
     except UsageError as e:
         _fail(str(e), e.exit_code)
 

@@ -75,7 +75,9 @@ def provenance() -> records.Provenance:
     node_total, per_node = node_counts(hosts, [d.process_index for d in devices])
     return records.Provenance(
         versions=package_versions(),
-        git_commit=git_commit(),
+        # One git call for the job, not one per process on a shared file system: only process
+        # 0's record is written.
+        git_commit=git_commit() if jax.process_index() == 0 else "read on process 0",
         backend=jax.default_backend(),
         device_kind=devices[0].device_kind,
         device_count=len(devices),

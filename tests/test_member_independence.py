@@ -99,7 +99,12 @@ def test_members_by_process_and_the_slowest_epochs():
     def timing(p, walls):
         steps = train.ProcessStepTimes(median_s=0.1, max_s=0.2)
         return train.ProcessTiming(
-            process_index=p, members=[p], step_s=steps, agree_s=0.0, epoch_wall_s=walls
+            process_index=p,
+            members=[p],
+            step_s=steps,
+            agree_s=0.0,
+            startup_s=1.0,
+            epoch_wall_s=walls,
         )
 
     take_slowest_epochs(progress, [timing(0, [1.0, 2.0]), timing(1, [4.5, 1.5])])

@@ -45,6 +45,7 @@ def test_every_shipped_example_record_reads_as_version_1(path):
         "data.skipped_examples",
         "run.burst",
         "timing.per_process",
+        "timing.startup",
     }
     assert _leaves(layout) - _leaves(raw) <= newer
     assert _leaves(raw) <= _leaves(layout)

@@ -94,6 +94,18 @@ class StepTimes:
 
 
 @section
+class Startup:
+    python_s: float | None = field(
+        "the interpreter's start and imports until main (Linux's process start time)", "s"
+    )
+    distributed_s: float | None = field("jax.distributed's start: joining every process", "s")
+    imports_s: float | None = field("importing the mode (JAX and the engine)", "s")
+    setup_s: float | None = field("the mesh, the data sets opened, the steps built", "s")
+    state_s: float | None = field("the members' initial state, or a checkpoint's restore", "s")
+    compile_s: float | None = field("the first compile of the training step", "s")
+
+
+@section
 class ProcessStepTimes:
     median_s: float | None = field("the process's median timed step, on its own clock", "s")
     max_s: float | None = field("its slowest timed step", "s")
@@ -107,6 +119,7 @@ class ProcessTiming:
     agree_s: float = field(
         "its waits in the periodic agreements of all processes (kept out of step times)", "s"
     )
+    startup_s: float = field("its start-up, every phase of `timing.startup` on it", "s")
     epoch_wall_s: list[float] = field("each completed epoch's wall time on its clock", "s")
 
 
@@ -126,6 +139,9 @@ class Timing:
     eval_s: float = field("every held-out evaluation, during training and at the end", "s")
     checkpoint_s: float = field("the blocking part of checkpoint saves", "s")
     total_wall_s: float = field("from the run's start to the record, this segment", "s")
+    startup: Startup | None = field(
+        "process 0's start-up by phase (docs/scale.md); None in older records"
+    )
     per_process: list[ProcessTiming] | None = field(
         "one entry per process, in process order (docs/scale.md); None in older records"
     )

@@ -22,7 +22,7 @@ from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import compile_step
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, hooks, members, processes
+from hpcai_jax.run import evaluation, hooks, members, processes, startup
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.run.hooks import Outcome, Status, Stop
@@ -83,7 +83,7 @@ class CompiledStep(NamedTuple):
     flops: FlopFigures
     memory: dict
     peaks: dict
-    comm: CommVolume
+    comm: CommVolume | None  # process 0's alone
 
 
 def _compile(
@@ -119,9 +119,28 @@ def _compile(
             cross.source_reason,
             cross.train_step_flops_source,
         )
+    node_index = nodes.device_node_index(list(setup.mesh.devices.flat))  # a collective
+    # The HLO's traffic is read once, for the record process 0 writes.
+    comm = _traffic(compiled, setup.mesh, node_index) if jax.process_index() == 0 else None
+    memory = memory_analysis(compiled)
+    if memory:
+        logging.info(
+            "compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
+            "temporaries %.1f MiB",
+            memory["argument_bytes"] / 2**20,
+            memory["output_bytes"] / 2**20,
+            memory["temp_bytes"] / 2**20,
+        )
+    peaks = peaks_at_start(config.model.dtype, bandwidth)  # every process: STREAM spans them
+    return CompiledStep(compiled, cost, cross, memory, peaks, comm)
+
+
+def _traffic(compiled, mesh, node_index: dict[int, int]) -> CommVolume:
+    """The step's collectives, by axis (telemetry/comm.py), and a warning for any that spans
+    two members: bagging's members must never wait for each other."""
     text = compiled.as_text()
-    comm = comm_volume(text, setup.mesh, nodes.device_node_index(list(setup.mesh.devices.flat)))
-    for line in cross_member(text, setup.mesh):  # bagging's members must never wait for another
+    comm = comm_volume(text, mesh, node_index)
+    for line in cross_member(text, mesh):
         logging.warning("a collective of the training step spans two members: %s", line)
     logging.info(
         "collectives per step and device: training payload %s bytes, on the wire %s bytes "
@@ -132,17 +151,7 @@ def _compile(
         comm.nodes,
         comm.metrics_payload_bytes,
     )
-    memory = memory_analysis(compiled)
-    if memory:
-        logging.info(
-            "compiled step memory per device: arguments %.1f MiB, outputs %.1f MiB, "
-            "temporaries %.1f MiB",
-            memory["argument_bytes"] / 2**20,
-            memory["output_bytes"] / 2**20,
-            memory["temp_bytes"] / 2**20,
-        )
-    peaks = peaks_at_start(config.model.dtype, bandwidth)
-    return CompiledStep(compiled, cost, cross, memory, peaks, comm)
+    return comm
 
 
 def run_train(config: RunConfig) -> int:
@@ -161,7 +170,8 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     bandwidth = (
         stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
     )
-    setup = build_setup(config)
+    with startup.phase("setup"):
+        setup = build_setup(config)
     rc = config.reliability
     ckpt = (
         Checkpointer(
@@ -296,7 +306,8 @@ def _train(
     bandwidth: tuple[float, str] | None,
 ) -> tuple[dict, int]:
     config = setup.config
-    state, progress, resuming = _resume_or_start(setup, ckpt)
+    with startup.phase("state"):  # a resume's restore is this phase too
+        state, progress, resuming = _resume_or_start(setup, ckpt)
     claimed = results.claim(
         config.results.results_dir, progress.run_id, config.results.overwrite, resuming
     )
@@ -304,9 +315,11 @@ def _train(
     mlog = MLLog.start(
         setup, wall_start, run_clock.read, progress.run_id, progress.step if resuming else None
     )
-    state = setup.init_state() if state is None else state
+    with startup.phase("state"):
+        state = setup.init_state() if state is None else state
     _log_mesh(setup)
     built = _compile(setup, state, progress, bandwidth)
+    startup.record("compile", progress.compile_s[-1])
     mlog.init_stop(built.flops.train_step_flops, built.flops.train_step_flops_source)
 
     tc = config.train

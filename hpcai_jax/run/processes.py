@@ -14,6 +14,7 @@ from jax.sharding import Mesh
 
 from hpcai_jax.distributed import allgather
 from hpcai_jax.records import train
+from hpcai_jax.run import startup
 from hpcai_jax.run.progress import Progress
 
 
@@ -54,6 +55,7 @@ def per_process(
             np.median(steps) if steps.size else np.nan,
             steps.max() if steps.size else np.nan,
             progress.agree_s,
+            startup.total_s(),
             *walls,
         ],
         np.float64,
@@ -65,7 +67,8 @@ def per_process(
             members=owners.get(p, []),
             step_s=train.ProcessStepTimes(median_s=_figure(row[0]), max_s=_figure(row[1])),
             agree_s=float(row[2]),
-            epoch_wall_s=[float(w) for w in row[3:]],
+            startup_s=float(row[3]),
+            epoch_wall_s=[float(w) for w in row[4:]],
         )
         for p, row in enumerate(allgather(mine))
     ]

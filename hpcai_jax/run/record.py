@@ -15,7 +15,7 @@ from hpcai_jax.distributed import allgather
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.records import train
-from hpcai_jax.run import curve, members, processes
+from hpcai_jax.run import curve, members, processes, startup
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.run.timing import StepTimes
 from hpcai_jax.telemetry.comm import CommVolume
@@ -167,6 +167,7 @@ def _timing(
         eval_s=eval_s,
         checkpoint_s=progress.checkpoint_s,
         total_wall_s=total_wall_s,
+        startup=train.Startup(**{f"{k}_s": v for k, v in startup.phases().items()}),
         per_process=per_process,
     )
 

@@ -1,0 +1,59 @@
+"""This process's start-up, phase by phase, for the record's `timing.startup`: where the minutes
+go before the first step when thousands of processes start at once (docs/scale.md). Standard
+library only: `main` marks its phases before JAX is imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+
+# The phases in the order a run goes through them.
+PHASES = ("python", "distributed", "imports", "setup", "state", "compile")
+_seconds: dict[str, float] = {}
+
+
+def process_age_s() -> float | None:
+    """Seconds since the OS started this process (Linux's /proc), or None elsewhere."""
+    try:
+        with open("/proc/self/stat") as f:
+            after_name = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        started = int(after_name[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - started)
+
+
+def begin() -> None:
+    """At main's entry: the interpreter's start and the imports so far are the "python" phase."""
+    _seconds.clear()
+    age = process_age_s()
+    if age is not None:
+        _seconds["python"] = age
+
+
+@contextlib.contextmanager
+def phase(name: str):
+    """Times a phase (its seconds add up if it runs twice)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        _seconds[name] = _seconds.get(name, 0.0) + time.perf_counter() - start
+
+
+def record(name: str, seconds: float) -> None:
+    """A phase timed elsewhere (the first compile, which the loop times itself)."""
+    _seconds[name] = seconds
+
+
+def phases() -> dict[str, float | None]:
+    """Every phase's seconds, None where it was not reached or not measurable."""
+    return {name: _seconds.get(name) for name in PHASES}
+
+
+def total_s() -> float:
+    return float(sum(v for v in _seconds.values()))

@@ -1,0 +1,44 @@
+"""The record's start-up phases (run/startup.py, docs/scale.md): each phase timed where the run
+goes through it, and the process's age at main's entry read from the OS."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from helpers import ROOT, subprocess_env
+
+from hpcai_jax.run import startup
+
+
+def test_phases_add_up_and_the_process_age_is_the_os_s():
+    startup.begin()
+    age = startup.process_age_s()
+    assert age is not None and 0 < age < 24 * 3600
+    with startup.phase("setup"):
+        time.sleep(0.01)
+    with startup.phase("setup"):  # a phase run twice adds up
+        time.sleep(0.01)
+    startup.record("compile", 1.5)
+    phases = startup.phases()
+    assert list(phases) == list(startup.PHASES)
+    assert phases["setup"] >= 0.02 and phases["compile"] == 1.5
+    assert phases["distributed"] is None  # not reached
+    assert startup.total_s() >= phases["python"] + 1.52
+
+
+def test_a_fresh_process_reads_its_own_start():
+    code = "from hpcai_jax.run import startup; startup.begin(); print(startup.phases()['python'])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=subprocess_env()
+    )
+    assert 0 < float(out.stdout) < 60, out.stderr
+
+
+def test_the_tiny_run_records_every_phase_it_went_through(tiny_run):
+    phases = tiny_run.record["timing"]["startup"]
+    for name in ("python", "distributed", "imports", "setup", "state", "compile"):
+        assert phases[f"{name}_s"] is not None and phases[f"{name}_s"] >= 0, name
+    per = tiny_run.record["timing"]["per_process"]
+    assert len(per) == 1 and per[0]["startup_s"] >= phases["compile_s"]
