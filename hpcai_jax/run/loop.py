@@ -351,14 +351,29 @@ def _train(
         _final_save(ctx, outcome)
     finally:
         guard.restore()
+    record = _record(ctx, built, outcome, steps, wall_start)
+    path = results.write_record(config.results.results_dir, progress.run_id, record)
+    claimed.release()
+    # Only now may the log say success; a run that can resume ends only a segment.
+    mlog.run_stop(record, resumable=outcome.status is Status.PARTIAL and ckpt is not None)
+    barrier("exit")
+    record["path"] = str(path) if path else None
+    return record, outcome.exit_code
+
+
+def _record(
+    ctx: hooks.Context, built: CompiledStep, outcome: Outcome, steps: list, wall_start: float
+) -> dict:
+    """The run's record: its final quality, the members' last figures and every process's
+    timing (the end of the run: every process is here); an epoch lasts as long as its slowest
+    process took."""
+    setup, progress, clock = ctx.setup, ctx.progress, ctx.clock
     last_eval = next(h.last for h in steps if isinstance(h, hooks.Evaluation))
     quality = _final_quality(ctx, outcome, last_eval)
-    # The members' last figures and every process's timing (the end of the run: all are here);
-    # an epoch lasts as long as its slowest process took.
     final = None if clock.last_metrics is None else members.gather_tree(clock.last_metrics)
     timings = processes.per_process(progress, setup.mesh, setup.layout.members_per_device)
     processes.take_slowest_epochs(progress, timings)
-    record = run_record.build(
+    return run_record.build(
         setup,
         progress,
         built.cost,
@@ -376,10 +391,3 @@ def _train(
         stopped_at_target=outcome.stopped_at_target,
         per_process=timings,
     )
-    path = results.write_record(config.results.results_dir, progress.run_id, record)
-    claimed.release()
-    # Only now may the log say success; a run that can resume ends only a segment.
-    mlog.run_stop(record, resumable=outcome.status is Status.PARTIAL and ckpt is not None)
-    barrier("exit")
-    record["path"] = str(path) if path else None
-    return record, outcome.exit_code
