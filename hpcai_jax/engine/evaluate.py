@@ -18,6 +18,7 @@ from jax.sharding import NamedSharding
 
 from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import eval_batches
+from hpcai_jax.engine import sharded
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +51,18 @@ class EnsembleQuality:
         return float(np.mean(kept)) if kept else None
 
 
-def _score(setup, state, source, indices: np.ndarray | None, votes_of) -> dict:
+@jax.jit
+def _add(total, counts):
+    """Sums a batch's counts into the running total on the devices, in float32 as the host did:
+    the members' counts never leave their devices before the end."""
+    return jax.tree.map(lambda a, b: a + b, total, counts)
+
+
+def _score(setup, state, source, indices: np.ndarray | None, votes_of):
     """Runs the eval step over `indices` of `source` (None: all of it); votes_of(members, rows) →
     float32 votes [len(members), len(rows)] for a member range and example indices (-1: padding),
-    called for the blocks this process's devices hold. Returns the counts summed over batches."""
+    called for the blocks this process's devices hold. Returns the counts summed over batches on
+    the devices (EvalCounts: the members' sharded over `ensemble`, the rest replicated)."""
     m = setup.layout.ensemble_size
     sharding = NamedSharding(setup.mesh, BATCH_SPEC)
     total = None
@@ -64,9 +73,22 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of) -> dict:
             return votes_of(range(m0, m1), rows[r0:r1])
 
         votes = jax.make_array_from_callback((m, len(item.rows)), sharding, block, dtype=np.float32)
-        counts = jax.tree.map(np.asarray, setup.eval_step(state, item.batch, item.valid, votes))
-        total = counts if total is None else jax.tree.map(np.add, total, counts)
+        counts = setup.eval_step(state, item.batch, item.valid, votes)
+        total = counts if total is None else _add(total, counts)
     return total
+
+
+def _member_figures(workload, counts, details: bool) -> list:
+    """[M] (quality, details or None) of every member: each computed by the process that owns
+    the member, from its own shard of the counts, then combined over the processes as M small
+    values (a collective: every process calls it)."""
+    owner, me = sharded.owners(counts), jax.process_index()
+    mine = {
+        member: [workload.quality(c), workload.quality_details(c) if details else None]
+        for member, c in sharded.local(counts).items()
+        if owner[member] == me
+    }
+    return sharded.gather_owned_json(mine, owner, me)
 
 
 def evaluate(
@@ -85,19 +107,18 @@ def evaluate(
         return (kept[list(members), None] & (rows >= 0)[None]).astype(np.float32)
 
     counts = _score(setup, state, source, None, held_out_votes)
-    ensemble_details = workload.quality_details(counts.ensemble)
+    ensemble = np.asarray(counts.ensemble)
+    ensemble_details = workload.quality_details(ensemble)
+    figures = _member_figures(workload, counts.members, ensemble_details is not None)
     details = (
-        {
-            "ensemble": ensemble_details,
-            "members": [workload.quality_details(c) for c in counts.members],
-        }
+        {"ensemble": ensemble_details, "members": [d for _, d in figures]}
         if ensemble_details is not None
         else None
     )
     return EnsembleQuality(
-        members=[workload.quality(c) for c in counts.members],
+        members=[q for q, _ in figures],
         kept=kept.tolist(),
-        ensemble=workload.quality(counts.ensemble),
+        ensemble=workload.quality(ensemble),
         examples=len(source),
         oob=out_of_bag(setup, state, kept) if oob else None,
         details=details,
@@ -119,7 +140,7 @@ def out_of_bag(setup, state, kept: np.ndarray) -> OutOfBag | None:
         )
 
     counts = _score(setup, state, train, np.arange(subset), oob_votes)
-    scored = int(counts.scored)
+    scored = int(np.asarray(counts.scored))
     if scored == 0:
         return OutOfBag(
             None,
@@ -130,5 +151,8 @@ def out_of_bag(setup, state, kept: np.ndarray) -> OutOfBag | None:
             f"(--bootstrap={sampler.method})",
         )
     return OutOfBag(
-        setup.workload.quality(counts.ensemble), scored, subset, float(counts.votes) / scored
+        setup.workload.quality(np.asarray(counts.ensemble)),
+        scored,
+        subset,
+        float(np.asarray(counts.votes)) / scored,
     )

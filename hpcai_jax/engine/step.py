@@ -81,9 +81,9 @@ class StepMetrics(struct.PyTreeNode):
 
 
 class EvalCounts(struct.PyTreeNode):
-    """One eval batch's counts, replicated on every device."""
+    """One eval batch's counts: each member's on its own devices, the rest replicated."""
 
-    members: jax.Array  # [M, K]: the workload's counts of each member's prediction, valid rows
+    members: jax.Array  # [M, K] sharded over `ensemble`: each member's prediction, valid rows
     ensemble: jax.Array  # [K]: of the voters' mean prediction, on rows with a voter
     scored: jax.Array  # rows with at least one voter
     votes: jax.Array  # votes cast on those rows (÷ scored: voters per example)
@@ -214,17 +214,6 @@ def map_members(fn: Callable, strategy: str, *stacked):
 
 # Names the HLO of collectives that report rather than train (telemetry/comm.py counts them apart).
 METRICS_SCOPE = "member_metrics"
-
-
-def gather_members(local: jax.Array) -> jax.Array:
-    """[m_local] per device → [M] replicated, inside shard_map (the evaluation step's counts; the
-    training step never gathers). A psum of zero-padded slots, since all_gather's result counts
-    as device-varying for shard_map's replication check."""
-    with jax.named_scope(METRICS_SCOPE):  # its collectives are reporting, not training traffic
-        m_local = local.shape[0]
-        full = jnp.zeros((m_local * lax.axis_size(ENSEMBLE), *local.shape[1:]), local.dtype)
-        full = lax.dynamic_update_slice_in_dim(full, local, lax.axis_index(ENSEMBLE) * m_local, 0)
-        return lax.psum(full, ENSEMBLE)
 
 
 # A per-member vector [M] stays on its members' devices (sharded over `ensemble`, one copy per
@@ -419,22 +408,24 @@ def build_gradient_step(
 
 def _voters_mean(local, votes: jax.Array):
     """The voting members' mean of a tree of per-member arrays [m_local, e, ...] → [e, ...],
-    over every device of the ensemble axis (votes [m_local, e] are 1 or 0)."""
-    voters = jnp.maximum(lax.psum(jnp.sum(votes, axis=0), ENSEMBLE), 1.0)
+    over every device of the ensemble axis (votes [m_local, e] are 1 or 0): the voters' sums and
+    their count in one reduction over `ensemble`, sized by the batch, never by M."""
 
-    def mean(x):
+    def local_sum(x):
         shape = votes.shape + (1,) * (x.ndim - 2)
         # where(), not a product: a pruned member's predictions may be NaN.
-        summed = lax.psum(jnp.sum(jnp.where(votes.reshape(shape) > 0, x, 0.0), axis=0), ENSEMBLE)
-        return summed / voters.reshape(voters.shape + (1,) * (summed.ndim - 1))
+        return jnp.sum(jnp.where(votes.reshape(shape) > 0, x, 0.0), axis=0)
 
-    return jax.tree.map(mean, local)
+    sums, voters = lax.psum((jax.tree.map(local_sum, local), jnp.sum(votes, axis=0)), ENSEMBLE)
+    voters = jnp.maximum(voters, 1.0)
+    return jax.tree.map(lambda s: s / voters.reshape(voters.shape + (1,) * (s.ndim - 1)), sums)
 
 
 def build_eval_step(
     workload: Workload, mesh: Mesh, strategy: str, state_specs: EnsembleState | None = None
 ):
-    """(state, batch [E], valid [E], votes [M, E]) → EvalCounts, replicated.
+    """(state, batch [E], valid [E], votes [M, E]) → EvalCounts: the members' counts sharded
+    over `ensemble` (a process reads its own members', engine/sharded.py), the rest replicated.
 
     The ensemble predicts an example from the members that vote on it (votes 1): every kept
     member on held-out data; on training data, the kept members that never trained on the
@@ -472,8 +463,10 @@ def build_eval_step(
         voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
         scored = voters > 0
         counts = workload.counts(ensemble, batch, scored.astype(jnp.float32))
+        # The members' counts stay on their members' devices (MEMBERS), so that a device's
+        # evaluation memory does not grow with M (docs/scale.md).
         return EvalCounts(
-            gather_members(lax.psum(members, DATA)),
+            lax.psum(members, DATA),
             lax.psum(counts, DATA),
             lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
             lax.psum(jnp.sum(voters), DATA),
@@ -483,7 +476,7 @@ def build_eval_step(
         local_eval,
         mesh=mesh,
         in_specs=(_specs(state_specs)[0], EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
-        out_specs=P(),
+        out_specs=EvalCounts(MEMBERS, P(), P(), P()),
         check_vma=True,
     )
     return jax.jit(sharded)

@@ -2,7 +2,8 @@
 host. A process reads only its own members' shards (`local`), with no collective; `gather`
 combines every process's members into [M] with one small all-gather, called where the processes
 meet anyway (the periodic divergence check, the end of the run), so no step waits for another
-member (docs/scale.md).
+member (docs/scale.md). `local` and `gather_owned` live in engine/sharded.py, where evaluation
+reads its members' counts too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from hpcai_jax.distributed import allgather
+from hpcai_jax.engine.sharded import gather_owned as gather_owned
+from hpcai_jax.engine.sharded import local
 
 
 def _rows(array) -> dict[int, tuple[int, int]]:
@@ -18,18 +21,6 @@ def _rows(array) -> dict[int, tuple[int, int]]:
     for device, index in array.sharding.devices_indices_map(array.shape).items():
         rows = range(array.shape[0])[index[0]] if index else range(array.shape[0])
         out[device.id] = (rows.start, rows.stop)
-    return out
-
-
-def local(array) -> dict[int, np.ndarray]:
-    """member → its value, for the members whose shards this process holds (one read of each)."""
-    out: dict[int, np.ndarray] = {}
-    for shard in array.addressable_shards:
-        start = (shard.index[0].start or 0) if shard.index else 0
-        if start in out:  # another device of the same member (the `data` or `model` axis)
-            continue
-        for i, value in enumerate(np.asarray(shard.data)):
-            out[start + i] = value
     return out
 
 
@@ -84,22 +75,3 @@ def gather_tree(tree):
         for i, value in zip(indices, gather([leaves[i] for i in indices]), strict=True):
             out[i] = value
     return jax.tree.unflatten(treedef, out)
-
-
-def gather_owned(mine: dict[int, float], owner: list[int], process: int) -> np.ndarray:
-    """[M] float64: member m's value from the process `owner[m]` (this process, `process`,
-    gives `mine` for its own), by one all-gather of (ids, values) as wide as the most members
-    one process owns: M scalars over the job, not [processes, M] (a collective)."""
-    m = len(owner)
-    width = max(owner.count(p) for p in set(owner)) if owner else 0
-    ids = np.full((width,), -1, np.int64)
-    values = np.full((width,), np.nan, np.float64)
-    own = [member for member in range(m) if owner[member] == process]
-    ids[: len(own)] = own
-    values[: len(own)] = [mine[member] for member in own]
-    out = np.full((m,), np.nan, np.float64)
-    for p_ids, p_values in zip(allgather(ids), allgather(values), strict=True):
-        for member, value in zip(p_ids, p_values, strict=True):
-            if member >= 0:
-                out[member] = value
-    return out
