@@ -15,6 +15,7 @@ from helpers import ROOT, subprocess_env
 from hpcai_jax.acceptance import environment, render
 from hpcai_jax.acceptance.items import (
     FAIL,
+    GROUP_NAMES,
     PASS,
     WARN,
     Item,
@@ -239,10 +240,16 @@ def test_render_finishes_a_run_whose_process_was_cut(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr  # a cut is a WARN, not a FAIL
     doc = json.loads((tmp_path / "acceptance.json").read_text())
-    assert [(i["name"], i["verdict"]) for i in doc["items"]] == [
+    assert [(i["name"], i["verdict"]) for i in doc["items"]][:2] == [
         ("stream triad", PASS),
         ("train (cut)", WARN),
     ]
+    # Every other group of the plan is listed, as a group the time ran out before.
+    rest = doc["items"][2:]
+    assert [i["group"] for i in rest] == [g for g in GROUP_NAMES if g not in ("stream", "train")]
+    assert {(i["verdict"], i["note"]) for i in rest} == {
+        (WARN, "not reached: the command's time ran out")
+    }
     probe = subprocess.run(
         [
             sys.executable,
@@ -254,6 +261,12 @@ def test_render_finishes_a_run_whose_process_was_cut(tmp_path):
         cwd=ROOT,
     )
     assert probe.stdout.strip() == "False"
+
+
+def test_the_jax_free_group_names_are_the_plans():
+    from hpcai_jax.acceptance import plan
+
+    assert tuple(g.name for g in plan.GROUPS) == GROUP_NAMES
 
 
 def test_items_from_rows_keep_the_verdict_and_name_the_reference():

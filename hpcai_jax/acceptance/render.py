@@ -15,7 +15,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpcai_jax.acceptance.items import FAIL, Item, interrupted_item, verdict_of
+from hpcai_jax.acceptance.items import (
+    FAIL,
+    GROUP_NAMES,
+    Item,
+    interrupted_item,
+    not_reached_item,
+    verdict_of,
+)
 from hpcai_jax.acceptance.journal import Journal
 
 JSON_NAME, MD_NAME = "acceptance.json", "acceptance.md"
@@ -30,6 +37,10 @@ def header(journal: Journal) -> dict:
 def document(journal: Journal) -> dict:
     items = journal.items()
     run = header(journal)
+    reached = {i.group for i in items} | set(journal.finished())
+    if journal.interrupted() is not None:
+        reached.add(journal.interrupted())
+    items += [not_reached_item(g) for g in run.get("groups") or GROUP_NAMES if g not in reached]
     started = run.get("started_unix_s")
     return {
         "schema_version": SCHEMA_VERSION,
