@@ -277,11 +277,11 @@ def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
     assert [p["members"] for p in per] == [[0], [1], [2], [3]]
     stalled = int(np.argmax(per[2]["epoch_wall_s"]))  # the epoch process 2 was stopped in
     walls = [p["epoch_wall_s"][stalled] for p in per]
-    # The stalled process: one step of 3 s or more, and that epoch 2 s longer than the others'.
+    # The stalled process: a step of 2.5 s or more, that epoch 1.5 s longer than the others'.
     assert per[2]["step_s"]["max_s"] >= 2.5, per
     # The others did not wait: no step of theirs near the stall (they waited once, at the end).
-    assert max(per[i]["step_s"]["max_s"] for i in (0, 1, 3)) < 1.5, per
-    assert walls[2] >= max(walls[i] for i in (0, 1, 3)) + 2.0, walls
+    assert max(per[i]["step_s"]["max_s"] for i in (0, 1, 3)) < 2.0, per
+    assert walls[2] >= max(walls[i] for i in (0, 1, 3)) + 1.5, walls
     # Eq. 6's epochs are the slowest process's, and FLOPS is computed from them.
     epochs = record["epochs"]
     for i, epoch in enumerate(epochs):
