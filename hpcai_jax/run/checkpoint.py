@@ -8,6 +8,10 @@ fingerprint refuses it instead of loading it. The machine shape is not in it: th
 as global arrays, so a run on another mesh (other device count, P_degree, members per device,
 P_model) restores it with its own shardings and trains on identically, up to the order of its
 float32 sums (docs/reliability.md, "Resuming on another machine shape").
+
+A resume takes the newest intact checkpoint: a corrupt one (`_Corrupt` says what counts) is
+named in one log line, left in place, and the next older one tried; the run's first save moves
+the corrupt ones aside (docs/reliability.md, "Checkpoints and resume").
 """
 
 from __future__ import annotations
@@ -20,9 +24,12 @@ import json
 import time
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 from etils import epath
 
+from hpcai_jax import distributed
 from hpcai_jax.config import RunConfig
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
@@ -117,6 +124,38 @@ def _draining_event_loops():
         asyncio.set_event_loop_policy(previous)
 
 
+# orbax's step metadata: every complete save writes it into its step directory.
+_STEP_METADATA = "_CHECKPOINT_METADATA"
+# A step's verdict on one process; the worst over the processes is the step's.
+_INTACT, _FOREIGN, _CORRUPT = 0, 1, 2
+
+
+class _Corrupt(Exception):
+    """A step directory that is no intact checkpoint; the message names the file and the fault.
+
+    Corrupt: orbax's `_CHECKPOINT_METADATA` missing or not a JSON object; the `meta` item (run
+    id, progress, fingerprint) missing, not a JSON object, giving another step than its
+    directory's, or, where saved with a `meta_digest`, not matching it (damaged, or edited: a
+    key gone); the `state` item failing to restore into the run's abstract state (orbax raises:
+    an array file truncated or missing, its metadata unparsable, the item missing). Not corrupt:
+    a checkpoint of another configuration (refused with no fall-back: the directory is another
+    run's), and array bytes altered in place where orbax reads them without error."""
+
+
+def _brief(error: BaseException) -> str:
+    """The root cause: orbax wraps TensorStore's errors (which say what is wrong with which file)
+    in one that prints the whole store's spec."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = str(error).splitlines()[0][:200] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _meta_digest(meta: dict) -> str:
+    """The digest of `meta` (but its own) as JSON gives it back: integer keys become strings."""
+    return _digest(json.loads(json.dumps({k: v for k, v in meta.items() if k != "meta_digest"})))
+
+
 class Checkpointer:
     """Saves every `every` steps (and when asked), keeps the last `keep`, restores the latest."""
 
@@ -132,6 +171,7 @@ class Checkpointer:
         self._every = every
         self._fingerprint = fingerprint_value
         self._layout = dataclasses.asdict(layout) if layout else None
+        self._corrupt: list[int] = []  # steps the restore fell back past, still in place
         self._lock = None
         try:
             path = epath.Path(directory).absolute()
@@ -161,52 +201,125 @@ class Checkpointer:
         return self._manager.latest_step()
 
     def restore(self, abstract_state) -> tuple[object, dict]:
-        """Restores the latest checkpoint. If it is unreadable or foreign, closes this checkpointer
-        (the caller exits next, and nothing of orbax's may still be running then) and raises
-        UsageError."""
+        """Restores the newest intact checkpoint: a corrupt one (`_Corrupt`) is named in one log
+        line, left in place, and the next older one tried. If none is intact, or the newest
+        readable one is another configuration's, closes this checkpointer (the caller exits
+        next, and nothing of orbax's may still be running then) and raises UsageError.
+
+        A checkpoint missing its metadata (orbax's `_CHECKPOINT_METADATA`, the `meta` holding the
+        run id and progress, or the run id in it) is refused like any corrupt one, not restored
+        under --run_name: the meta is also the run's progress (its step places the data and the
+        schedule, its step times make the record's figures), so the state alone cannot resume
+        the run; a step directory without orbax's file is not what a complete save leaves, so
+        its other files are suspect too; and this class never sees --run_name. So a resume never
+        takes another run id than the one its checkpoint was saved with."""
         try:
             with _draining_event_loops():
-                return self._restore(abstract_state)
+                return self._restore_newest_intact(abstract_state)
         except UsageError:
             self.close()
             raise
 
-    def _restore(self, abstract_state) -> tuple[object, dict]:
-        step = self.latest_step()
+    def _restore_newest_intact(self, abstract_state) -> tuple[object, dict]:
+        steps = sorted(self._manager.all_steps(), reverse=True)
+        faults = []
+        for i, step in enumerate(steps):
+            why, restored = self._try_step(step, abstract_state)
+            if why is None:
+                return restored
+            faults.append(f"step {step}: {why}")
+            self._corrupt.append(step)
+            if i + 1 < len(steps):
+                logging.warning(
+                    "--checkpoint_dir=%s: checkpoint of step %d is corrupt (%s); left in place "
+                    "at %s; falling back to step %d",
+                    self.directory,
+                    step,
+                    why,
+                    self._step_path(step),
+                    steps[i + 1],
+                )
+        raise UsageError(
+            f"--checkpoint_dir={self.directory}: every checkpoint there is unreadable "
+            f"({'; '.join(faults)}); each is left in place: move them away to start afresh"
+        )
+
+    def _try_step(self, step: int, abstract_state) -> tuple[str | None, tuple | None]:
+        """(None, (state, meta)) if step `step` is intact, else (why, None); UsageError if it is
+        another configuration's. Each process reads its own devices' part of the state, so
+        they agree on the verdict (one all-gather) before any falls back: never some processes
+        on one step and the rest on another."""
+        code, why, restored = _INTACT, "", None
         try:
-            meta = self._manager.restore(
-                step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())
-            )["meta"]
-        except Exception as e:  # noqa: BLE001 - orbax raises many types for damaged files
-            raise UsageError(
-                f"--checkpoint_dir={self.directory}: checkpoint of step {step} is "
-                f"unreadable ({type(e).__name__}); move it away to start afresh"
-            ) from None
-        if meta.get("fingerprint_digest") != _digest(self._fingerprint):
-            diff = _differences(meta.get("fingerprint", {}), self._fingerprint)
+            meta = self._read_meta(step)
+            if meta.get("fingerprint_digest") != _digest(self._fingerprint):
+                diff = _differences(meta.get("fingerprint", {}), self._fingerprint)
+                code, why = _FOREIGN, "; ".join(diff[:4])
+            else:
+                restored = self._read_state(step, abstract_state), meta
+        except _Corrupt as e:
+            code, why = _CORRUPT, str(e)
+        codes = distributed.allgather(np.int32(code)).ravel()
+        if codes.max() == _FOREIGN:
             raise UsageError(
                 f"--checkpoint_dir={self.directory}: checkpoint of step {step} was "
-                f"written by another configuration ({'; '.join(diff[:4]) or 'unknown'}); "
+                f"written by another configuration ({why or 'unknown'}); "
                 f"use another --checkpoint_dir"
             )
+        if codes.max() == _CORRUPT:
+            return why if code == _CORRUPT else f"unreadable by process {codes.argmax()}", None
+        return None, restored
+
+    def _step_path(self, step: int) -> epath.Path:
+        return self._manager.directory / str(step)  # orbax's default step name
+
+    def _read_meta(self, step: int) -> dict:
+        """Step `step`'s meta, once its files say the step is whole; else raises _Corrupt."""
+        path = self._step_path(step)
         try:
-            state = self._manager.restore(
-                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state))
-            )["state"]
-        except Exception as e:  # noqa: BLE001
-            raise UsageError(
-                f"--checkpoint_dir={self.directory}: state of step {step} is "
-                f"unreadable ({type(e).__name__}: {str(e)[:120]}); move it away to "
-                f"start afresh"
-            ) from None
-        return state, meta
+            if not isinstance(json.loads((path / _STEP_METADATA).read_text()), dict):
+                raise ValueError("not a JSON object")
+        except FileNotFoundError:
+            raise _Corrupt(f"its {_STEP_METADATA} is missing") from None
+        except (OSError, ValueError) as e:
+            raise _Corrupt(f"its {_STEP_METADATA} is unreadable ({_brief(e)})") from None
+        try:
+            meta = ocp.JsonCheckpointHandler().restore(path / "meta")
+        except Exception as e:  # noqa: BLE001 - orbax raises many types for damaged files
+            raise _Corrupt(f"its meta is unreadable ({_brief(e)})") from None
+        if not isinstance(meta, dict):
+            raise _Corrupt("its meta is not a JSON object")
+        if meta.get("step") != step:
+            raise _Corrupt(f"its meta gives step {meta.get('step')!r}")
+        if "meta_digest" in meta and meta["meta_digest"] != _meta_digest(meta):
+            gone = [k for k in ("run_id", "fingerprint_digest") if k not in meta]
+            raise _Corrupt(
+                "its meta does not match the digest saved with it"
+                + (f" (no {', '.join(gone)})" if gone else "")
+            )
+        return meta
+
+    def _read_state(self, step: int, abstract_state):
+        handler = ocp.StandardCheckpointHandler()
+        try:
+            return handler.restore(
+                self._step_path(step) / "state", args=ocp.args.StandardRestore(abstract_state)
+            )
+        except Exception as e:  # noqa: BLE001 - orbax raises many types for damaged files
+            raise _Corrupt(f"its state is unreadable ({_brief(e)})") from None
+        finally:
+            with contextlib.suppress(Exception):
+                handler.close()
 
     def due(self, step: int) -> bool:
         return self._every > 0 and step % self._every == 0
 
     def save(self, step: int, state, meta: dict) -> None:
         """Asynchronous where orbax allows: returns once the arrays are copied off the devices.
-        A step already on disk is kept: it holds this state (a finished run resumed again)."""
+        A step already on disk is kept: it holds this state (a finished run resumed again).
+        The first save after a restore that fell back moves the corrupt steps aside first."""
+        if self._corrupt:
+            self._set_aside_corrupt(step)
         if step in self._manager.all_steps():
             return
         meta = dict(
@@ -215,6 +328,7 @@ class Checkpointer:
             fingerprint_digest=_digest(self._fingerprint),
             layout=self._layout,  # the mesh that wrote it: may differ from the resuming run's
         )
+        meta["meta_digest"] = _meta_digest(meta)  # a key lost or changed makes it corrupt
         try:
             self._manager.save(
                 step,
@@ -225,6 +339,37 @@ class Checkpointer:
             )
         except OSError as e:  # this save's, or (async) the one before's
             self._failed(e)
+
+    def _set_aside_corrupt(self, saving: int) -> None:
+        """Moves the steps the restore fell back past to `<step dir>.corrupt-<UTC>`, at this
+        run's first save (step `saving`). Left in place, one may be a step this run saves again
+        (orbax refuses a step it has: `save` would keep the corrupt one as that step, and every
+        resume fall back past it), and each is counted by --keep_checkpoints and deleted with no
+        word once the oldest. Renamed, orbax takes them for no step; kept for inspection."""
+        corrupt, self._corrupt = self._corrupt, []
+        utc = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for step in corrupt if jax.process_index() == 0 else ():
+            path = self._step_path(step)
+            if not path.exists():  # removed by hand since the restore
+                continue
+            aside = path.parent / f"{path.name}.corrupt-{utc}"
+            try:
+                path.rename(aside)
+            except OSError as e:
+                raise UsageError(
+                    f"--checkpoint_dir={self.directory}: cannot move the corrupt checkpoint of "
+                    f"step {step} aside to {aside} ({e.strerror}); move or remove {path}"
+                ) from None
+            logging.warning(
+                "--checkpoint_dir=%s: moved the corrupt checkpoint of step %d aside to %s before "
+                "saving step %d; remove it once inspected",
+                self.directory,
+                step,
+                aside,
+                saving,
+            )
+        distributed.barrier("checkpoint_set_aside")  # renamed before any process re-reads
+        self._manager.reload()
 
     def _failed(self, error: OSError):
         """A write failed (a full disk, a removed directory): close, and say what is kept."""
