@@ -501,6 +501,19 @@ class ReliabilityConfig(Checked):
         "Steps between host checks of the on-device divergence flags (0: --log_every).",
         at_least=0,
     )
+    watchdog_factor: float = _field(
+        100.0,
+        "Hang watchdog: a step, or a wait for the other processes, longer than this many "
+        "median steps (and than --watchdog_min_s) ends the process with the hung exit code.",
+        above=1,
+    )
+    watchdog_min_s: float = _field(
+        600.0,
+        "Hang watchdog: the shortest wait it ends (seconds; leaves stalls of a few seconds and "
+        "slow first steps alone).",
+        above=0,
+        unit="s",
+    )
     inject_nan: str = _field(
         "",
         "Test hook: MEMBER@STEP sets that member's parameters to NaN before that step.",

@@ -116,6 +116,7 @@ LONGEST_FIRST = [
     "test_multiprocess.py",
     "test_member_independence.py",
     "test_checkpoint_fallback.py",
+    "test_watchdog.py",
     "test_evaluate_scale.py",
     "test_train_step.py",
     "test_sweep.py",

@@ -175,6 +175,17 @@ def test_a_preempted_step_requeues_the_job(cluster, script):
 
 
 @pytest.mark.parametrize("script", SBATCH)
+def test_a_hung_step_is_requeued_up_to_max_requeues(cluster, script):
+    result = run(script, cluster, STUB_SRUN_RC="69", SLURM_RESTART_COUNT="2")
+    assert result.returncode == 69
+    assert recorded(cluster, "scontrol") == ["requeue", "4321"]
+    assert "step hung (exit 69), restart 2 of 3" in result.stdout
+    (Path(cluster["STUB_DIR"]) / "scontrol.args").unlink()
+    result = run(script, cluster, STUB_SRUN_RC="69", SLURM_RESTART_COUNT="3")
+    assert result.returncode == 69 and recorded(cluster, "scontrol") is None
+
+
+@pytest.mark.parametrize("script", SBATCH)
 def test_a_failed_step_is_not_requeued(cluster, script):
     result = run(script, cluster, STUB_SRUN_RC="1")
     assert result.returncode == 1

@@ -75,6 +75,13 @@ class Context:
     watch: DivergenceWatch
     ckpt: Checkpointer | None
     total_steps: int
+    dog: object = None  # run/watchdog.Watchdog: bounds steps and agreements, not saves or evals
+
+    def unwatched(self) -> None:
+        """What follows (an evaluation, a checkpoint save) may rightly take long: the watchdog
+        stands down until the loop arms it for the next step."""
+        if self.dog is not None:
+            self.dog.disarm()
 
     def save(self, step: int) -> None:
         """A checkpoint of the run now: device state, and what its record will need."""
@@ -142,6 +149,7 @@ class Evaluation:
         ctx.clock.flush()
         if why := ctx.watch.check(keep_last=False):
             return Stop(Status.INVALID, why)
+        ctx.unwatched()
         quality = evaluation.evaluate_now(
             ctx.setup, ctx.state, ctx.progress, ctx.clock, ctx.mlog, oob=False, training=True
         )
@@ -178,6 +186,7 @@ class Checkpoint:
 
     def __call__(self, ctx: Context, done: int) -> Stop | None:
         if ctx.ckpt and ctx.ckpt.due(done) and done < ctx.total_steps:
+            ctx.unwatched()
             with ctx.clock.checkpointing():
                 ctx.save(done)
         return None

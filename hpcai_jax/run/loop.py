@@ -28,6 +28,7 @@ from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.run.hooks import Outcome, Status, Stop
 from hpcai_jax.run.preemption import PreemptionGuard
 from hpcai_jax.run.progress import DivergenceWatch, Progress
+from hpcai_jax.run.watchdog import Watchdog
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
 from hpcai_jax.telemetry.device_peaks import peaks_at_start
 from hpcai_jax.telemetry.flop_count import FlopFigures, crosscheck
@@ -244,10 +245,20 @@ def _hooks(setup: RunSetup, guard: PreemptionGuard) -> list:
     ]
 
 
-def _train_steps(ctx: hooks.Context, compiled, prefetch: Prefetcher, steps: list) -> Stop | None:
-    """Steps until the last one or a hook's Stop."""
+def _recent_median(progress: Progress) -> float | None:
+    """The median of the last 101 timed steps (what the watchdog scales with), None before any."""
+    recent = progress.step_s[-101:]
+    return float(np.median(recent)) if recent else None
+
+
+def _train_steps(
+    ctx: hooks.Context, compiled, prefetch: Prefetcher, steps: list, dog: Watchdog
+) -> Stop | None:
+    """Steps until the last one or a hook's Stop; the watchdog bounds each step with its hooks
+    (the previous step's completion and the processes' agreements among them)."""
     injection = ctx.setup.config.reliability.nan_injection
     for step in range(ctx.progress.step, ctx.total_steps):
+        dog.arm(f"step {step}", _recent_median(ctx.progress))
         batch = prefetch.next()
         if injection and injection[1] == step:
             ctx.state = hooks.poison(ctx.state, injection[0])
@@ -334,24 +345,31 @@ def _train(
         config.reliability.on_divergence,
         lambda member, step: _bad_examples(setup, member, step),
     )
-    ctx = hooks.Context(setup, state, progress, clock, mlog, watch, ckpt, setup.total_steps)
+    rc = config.reliability
+    dog = Watchdog(rc.watchdog_factor, rc.watchdog_min_s, jax.process_index())
+    ctx = hooks.Context(setup, state, progress, clock, mlog, watch, ckpt, setup.total_steps, dog)
     guard = PreemptionGuard()
     steps = _hooks(setup, guard)
     barrier("before-timing")
     mlog.run_start(first, clock.start())
     logging.info("process %d: training steps %d to %d", jax.process_index(), first, ctx.total_steps)
-    try:
+    try:  # on every path the watchdog ends with its run: an armed one must not outlive it
         try:
-            stop = _train_steps(ctx, built.compiled, prefetch, steps)
-            clock.flush()
-            outcome = _settle(ctx, stop)
+            try:
+                stop = _train_steps(ctx, built.compiled, prefetch, steps, dog)
+                dog.arm("the last step and the processes' final check", _recent_median(progress))
+                clock.flush()
+                outcome = _settle(ctx, stop)
+                dog.disarm()
+            finally:
+                prefetch.close()
+            clock.finish()
+            _final_save(ctx, outcome)
         finally:
-            prefetch.close()
-        clock.finish()
-        _final_save(ctx, outcome)
+            guard.restore()
+        record = _record(ctx, built, outcome, steps, wall_start, dog)
     finally:
-        guard.restore()
-    record = _record(ctx, built, outcome, steps, wall_start)
+        dog.close()
     path = results.write_record(config.results.results_dir, progress.run_id, record)
     claimed.release()
     # Only now may the log say success; a run that can resume ends only a segment.
@@ -362,7 +380,12 @@ def _train(
 
 
 def _record(
-    ctx: hooks.Context, built: CompiledStep, outcome: Outcome, steps: list, wall_start: float
+    ctx: hooks.Context,
+    built: CompiledStep,
+    outcome: Outcome,
+    steps: list,
+    wall_start: float,
+    dog: Watchdog,
 ) -> dict:
     """The run's record: its final quality, the members' last figures and every process's
     timing (the end of the run: every process is here); an epoch lasts as long as its slowest
@@ -370,8 +393,10 @@ def _record(
     setup, progress, clock = ctx.setup, ctx.progress, ctx.clock
     last_eval = next(h.last for h in steps if isinstance(h, hooks.Evaluation))
     quality = _final_quality(ctx, outcome, last_eval)
+    dog.arm("the processes' end-of-run gather", _recent_median(progress))
     final = None if clock.last_metrics is None else members.gather_tree(clock.last_metrics)
     timings = processes.per_process(progress, setup.mesh, setup.layout.members_per_device)
+    dog.disarm()
     processes.take_slowest_epochs(progress, timings)
     return run_record.build(
         setup,
