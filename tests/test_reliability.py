@@ -306,6 +306,20 @@ def test_diverged_member(tmp_path, policy):
         assert record["flops"]["useful_member_steps"] == 5 * 3 + 1
 
 
+def test_a_resume_under_another_run_name_is_refused(whole, tmp_path):
+    before = sorted(p.name for p in (whole / "ck").iterdir())
+    again = run_in_process(
+        *RUN,
+        f"--steps={STEPS}",
+        f"--checkpoint_dir={whole}/ck",
+        "--run_name=another",
+        f"--results_dir={tmp_path}",
+    )
+    assert_one_line_error(again, "--run_name=another", "resume it with --run_name=")
+    assert sorted(p.name for p in (whole / "ck").iterdir()) == before
+    assert not list(tmp_path.glob("*.json"))
+
+
 def test_existing_record_is_not_overwritten(tmp_path):
     # Another run's finished record (its fields beyond these do not matter to the check).
     original = json.dumps({"run_id": "same", "mode": "train", "status": "complete"})

@@ -20,6 +20,7 @@ from hpcai_jax.distributed import barrier
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import compile_step
+from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, hooks, members, processes, startup
@@ -199,6 +200,13 @@ def _resume_or_start(setup: RunSetup, ckpt: Checkpointer | None):
         return None, Progress(run_id=results.run_id(config, "train")), False
     state, meta = ckpt.restore(setup.abstract_state)
     progress = Progress.from_meta(meta)
+    named = config.results.run_name
+    if named and named != progress.run_id:  # never continue one run under another's name
+        raise UsageError(
+            f"--run_name={named}: --checkpoint_dir={config.reliability.checkpoint_dir} holds "
+            f"run {progress.run_id}; resume it with --run_name={progress.run_id} (or none), or "
+            "start this run in another --checkpoint_dir"
+        )
     mesh = dataclasses.asdict(layout)
     progress.note_resume(mesh)
     logging.info(
