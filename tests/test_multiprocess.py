@@ -58,6 +58,49 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_job(launcher: list[str], main: list[str]) -> subprocess.Popen:
+    """`launch/local.py LAUNCHER -- python -m hpcai_jax.main MAIN`, its output piped, in a session
+    of its own (a test that fails can kill the whole job)."""
+    return subprocess.Popen(
+        [sys.executable, "launch/local.py", *launcher, "--", sys.executable, "-m", "hpcai_jax.main"]
+        + main,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def read_until(proc: subprocess.Popen, output: list[str], prefix: str, text: str) -> None:
+    """Reads the job's lines into `output` up to the first of process `prefix` holding `text`."""
+    for line in proc.stdout:
+        output.append(line)
+        if line.startswith(prefix) and text in line:
+            return
+
+
+def pids_of(proc: subprocess.Popen, index: int, output: list[str]) -> list[int]:
+    """Process `index` of this launcher only (its child: other tests' jobs run beside this one)."""
+    ps = subprocess.run(
+        ["pgrep", "-P", str(proc.pid), "-f", "--", f"--process_id={index}$"],
+        capture_output=True,
+        text=True,
+    )
+    pids = [int(p) for p in ps.stdout.split()]
+    assert pids, "".join(output)
+    return pids
+
+
+# One member per process, and no agreement between the processes before the run's end.
+ONE_MEMBER_EACH = [
+    *[f for f in SMALL if not f.startswith(("--parallel_degree", "--log_every"))],
+    "--parallel_degree=1",
+    "--log_every=100000",
+    "--divergence_check_every=100000",
+]
+
+
 def _slurm_step(*args: str) -> list[str]:
     """Two processes of a hand-made SLURM step on this machine (JAX auto-detects it: no
     distributed flags), 4 CPU devices each, each on its own node as SLURM names it
@@ -137,41 +180,14 @@ def test_two_processes_match_one_process(tmp_path):
 
 
 def test_a_killed_process_stops_the_job(tmp_path):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "launch/local.py",
-            "--num_processes=2",
-            "--devices_per_process=4",
-            "--grace_s=5",
-            "--",
-            sys.executable,
-            "-m",
-            "hpcai_jax.main",
-            *SMALL,
-            "--steps=400",
-            f"--results_dir={tmp_path}",
-        ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+    proc = start_job(
+        ["--num_processes=2", "--devices_per_process=4", "--grace_s=5"],
+        [*SMALL, "--steps=400", f"--results_dir={tmp_path}"],
     )
     output = []
     try:
-        for line in proc.stdout:
-            output.append(line)
-            if line.startswith("[p1] ") and "step 2/400" in line:
-                break
-        # Process 1 of this launcher only (its child: other tests' jobs run beside this one).
-        ps = subprocess.run(
-            ["pgrep", "-P", str(proc.pid), "-f", "--", "--process_id=1$"],
-            capture_output=True,
-            text=True,
-        )
-        pids = [int(p) for p in ps.stdout.split()]
-        assert pids, "".join(output)
+        read_until(proc, output, "[p1] ", "step 2/400")
+        pids = pids_of(proc, 1, output)
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         start = time.monotonic()
@@ -219,46 +235,25 @@ def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
     """Four processes, one member each: process 2 is stopped (SIGSTOP) for 3 s mid-epoch. The
     other members' steps do not wait for it (no collective of the step spans two members, and
     the host meets only at the end), and Eq. 6's epoch time is the slowest process's."""
-    proc = subprocess.Popen(
+    proc = start_job(
         [
-            sys.executable,
-            "launch/local.py",
             "--num_processes=4",
             "--devices_per_process=1",
             "--grace_s=5",
             f"--timeout_s={JOIN_S + 200}",
-            "--",
-            sys.executable,
-            "-m",
-            "hpcai_jax.main",
-            *[f for f in SMALL if not f.startswith(("--parallel_degree", "--log_every"))],
-            "--parallel_degree=1",
+        ],
+        [
+            *ONE_MEMBER_EACH,
             "--train_examples=8192",  # 512 steps of 16 an epoch
             "--epochs=16",  # seconds of steps after the stall
             "--timing_warmup_steps=1",
-            "--log_every=100000",  # no progress lines, and no agreement before the end
-            "--divergence_check_every=100000",
             f"--results_dir={tmp_path}",
         ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
     )
     output = []
     try:
-        for line in proc.stdout:
-            output.append(line)
-            if line.startswith("[p2] ") and "process 2: training steps" in line:
-                break
-        ps = subprocess.run(
-            ["pgrep", "-P", str(proc.pid), "-f", "--", "--process_id=2$"],
-            capture_output=True,
-            text=True,
-        )
-        pids = [int(p) for p in ps.stdout.split()]
-        assert pids, "".join(output)
+        read_until(proc, output, "[p2] ", "process 2: training steps")
+        pids = pids_of(proc, 2, output)
         time.sleep(0.5)  # into its timed steps (the first is warm-up); the run lasts seconds
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)

@@ -7,12 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from helpers import ROOT, run_in_process
+from helpers import run_in_process
 
 from hpcai_jax.run.watchdog import HUNG_EXIT_CODE, Watchdog
 
@@ -59,47 +57,21 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
     """Process 2 of 4 is stopped for good (SIGSTOP) mid-run: the others, which never wait for it
     in a step, meet it at the run's final agreement, and their watchdog ends them there with the
     hung code, within its floor of 3 s and the launcher's grace."""
-    from test_multiprocess import JOIN_S, SMALL
+    from test_multiprocess import JOIN_S, ONE_MEMBER_EACH, pids_of, read_until, start_job
 
-    proc = subprocess.Popen(
+    proc = start_job(
         [
-            sys.executable,
-            "launch/local.py",
             "--num_processes=4",
             "--devices_per_process=1",
             "--grace_s=5",
             f"--timeout_s={JOIN_S + 200}",
-            "--",
-            sys.executable,
-            "-m",
-            "hpcai_jax.main",
-            *[f for f in SMALL if not f.startswith(("--parallel_degree", "--log_every"))],
-            "--parallel_degree=1",
-            "--steps=400",
-            "--log_every=100000",
-            "--divergence_check_every=100000",
-            "--watchdog_min_s=3",
-            f"--results_dir={tmp_path}",
         ],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
+        [*ONE_MEMBER_EACH, "--steps=400", "--watchdog_min_s=3", f"--results_dir={tmp_path}"],
     )
     output, stopped = [], []
     try:
-        for line in proc.stdout:
-            output.append(line)
-            if line.startswith("[p2] ") and "process 2: training steps" in line:
-                break
-        ps = subprocess.run(
-            ["pgrep", "-P", str(proc.pid), "-f", "--", "--process_id=2$"],
-            capture_output=True,
-            text=True,
-        )
-        stopped = [int(p) for p in ps.stdout.split()]
-        assert stopped, "".join(output)
+        read_until(proc, output, "[p2] ", "process 2: training steps")
+        stopped = pids_of(proc, 2, output)
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
         start = time.monotonic()
