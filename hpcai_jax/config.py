@@ -220,6 +220,13 @@ class DataConfig(Checked):
         "the reference trains without augmentation.",
     )
     prefetch: int = _field(2, "Batches prepared ahead on the devices.", at_least=1)
+    eval_cache_mib: float = _field(
+        1024.0,
+        "Held-out examples a process has read and decoded are kept in host memory up to this "
+        "many MiB, so that later evaluations do not read them again (0: none).",
+        at_least=0,
+        unit="MiB",
+    )
     data_workers: int = _field(
         -1,
         "Worker processes that read and augment training examples of tfds sets and of "

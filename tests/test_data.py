@@ -16,7 +16,7 @@ from PIL import Image
 
 from hpcai_jax import config as C
 from hpcai_jax.data import fashion_mnist
-from hpcai_jax.data.pipeline import Prefetcher, eval_batches, train_batch
+from hpcai_jax.data.pipeline import Prefetcher, ReadCache, eval_batches, train_batch
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
 
@@ -75,6 +75,29 @@ def test_train_batch_reads_each_devices_rows_once():
     )
     np.testing.assert_array_equal(np.asarray(batch["label"]), read["label"].reshape(4, 16))
     assert batch["image"].sharding.spec == jax.sharding.PartitionSpec("ensemble", "data")
+
+
+def test_later_evaluations_read_from_the_cache_up_to_its_limit():
+    setup = build_setup(tiny_config())
+    source = _CountingSource(setup.datasets.eval.head(130))
+
+    def labels(cache):
+        return [
+            np.asarray(b.batch["label"]) for b in eval_batches(source, setup.mesh, 63, None, cache)
+        ]
+
+    cache = ReadCache(limit_bytes=1 << 30)
+    first = labels(cache)
+    reads = len(source.reads)
+    assert reads > 0 and cache.misses == reads and cache.bytes > 0
+    again = labels(cache)  # the second evaluation: every block from host memory
+    assert len(source.reads) == reads and cache.hits == reads
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a, b)
+    tiny = ReadCache(limit_bytes=1)  # nothing fits: every evaluation reads again
+    labels(tiny)
+    labels(tiny)
+    assert tiny.hits == 0 and tiny.bytes == 0 and len(source.reads) == 3 * reads
 
 
 def test_eval_batches_mark_padding_and_follow_the_given_order():

@@ -172,12 +172,42 @@ def synthetic_batch(make, mesh: Mesh, ensemble_size: int, batch_size: int, seed:
     return jax.jit(lambda key: make(key, lead), out_shardings=sharding)(jax.random.key(seed))
 
 
+class ReadCache:
+    """What a process has read of a held-out source, kept across evaluations up to `limit_bytes`
+    (--eval_cache_mib): every evaluation reads the same blocks in the same order, and at
+    thousands of processes each re-read is the whole set again from the shared file system
+    (docs/scale.md). Blocks that do not fit are read as before; `hits`, `misses` and `bytes`
+    say what it did."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        self._blocks: dict[bytes, dict] = {}
+        self.bytes = self.hits = self.misses = 0
+
+    def read(self, source: Source, idx: np.ndarray) -> dict:
+        key = np.ascontiguousarray(idx, np.int64).tobytes()
+        if (found := self._blocks.get(key)) is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        arrays = source.read(idx)
+        size = sum(np.asarray(a).nbytes for a in arrays.values())
+        if self.bytes + size <= self.limit_bytes:
+            self._blocks[key] = arrays
+            self.bytes += size
+        return arrays
+
+
 def eval_batches(
-    source: Source, mesh: Mesh, batch_size: int, indices: np.ndarray | None = None
+    source: Source,
+    mesh: Mesh,
+    batch_size: int,
+    indices: np.ndarray | None = None,
+    cache: ReadCache | None = None,
 ) -> Iterator[EvalBatch]:
     """Batches [E, ...] of `indices` (default: the whole source, in order) split over `data` and
     replicated over `ensemble`; the last one is padded with example 0, marked not valid. E is
-    batch_size rounded up to a multiple of the data-axis size."""
+    batch_size rounded up to a multiple of the data-axis size. `cache`: reads kept across calls."""
     data_size = mesh.shape[EVAL_SPEC[0]]
     size = -(-batch_size // data_size) * data_size
     sharding = NamedSharding(mesh, EVAL_SPEC)
@@ -191,7 +221,9 @@ def eval_batches(
         def read(key, rows=rows):
             ((r0, r1),) = key
             idx = rows[r0:r1]
-            return {**source.read(np.where(idx >= 0, idx, 0)), _VALID: idx >= 0}
+            safe = np.where(idx >= 0, idx, 0)
+            arrays = source.read(safe) if cache is None else cache.read(source, safe)
+            return {**arrays, _VALID: idx >= 0}
 
         batch = _global_batch((size,), fields, sharding, read)
         valid = batch.pop(_VALID)

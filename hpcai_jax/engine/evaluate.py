@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from hpcai_jax.axes import BATCH_SPEC
-from hpcai_jax.data.pipeline import eval_batches
+from hpcai_jax.data.pipeline import ReadCache, eval_batches
 from hpcai_jax.engine import sharded
 
 
@@ -65,8 +65,11 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of):
     the devices (EvalCounts: the members' sharded over `ensemble`, the rest replicated)."""
     m = setup.layout.ensemble_size
     sharding = NamedSharding(setup.mesh, BATCH_SPEC)
+    limit = int(setup.config.data.eval_cache_mib * 2**20)
+    cache = setup.read_caches.setdefault(id(source), ReadCache(limit)) if limit else None
     total = None
-    for item in eval_batches(source, setup.mesh, setup.config.train.eval_batch_size, indices):
+    batch_size = setup.config.train.eval_batch_size
+    for item in eval_batches(source, setup.mesh, batch_size, indices, cache):
 
         def block(index, rows=item.rows):
             (m0, m1, _), (r0, r1, _) = index[0].indices(m), index[1].indices(len(rows))

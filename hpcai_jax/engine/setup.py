@@ -51,6 +51,8 @@ class RunSetup:
     state_specs: object  # per-leaf PartitionSpecs under --model_parallel, else None
     train_step: object  # jitted (state, batch) -> (state, StepMetrics)
     eval_step: object  # jitted (state, batch, valid, votes) -> EvalCounts
+    # id(source) -> data.pipeline.ReadCache: what evaluations read, kept for the next ones.
+    read_caches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @property
     def abstract_state(self):
