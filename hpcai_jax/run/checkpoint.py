@@ -62,9 +62,11 @@ def fingerprint(config: RunConfig, layout: MeshLayout) -> dict:
                 "data_workers",
                 "worker_restarts",
                 "bad_example_policy",
+                "eval_cache_mib",
             )
         },  # none changes the trajectory (workers, restarted or not, give the batches of
-        # in-process reads; under fail a run stops at its first bad record, so it read none)
+        # in-process reads; under fail a run stops at its first bad record, so it read none;
+        # the eval cache holds what a read gives)
         "optim": dataclasses.asdict(config.optim),
         "train": {
             k: getattr(config.train, k)
