@@ -152,14 +152,16 @@ def bytes_per_example() -> int:
 
 
 def held_out_rows_per_process(
-    eval_examples: int, eval_batch_size: int, p_degree: int, evaluations: int = 1
+    eval_examples: int, eval_batch_size: int, p_degree: int, members: int, evaluations: int = 1
 ) -> int:
     """Held-out rows one process of one device reads: eval batches of `eval_batch_size` rounded up
-    to a multiple of P_degree, split over the member's P_degree devices and replicated over
-    `ensemble` (data/pipeline.eval_batches), the last batch padded by reading example 0 again."""
+    to a multiple of P_degree, each of a member's P_degree blocks read in `split` slices by as
+    many member groups (data/pipeline.eval_batches), the padding of the last batch read too."""
+    from hpcai_jax.data.pipeline import read_split
+
     size = -(-eval_batch_size // p_degree) * p_degree
     batches = -(-eval_examples // size)
-    return evaluations * batches * size // p_degree
+    return evaluations * batches * size // p_degree // read_split(size // p_degree, members)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -408,7 +410,9 @@ def measure(args, processes: int, p_degree: int, workdir: Path, gnu_time: bool) 
     starts = [p["at"].get("to_step") for p in per.values()]
     measured = [p.get("held_out_bytes") for p in per.values()]
     counted = None if not measured or None in measured or -1 in measured else max(measured)
-    rows = held_out_rows_per_process(args.eval_examples, args.eval_examples, p_degree)
+    rows = held_out_rows_per_process(
+        args.eval_examples, args.eval_examples, p_degree, processes // p_degree
+    )
     row = {
         "processes": processes,
         "p_degree": p_degree,

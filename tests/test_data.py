@@ -16,7 +16,14 @@ from PIL import Image
 
 from hpcai_jax import config as C
 from hpcai_jax.data import fashion_mnist
-from hpcai_jax.data.pipeline import Prefetcher, ReadCache, eval_batches, train_batch
+from hpcai_jax.data.pipeline import (
+    MAX_READ_SPLIT,
+    Prefetcher,
+    ReadCache,
+    eval_batches,
+    read_split,
+    train_batch,
+)
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
 
@@ -82,44 +89,58 @@ def test_later_evaluations_read_from_the_cache_up_to_its_limit():
     source = _CountingSource(setup.datasets.eval.head(130))
 
     def labels(cache):
-        return [
-            np.asarray(b.batch["label"]) for b in eval_batches(source, setup.mesh, 63, None, cache)
-        ]
+        return [b.host(b.batch["label"]) for b in eval_batches(source, setup.mesh, 63, None, cache)]
 
     cache = ReadCache(limit_bytes=1 << 30)
     first = labels(cache)
-    reads = len(source.reads)
+    reads, lookups = len(source.reads), cache.hits + cache.misses  # padding slices repeat
     assert reads > 0 and cache.misses == reads and cache.bytes > 0
     again = labels(cache)  # the second evaluation: every block from host memory
-    assert len(source.reads) == reads and cache.hits == reads
+    assert len(source.reads) == reads and cache.hits + cache.misses == 2 * lookups
     for a, b in zip(first, again, strict=True):
         np.testing.assert_array_equal(a, b)
     tiny = ReadCache(limit_bytes=1)  # nothing fits: every evaluation reads again
     labels(tiny)
     labels(tiny)
-    assert tiny.hits == 0 and tiny.bytes == 0 and len(source.reads) == 3 * reads
+    assert tiny.hits == 0 and tiny.bytes == 0 and len(source.reads) == reads + 2 * lookups
 
 
-def test_eval_batches_mark_padding_and_follow_the_given_order():
-    setup = build_setup(tiny_config())
-    held_out = setup.datasets.eval
-    source = held_out.head(130)
+def test_eval_batches_split_reads_over_members_and_spread_them_over_the_set():
+    setup = build_setup(tiny_config())  # 4 member groups × P_degree 2
+    held_out = setup.datasets.eval.head(130)
+    source = _CountingSource(held_out)
     batches = list(eval_batches(source, setup.mesh, 63))  # rounded up to 64 (data axis of 2)
-    assert [b.batch["label"].shape[0] for b in batches] == [64, 64, 64]
-    labels = np.concatenate([np.asarray(b.batch["label"]) for b in batches])
-    rows = np.concatenate([b.rows for b in batches])
-    valid = np.concatenate([np.asarray(b.valid) for b in batches])
-    np.testing.assert_array_equal(labels[:130], source.arrays["label"])
-    np.testing.assert_array_equal(rows[:130], np.arange(130))
-    assert np.all(rows[130:] == -1) and valid.tolist() == [True] * 130 + [False] * 62
-    assert batches[0].valid.sharding.spec == jax.sharding.PartitionSpec("data")
+    # Each data block of 32 rows is read in 4 slices of 8, one per member group: a batch reads
+    # its 64 rows once (8 reads of 8), not once per member group.
+    assert [(b.split, b.data_size, len(b.rows)) for b in batches] == [(4, 2, 64)] * 3
+    assert len(source.reads) == 3 * 8 and all(len(r) == 8 for r in source.reads)
+    assert batches[0].valid.sharding.spec == jax.sharding.PartitionSpec("ensemble", "data")
+    rows = np.stack([b.rows for b in batches])
+    labels = np.stack([b.host(b.batch["label"]) for b in batches])
+    valid = np.stack([b.host(b.valid) for b in batches])
+    assert sorted(rows[rows >= 0].tolist()) == list(range(130)) and (rows < 0).sum() == 62
+    np.testing.assert_array_equal(valid, rows >= 0)
+    np.testing.assert_array_equal(labels[valid], held_out.arrays["label"][rows[valid]])
+    # Slice position j of every batch reads the next 8 rows of its own stretch of 24: the
+    # 8 positions start 24 rows apart, far from each other in the set's files.
+    by_position = rows.reshape(3, 8, 8).transpose(1, 0, 2).reshape(8, 24)
+    padded = np.concatenate([np.arange(130), np.full(62, -1)])
+    np.testing.assert_array_equal(by_position, padded.reshape(8, 24))
     # A chosen subset, in the order given: what the out-of-bag estimate reads.
     subset = np.array([7, 3, 120, 3])
     (only,) = eval_batches(source, setup.mesh, 8, subset)
     np.testing.assert_array_equal(only.rows, [7, 3, 120, 3, -1, -1, -1, -1])
     np.testing.assert_array_equal(
-        np.asarray(only.batch["label"])[:4], source.arrays["label"][subset]
+        only.host(only.batch["label"])[:4], held_out.arrays["label"][subset]
     )
+
+
+@pytest.mark.parametrize(
+    ("block", "ensemble", "split"), [(32, 4, 4), (50, 4, 2), (125, 1250, 25), (7, 64, 1)]
+)
+def test_read_split_divides_the_block_and_the_ensemble(block, ensemble, split):
+    assert read_split(block, ensemble) == split
+    assert read_split(4096, 4096) == MAX_READ_SPLIT
 
 
 def test_prefetcher_counts_waits_and_propagates_errors():

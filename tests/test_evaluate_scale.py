@@ -12,7 +12,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import config as C
-from hpcai_jax.axes import BATCH_SPEC, ENSEMBLE, EVAL_SPEC
+from hpcai_jax.axes import BATCH_SPEC, ENSEMBLE
+from hpcai_jax.data.pipeline import eval_layout
 from hpcai_jax.engine import sharded
 from hpcai_jax.engine.setup import build_setup
 
@@ -38,17 +39,16 @@ def _detector_eval_memory(m: int) -> int:
         results=C.ResultsConfig(target_quality=0.35),
     ).validate()
     setup = build_setup(config)
-    rows = ROWS_PER_DEVICE * degree
-    split = NamedSharding(setup.mesh, EVAL_SPEC)
+    size, split = eval_layout(setup.mesh, ROWS_PER_DEVICE * degree)
+    lead = (setup.mesh.shape[ENSEMBLE], size // split)  # as read: data/pipeline.eval_batches
+    read = NamedSharding(setup.mesh, BATCH_SPEC)
     batch = {
-        name: jax.ShapeDtypeStruct((rows, *shape), np.dtype(dtype), sharding=split)
+        name: jax.ShapeDtypeStruct((*lead, *shape), np.dtype(dtype), sharding=read)
         for name, (shape, dtype) in setup.datasets.eval.spec.fields.items()
     }
-    valid = jax.ShapeDtypeStruct((rows,), bool, sharding=split)
-    votes = jax.ShapeDtypeStruct(
-        (m, rows), np.float32, sharding=NamedSharding(setup.mesh, BATCH_SPEC)
-    )
-    lowered = setup.eval_step.lower(setup.abstract_state, batch, valid, votes)
+    valid = jax.ShapeDtypeStruct(lead, bool, sharding=read)
+    votes = jax.ShapeDtypeStruct((m, size), np.float32, sharding=read)
+    lowered = setup.eval_step.lower(setup.abstract_state, batch, valid, votes, split)
     analysis = lowered.compile().memory_analysis()
     return analysis.temp_size_in_bytes + analysis.output_size_in_bytes
 

@@ -90,7 +90,9 @@ def _counts(setup, state):
     for item in eval_batches(source, setup.mesh, 16):
         votes = np.broadcast_to((item.rows >= 0).astype(np.float32), (m, len(item.rows)))
         votes = jax.device_put(np.ascontiguousarray(votes), sharding)
-        counts = jax.tree.map(np.asarray, setup.eval_step(state, item.batch, item.valid, votes))
+        counts = jax.tree.map(
+            np.asarray, setup.eval_step(state, item.batch, item.valid, votes, item.split)
+        )
         total = counts if total is None else jax.tree.map(np.add, total, counts)
     return total
 

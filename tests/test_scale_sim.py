@@ -77,10 +77,13 @@ def test_absl_times_across_a_new_year(sim):
 
 def test_held_out_rows_follow_the_eval_batches(sim):
     assert sim.bytes_per_example() == 44  # 10 float32 features and a float32 target
-    assert sim.held_out_rows_per_process(64, 64, 1) == 64
-    assert sim.held_out_rows_per_process(64, 64, 2) == 32
-    assert sim.held_out_rows_per_process(64, 1000, 1) == 1000  # the padding is read too
-    assert sim.held_out_rows_per_process(64, 999, 2, evaluations=3) == 3 * 500
+    assert sim.held_out_rows_per_process(64, 64, 1, members=1) == 64
+    assert sim.held_out_rows_per_process(64, 64, 2, members=1) == 32
+    assert sim.held_out_rows_per_process(64, 1000, 1, members=1) == 1000  # padding read too
+    assert sim.held_out_rows_per_process(64, 999, 2, members=1, evaluations=3) == 3 * 500
+    # Member groups share the reading of a block: 16 groups read 64 rows in slices of 4.
+    assert sim.held_out_rows_per_process(64, 64, 1, members=16) == 4
+    assert sim.held_out_rows_per_process(64, 64, 2, members=8) == 4
 
 
 def test_fits_tell_a_line_from_a_power_law(sim):

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from hpcai_jax.axes import BATCH_SPEC, EVAL_SPEC
+from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE
 from hpcai_jax.data.bad_examples import BAD
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.source import Fields, Source
@@ -30,13 +30,29 @@ from hpcai_jax.data.workers import Block, BlockStream, ReadBlock, TrainReader, d
 
 Batch = dict[str, jax.Array]  # a workload's fields, each with a leading [M, B] or [E] shape
 _VALID = "__valid__"  # the padding mask travels with the fields, then leaves the batch
+# The most member groups that share one eval block's reads: the eval step gathers the slices
+# with split - 1 collective permutes.
+MAX_READ_SPLIT = 64
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalBatch:
-    rows: np.ndarray  # each row's example index; -1 marks the padding of the last batch
-    batch: Batch  # [E, ...] per field
-    valid: jax.Array  # bool [E]: rows >= 0, sharded like the batch
+    """One eval batch of E examples as read: every field laid out [ensemble, E / split]
+    (BATCH_SPEC), so that a device holds one slice of its data block, and the eval step gathers
+    a block's `split` slices from the neighbouring members that read them (engine/step.py)."""
+
+    rows: np.ndarray  # [E] each row's example index in the batch's order; -1: padding
+    batch: Batch  # per field [ensemble, E / split, ...], sharded BATCH_SPEC
+    valid: jax.Array  # bool [ensemble, E / split]: rows >= 0, laid out like the batch
+    split: int  # member groups that share the reading of one data block
+    data_size: int  # P_degree: the data blocks of the batch
+
+    def host(self, values: jax.Array) -> np.ndarray:
+        """A field read back in the batch's order, [E, ...] (one process: tests, diagnostics)."""
+        a = np.asarray(values)[: self.split]
+        block = a.shape[1] // self.data_size
+        a = a.reshape(self.split, self.data_size, block, *a.shape[2:])
+        return a.swapaxes(0, 1).reshape(len(self.rows), *a.shape[3:])
 
 
 def _bounds(index: tuple, dim: int, size: int) -> tuple[int, int]:
@@ -198,6 +214,19 @@ class ReadCache:
         return arrays
 
 
+def read_split(block: int, ensemble: int, limit: int = MAX_READ_SPLIT) -> int:
+    """How many member groups share the reading of one data block of an eval batch: the largest
+    count up to `limit` that divides both the block's rows and the ensemble axis."""
+    return max(g for g in range(1, min(block, ensemble, limit) + 1) if not block % g + ensemble % g)
+
+
+def eval_layout(mesh: Mesh, batch_size: int) -> tuple[int, int]:
+    """(E, split): the eval batch rounded up to a multiple of the data axis, and its read split."""
+    data_size = mesh.shape[DATA]
+    size = -(-batch_size // data_size) * data_size
+    return size, read_split(size // data_size, mesh.shape[ENSEMBLE])
+
+
 def eval_batches(
     source: Source,
     mesh: Mesh,
@@ -205,29 +234,43 @@ def eval_batches(
     indices: np.ndarray | None = None,
     cache: ReadCache | None = None,
 ) -> Iterator[EvalBatch]:
-    """Batches [E, ...] of `indices` (default: the whole source, in order) split over `data` and
-    replicated over `ensemble`; the last one is padded with example 0, marked not valid. E is
-    batch_size rounded up to a multiple of the data-axis size. `cache`: reads kept across calls."""
-    data_size = mesh.shape[EVAL_SPEC[0]]
-    size = -(-batch_size // data_size) * data_size
-    sharding = NamedSharding(mesh, EVAL_SPEC)
+    """Batches of E examples of `indices` (default: the whole source), the last ones padded with
+    example 0, marked not valid; E is batch_size rounded up to a multiple of the data-axis size.
+
+    Each of a batch's data blocks is read in `split` slices by as many neighbouring member
+    groups (the rest of the groups read the same slices again), and every slice position reads
+    its own contiguous stretch of `indices` from batch to batch: at any moment the groups read
+    P_degree × split distant parts of the set (different shard files), not all the same one
+    (docs/scale.md, Evaluation). Which examples share a batch does not change a figure: the
+    counts are sums over examples. `cache`: reads kept across calls."""
+    data_size = mesh.shape[DATA]
+    size, split = eval_layout(mesh, batch_size)
+    block = size // data_size // split  # rows of one slice
     indices = np.arange(len(source)) if indices is None else np.asarray(indices, np.int64)
+    batches = -(-len(indices) // size)
+    padded = np.full(batches * size, -1, np.int64)
+    padded[: len(indices)] = indices
+    stretches = padded.reshape(data_size * split, batches, block)  # slice position × batch
+    lead = (mesh.shape[ENSEMBLE], data_size * block)
+    sharding = NamedSharding(mesh, BATCH_SPEC)
     fields = {**source.spec.fields, _VALID: ((), "bool")}
-    for start in range(0, len(indices), size):
-        rows = np.full(size, -1, np.int64)
-        chunk = indices[start : start + size]
-        rows[: len(chunk)] = chunk
+    for t in range(batches):
+        slices = stretches[:, t].reshape(data_size, split, block)
+        read_now: dict = {}
 
-        def read(key, rows=rows):
-            ((r0, r1),) = key
-            idx = rows[r0:r1]
-            safe = np.where(idx >= 0, idx, 0)
-            arrays = source.read(safe) if cache is None else cache.read(source, safe)
-            return {**arrays, _VALID: idx >= 0}
+        def read(key, slices=slices, read_now=read_now):
+            (e0, _), (c0, _) = key
+            where = (c0 // block, e0 % split)  # (data block, slice): groups e and e+split agree
+            if where not in read_now:
+                idx = slices[where]
+                safe = np.where(idx >= 0, idx, 0)
+                arrays = source.read(safe) if cache is None else cache.read(source, safe)
+                read_now[where] = {**arrays, _VALID: idx >= 0}
+            return {name: a[None] for name, a in read_now[where].items()}
 
-        batch = _global_batch((size,), fields, sharding, read)
+        batch = _global_batch(lead, fields, sharding, read)
         valid = batch.pop(_VALID)
-        yield EvalBatch(rows, batch, valid)
+        yield EvalBatch(slices.reshape(size), batch, valid, split, data_size)
 
 
 class Prefetcher:

@@ -76,7 +76,7 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of):
             return votes_of(range(m0, m1), rows[r0:r1])
 
         votes = jax.make_array_from_callback((m, len(item.rows)), sharding, block, dtype=np.float32)
-        counts = setup.eval_step(state, item.batch, item.valid, votes)
+        counts = setup.eval_step(state, item.batch, item.valid, votes, item.split)
         total = counts if total is None else _add(total, counts)
     return total
 

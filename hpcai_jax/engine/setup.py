@@ -50,7 +50,7 @@ class RunSetup:
     allreduce: AllreducePlan
     state_specs: object  # per-leaf PartitionSpecs under --model_parallel, else None
     train_step: object  # jitted (state, batch) -> (state, StepMetrics)
-    eval_step: object  # jitted (state, batch, valid, votes) -> EvalCounts
+    eval_step: object  # jitted (state, batch, valid, votes, split) -> EvalCounts
     # id(source) -> data.pipeline.ReadCache: what evaluations read, kept for the next ones.
     read_caches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 

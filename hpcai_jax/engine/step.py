@@ -424,7 +424,8 @@ def _voters_mean(local, votes: jax.Array):
 def build_eval_step(
     workload: Workload, mesh: Mesh, strategy: str, state_specs: EnsembleState | None = None
 ):
-    """(state, batch [E], valid [E], votes [M, E]) → EvalCounts: the members' counts sharded
+    """(state, batch, valid, votes [M, E], split) → EvalCounts: the batch and its valid mask as
+    read (data/pipeline.EvalBatch, gathered by `gather_read_slices`), the members' counts sharded
     over `ensemble` (a process reads its own members', engine/sharded.py), the rest replicated.
 
     The ensemble predicts an example from the members that vote on it (votes 1): every kept
@@ -479,7 +480,39 @@ def build_eval_step(
         out_specs=EvalCounts(MEMBERS, P(), P(), P()),
         check_vma=True,
     )
-    return jax.jit(sharded)
+
+    def eval_step(state, batch, valid, votes, split):
+        batch, valid = gather_read_slices(mesh, split)((batch, valid))
+        return sharded(state, batch, valid, votes)
+
+    return jax.jit(eval_step, static_argnames="split")
+
+
+def gather_read_slices(mesh: Mesh, split: int):
+    """[ensemble, E / split] as read (data/pipeline.eval_batches: each device one slice of its
+    data block) → [E] over `data`, every member with its whole block: the block's `split` slices
+    come from the neighbouring members that read them, by split - 1 collective permutes, so no
+    device gathers more than its block whatever M is. The result is the same on every member of
+    a data block by construction, which shard_map cannot infer (check_vma off here only)."""
+
+    def gather(tree):
+        def one(x):
+            x = x[0]
+            if split == 1:
+                return x
+            n, e = mesh.shape[ENSEMBLE], lax.axis_index(ENSEMBLE)
+            parts = [x]  # parts[j]: the slice (own + j) % split of this group of `split`
+            for j in range(1, split):
+                source = [(i // split) * split + (i % split + j) % split for i in range(n)]
+                parts.append(lax.ppermute(x, ENSEMBLE, [(s, i) for i, s in enumerate(source)]))
+            ordered = jnp.roll(jnp.stack(parts), e % split, axis=0)  # slot k: slice k
+            return ordered.reshape(-1, *x.shape[1:])
+
+        return jax.tree.map(one, tree)
+
+    return jax.shard_map(
+        gather, mesh=mesh, in_specs=BATCH_SPEC, out_specs=EVAL_SPEC, check_vma=False
+    )
 
 
 def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fields) -> dict:
