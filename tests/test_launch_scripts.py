@@ -296,3 +296,147 @@ def test_tpu_pod_checks_its_inputs(args, env, message):
     result = tpu(*args, **env)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+# srun that records every call (one "<end>" line after each) and runs a staging step for real:
+# its srun options dropped, the rest (python -m hpcai_jax.data.stage SRC DST) run here.
+STAGING_SRUN = """#!/bin/sh
+{ printf "%s\\n" "$@"; echo "<end>"; } >> "$STUB_DIR/srun.calls"
+case "$*" in
+  *hpcai_jax.data.stage*)
+    while [ "${1#--}" != "$1" ]; do shift; done
+    "$@"
+    exit $? ;;
+esac
+exit "${STUB_SRUN_RC:-0}"
+"""
+
+
+@pytest.fixture
+def staging(cluster, tmp_path):
+    """The fake cluster with that srun, and a tfds-like data directory to stage."""
+    srun = tmp_path / "bin" / "srun"
+    srun.write_text(STAGING_SRUN)
+    source = tmp_path / "tfds"
+    (source / "foo" / "1.0.0").mkdir(parents=True)
+    for name in ("foo-train.array_record-00000-of-00001", "dataset_info.json"):
+        (source / "foo" / "1.0.0" / name).write_text(name)
+    return cluster
+
+
+def srun_calls(env: dict[str, str]) -> list[list[str]]:
+    path = Path(env["STUB_DIR"]) / "srun.calls"
+    calls, call = [], []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line == "<end>":
+            calls.append(call)
+            call = []
+        else:
+            call.append(line)
+    return calls
+
+
+@pytest.mark.parametrize("script", SBATCH)
+def test_stage_dir_stages_once_per_node_then_trains_from_the_copy(staging, script, tmp_path):
+    source, local = tmp_path / "tfds", tmp_path / "local" / "tfds"
+    result = run(
+        script,
+        staging,
+        STAGE_DIR=str(local),
+        EXTRA_FLAGS=f"--epochs=1 --data_dir={source}",
+        SLURM_NTASKS_PER_NODE=None,
+    )
+    assert result.returncode == 0, result.stderr
+    stage, train = srun_calls(staging)
+    assert stage == [
+        "--nodes=2",  # SLURM_JOB_NUM_NODES: one task on each node
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--cpus-per-task=8",
+        "--output=logs/%x-%j-stage-%n.out",
+        "--open-mode=append",
+        "python",
+        "-m",
+        "hpcai_jax.data.stage",
+        str(source),
+        str(local),
+    ]
+    # After EXTRA_FLAGS' own --data_dir: the run reads the staged copy.
+    assert train[-2:] == [f"--data_dir={source}", f"--data_dir={local}"]
+    assert (local / "foo" / "1.0.0" / "dataset_info.json").read_text() == "dataset_info.json"
+    assert f"staging {source} to {local} on each of 2 node(s)" in result.stdout
+
+
+def test_the_data_directory_to_stage_comes_from_the_flagfile_unless_extra_flags_give_one(
+    staging, tmp_path
+):
+    flagfile = tmp_path / "imagenet.flags"
+    flagfile.write_text(f"--dataset=foo\n  --data_dir={tmp_path / 'tfds'}  \n--epochs=1\n")
+    local = tmp_path / "local"
+    result = run("launch/slurm/gpu.sbatch", staging, FLAGFILE=str(flagfile), STAGE_DIR=str(local))
+    assert result.returncode == 0, result.stderr
+    assert srun_calls(staging)[0][-2:] == [str(tmp_path / "tfds"), str(local)]
+    (Path(staging["STUB_DIR"]) / "srun.calls").unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = run(
+        "launch/slurm/gpu.sbatch",
+        staging,
+        FLAGFILE=str(flagfile),
+        STAGE_DIR=str(local),
+        EXTRA_FLAGS=f"--data_dir={elsewhere}",
+    )
+    # The stage refuses a directory without a prepared set: the job ends before training.
+    assert result.returncode == 2
+    (stage,) = srun_calls(staging)
+    assert stage[-2:] == [str(elsewhere), str(local)]
+    assert "staging failed with exit code 2 on some node: see logs/bench-4321-stage-*.out" in (
+        result.stderr
+    )
+
+
+def test_stage_dir_without_a_data_directory_fails_before_srun(staging, tmp_path):
+    result = run(
+        "launch/slurm/gpu.sbatch",
+        staging,
+        STAGE_DIR=str(tmp_path / "local"),
+        EXTRA_FLAGS=f"--data_dir={tmp_path / 'missing'}",
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert f"the data directory to stage is not a directory: {tmp_path / 'missing'}" in (
+        result.stderr
+    )
+    assert srun_calls(staging) == []
+
+
+def test_without_stage_dir_nothing_is_staged(staging):
+    result = run("launch/slurm/gpu_node.sbatch", staging)
+    assert result.returncode == 0, result.stderr
+    (train,) = srun_calls(staging)
+    assert not any(arg.startswith("--data_dir") for arg in train)
+
+
+def test_the_container_stages_with_its_own_python(staging, tmp_path):
+    image = tmp_path / "hpcai_jax.sif"
+    image.touch()
+    result = run(
+        "launch/slurm/gpu.sbatch",
+        staging,
+        CONTAINER=str(image),
+        STAGE_DIR=str(tmp_path / "local"),
+        EXTRA_FLAGS=f"--data_dir={tmp_path / 'tfds'}",
+    )
+    assert result.returncode == 0, result.stderr
+    stage = srun_calls(staging)[0]
+    i = stage.index("apptainer")
+    assert stage[i:] == [
+        "apptainer",
+        "exec",
+        str(image),
+        "python",
+        "-m",
+        "hpcai_jax.data.stage",
+        str(tmp_path / "tfds"),
+        str(tmp_path / "local"),
+    ]

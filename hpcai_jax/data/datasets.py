@@ -98,6 +98,7 @@ def open_datasets(config: DataConfig) -> Datasets:
         )
         train = ClimateTrainSet(train, config.climate_flip)
     else:
+        from hpcai_jax.data.open_files import ensure_open_file_limit, files_needed
         from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
 
         train = TfdsSource(
@@ -114,6 +115,11 @@ def open_datasets(config: DataConfig) -> Datasets:
             config.data_dir,
             config.square_image_size,
             bad_example_policy=config.bad_example_policy,
+        )
+        ensure_open_file_limit(
+            files_needed(train.shards, held_out.shards, config.data_workers),
+            f"--dataset={config.dataset} ({train.shards} training and {held_out.shards} "
+            "held-out shards)",
         )
     return Datasets(
         train.spec, train.head(config.train_examples), held_out.head(config.eval_examples)

@@ -81,6 +81,7 @@ class TfdsSource:
                     f"(has {', '.join(info.splits)})"
                 )
             self._source = _open_undecoded(name, split, data_dir)
+            self.shards = info.splits[split].num_shards  # each held open by its reader
         except UsageError:
             raise
         except Exception as e:  # noqa: BLE001 - tfds raises many types for a missing/unprepared set

@@ -14,6 +14,13 @@
 #   GPU_SETTINGS    XLA flags and variables set before JAX starts, by name (docs/gpu_settings.md):
 #                   default, none, or e.g. "default,-latency_hiding" [default]
 #   MAX_REQUEUES    requeues of a hung step (exit 69) before the job gives up [3]
+#   STAGE_DIR       a node-local directory: before training, one task per node copies the run's
+#                   tfds data there (python -m hpcai_jax.data.stage; an earlier copy is checked,
+#                   not copied again) and the run reads it: --data_dir=STAGE_DIR, after
+#                   EXTRA_FLAGS. What is copied is the run's --data_dir (EXTRA_FLAGS's, else
+#                   FLAGFILE's, else $TFDS_DATA_DIR or ~/tensorflow_datasets). With CONTAINER,
+#                   STAGE_DIR must be bound into it (APPTAINER_BIND). docs/reliability.md, Data at
+#                   scale [unset: read --data_dir in place]
 # Site-specific NCCL variables (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) set in the environment reach
 # every task unchanged; the records state them (provenance.environment).
 
@@ -68,6 +75,7 @@ check_contract() {
     # --nv: the host's NVIDIA driver inside the container. SLURM_* variables pass through, so
     # JAX's auto-detection works unchanged; the current directory is bound by default.
     RUN=(apptainer run --nv "$CONTAINER")
+    STAGE=(apptainer exec "$CONTAINER" python -m hpcai_jax.data.stage)
   else
     VENV="${VENV:-.venv}"
     [ -f "$VENV/bin/activate" ] ||
@@ -78,14 +86,53 @@ check_contract() {
     python -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("hpcai_jax") is None)' ||
       die "hpcai_jax is not installed in VENV=$VENV: pip install -e '.[cuda]'"
     RUN=(python -m hpcai_jax.main)
+    STAGE=(python -m hpcai_jax.data.stage)
+  fi
+  if [ -n "${STAGE_DIR:-}" ]; then
+    STAGE_SRC="$(source_data_dir)"
+    [ -d "$STAGE_SRC" ] ||
+      die "STAGE_DIR is set, but the data directory to stage is not a directory: $STAGE_SRC (the --data_dir of EXTRA_FLAGS or FLAGFILE)"
   fi
   mkdir -p "$CHECKPOINT_DIR" "$RESULTS_DIR" "$LOG_DIR" || die "cannot create the output directories"
 }
 
-# CMD: what every task runs. EXTRA_FLAGS come last, so they override the flagfile and these.
+# The --data_dir the run would read: the last one in EXTRA_FLAGS, else in FLAGFILE (a flagfile
+# it includes is not read), else tfds's default.
+source_data_dir() {
+  local dir="" line arg
+  while read -r line || [ -n "$line" ]; do
+    case "$line" in --data_dir=*) dir="${line#--data_dir=}" ;; esac
+  done <"$FLAGFILE"
+  for arg in "${EXTRA[@]}"; do
+    case "$arg" in --data_dir=*) dir="${arg#--data_dir=}" ;; esac
+  done
+  echo "${dir:-${TFDS_DATA_DIR:-$HOME/tensorflow_datasets}}"
+}
+
+# CMD: what every task runs. EXTRA_FLAGS come last, so they override the flagfile and these;
+# only STAGE_DIR's --data_dir follows them, as the staged copy is what the run must read.
 build_command() {
   CMD=("${RUN[@]}" "--flagfile=$FLAGFILE" "--checkpoint_dir=$CHECKPOINT_DIR"
     "--results_dir=$RESULTS_DIR" "--gpu_settings=${GPU_SETTINGS:-default}" "$@" "${EXTRA[@]}")
+  if [ -n "${STAGE_DIR:-}" ]; then CMD+=("--data_dir=$STAGE_DIR"); fi
+}
+
+# With STAGE_DIR set: one task on each node copies STAGE_SRC to STAGE_DIR, or checks the copy
+# already there (a requeued job on the same nodes copies nothing); a stage of another job into
+# the same directory on that node is waited for (the stage's lock). One log per node. A failed
+# copy ends the job with the stage's exit code, before training.
+stage_data() {
+  [ -n "${STAGE_DIR:-}" ] || return 0
+  local nodes="${SLURM_JOB_NUM_NODES:-1}" rc=0
+  local logs="$LOG_DIR/${SLURM_JOB_NAME:-}-$SLURM_JOB_ID-stage-<node>.out"
+  echo "staging $STAGE_SRC to $STAGE_DIR on each of $nodes node(s); logs: $logs"
+  srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 \
+    --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" --output="$LOG_DIR/%x-%j-stage-%n.out" \
+    --open-mode=append "${STAGE[@]}" "$STAGE_SRC" "$STAGE_DIR" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "staging failed with exit code $rc on some node: see ${logs/<node>/*}" >&2
+    exit "$rc"
+  fi
 }
 
 # What the job is about to do, in its batch log ($1: the process layout).
