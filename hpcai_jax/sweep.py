@@ -2,12 +2,12 @@
 
 Each point is one run of `python -m hpcai_jax.main` with a record of its own, so the sweep only
 plans the points, launches them and reports on their records. The experiments, the --launcher
-template and the runs' MLLOG files: `launch/README.md`, Sweeps.
+template and the runs' MLLOG files: `launch/README.md`, Sweeps; --repeats and what the report
+makes of them: `docs/score.md`, section 9.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shlex
 import subprocess
@@ -16,9 +16,13 @@ from pathlib import Path
 
 from absl import flags
 
-from hpcai_jax import records, results
-from hpcai_jax.errors import UsageError
+from hpcai_jax import records
+from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import write_report
+from hpcai_jax.report.cli import Parser, positive_int
+
+PROG = "hpcai_jax.sweep"
+SEEDS = 2**32  # --seed's range (config.TrainConfig.seed): a derived seed wraps around it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,19 +49,62 @@ def plan(
     raise ValueError(f"--experiment={experiment!r}: expected scalability or tradeoff")
 
 
-def mllog_path(main_args: list[str]) -> str:
-    """The --mllog the runs' flags give (flagfiles read, the last one wins), or ''."""
+def flag_value(main_args: list[str], name: str) -> str:
+    """The value the runs' flags give --`name` (flagfiles read, the last one wins), or ''."""
     try:
         args = flags.FlagValues().read_flags_from_files(main_args, force_gnu=False)
     except flags.Error as e:
         raise UsageError(str(e).splitlines()[0].removeprefix("ERROR:: ")) from None
-    path = ""
+    value = ""
     for i, arg in enumerate(args):
-        if arg.startswith("--mllog="):
-            path = arg.removeprefix("--mllog=")
-        elif arg == "--mllog" and i + 1 < len(args):
-            path = args[i + 1]
-    return path
+        if arg.startswith(f"--{name}="):
+            value = arg.removeprefix(f"--{name}=")
+        elif arg == f"--{name}" and i + 1 < len(args):
+            value = args[i + 1]
+    return value
+
+
+def mllog_path(main_args: list[str]) -> str:
+    """The --mllog the runs' flags give, or ''."""
+    return flag_value(main_args, "mllog")
+
+
+def base_seed(main_args: list[str]) -> int:
+    """The --seed the runs' flags give (the config's default, 0, if none): repeat 0's seed."""
+    text = flag_value(main_args, "seed") or "0"
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed < SEEDS:
+        raise UsageError(f"--seed={text} (after --): expected an integer in [0, 2^32)")
+    return seed
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One run of the sweep: a point, its repeat and the seed that repeat runs with (None: the
+    runs' own --seed, when the sweep does not repeat)."""
+
+    point: Point
+    run_name: str
+    repeat: int = 0
+    seed: int | None = None
+
+
+def jobs(points: list[Point], repeats: int, name: str, experiment: str, seed: int = 0) -> list[Job]:
+    """Every run: the whole sweep once per repeat (a machine that drifts during the sweep then
+    touches every point alike), repeat k with seed (seed + k) mod 2^32 and `-r<k>` in its run
+    name; one repeat is the plain sweep, its names and the runs' own --seed unchanged."""
+    out = []
+    for k in range(repeats):
+        for point in points:
+            run_name = f"{name}-{experiment}-M{point.ensemble_size}-P{point.parallel_degree}"
+            if repeats == 1:
+                out.append(Job(point, run_name))
+            else:
+                out.append(Job(point, f"{run_name}-r{k}", k, (seed + k) % SEEDS))
+    return out
 
 
 def run_mllog(path: str, run_name: str) -> str:
@@ -73,9 +120,10 @@ def command(
     run_name: str,
     main_args: list[str],
     mllog: str = "",
+    seed: int | None = None,
 ) -> list[str]:
     """The run's command line; `mllog`, the --mllog of the runs' flags, becomes the run's own
-    file (`run_mllog`)."""
+    file (`run_mllog`); a repeat's `seed` overrides the runs' --seed (absl: the last one wins)."""
     nodes = -(-point.devices // devices_per_node)
     prefix = launcher.format(
         devices=point.devices, nodes=nodes, devices_per_node=min(devices_per_node, point.devices)
@@ -89,71 +137,130 @@ def command(
         f"--ensemble_size={point.ensemble_size}",
         f"--parallel_degree={point.parallel_degree}",
         "--members_per_device=1",
+        *([f"--seed={seed}"] if seed is not None else []),
         f"--run_name={run_name}",
         *([f"--mllog={run_mllog(mllog, run_name)}"] if mllog else []),
     ]
 
 
-def table(runs: list[records.TrainRecord]) -> str:
-    num = results.cell
+def _num(value, fmt: str = "{:.4g}") -> str:
+    """A figure of the table, or n/a (results.cell's rule: importing hpcai_jax.results would
+    load JAX into the sweep's own process, which launches runs and never computes)."""
+    return "n/a" if value is None else fmt.format(value)
 
+
+def table(runs: list[records.TrainRecord]) -> str:
     lines = [
         f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
-        f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}"
+        f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}  run"
     ]
     for r in runs:
         mesh, m, q = r.mesh, r.metrics, r.quality
         lines.append(
             f"{mesh.ensemble_size:>4} {mesh.parallel_degree:>8} {mesh.num_devices:>9} "
-            f"{num(m.flops_per_s):>11} {num(m.vflops_per_s):>11} "
-            f"{num(q.ensemble, '{:.4f}'):>12} {num(q.member_mean, '{:.4f}'):>11} "
-            f"{r.status:>9}"
+            f"{_num(m.flops_per_s):>11} {_num(m.vflops_per_s):>11} "
+            f"{_num(q.ensemble, '{:.4f}'):>12} {_num(q.member_mean, '{:.4f}'):>11} "
+            f"{r.status:>9}  {r.run_id}"
         )
     return "\n".join(lines)
 
 
+EPILOG = """\
+Flags after -- are the runs' (python -m hpcai_jax.main). A --mllog=PATH among them, or in their
+flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> beside PATH.
+
+--launcher is a template whose placeholders are {devices} (= Sys_scale = M × P_degree),
+{nodes} (= {devices} / --devices_per_node, rounded up) and {devices_per_node}.
+
+--repeats=K runs the whole sweep K times; repeat k runs with --seed = (the runs' --seed, 0 if
+none, + k) mod 2^32 and is named <name>-<experiment>-M<M>-P<P_degree>-r<k>. The report sums up
+each configuration's repeats (its Repeats section: N, mean, spread, 95 % Student-t interval).
+
+examples:
+  # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
+  python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\
+      --launcher='python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --' \\
+      -- --workload=regression --model=mlp --dataset=friedman1 --steps=2
+  # inside a SLURM allocation, 3 repeats of each point:
+  python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=8 --max_ensemble=8 \\
+      --devices_per_node=8 --repeats=3 \\
+      --launcher='srun -N {nodes} --ntasks-per-node={devices_per_node}' \\
+      -- --flagfile=configs/resnet50_imagenet.flags
+"""
+
+
+def parser() -> Parser:
+    p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0], epilog=EPILOG)
+    p.add_argument(
+        "--experiment",
+        required=True,
+        choices=["scalability", "tradeoff"],
+        help="scalability: P_degree fixed, M = 1..--max_ensemble; tradeoff: Sys_scale fixed, "
+        "every (M, P_degree) with M × P_degree = --sys_scale",
+    )
+    number = {"type": int, "default": 0, "metavar": "N"}
+    p.add_argument("--parallel_degree", **number, help="scalability: P_degree of every point")
+    p.add_argument("--max_ensemble", **number, help="scalability: the largest M")
+    p.add_argument("--sys_scale", **number, help="tradeoff: the devices of each point")
+    p.add_argument(
+        "--devices_per_node",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="devices of one node: gives the launcher's {nodes} and {devices_per_node}",
+    )
+    p.add_argument(
+        "--launcher",
+        default="",
+        metavar="TEMPLATE",
+        help="command prefix of each run, placeholders filled (below) (default: none, each run "
+        "started plainly on this machine)",
+    )
+    p.add_argument(
+        "--results_dir", default="results", metavar="DIR", help="where the runs write records"
+    )
+    p.add_argument("--name", default="sweep", metavar="PREFIX", help="prefix of the runs' ids")
+    p.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="runs of each point, each with its own --seed (below)",
+    )
+    p.add_argument("--dry_run", action="store_true", help="print the commands only")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    return tool_main(PROG, _sweep, sys.argv[1:] if argv is None else argv)
+
+
+def _sweep(argv: list[str]) -> int:
     own, main_args = (
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
-    parser = argparse.ArgumentParser(
-        prog="python -m hpcai_jax.sweep",
-        description=__doc__.split("\n")[0],
-        epilog="Flags after -- are the runs' (python -m hpcai_jax.main). A --mllog=PATH among "
-        "them, or in their flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> "
-        "beside PATH.",
-    )
-    parser.add_argument("--experiment", required=True, choices=["scalability", "tradeoff"])
-    parser.add_argument("--parallel_degree", type=int, default=0)
-    parser.add_argument("--max_ensemble", type=int, default=0)
-    parser.add_argument("--sys_scale", type=int, default=0)
-    parser.add_argument("--devices_per_node", type=int, default=1)
-    parser.add_argument("--launcher", default="", help="command prefix template, e.g. srun ...")
-    parser.add_argument("--results_dir", default="results")
-    parser.add_argument("--name", default="sweep", help="prefix of the runs' ids")
-    parser.add_argument("--dry_run", action="store_true", help="print the commands only")
-    args = parser.parse_args(own)
+    args = parser().parse_args(own)
     try:
         points = plan(args.experiment, args.parallel_degree, args.max_ensemble, args.sys_scale)
-        mllog = mllog_path(main_args)
-    except (ValueError, UsageError) as e:
-        parser.exit(2, f"hpcai_jax.sweep: error: {e}\n")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    mllog = mllog_path(main_args)
+    seed = base_seed(main_args) if args.repeats > 1 else 0
     runs, written, failed = [], [], 0
-    for point in points:
-        run_name = f"{args.name}-{args.experiment}-M{point.ensemble_size}-P{point.parallel_degree}"
+    for job in jobs(points, args.repeats, args.name, args.experiment, seed):
         cmd = command(
-            point,
+            job.point,
             args.launcher,
             args.devices_per_node,
-            run_name,
+            job.run_name,
             [*main_args, f"--results_dir={args.results_dir}"],
             mllog,
+            job.seed,
         )
         print("+ " + shlex.join(cmd), flush=True)
         if args.dry_run:
             continue
-        path = Path(args.results_dir) / f"{run_name}.json"
+        path = Path(args.results_dir) / f"{job.run_name}.json"
         older = path.exists()  # another sweep's record: reported only if this run replaced it
         returncode = subprocess.run(cmd).returncode
         if path.exists() and (returncode == 0 or not older):
@@ -174,7 +281,7 @@ def _report(paths: list[str], out: Path) -> bool:
     try:
         print(f"report: {write_report(paths, out)}", flush=True)
     except UsageError as e:
-        print(f"hpcai_jax.sweep: error: report not written: {e}", file=sys.stderr)
+        print(f"{PROG}: error: report not written: {e}", file=sys.stderr)
         return False
     return True
 

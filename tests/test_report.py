@@ -517,3 +517,52 @@ def test_api_raises_usage_error_and_rewrites_in_place(results, tmp_path):
     assert "| s-M1 | train |" in first
     assert collect([str(results)]).majority["train"]["train.batch_size"] == 16
     assert "mesh.ensemble_size" in compare(str(results / "s-M1.json"), str(results / "s-M4.json"))
+
+
+def help_entries(text: str) -> dict[str, str]:
+    """argparse's --help, option by option: the first option string -> its line and help, with
+    white space collapsed."""
+    section = text[text.index("\noptions:\n") :].split("\n\n")[0]
+    entries: dict[str, str] = {}
+    for line in section.splitlines()[2:]:
+        if line.startswith("  -"):
+            current = line.split()[0].rstrip(",")
+            entries[current] = line
+        else:
+            entries[current] += " " + line
+    return {k: " ".join(v.split()) for k, v in entries.items()}
+
+
+@pytest.mark.parametrize("module", ["hpcai_jax.report", "hpcai_jax.sweep"])
+def test_help_shows_every_option_with_its_help_and_default(module):
+    """Every option the parser defines is in `python -m MODULE --help` with its help and its
+    default (or "(required)"); the description is whole sentences; the sweep's epilog holds the
+    launcher's placeholders and a CPU launcher."""
+    import importlib
+
+    parser = importlib.import_module(module if module.endswith("sweep") else module + ".__main__")
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    entries = help_entries(proc.stdout)
+    actions = [a for a in parser.parser()._actions if a.option_strings and a.dest != "help"]
+    assert len(actions) >= 2
+    for action in actions:
+        entry = entries[action.option_strings[0]]
+        assert " ".join(action.help.split()[:4]) in entry, entry
+        if action.required:
+            assert entry.endswith("(required)"), entry
+        elif "(default" not in action.help:
+            assert entry.endswith(f"(default: {action.default})"), entry
+        else:
+            assert "(default: " in entry, entry
+    description = proc.stdout.split("\n\n")[1]
+    assert description.rstrip().endswith("."), description  # not cut mid-sentence
+    if module.endswith("sweep"):
+        for placeholder in ("{devices}", "{nodes}", "{devices_per_node}", "launch/local.py"):
+            assert placeholder in proc.stdout, placeholder

@@ -1,6 +1,7 @@
 """The paper's scalability and trade-off sweeps: their plans, and a real local sweep."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -8,7 +9,10 @@ import pytest
 from helpers import ROOT
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.sweep import Point, command, mllog_path, plan
+from hpcai_jax.sweep import EPILOG, Point, base_seed, command, jobs, main, mllog_path, plan
+
+# The CPU launcher the sweep's --help gives as its example: the one the local sweep below runs.
+LOCAL_LAUNCHER = re.search(r"--launcher='(python launch/local\.py [^']*)'", EPILOG).group(1)
 
 
 def test_plans():
@@ -59,6 +63,75 @@ def test_each_run_gets_its_own_mllog(tmp_path):
         mllog_path([f"--flagfile={tmp_path}/none.flags"])
 
 
+def test_repeats_run_the_sweep_k_times_with_derived_seeds(tmp_path):
+    points = plan("tradeoff", sys_scale=2)
+    runs = jobs(points, 3, "s", "tradeoff", seed=2**32 - 1)
+    assert [(j.point, j.run_name, j.repeat, j.seed) for j in runs] == [
+        (Point(2, 1), "s-tradeoff-M2-P1-r0", 0, 2**32 - 1),
+        (Point(1, 2), "s-tradeoff-M1-P2-r0", 0, 2**32 - 1),
+        (Point(2, 1), "s-tradeoff-M2-P1-r1", 1, 0),  # (seed + k) mod 2^32
+        (Point(1, 2), "s-tradeoff-M1-P2-r1", 1, 0),
+        (Point(2, 1), "s-tradeoff-M2-P1-r2", 2, 1),
+        (Point(1, 2), "s-tradeoff-M1-P2-r2", 2, 1),
+    ]
+    # One repeat is the plain sweep: its run names, the runs' own --seed.
+    assert [(j.run_name, j.seed) for j in jobs(points, 1, "s", "tradeoff", seed=7)] == [
+        ("s-tradeoff-M2-P1", None),
+        ("s-tradeoff-M1-P2", None),
+    ]
+    cmd = command(Point(2, 1), "", 1, "s-r1", ["--seed=3"], "logs/s.mllog", seed=4)
+    assert cmd[-3:] == ["--seed=4", "--run_name=s-r1", "--mllog=logs/s.s-r1.mllog"]
+    flagfile = tmp_path / "runs.flags"
+    flagfile.write_text("--seed=41\n")
+    assert base_seed([f"--flagfile={flagfile}"]) == 41
+    assert base_seed([f"--flagfile={flagfile}", "--seed=5"]) == 5
+    assert base_seed(["--steps=2"]) == 0  # the config's default
+
+
+def sweep(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_dry_run_prints_every_repeat_with_its_seed(capsys):
+    code, out, err = sweep(
+        capsys,
+        "--experiment=tradeoff",
+        "--sys_scale=2",
+        "--repeats=2",
+        "--dry_run",
+        "--",
+        "--seed=10",
+    )
+    assert (code, err) == (0, "")
+    commands = [line for line in out.splitlines() if line.startswith("+ ")]
+    found = [re.findall(r"--(seed=\d+|run_name=\S+)", c)[-2:] for c in commands]
+    assert found == [
+        ["seed=10", "run_name=sweep-tradeoff-M2-P1-r0"],
+        ["seed=10", "run_name=sweep-tradeoff-M1-P2-r0"],
+        ["seed=11", "run_name=sweep-tradeoff-M2-P1-r1"],
+        ["seed=11", "run_name=sweep-tradeoff-M1-P2-r1"],
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--repeats=0"], "argument --repeats: expected an integer >= 1, got '0'"),
+        (["--repeats=x"], "argument --repeats: expected an integer >= 1, got 'x'"),
+        (["--devices_per_node=0"], "argument --devices_per_node: expected an integer >= 1"),
+        (["--repeats=2", "--", "--seed=-1"], "--seed=-1 (after --): expected an integer in"),
+        (["--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):
+    code, out, err = sweep(capsys, "--experiment=tradeoff", "--sys_scale=2", "--dry_run", *argv)
+    assert (code, out) == (2, "")
+    assert err.startswith("hpcai_jax.sweep: error: ") and err.count("\n") == 1, err
+    assert fragment in err, err
+
+
 @pytest.mark.multiprocess
 def test_local_tradeoff_sweep(tmp_path):
     """Sys_scale = 2 CPU devices: (M, P) = (2, 1) and (1, 2), each a record, then a table."""
@@ -71,7 +144,7 @@ def test_local_tradeoff_sweep(tmp_path):
             "--sys_scale=2",
             "--devices_per_node=2",
             f"--results_dir={tmp_path}",
-            "--launcher=python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --",
+            f"--launcher={LOCAL_LAUNCHER}",
             "--",
             "--workload=regression",  # the smallest model: the sweep, not the training, is tested
             "--model=mlp",

@@ -11,28 +11,50 @@ from pathlib import Path
 from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import output
 from hpcai_jax.report.build import write_report
+from hpcai_jax.report.cli import Parser
 from hpcai_jax.report.compare import compare, read
 
 PROG = "hpcai_jax.report"
+DESCRIPTION = """\
+Reports people can read and compare: a markdown report with PNG plots from training and STREAM
+records, or two records side by side."""
+EPILOG = """\
+The report reads the JSON records only (no JAX, no device), so records copied off a cluster can
+be reported anywhere. Runs of one configuration that differ only in --seed (a sweep's
+--repeats) are summarised under Repeats: N, mean, spread and a 95 % Student-t interval.
+What each section holds: docs/score.md, section 9.
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        raise UsageError(message)
+examples:
+  python -m hpcai_jax.report results/
+  python -m hpcai_jax.report --compare results/a.json results/b.json --out results/report
+"""
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog=f"python -m {PROG}",
-        description=__doc__.split("\n")[0],
+        description=DESCRIPTION,
+        epilog=EPILOG,
         usage="%(prog)s RESULTS... [--out DIR] | --compare A B [--out DIR]",
     )
     p.add_argument(
-        "results", nargs="*", metavar="RESULTS", help="record JSON files, or directories of them"
+        "results",
+        nargs="*",
+        metavar="RESULTS",
+        help="record JSON files, or directories of them (their *.json files)",
     )
-    p.add_argument("--out", help="report directory (default: report/ under the first RESULTS)")
     p.add_argument(
-        "--compare", nargs=2, metavar=("A", "B"), help="two record files, shown side by side"
+        "--out",
+        metavar="DIR",
+        help="report directory (default: report/ under the first RESULTS; with --compare, "
+        "none: the comparison is printed only)",
+    )
+    p.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="two record files of one mode, shown side by side with B/A (default: none, a "
+        "report of RESULTS)",
     )
     return p
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hpcai_jax.report import markdown, output, plots, series
+from hpcai_jax.report import markdown, output, plots, repeats, series
 from hpcai_jax.report.collect import Collection, collect
 
 REPORT = "report.md"
@@ -101,7 +101,13 @@ def render(collection: Collection, folder: Path) -> str:
             plots.stream_per_process(r, folder / per_process[r.run_id])
     parts += [markdown.heading(markdown.SECTIONS[9]), markdown.stream(runs, png, per_process)]
 
-    parts += [markdown.heading(markdown.SECTIONS[10]), markdown.skipped(collection.skipped)]
+    found = repeats.groups(train)
+    summarised = repeats.repeated(found)
+    parts += [
+        markdown.heading(markdown.SECTIONS[10]),
+        markdown.repeats(summarised, len(found) - len(summarised), metric),
+    ]
+    parts += [markdown.heading(markdown.SECTIONS[11]), markdown.skipped(collection.skipped)]
     return "\n\n".join(parts) + "\n"
 
 

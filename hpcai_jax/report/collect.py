@@ -36,6 +36,9 @@ OUTPUT_ONLY = (
     "reliability.keep_checkpoints",
     "train.log_every",
 )
+# The field a sweep's --repeats varies between the runs of one configuration: runs that differ
+# in it alone are repeats, summarised together (report/repeats.py).
+SEED = "train.seed"
 # Besides those, the fields that vary by design between the points of a sweep: they never make
 # two records incomparable.
 _RUN_IDENTITY = (
@@ -43,6 +46,7 @@ _RUN_IDENTITY = (
     "mesh.ensemble_size",
     "mesh.parallel_degree",
     "mesh.members_per_device",
+    SEED,
     *OUTPUT_ONLY,
 )
 # A STREAM record's figures depend on its own settings only (not on the training fields its
@@ -153,6 +157,16 @@ def comparison_fields(record: records.AnyRecord) -> dict:
         }
     fields["provenance.device_kind"] = record.provenance.device_kind
     fields["provenance.backend"] = record.provenance.backend
+    return fields
+
+
+def configuration_fields(record: records.AnyRecord) -> dict:
+    """What two runs of one configuration share: the comparison fields and the sweep's point
+    (mode, M, P_degree, members per device); not the seed nor what names or places a run."""
+    fields = comparison_fields(record)
+    point = (k for k in _RUN_IDENTITY if not _among(k, (*OUTPUT_ONLY, SEED)))
+    config = flatten(record.config or {})
+    fields.update({k: config.get(k) for k in point})
     return fields
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpcai_jax.report.collect import Collection, Skipped
+from hpcai_jax.report.repeats import OLYMPIC_FROM, Group, Summary
 from hpcai_jax.report.series import (
     CommRow,
     MachineRow,
@@ -34,6 +35,7 @@ SECTIONS = (
     "Communication per step and device",
     "Division, memory and energy",
     "STREAM bandwidth",
+    "Repeats",
     "Skipped records",
 )
 
@@ -470,6 +472,59 @@ def stream(runs: list[StreamRun], png: str | None, per_process: dict[str, str]) 
             )
         )
     return "\n\n".join(parts)
+
+
+def _summary_row(summary: Summary, scale: float) -> list:
+    """N, mean, std, min, max, the 95 % interval's ends and the olympic mean, in one unit."""
+    values = (summary.mean, summary.std, summary.low, summary.high)
+    values += (summary.ci_low, summary.ci_high, summary.olympic)
+    return [summary.n, *(cell(v, scale) for v in values)]
+
+
+def repeats(groups: list[Group], singles: int, metric: str) -> str:
+    """One row per repeated configuration and figure: the runs' spread and the mean's 95 %
+    interval, so a difference between two points can be read against the noise of one."""
+    if not groups:
+        return (
+            "No configuration has two or more complete runs (runs that differ only in --seed, "
+            "as a sweep's --repeats makes them): nothing to summarise."
+        )
+    figures = [
+        ("FLOPS", lambda g: g.flops, "FLOP/s"),
+        ("VFLOPS", lambda g: g.vflops, "FLOP/s"),
+        (f"ensemble {metric}", lambda g: g.quality, None),
+        ("time to target", lambda g: g.time_to_target, "s"),
+    ]
+    headers = ["M", "P_degree", "Sys_scale", "figure", "N", "mean", "std", "min", "max"]
+    headers += ["95 % interval low", "95 % interval high", "olympic mean"]
+    body = []
+    for name, summary, unit in figures:
+        values = [v for g in groups for v in (summary(g).mean, summary(g).low, summary(g).high)]
+        scale, p = prefix(values) if unit == "FLOP/s" else (1.0, "")
+        label = f"{name} [{p}{unit}]" if unit else name
+        body += [[g.m, g.p, g.sys_scale, label, *_summary_row(summary(g), scale)] for g in groups]
+    body.sort(key=lambda row: (row[2], row[0], row[1]))  # a configuration's figures together
+    runs = [
+        [g.m, g.p, g.sys_scale, len(g.run_ids), ", ".join(g.run_ids), _seeds(g)] for g in groups
+    ]
+    intro = (
+        "Runs of one configuration that differ only in their seed (`--repeats` of "
+        "`python -m hpcai_jax.sweep`), each figure over the runs that have it (N; a run that never "
+        "reached the target has no time to target): the mean, the sample standard deviation "
+        "(n − 1) and range, the mean's 95 % Student-t interval (mean ± t_{0.975, N − 1} × std / "
+        f"√N; none for N = 1) and, from N = {OLYMPIC_FROM}, MLPerf's olympic mean (the best and "
+        "the worst run dropped). The plots draw such a point as its mean with this interval as "
+        "its error bar (docs/score.md §9)."
+    )
+    parts = [intro, table(["M", "P_degree", "Sys_scale", "runs", "run ids", "seeds"], runs)]
+    if singles:
+        parts.append(f"{singles} other configuration(s) ran once: not summarised.")
+    parts.append(table(headers, body))
+    return "\n\n".join(parts)
+
+
+def _seeds(group: Group) -> str:
+    return ", ".join("n/a" if s is None else str(s) for s in group.seeds)
 
 
 def skipped(items: list[Skipped]) -> str:

@@ -3,10 +3,13 @@
 Figures are built with `matplotlib.figure.Figure`, not pyplot: no global state, no display and
 no backend to select, so a report can be written from a sweep, a test or a headless node. Axes
 carry units with SI prefixes (FLOP/s, s); bandwidth stays in GB/s, the unit BabelStream prints.
+Repeats of one configuration (runs that differ only in their seed) are drawn as one point, their
+mean, with an error bar of the mean's 95 % Student-t interval (`repeats.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -18,6 +21,7 @@ from matplotlib.ticker import (
     PercentFormatter,
 )
 
+from hpcai_jax.report.repeats import summarise
 from hpcai_jax.report.series import (
     MfuRow,
     QualityCurve,
@@ -32,10 +36,34 @@ from hpcai_jax.report.units import prefix, seconds
 
 DPI = 100
 GRID = {"alpha": 0.3, "linewidth": 0.6}
+CAPSIZE = 3  # error bars' caps, in points
 
 
 def _save(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=DPI)
+
+
+def _merged(points: list, key: Callable) -> list[list]:
+    """`points` that share key(p) (repeats of one configuration) together, by key."""
+    by_key: dict = {}
+    for p in points:
+        by_key.setdefault(key(p), []).append(p)
+    return [by_key[k] for k in sorted(by_key)]
+
+
+def _mean(points: list, value: Callable) -> tuple[float | None, float]:
+    """value(p)'s mean over `points` and its 95 % interval's half width (0 for one figure)."""
+    s = summarise(value(p) for p in points)
+    return s.mean, s.half_width or 0.0
+
+
+def _errorbar(ax, x: list, y: list, yerr: list, fmt: str, xerr: list | None = None, **style):
+    """ax.errorbar where some point is a mean of repeats; a plain ax.plot else (the same line,
+    and the legend keeps the order the lines were drawn in)."""
+    yerr, xerr = (e if e and any(e) else None for e in (yerr, xerr))
+    if yerr is None and xerr is None:
+        return ax.plot(x, y, fmt, **style)
+    return ax.errorbar(x, y, yerr=yerr, xerr=xerr, fmt=fmt, capsize=CAPSIZE, **style)
 
 
 def _plain(value: float, _pos=None) -> str:
@@ -75,9 +103,13 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
     log = bool(vflops and flops) and min(vflops) < 0.1 * max(flops)
     for j, (p_degree, pts) in enumerate(series.items()):
         have = [p for p in pts if p.flops is not None]
-        ax.plot(
-            [p.sys_scale for p in have],
-            [p.flops / scale for p in have],
+        at = _merged(have, lambda p: p.sys_scale)
+        flops_at = [_mean(g, lambda p: p.flops / scale) for g in at]
+        _errorbar(
+            ax,
+            [g[0].sys_scale for g in at],
+            [m for m, _ in flops_at],
+            [e for _, e in flops_at],
             "o-",
             color=f"C{j}",
             label=f"FLOPS, P_degree = {p_degree}",
@@ -91,27 +123,26 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
                 color=f"C{j}",
                 label=f"ideal FLOPS: linear from Sys_scale = {ideal[0][0]}",
             )
-        both = [p for p in have if p.vflops is not None]
+        both = _merged([p for p in have if p.vflops is not None], lambda p: p.sys_scale)
         if both:
-            ax.plot(
-                [p.sys_scale for p in both],
-                [p.vflops / scale for p in both],
+            x = [g[0].sys_scale for g in both]
+            f = [_mean(g, lambda p: p.flops / scale)[0] for g in both]
+            v = [_mean(g, lambda p: p.vflops / scale) for g in both]
+            _errorbar(
+                ax,
+                x,
+                [m for m, _ in v],
+                [e for _, e in v],
                 "s--",
                 color=f"C{j}",
                 mfc="none",
                 label=f"VFLOPS, P_degree = {p_degree}",
             )
-            ax.fill_between(
-                [p.sys_scale for p in both],
-                [p.vflops / scale for p in both],
-                [p.flops / scale for p in both],
-                color=f"C{j}",
-                alpha=0.08,
-            )
-            for p in both:
+            ax.fill_between(x, [m for m, _ in v], f, color=f"C{j}", alpha=0.08)
+            for s, fm, (vm, _) in zip(x, f, v, strict=True):
                 ax.annotate(
-                    f"× {p.vflops / p.flops:.2g}",
-                    (p.sys_scale, p.vflops / scale),
+                    f"× {vm / fm:.2g}",
+                    (s, vm),
                     textcoords="offset points",
                     xytext=(6, -12),
                     fontsize="small",
@@ -146,17 +177,23 @@ def tradeoff(points: list[TradePoint], sys_scale: int, metric: str, path: Path) 
     fig = Figure(figsize=(6.4, 4.6), layout="constrained")
     ax = fig.add_subplot()
     scale, unit = seconds([p.train_s for p in points])
-    x = [p.train_s / scale for p in points]
-    ax.plot(x, [p.ensemble for p in points], "o", color="C0", ms=8, label="bagged ensemble")
-    mean = [(p.train_s / scale, p.member_mean) for p in points if p.member_mean is not None]
+    splits = _merged(points, lambda p: (p.m, p.p))
+    x = [_mean(g, lambda p: p.train_s / scale) for g in splits]
+    y = [_mean(g, lambda p: p.ensemble) for g in splits]
+    xs, ys = [m for m, _ in x], [m for m, _ in y]
+    style = {"color": "C0", "ms": 8, "label": "bagged ensemble"}
+    _errorbar(ax, xs, ys, [e for _, e in y], "o", xerr=[e for _, e in x], **style)
+    mean = [(xm, *_mean(g, lambda p: p.member_mean)) for xm, g in zip(xs, splits, strict=True)]
+    mean = [(xm, m, e) for xm, m, e in mean if m is not None]
     if mean:
-        ax.plot(
-            *zip(*mean, strict=True), "s", color="C1", mfc="none", ms=7, label="mean of its members"
-        )
-    for p in points:
+        style = {"color": "C1", "mfc": "none", "ms": 7, "label": "mean of its members"}
+        mx, my, me = (list(c) for c in zip(*mean, strict=True))
+        _errorbar(ax, mx, my, me, "s", **style)
+    for g, xm, ym in zip(splits, xs, ys, strict=True):
+        runs = f", {len(g)} runs" if len(g) > 1 else ""
         ax.annotate(
-            f"(M={p.m}, P={p.p})",
-            (p.train_s / scale, p.ensemble),
+            f"(M={g[0].m}, P={g[0].p}{runs})",
+            (xm, ym),
             textcoords="offset points",
             xytext=(6, 6),
             fontsize="small",
@@ -172,25 +209,26 @@ def tradeoff(points: list[TradePoint], sys_scale: int, metric: str, path: Path) 
 
 
 def _quality_lines(ax, points: list[TradePoint], x, color: str, name: str) -> None:
-    """Ensemble, member mean, out-of-bag and every member's quality of `points` against x(p)."""
-    ax.plot(
-        [x(p) for p in points],
-        [p.ensemble for p in points],
-        "o-",
-        color=color,
-        label=f"{name}: ensemble",
+    """Ensemble, member mean, out-of-bag and every member's quality of `points` against x(p);
+    repeats at one x drawn as their mean with its interval."""
+    lines = (
+        ("ensemble", "ensemble", "o-", {}),
+        ("member mean", "member_mean", "s--", {"mfc": "none", "alpha": 0.8}),
+        ("out of bag", "oob", "^:", {"mfc": "none", "alpha": 0.8}),
     )
-    for label, key, style in (("member mean", "member_mean", "s--"), ("out of bag", "oob", "^:")):
-        have = [p for p in points if getattr(p, key) is not None]
-        if have:
-            ax.plot(
-                [x(p) for p in have],
-                [getattr(p, key) for p in have],
-                style,
+    for label, key, fmt, style in lines:
+        at = _merged([p for p in points if getattr(p, key) is not None], x)
+        if at:
+            y = [_mean(g, lambda p, key=key: getattr(p, key)) for g in at]
+            _errorbar(
+                ax,
+                [x(g[0]) for g in at],
+                [m for m, _ in y],
+                [e for _, e in y],
+                fmt,
                 color=color,
-                mfc="none",
-                alpha=0.8,
                 label=f"{name}: {label}",
+                **style,
             )
     members = [(x(p), q) for p in points for q in p.members]
     if members:
@@ -224,10 +262,10 @@ def quality_against_m(
         ax = axes[i]
         for j, (p_degree, pts) in enumerate(by_p.items(), start=len(at_scale)):
             _quality_lines(ax, pts, lambda p: p.sys_scale, f"C{j}", f"P_degree = {p_degree}")
-            for p in pts:
+            for g in _merged(pts, lambda p: p.sys_scale):
                 ax.annotate(
-                    f"M={p.m}",
-                    (p.sys_scale, p.ensemble),
+                    f"M={g[0].m}",
+                    (g[0].sys_scale, _mean(g, lambda p: p.ensemble)[0]),
                     textcoords="offset points",
                     xytext=(5, 5),
                     fontsize="small",
