@@ -493,8 +493,22 @@ class ReliabilityConfig(Checked):
         "Orbax checkpoint directory (empty: no checkpoints); a run started with an existing one "
         "resumes from it.",
     )
-    checkpoint_every: int = _field(
-        0, "Steps between checkpoints (0: only at the end and on preemption).", at_least=0
+    checkpoint_every: str = _field(
+        "0",
+        "Steps between checkpoints (0: only at the end and on preemption), or auto: the "
+        "Young/Daly interval from a save measured early in the run and --mtbf_hours "
+        "(docs/reliability.md).",
+        valid=lambda v: v == "auto" or str(v).isdigit(),
+        message="expected a number of steps >= 0, or auto",
+    )
+    mtbf_hours: float = _field(
+        -1.0,
+        "The job's mean time between failures, for --checkpoint_every=auto (-1: from the device "
+        "count at 2e-5 interruptions per device-hour, docs/reliability.md).",
+        above=0,
+        allow=(-1.0,),
+        unit="hours",
+        note="or -1 to derive it from the device count",
     )
     keep_checkpoints: int = _field(2, "Checkpoints kept.", at_least=1)
     on_divergence: str = _field(
@@ -528,6 +542,15 @@ class ReliabilityConfig(Checked):
         valid=_member_at_step,
         message="expected MEMBER@STEP, e.g. 1@3",
     )
+
+    @property
+    def checkpoint_auto(self) -> bool:
+        return self.checkpoint_every == "auto"
+
+    @property
+    def checkpoint_steps(self) -> int:
+        """Steps between saves; 0 under auto until the run has measured a save."""
+        return 0 if self.checkpoint_auto else int(self.checkpoint_every)
 
     @property
     def nan_injection(self) -> tuple[int, int] | None:

@@ -249,6 +249,7 @@ def test_every_declared_choice_refuses_other_values(path, owner, field):
 
 # A value each format check refuses; a new `valid=` declaration needs its case here.
 FORMAT_CASES = {
+    "checkpoint_every": "often",
     "dataset": "",
     "lr_step_epochs": "30,20",
     "results_dir": "",

@@ -43,6 +43,7 @@ def test_every_shipped_example_record_reads_as_version_1(path):
         "schema_version",
         "provenance.environment",
         "data.skipped_examples",
+        "reliability",
         "run.burst",
         "timing.per_process",
         "timing.startup",

@@ -158,6 +158,21 @@ class Resume:
 
 
 @section
+class Reliability:
+    checkpoint_every_steps: int | None = field(
+        "steps between this segment's checkpoints; None: at the end and on preemption only",
+        "steps",
+    )
+    checkpoint_every_why: str = field(
+        "the flag, or under `--checkpoint_every=auto` the Young/Daly arithmetic with the measured "
+        "save and step times (docs/reliability.md)"
+    )
+    mtbf_hours: float | None = field(
+        "the job's mean time between failures the auto interval used; None without auto", "h"
+    )
+
+
+@section
 class Divergence:
     policy: str = field(
         "`--on_divergence`: stop (the run is invalid) or prune (the member is dropped)"
@@ -462,6 +477,9 @@ class TrainRecord(Record):
     timing: Timing = field("where the run's time went")
     resumes: list[Resume] = field("one entry per resumed segment (docs/reliability.md)")
     divergence: Divergence = field("members that went non-finite and what was done")
+    reliability: Reliability | None = field(
+        "how often the run saved checkpoints, and why; None in records written before it"
+    )
     flops: Flops = field("the step's FLOPs and the cross-check of its two counts")
     epochs: list[Epoch] = field("every completed epoch: what Eq. 6 is computed from")
     metrics: Metrics = field("the headline figures (docs/score.md §5, §6)")

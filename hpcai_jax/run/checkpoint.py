@@ -170,7 +170,7 @@ class Checkpointer:
         layout: MeshLayout | None = None,
     ):
         self.directory = directory
-        self._every = every
+        self.every = every  # --checkpoint_every=auto sets it once a save was measured
         self._fingerprint = fingerprint_value
         self._layout = dataclasses.asdict(layout) if layout else None
         self._corrupt: list[int] = []  # steps the restore fell back past, still in place
@@ -314,7 +314,14 @@ class Checkpointer:
                 handler.close()
 
     def due(self, step: int) -> bool:
-        return self._every > 0 and step % self._every == 0
+        return self.every > 0 and step % self.every == 0
+
+    def wait(self) -> None:
+        """Until the saves in flight are on disk (the auto interval's probe measures this)."""
+        try:
+            self._manager.wait_until_finished()
+        except OSError as e:
+            self._failed(e)
 
     def save(self, step: int, state, meta: dict) -> None:
         """Asynchronous where orbax allows: returns once the arrays are copied off the devices.

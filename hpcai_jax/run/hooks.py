@@ -14,8 +14,11 @@ import jax
 import numpy as np
 from absl import logging
 
+from hpcai_jax import distributed
 from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import curve, evaluation, members
+from hpcai_jax.run import interval as interval_rule
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.clock import RunClock
@@ -182,14 +185,46 @@ class Preemption:
 @dataclasses.dataclass
 class Checkpoint:
     """A save whenever the checkpointer is due (--checkpoint_every), inside the training time;
-    the final save comes after the loop."""
+    the final save comes after the loop. Under --checkpoint_every=auto the first save is a probe
+    at `probe_at`, waited for until it is on disk, and its times set the interval
+    (run/interval.py); `interval` is what the record says."""
+
+    interval: interval_rule.Interval
+    probe_at: int | None = None  # auto: the step of the probe save; None once decided
 
     def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if ctx.ckpt and ctx.ckpt.due(done) and done < ctx.total_steps:
+        if ctx.ckpt is None or done >= ctx.total_steps:
+            return None
+        if self.probe_at is not None:
+            if done >= self.probe_at:
+                self._probe(ctx, done)
+            return None
+        if ctx.ckpt.due(done):
             ctx.unwatched()
             with ctx.clock.checkpointing():
                 ctx.save(done)
         return None
+
+    def _probe(self, ctx: Context, done: int) -> None:
+        ctx.unwatched()
+        with ctx.clock.checkpointing():
+            start = run_clock.read()
+            ctx.save(done)
+            saved = run_clock.read()
+            ctx.ckpt.wait()
+            written = run_clock.read()
+        step_s = interval_rule.median_step(ctx.progress.step_s) or (saved - start)
+        # Every process must save at the same steps: process 0's measurements decide.
+        figures = np.asarray([saved - start, written - start, step_s], np.float64)
+        save_s, write_s, step_s = (float(v) for v in distributed.allgather(figures)[0])
+        mtbf_h, mtbf_why = interval_rule.mtbf_hours(
+            ctx.setup.config.reliability.mtbf_hours, ctx.setup.layout.num_devices
+        )
+        self.interval = interval_rule.young_daly(
+            save_s, write_s, step_s, mtbf_h, mtbf_why, ctx.total_steps - done
+        )
+        ctx.ckpt.every, self.probe_at = self.interval.steps, None
+        logging.info("checkpoint interval %s", self.interval.why)
 
 
 def poison(state, member: int):

@@ -24,6 +24,7 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, hooks, members, processes, startup
+from hpcai_jax.run import interval as interval_rule
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.run.hooks import Outcome, Status, Stop
@@ -178,7 +179,7 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     ckpt = (
         Checkpointer(
             rc.checkpoint_dir,
-            rc.checkpoint_every,
+            rc.checkpoint_steps,
             rc.keep_checkpoints,
             fingerprint(config, setup.layout),
             setup.layout,
@@ -238,7 +239,20 @@ def _log_mesh(setup: RunSetup) -> None:
     )
 
 
-def _hooks(setup: RunSetup, guard: PreemptionGuard) -> list:
+def _checkpoint_hook(setup: RunSetup, first: int) -> hooks.Checkpoint:
+    """Saves every --checkpoint_every steps, or under auto a probe save after the warm-up and
+    PROBE_STEPS timed steps of this segment, whose times set the interval."""
+    rc = setup.config.reliability
+    if not rc.checkpoint_dir:
+        return hooks.Checkpoint(interval_rule.Interval(None, "no --checkpoint_dir"))
+    if not rc.checkpoint_auto:
+        return hooks.Checkpoint(interval_rule.fixed(rc.checkpoint_steps))
+    probe_at = first + setup.config.train.timing_warmup_steps + interval_rule.PROBE_STEPS
+    mtbf_h, _ = interval_rule.mtbf_hours(rc.mtbf_hours, setup.layout.num_devices)
+    return hooks.Checkpoint(interval_rule.not_probed(probe_at, mtbf_h), probe_at)
+
+
+def _hooks(setup: RunSetup, guard: PreemptionGuard, first: int) -> list:
     """The hooks in the order they run after each step."""
     config = setup.config
     tc, rc = config.train, config.reliability
@@ -249,14 +263,13 @@ def _hooks(setup: RunSetup, guard: PreemptionGuard) -> list:
         hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size),
         hooks.Evaluation(tc.eval_every_epochs * setup.sampler.steps_per_epoch, target),
         hooks.Preemption(guard, check_every),
-        hooks.Checkpoint(),
+        _checkpoint_hook(setup, first),
     ]
 
 
 def _recent_median(progress: Progress) -> float | None:
-    """The median of the last 101 timed steps (what the watchdog scales with), None before any."""
-    recent = progress.step_s[-101:]
-    return float(np.median(recent)) if recent else None
+    """What the watchdog scales with: the median of the last 101 timed steps."""
+    return interval_rule.median_step(progress.step_s)
 
 
 def _train_steps(
@@ -357,7 +370,7 @@ def _train(
     dog = Watchdog(rc.watchdog_factor, rc.watchdog_min_s, jax.process_index())
     ctx = hooks.Context(setup, state, progress, clock, mlog, watch, ckpt, setup.total_steps, dog)
     guard = PreemptionGuard()
-    steps = _hooks(setup, guard)
+    steps = _hooks(setup, guard, first)
     barrier("before-timing")
     mlog.run_start(first, clock.start())
     logging.info("process %d: training steps %d to %d", jax.process_index(), first, ctx.total_steps)
@@ -400,6 +413,7 @@ def _record(
     process took."""
     setup, progress, clock = ctx.setup, ctx.progress, ctx.clock
     last_eval = next(h.last for h in steps if isinstance(h, hooks.Evaluation))
+    interval = next(h.interval for h in steps if isinstance(h, hooks.Checkpoint))
     quality = _final_quality(ctx, outcome, last_eval)
     dog.arm("the processes' end-of-run gather", _recent_median(progress))
     final = None if clock.last_metrics is None else members.gather_tree(clock.last_metrics)
@@ -423,4 +437,5 @@ def _record(
         energy=(clock.energy_start, clock.energy_end),
         stopped_at_target=outcome.stopped_at_target,
         per_process=timings,
+        interval=interval,
     )

@@ -16,6 +16,7 @@ from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.records import train
 from hpcai_jax.run import curve, members, processes, startup
+from hpcai_jax.run.interval import Interval
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.run.timing import StepTimes
 from hpcai_jax.telemetry.comm import CommVolume
@@ -48,6 +49,7 @@ def train_record(
     energy: tuple[EnergyReading | None, EnergyReading] | None = None,
     stopped_at_target: bool = False,
     per_process: list[train.ProcessTiming] | None = None,
+    interval: Interval | None = None,
 ) -> records.TrainRecord:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
@@ -85,6 +87,7 @@ def train_record(
             for r in progress.resumes
         ],
         divergence=_divergence(config, progress),
+        reliability=_reliability(interval),
         flops=_flops(cost, cross, progress, m),
         # Eq. 6 per epoch (docs/score.md §5): what `metrics.flops_per_s` is computed from.
         epochs=epochs,
@@ -169,6 +172,15 @@ def _timing(
         total_wall_s=total_wall_s,
         startup=train.Startup(**{f"{k}_s": v for k, v in startup.phases().items()}),
         per_process=per_process,
+    )
+
+
+def _reliability(interval: Interval | None) -> train.Reliability:
+    interval = interval or Interval(None, "not recorded")
+    return train.Reliability(
+        checkpoint_every_steps=interval.steps,
+        checkpoint_every_why=interval.why,
+        mtbf_hours=interval.mtbf_hours,
     )
 
 
