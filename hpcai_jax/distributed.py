@@ -191,6 +191,28 @@ def initialize(config: DistributedConfig) -> str:
     return path
 
 
+# What a collective or the coordination service says when a process of the job is gone: Gloo's
+# closed or reset connections (CPU), NCCL's errors, the coordination service's heartbeats.
+_LOST_PEER = re.compile(
+    r"Connection (closed|reset) by peer|Gloo \w+ failed|NCCL (error|operation)|heartbeat|"
+    r"coordination service|UNAVAILABLE|DEADLINE_EXCEEDED|Socket closed",
+    re.IGNORECASE,
+)
+
+
+def lost_peer(error: BaseException) -> str | None:
+    """The first line of `error` when it says that another process of the job is gone (None in
+    a single process, or for any other error: a bug must still show its traceback)."""
+    import jax
+
+    if jax.process_count() < 2:
+        return None
+    text = str(error)
+    if not _LOST_PEER.search(text):
+        return None
+    return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
+
+
 def barrier(name: str) -> None:
     """All processes meet here (no-op for one process)."""
     import jax

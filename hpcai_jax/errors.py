@@ -1,4 +1,10 @@
-"""The one exception type that ends a run with a one-line message instead of a traceback."""
+"""The exceptions that end a run with a one-line message instead of a traceback, and the exit
+codes of the failures that are not input (docs/reliability.md, Exit codes)."""
+
+# EX_UNAVAILABLE (sysexits.h): a peer or device the run needs stopped answering: a process of
+# the job is gone (a collective failed for it) or hung (the watchdog). Transient: the launch
+# scripts requeue it, up to MAX_REQUEUES.
+LOST_EXIT_CODE = 69
 
 
 class UsageError(Exception):
@@ -8,6 +14,14 @@ class UsageError(Exception):
     """
 
     exit_code = 2
+
+
+class DataError(UsageError):
+    """Bad input data (a record that does not decode, non-finite values in a batch): one line
+    naming the data set and the examples, exit 65 (EX_DATAERR), never requeued: a rerun reads
+    the same bytes (docs/reliability.md, Exit codes)."""
+
+    exit_code = 65
 
 
 def tool_main(prog: str, run, argv: list[str]) -> int:

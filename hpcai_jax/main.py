@@ -6,13 +6,14 @@ stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags, logging
 
 from hpcai_jax import distributed, gpu_settings
 from hpcai_jax import flags as hflags
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import LOST_EXIT_CODE, UsageError
 from hpcai_jax.run import startup
 
 
@@ -46,6 +47,25 @@ def main(argv: list[str]) -> None:
         sys.exit(run_mode(config))
     except UsageError as e:
         _fail(str(e), e.exit_code)
+    except Exception as e:
+        if (why := distributed.lost_peer(e)) is None:
+            raise
+        _lost(why)
+
+
+def _lost(why: str) -> None:
+    """Another process of the job is gone: one line and the lost-peer code at once, without
+    JAX's shutdown barrier (which would wait for the dead process, then abort)."""
+    import jax
+
+    print(
+        f"hpcai_jax: error: process {jax.process_index()} lost a peer ({why}); the job can "
+        f"resume from its last checkpoint; exit {LOST_EXIT_CODE}",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(LOST_EXIT_CODE)
 
 
 def _run_train():

@@ -22,6 +22,9 @@ import time
 
 NODE_ENV = "HPCAI_JAX_NODE"  # hpcai_jax/nodes.py reads it: the simulated node of a process
 PREEMPTED = 75  # hpcai_jax.main's exit code after a signal-triggered checkpoint
+# hpcai_jax.main's exit code for a lost or hung peer, and this launcher's for a process that a
+# signal it did not send ended (killed, crashed): the job lost a process (transient).
+LOST = 69
 TIMED_OUT = 124  # as timeout(1)
 POLL_S = 0.05
 
@@ -114,7 +117,8 @@ def describe(returncode: int) -> str:
 
 
 def as_exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
+    """The job's code for a process's own: LOST for one a signal ended, else its code."""
+    return LOST if returncode < 0 else returncode
 
 
 class Job:
@@ -242,7 +246,7 @@ def main(argv: list[str]) -> int:
         return PREEMPTED
     if received:
         job.say(f"stopped by {signal.Signals(received[0]).name}")
-        return 128 + received[0]
+        return 128 + received[0]  # as a shell reports a command its signal ended
     failed = [i for i, p in enumerate(job.procs) if p.returncode != 0]
     if failed:  # noticed only once every process had ended
         code = job.procs[failed[0]].returncode

@@ -14,9 +14,10 @@ from hpcai_jax import config as C
 _LOG_LINE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d")
 
 
-def assert_one_line_error(proc, *fragments):
-    """Exit code 2, one line on stderr besides absl's log lines, naming every fragment."""
-    assert proc.returncode == 2, proc.stderr[-2000:]
+def assert_one_line_error(proc, *fragments, code: int = 2):
+    """Exit `code` (2: bad input; 65: bad data), one line on stderr besides absl's log lines,
+    naming every fragment."""
+    assert proc.returncode == code, proc.stderr[-2000:]
     # Progress log lines (absl's "I1202 10:58:23.335358 ..." prefix) may precede the error.
     lines = [
         line for line in proc.stderr.splitlines() if line.strip() and not _LOG_LINE.match(line)

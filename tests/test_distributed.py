@@ -355,3 +355,23 @@ def test_the_start_up_timeout_grows_with_the_processes_unless_given():
     flags = DistributedConfig(coordinator_address="h:1", num_processes=4608, process_id=0)
     assert D.timeout_for(flags, {}) == 300 + 4 * 60
     assert D.timeout_for(dataclasses.replace(flags, timeout_s=45), {}) == 45  # the flag wins
+
+
+def test_a_collective_that_lost_its_peer_is_told_from_other_errors(monkeypatch):
+    """What ends a process with the lost-peer code (69, requeued) instead of a traceback: only
+    in a job of several processes, only errors that say a peer is gone."""
+    import jax
+
+    from hpcai_jax import distributed
+
+    gloo = RuntimeError(
+        "UNKNOWN: Gloo AllGather failed: [pair.cc:547] Connection closed by peer [127.0.0.1]:3493"
+    )
+    assert distributed.lost_peer(gloo) is None  # one process: nobody to lose
+    monkeypatch.setattr(jax, "process_count", lambda: 4)
+    assert distributed.lost_peer(gloo).startswith("RuntimeError: UNKNOWN: Gloo AllGather failed")
+    heartbeat = RuntimeError("UNAVAILABLE: Task 1 heartbeat timeout.\nmore")
+    assert (
+        distributed.lost_peer(heartbeat) == "RuntimeError: UNAVAILABLE: Task 1 heartbeat timeout."
+    )
+    assert distributed.lost_peer(ValueError("shapes (3,) and (4,) do not match")) is None

@@ -186,7 +186,7 @@ def test_a_child_killed_by_a_signal():
         time.sleep(1000)
     """
     result = launch("--num_processes=2", command=child(script))
-    assert result.returncode == 128 + 9
+    assert result.returncode == 69  # the job lost a process: transient, requeued on SLURM
     assert "process 1 exited with SIGKILL (-9); stopping the other 1 process(es)" in result.stderr
 
 

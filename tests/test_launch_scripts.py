@@ -175,22 +175,24 @@ def test_a_preempted_step_requeues_the_job(cluster, script):
 
 
 @pytest.mark.parametrize("script", SBATCH)
-def test_a_hung_step_is_requeued_up_to_max_requeues(cluster, script):
-    result = run(script, cluster, STUB_SRUN_RC="69", SLURM_RESTART_COUNT="2")
-    assert result.returncode == 69
+@pytest.mark.parametrize("code", ["69", "137"])  # lost or hung; a task killed (128 + SIGKILL)
+def test_a_lost_or_hung_step_is_requeued_up_to_max_requeues(cluster, script, code):
+    result = run(script, cluster, STUB_SRUN_RC=code, SLURM_RESTART_COUNT="2")
+    assert result.returncode == int(code)
     assert recorded(cluster, "scontrol") == ["requeue", "4321"]
-    assert "step hung (exit 69), restart 2 of 3" in result.stdout
+    assert f"step lost a process or hung (exit {code}), restart 2 of 3" in result.stdout
     (Path(cluster["STUB_DIR"]) / "scontrol.args").unlink()
-    result = run(script, cluster, STUB_SRUN_RC="69", SLURM_RESTART_COUNT="3")
-    assert result.returncode == 69 and recorded(cluster, "scontrol") is None
+    result = run(script, cluster, STUB_SRUN_RC=code, SLURM_RESTART_COUNT="3")
+    assert result.returncode == int(code) and recorded(cluster, "scontrol") is None
 
 
 @pytest.mark.parametrize("script", SBATCH)
-def test_a_failed_step_is_not_requeued(cluster, script):
-    result = run(script, cluster, STUB_SRUN_RC="1")
-    assert result.returncode == 1
+@pytest.mark.parametrize("code", ["1", "2", "65"])  # invalid run, usage error, bad data
+def test_a_failed_step_is_not_requeued(cluster, script, code):
+    result = run(script, cluster, STUB_SRUN_RC=code)
+    assert result.returncode == int(code)
     assert recorded(cluster, "scontrol") is None
-    assert "step failed with exit code 1" in result.stderr
+    assert f"step failed with exit code {code}" in result.stderr
 
 
 @pytest.mark.parametrize("script", SBATCH)

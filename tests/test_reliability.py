@@ -475,7 +475,10 @@ def test_nan_in_the_input_is_bad_input_not_divergence(tmp_path, monkeypatch):
         f"--results_dir={tmp_path}",
     )
     assert_one_line_error(
-        proc, "training batch at step 0 holds non-finite input values", "--dataset=friedman1"
+        proc,
+        "training batch at step 0 holds non-finite input values",
+        "--dataset=friedman1",
+        code=65,  # bad data: never requeued (docs/reliability.md, Exit codes)
     )
     line = next(x for x in proc.stderr.splitlines() if x.startswith("hpcai_jax: error: "))
     assert "bad input data, not divergence" in line

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from absl import logging
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DataError
 
 BAD = "__bad__"  # the key under which a reader returns [(index, why), ...] with its fields
 CLOSED_FRACTION = 1e-4  # of a split: 128 of ImageNet's 1,281,167 training images
@@ -30,9 +30,9 @@ _TAG = 0xBAD0  # separates these draws from the sampler's and the augmentation's
 _TRIES = 16  # replacements tried before the split itself is declared unreadable
 
 
-class BadExampleError(UsageError):
+class BadExampleError(DataError):
     """A record that does not decode, under --bad_example_policy=fail (or every replacement
-    of one bad too): one line, exit code 2."""
+    of one bad too): one line, exit code 65."""
 
 
 def replacement(split: str, index: int, attempt: int, size: int) -> int:

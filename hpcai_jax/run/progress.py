@@ -16,7 +16,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DataError
 from hpcai_jax.run import members
 
 
@@ -119,7 +119,7 @@ class DivergenceWatch:
     per step) and records each member's first non-finite step in `progress.diverged`.
 
     A member whose batch held a NaN/inf (the step's input flag) is bad input, not divergence:
-    the run stops in one line (UsageError) naming the data set, split and examples, which
+    the run stops in one line (DataError, exit 65) naming the data set, split and examples, which
     `name_examples(member, step)` finds on the host."""
 
     def __init__(self, progress: Progress, policy: str, name_examples=None):
@@ -140,7 +140,7 @@ class DivergenceWatch:
         for step, finite, input_finite in _gathered(ready):
             if input_finite is not None and not np.all(bad := np.asarray(input_finite)):
                 member = int(np.flatnonzero(~bad)[0])
-                raise UsageError(
+                raise DataError(
                     f"member {member}'s training batch at step {step} holds non-finite input "
                     f"values{self._name_examples(member, step)}: bad input data, not divergence"
                 )

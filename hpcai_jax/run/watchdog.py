@@ -11,9 +11,10 @@ import sys
 import threading
 import time
 
-# EX_UNAVAILABLE (sysexits.h): a peer or device the run needs stopped answering; the launch
-# scripts requeue on it like a preemption (docs/reliability.md, Exit codes).
-HUNG_EXIT_CODE = 69
+from hpcai_jax.errors import LOST_EXIT_CODE
+
+# Hung is the lost-peer class: requeued by the launch scripts (docs/reliability.md, Exit codes).
+HUNG_EXIT_CODE = LOST_EXIT_CODE
 
 
 class Watchdog:

@@ -13,7 +13,8 @@
 #   EXTRA_FLAGS     more hpcai_jax flags, split on spaces, e.g. "--epochs=2 --seed=1" [empty]
 #   GPU_SETTINGS    XLA flags and variables set before JAX starts, by name (docs/gpu_settings.md):
 #                   default, none, or e.g. "default,-latency_hiding" [default]
-#   MAX_REQUEUES    requeues of a hung step (exit 69) before the job gives up [3]
+#   MAX_REQUEUES    requeues of a step that lost a process or hung (exit 69, or a task ended by a
+#                   signal: srun's 128 + signal) before the job gives up [3]
 #   STAGE_DIR       a node-local directory: before training, one task per node copies the run's
 #                   tfds data there (python -m hpcai_jax.data.stage; an earlier copy is checked,
 #                   not copied again) and the run reads it: --data_dir=STAGE_DIR, after
@@ -25,7 +26,7 @@
 # every task unchanged; the records state them (provenance.environment).
 
 PREEMPTED=75  # hpcai_jax.main's exit code after saving a checkpoint on SIGTERM
-HUNG=69       # its exit code when the hang watchdog ended it (docs/reliability.md, Exit codes)
+HUNG=69       # its exit code for a lost or hung peer (docs/reliability.md, Exit codes)
 
 die() {
   echo "launch/slurm: error: $*" >&2
@@ -164,10 +165,12 @@ run_step() {
   if [ "$rc" -eq "$PREEMPTED" ]; then
     echo "step preempted (exit $rc), checkpoint in $CHECKPOINT_DIR: requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID" || echo "scontrol requeue failed: resubmit to resume" >&2
-  elif [ "$rc" -eq "$HUNG" ] && [ "${SLURM_RESTART_COUNT:-0}" -lt "${MAX_REQUEUES:-3}" ]; then
-    # A hung device or peer: the job resumes from its last periodic checkpoint on new nodes.
-    echo "step hung (exit $rc), restart ${SLURM_RESTART_COUNT:-0} of ${MAX_REQUEUES:-3}:" \
-      "requeueing job $SLURM_JOB_ID to resume from $CHECKPOINT_DIR"
+  elif { [ "$rc" -eq "$HUNG" ] || [ "$rc" -gt 128 ]; } &&
+    [ "${SLURM_RESTART_COUNT:-0}" -lt "${MAX_REQUEUES:-3}" ]; then
+    # A lost or hung peer (69), or a task a signal ended (srun: 128 + signal; a node lost, a
+    # process killed): the job resumes from its last periodic checkpoint on new nodes.
+    echo "step lost a process or hung (exit $rc), restart ${SLURM_RESTART_COUNT:-0} of" \
+      "${MAX_REQUEUES:-3}: requeueing job $SLURM_JOB_ID to resume from $CHECKPOINT_DIR"
     scontrol requeue "$SLURM_JOB_ID" || echo "scontrol requeue failed: resubmit to resume" >&2
   elif [ "$rc" -ne 0 ]; then
     echo "step failed with exit code $rc: see $LOG_DIR/${SLURM_JOB_NAME:-}-$SLURM_JOB_ID-*.out" >&2
