@@ -3,8 +3,9 @@
 `pack RUN_RECORDS... --out=DIR` gathers each training record, the MLLOG it names, its whole
 configuration as a flagfile and a description of the system into one folder; `check DIR`
 re-derives every headline figure of it from the MLLOG lines and the records, runs the MLLOG
-compliance check and re-applies the division rules; `check --recount DIR` also recounts the FLOPs
-per step from each flagfile (`--mode=flops`). docs/submission.md walks a centre through it.
+compliance check, re-applies the division rules and holds each run to what its configuration and
+devices make possible; `check --recount DIR` also recounts the FLOPs per step from each flagfile
+(`--mode=flops`). docs/submission.md walks a centre through it and says what check proves.
 
 A package holds, per run, `<run_id>.json` (the record as the run wrote it), `<run_id>.mllog`
 and `<run_id>.flags`, and once `system.json` and `README.md` (the score table).

@@ -1,7 +1,8 @@
 """`check DIR [--recount]`: re-derives a package's figures (derive.py), runs the MLLOG
 compliance checker with the shipped ruleset, re-applies the division rules to each packed
-flagfile, and with --recount recounts the FLOPs per step (recount.py). Returns the failure
-lines; a malformed package is a UsageError."""
+flagfile, checks what the figures claim against what the configuration and the devices make
+possible (RUN_RULES, PACKAGE_RULES: docs/submission.md §3), and with --recount recounts the
+FLOPs per step (recount.py). Returns the failure lines; a malformed package is a UsageError."""
 
 from __future__ import annotations
 
@@ -15,9 +16,26 @@ from hpcai_jax import records, rules
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records.train import Mesh
-from hpcai_jax.submission import FLAGS, MLLOG, RECORD, SYSTEM, derive, flagfile, recount
+from hpcai_jax.submission import (
+    FLAGS,
+    MLLOG,
+    RECORD,
+    SYSTEM,
+    bounds,
+    derive,
+    flagfile,
+    package,
+    plausible,
+    provenance,
+    recount,
+)
 from hpcai_jax.submission.logfile import Log
 from hpcai_jax.telemetry import mllog
+
+# Plausibility: each rule takes (Findings, Run, the packed RunConfig, record name, log name) and
+# adds a line per field that breaks it; a package rule takes (folder, runs) and returns lines.
+RUN_RULES = (plausible.check, bounds.check, provenance.check)
+PACKAGE_RULES = (package.check,)
 
 
 class Run(NamedTuple):
@@ -127,6 +145,8 @@ def check_run(run: Run, workdir: Path, recount_flops: bool) -> list[str]:
     _division(f, run, config, rec, lg)
     target = config.quality_target() if config.scored else None
     derive.scores(f, record, run.log, target, rec, lg)
+    for rule in RUN_RULES:
+        rule(f, run, config, rec, lg)
     if recount_flops:
         recount.recount(f, run.flags, record, workdir, rec)
     return f.lines
@@ -136,9 +156,12 @@ def check(folder: str, recount_flops: bool = False) -> list[str]:
     """Failure lines of every run of the package at `folder` (empty: it passes)."""
     if importlib.util.find_spec("mlperf_logging") is None:
         raise UsageError(f"check runs the MLLOG compliance checker: {mllog.INSTALL}")
-    runs = load(str(Path(folder).resolve()))  # the checker runs in a folder of its own
+    root = Path(folder).resolve()  # the checker runs in a folder of its own
+    runs = load(str(root))
     failures = []
     with tempfile.TemporaryDirectory(prefix="hpcai_jax_check_") as tmp:
         for run in runs:
             failures += check_run(run, Path(tmp), recount_flops)
+    for rule in PACKAGE_RULES:
+        failures += rule(root, runs)
     return failures

@@ -10,6 +10,11 @@ from hpcai_jax.errors import UsageError
 PREFIX = ":::MLLOG "
 
 
+def metadata(line: dict | None, key: str):
+    """`key` of an MLLOG line's metadata, or None (no line, no metadata, no such key)."""
+    return ((line or {}).get("metadata") or {}).get(key)
+
+
 class Log:
     """The lines of one MLLOG file, in file order."""
 
