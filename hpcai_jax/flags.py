@@ -117,6 +117,26 @@ def build_config(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
     )
 
 
+def changed_settings(config: cfg.RunConfig) -> list[tuple[str, Any]]:
+    """(flag, value) of every setting of `config` that is not its default, in field order: the
+    start-up line's short account of a run (the whole configuration is in the record)."""
+    out = []
+    for name, path in FLAG_FIELDS.items():
+        value, default = config, _DEFAULTS
+        for part in path:
+            value, default = getattr(value, part), getattr(default, part)
+        if value != default:
+            out.append((name, value))
+    return out
+
+
+def settings_line(config: cfg.RunConfig) -> str:
+    """`--a=1 --b=x ...` of the settings that are not defaults, or "(all defaults)"."""
+    return " ".join(f"--{name}={value}" for name, value in changed_settings(config)) or (
+        "(all defaults)"
+    )
+
+
 def config_from_flags(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
     """Builds and validates the run configuration; raises UsageError on bad values."""
     return build_config(values).validate()

@@ -6,6 +6,7 @@ stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import sys
 
@@ -29,8 +30,17 @@ def _parse(argv: list[str]) -> list[str]:
         _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
+def _quiet_backend_probe() -> None:
+    """JAX logs, at INFO, every backend it tried and could not start ("Unable to initialize
+    backend 'tpu'" on every machine without libtpu): noise beside the run's own INFO lines. The
+    backend the run uses is named in its start-up line; a backend that was asked for
+    (JAX_PLATFORMS) and fails still ends the run with JAX's error."""
+    std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
+
+
 def main(argv: list[str]) -> None:
     startup.begin()
+    _quiet_backend_probe()
     if len(argv) > 1:
         _fail(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a --flag")
     try:
@@ -41,7 +51,8 @@ def main(argv: list[str]) -> None:
             distributed.initialize(config.distributed)
         if applied.applied:
             logging.info("%s", applied.summary())
-        logging.info("hpcai_jax %s: %s", config.mode, config)
+        # The settings that differ from the defaults; the record holds the whole configuration.
+        logging.info("hpcai_jax %s: %s", config.mode, hflags.settings_line(config))
         with startup.phase("imports"):
             run_mode = _MODES[config.mode]()
         sys.exit(run_mode(config))

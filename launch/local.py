@@ -27,6 +27,10 @@ PREEMPTED = 75  # hpcai_jax.main's exit code after a signal-triggered checkpoint
 LOST = 69
 TIMED_OUT = 124  # as timeout(1)
 POLL_S = 0.05
+# Gloo's line per process and peer as the CPU collectives connect ("[Gloo] Rank 0 is connected
+# to 7 peer ranks. Expected number of connected peer ranks is : 7"): 8 lines of noise at every
+# start; --verbose keeps them.
+GLOO_CONNECTED = b"[Gloo] Rank "
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,6 +68,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=float,
         default=10.0,
         help="seconds between SIGTERM and SIGKILL when stopping (default 10)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="keep the Gloo connection lines every process prints at start (default: dropped)",
     )
     parser.add_argument(
         "command", nargs=argparse.REMAINDER, help="what each process runs, after --"
@@ -128,6 +137,7 @@ class Job:
         port = args.port or free_port()
         env = child_env(args.devices_per_process)
         self._lock = threading.Lock()  # one whole line at a time on our stdout/stderr
+        self._verbose = args.verbose
         self._readers: list[threading.Thread] = []
         self.procs: list[subprocess.Popen] = []
         per_node = args.processes_per_node or args.num_processes
@@ -163,6 +173,8 @@ class Job:
 
     def _relay(self, pipe, sink, prefix: str) -> None:
         for line in iter(pipe.readline, b""):
+            if line.startswith(GLOO_CONNECTED) and not self._verbose:
+                continue
             if not line.endswith(b"\n"):
                 line += b"\n"
             with self._lock:

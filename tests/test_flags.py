@@ -191,3 +191,16 @@ def test_a_records_config_section_gives_back_every_flag(parse):
         argv.append(f"--{name}={str(value).lower() if isinstance(value, bool) else value}")
     parse(*argv)
     assert hflags.build_config() == config
+
+
+def test_the_start_up_line_names_only_the_settings_that_differ_from_the_defaults():
+    config = C.RunConfig(
+        mesh=C.MeshConfig(ensemble_size=8), train=C.TrainConfig(batch_size=32, log_every=5)
+    )
+    assert hflags.changed_settings(config) == [
+        ("ensemble_size", 8),
+        ("batch_size", 32),
+        ("log_every", 5),
+    ]
+    assert hflags.settings_line(config) == "--ensemble_size=8 --batch_size=32 --log_every=5"
+    assert hflags.settings_line(C.RunConfig()) == "(all defaults)"

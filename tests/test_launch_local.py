@@ -273,3 +273,15 @@ def test_two_jax_processes_make_one_eight_device_job():
     for i in (0, 1):
         lines = [line for line in result.stdout.splitlines() if line.startswith(f"[p{i}] ")]
         assert any(line.endswith("result 2 8 [0, 1]") for line in lines), result.stdout
+
+
+def test_gloo_connection_lines_are_dropped_unless_verbose():
+    script = """
+        print(f"[Gloo] Rank {I} is connected to 1 peer ranks. Expected number of connected peer ranks is : 1", flush=True)
+        print(f"process {I} trains", flush=True)
+    """
+    quiet = launch("--num_processes=2", command=child(script))
+    assert quiet.returncode == 0 and "[Gloo]" not in quiet.stdout
+    assert "[p0] process 0 trains" in quiet.stdout and "[p1] process 1 trains" in quiet.stdout
+    verbose = launch("--num_processes=2", "--verbose", command=child(script))
+    assert "[p1] [Gloo] Rank 1 is connected" in verbose.stdout

@@ -185,3 +185,16 @@ def test_the_command_line_ends_bad_input_in_one_line(tmp_path, args, fragment):
     above stand for (exit 2, one line, no traceback) holds through the interpreter too."""
     proc = run_main(*TINY, f"--results_dir={tmp_path}/r", *args, timeout=120)
     assert_one_line_error(proc, fragment)
+
+
+def test_the_backend_probe_stays_quiet_but_its_warnings_do_not():
+    """JAX's INFO lines for backends it could not start (libtpu missing on every GPU or CPU
+    machine) are dropped; a warning from the same logger still shows."""
+    import logging as std_logging
+
+    from hpcai_jax import main as cli
+
+    cli._quiet_backend_probe()
+    probe = std_logging.getLogger("jax._src.xla_bridge")
+    assert not probe.isEnabledFor(std_logging.INFO)
+    assert probe.isEnabledFor(std_logging.WARNING)

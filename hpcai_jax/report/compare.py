@@ -10,7 +10,7 @@ from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.report.collect import OUTPUT_ONLY, flatten, load
 from hpcai_jax.report.markdown import table
-from hpcai_jax.report.units import cell, duration, percent, ratio, si
+from hpcai_jax.units import cell, duration, percent, ratio, si
 
 DATA, MODEL = "data", "model"  # mesh axes: the keys of the comm section's mappings
 

@@ -22,7 +22,7 @@ from hpcai_jax.report.series import (
     TradePoint,
     plottable,
 )
-from hpcai_jax.report.units import cell, prefix, seconds
+from hpcai_jax.units import cell, prefix, seconds
 
 SECTIONS = (
     "Runs",

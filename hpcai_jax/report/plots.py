@@ -32,7 +32,7 @@ from hpcai_jax.report.series import (
     metric_label,
     sys_scale_label,
 )
-from hpcai_jax.report.units import prefix, seconds
+from hpcai_jax.units import prefix, seconds
 
 DPI = 100
 GRID = {"alpha": 0.3, "linewidth": 0.6}

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Iterable
 
 from hpcai_jax.report.collect import SEED, Record, configuration_fields, flatten
-from hpcai_jax.report.units import number
+from hpcai_jax.units import number
 
 # t_{0.975, df} for df = 1..30, to 4 decimals (any statistics table; scipy.stats.t.ppf agrees,
 # tests/test_repeats.py).

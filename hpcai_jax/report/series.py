@@ -9,7 +9,7 @@ import dataclasses
 import statistics
 
 from hpcai_jax.report.collect import Record
-from hpcai_jax.report.units import number
+from hpcai_jax.units import number
 
 
 @dataclasses.dataclass(frozen=True)
