@@ -14,6 +14,7 @@ from absl import app, flags, logging
 
 from hpcai_jax import distributed, gpu_settings
 from hpcai_jax import flags as hflags
+from hpcai_jax import help as help_text
 from hpcai_jax.errors import LOST_EXIT_CODE, UsageError
 from hpcai_jax.run import startup
 
@@ -24,6 +25,9 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _parse(argv: list[str]) -> list[str]:
+    if help_text.wants_help(argv):  # grouped by mode; --helpfull stays absl's whole list
+        print(help_text.text())
+        sys.exit(0)
     try:
         return hflags.FLAGS(argv)
     except flags.Error as e:

@@ -198,3 +198,32 @@ def test_the_backend_probe_stays_quiet_but_its_warnings_do_not():
     probe = std_logging.getLogger("jax._src.xla_bridge")
     assert not probe.isEnabledFor(std_logging.INFO)
     assert probe.isEnabledFor(std_logging.WARNING)
+
+
+def test_help_groups_the_flags_by_mode_with_the_key_ones_first():
+    """--help: each mode's key flags with help and default, then the rest of its flags by name
+    (every flag appears); --helpfull stays absl's whole list."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    from hpcai_jax import config as C
+    from hpcai_jax import flags as hflags
+    from hpcai_jax import help as help_text
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpcai_jax.main", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    assert [m for m in C.MODES if f"\n--mode={m}: " in out] == list(C.MODES)
+    assert set(help_text.MODES) == set(C.MODES)
+    train = out[out.index("--mode=train") : out.index("--mode=stream")]
+    assert train.index("--ensemble_size (default: 4)") < train.index("and ")
+    assert all(f"--{name}" in out for name in hflags.FLAG_FIELDS)
+    assert len(out.splitlines()) < 200
