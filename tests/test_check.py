@@ -14,7 +14,7 @@ from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
 from hpcai_jax import records
 from hpcai_jax.check import collectives
 from hpcai_jax.check.budget import Budget
-from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, exit_code, judge, skipped
+from hpcai_jax.check.rows import FAIL, NA, PASS, WARN, Row, exit_code, judge, skipped
 from hpcai_jax.engine.step import resolve_member_strategy
 from hpcai_jax.errors import UsageError
 
@@ -88,6 +88,7 @@ def test_an_item_borrows_for_its_smallest_form_up_to_half_of_what_is_left():
 
 
 SLOW = "reduce_scatter"  # the collective the shared run makes 1000x slower
+CORRUPT = "all_gather"  # the collective whose in-place result the shared run corrupts
 # The check at the suite's size: the regression MLP, a 4 s budget (most items cut or skipped).
 CHECK = [
     "--mode=check",
@@ -102,15 +103,24 @@ CHECK = [
 @pytest.fixture(scope="module")
 def check_run(tmp_path_factory):
     """One check run in this process, 4 s budget, regression MLP, with every reduce-scatter
-    timed 1000x slower than it ran (a degraded link)."""
+    timed 1000x slower than it ran (a degraded link) and one element of every in-place
+    all-gather's result off by one (a link that corrupts data)."""
     results = tmp_path_factory.mktemp("check")
-    timed = collectives._timed
+    timed, program = collectives._timed, collectives._program
 
-    def degraded(op, run, x, iters):
-        return timed(op, run, x, iters) * (1000 if op == SLOW else 1)
+    def degraded(op, run, x, iters, in_place):
+        seconds, out = timed(op, run, x, iters, in_place)
+        return seconds * (1000 if op == SLOW else 1), out
+
+    def corrupting(op, layout, axis, count, in_place):
+        run = program(op, layout, axis, count, in_place)
+        if op != CORRUPT or not in_place:
+            return run
+        return lambda x: run(x).at[0, 0, 0].add(1.0)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(collectives, "_timed", degraded)
+        mp.setattr(collectives, "_program", corrupting)
         proc = run_in_process(
             *CHECK,
             f"--results_dir={results}",
@@ -136,20 +146,30 @@ def test_check_prints_one_row_per_item_and_writes_them(check_run):
         assert item in items
         assert any(line.startswith(item) for line in proc.stdout.splitlines()), item
     assert all(r["status"] != PASS for r in rows if r["measured"] is None)
-    assert "collectives on intra_node (n = 8 per group; GB/s)" in proc.stdout
+    assert "# all_reduce on intra_node, n = 8 per group" in proc.stdout
+    assert "host cores per device" in items  # not judged on a CPU: n/a, not PASS
+    assert next(r for r in rows if r["item"] == "host cores per device")["status"] == NA
     typed = records.read(record)  # the typed record is the file's JSON, field for field
     assert isinstance(typed, records.CheckRecord) and records.to_dict(typed) == record
     assert typed.check.verdict == record["check"]["verdict"]
 
 
-def test_a_degraded_collective_fails_its_rows_and_the_exit_code(check_run):
+def test_a_degraded_or_corrupting_collective_fails_its_rows_and_the_exit_code(check_run):
     proc, record = check_run
-    status = {r["item"]: r["status"] for r in record["check"]["rows"]}
-    assert status[f"{SLOW} busbw intra_node"] == FAIL
-    assert status["all_reduce busbw intra_node"] != FAIL
+    rows = {r["item"]: r for r in record["check"]["rows"]}
+    assert rows[f"{SLOW} busbw intra_node"]["status"] == FAIL
+    assert rows[f"{CORRUPT} busbw intra_node"]["status"] == FAIL
+    assert rows[f"{CORRUPT} busbw intra_node"]["note"].startswith("data check: wrong 1 at 1 KiB")
+    assert rows["all_reduce busbw intra_node"]["status"] != FAIL
     assert proc.returncode == 1
-    assert record["reason"] == f"FAIL: {SLOW} busbw intra_node"
-    assert "verdict: FAIL (1 FAIL)" in proc.stdout
+    assert record["reason"] == f"FAIL: {CORRUPT} busbw intra_node, {SLOW} busbw intra_node"
+    assert "verdict: FAIL (2 FAIL)" in proc.stdout
+    # nccl-tests' table: the in-place #wrong column and the out-of-bounds line say it too.
+    table = proc.stdout[proc.stdout.index(f"# {CORRUPT} on intra_node") :]
+    first = next(line for line in table.splitlines() if not line.startswith("#"))
+    assert first.split()[:4] == ["1024", "256", "float", "none"]
+    assert first.split()[7] == "0" and first.split()[-1] == "1"  # out of place, in place
+    assert "# Out of bounds values : " in table and " FAILED" in table.split("\n\n")[0]
 
 
 def test_the_collective_table_is_nccl_tests(check_run):
@@ -226,7 +246,7 @@ def test_two_processes_on_two_nodes_measure_inside_and_between(tmp_path):
     axes = {p["axis"]: p["n"] for p in record["check"]["collectives"]}
     assert axes == {"intra_node": 4, "inter_node": 2, "world": 8}
     assert record["check"]["system"]["nodes"] == ["local-node0", "local-node1"]
-    assert "collectives on inter_node (n = 2 per group; GB/s)" in proc.stdout
+    assert "# all_reduce on inter_node, n = 2 per group" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ def document(journal: Journal) -> dict:
     return {
         "schema_version": SCHEMA_VERSION,
         "verdict": verdict_of(items) if items else FAIL,
-        "counts": {v: sum(i.verdict == v for i in items) for v in ("PASS", "WARN", "FAIL")},
+        "counts": {v: sum(i.verdict == v for i in items) for v in ("PASS", "WARN", "FAIL", "n/a")},
         "run": run,
         "wall_s": round(time.time() - started, 1) if started else None,
         "restarts": [n for n in journal.notes() if "resumed_after_exit" in n],

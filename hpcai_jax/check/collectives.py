@@ -1,6 +1,8 @@
 """Collective bandwidth like nccl-tests: all-reduce, all-gather and reduce-scatter on each mesh
-axis of the node layout, over message sizes doubling from 1 KiB, with nccl-tests' algorithm and
-bus bandwidths (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md).
+axis of the node layout, over message sizes doubling from 1 KiB, each out of place and in place,
+with nccl-tests' algorithm and bus bandwidths (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md)
+and its data check (#wrong: elements of the result that differ from the analytic value).
+docs/node_check.md specifies it; nccl_table.py prints it, collective_rows.py judges it.
 
 The devices are laid out as a (node, local) mesh (hpcai_jax/nodes.py: a node is a host), and
 each axis is measured with every group at once, as training runs them:
@@ -19,7 +21,8 @@ the all-gather's output, the reduce-scatter's input), float32. algbw = S / t, t 
 time of one call; busbw = algbw × 2(n−1)/n for all-reduce and × (n−1)/n for the other two,
 n the devices in one group, so that busbw is comparable with a link's bandwidth whatever n.
 Calls are issued back to back and waited for once (nccl-tests' timed loop), after one warm-up
-call that also compiles; with several processes a row's time is the slowest process's.
+call that also compiles and whose result is checked; with several processes a row's time is the
+slowest process's. The data is made on the devices (`filler`), never on the host.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import time
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import nodes
@@ -44,6 +48,9 @@ AXES = {"intra_node": LOCAL, "inter_node": NODE, "world": (NODE, LOCAL)}
 MIN_BYTES = 1 << 10
 ITEMSIZE = 4  # float32
 MAX_ITERS = 20  # nccl-tests' default -n
+# Memory per device for a message of S bytes, in units of S: the first result of each of the six
+# (collective, placement) pairs, kept for the data check, and the buffers of the calls timed.
+MEMORY_PER_BYTE = 9
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -116,59 +123,167 @@ def node_layout(devices=None) -> Layout:
     return Layout(Mesh(grid, (NODE, LOCAL)), axes)
 
 
-def _program(op: str, layout: Layout, axis: str, count: int) -> tuple[Callable, jax.Array]:
-    """The jitted collective and its input: [nodes, local, elements] sharded one block per device."""
-    names = AXES[axis]
-    n = layout.group_size(axis)
-    if op == "all_reduce":
-        local, fn = count, lambda x: lax.psum(x, names)
-    elif op == "all_gather":
-        local, fn = count // n, lambda x: lax.all_gather(x, names, axis=2, tiled=True)
-    else:
-        local, fn = count, lambda x: lax.psum_scatter(x, names, scatter_dimension=2, tiled=True)
+def _rank(names):
+    """This device's position in its group (inside shard_map)."""
+    return lax.axis_index(names)
+
+
+def filler(layout: Layout, axis: str, count: int, block: bool) -> Callable[[], jax.Array]:
+    """The data check's input, made on the devices by a jitted function of no arguments:
+    element g of the whole array is rank + 1 + g mod 5 on the device of group rank `rank`
+    (exact in float32 after any sum). block: each device holds only its own block of the array
+    (all-gather's out-of-place input), else the whole array."""
+    names, n = AXES[axis], layout.group_size(axis)
+    local = count // n if block else count
+
+    def fill():
+        rank = _rank(names)
+        g = lax.broadcasted_iota(jnp.int32, (1, 1, local), 2) + (rank * local if block else 0)
+        return (rank + 1 + g % 5).astype(jnp.float32)
+
     spec = P(NODE, LOCAL, None)
-    run = jax.jit(
-        jax.shard_map(fn, mesh=layout.mesh, in_specs=spec, out_specs=spec, check_vma=False)
-    )
-    shape = (*layout.mesh.devices.shape, local)
-    sharding = NamedSharding(layout.mesh, spec)
-    x = jax.make_array_from_callback(
-        shape, sharding, lambda index: np.ones((1, 1, local), np.float32)
-    )
-    return run, x
+    return jax.jit(jax.shard_map(fill, mesh=layout.mesh, in_specs=(), out_specs=spec))
 
 
-def _timed(op: str, run: Callable, x: jax.Array, iters: int) -> float:
-    """Average seconds of one call of `op` over `iters` calls issued back to back (the test hook
-    for a degraded link: a test replaces it)."""
+def _program(op: str, layout: Layout, axis: str, count: int, in_place: bool) -> Callable:
+    """The jitted collective on [nodes, local, elements], one block per device. In place,
+    nccl-tests' layout: the result lands in the input's buffer (the input is donated, so XLA
+    may write over it): all-gather's input is its own block of the output buffer, reduce-scatter
+    writes its block back at its place in the input."""
+    names, n = AXES[axis], layout.group_size(axis)
+    block = count // n
+
+    def own(buf):
+        return lax.dynamic_slice_in_dim(buf, _rank(names) * block, block, axis=2)
+
+    if op == "all_reduce":
+        fn = lambda x: lax.psum(x, names)  # noqa: E731
+    elif op == "all_gather":
+        gather = lambda x: lax.all_gather(x, names, axis=2, tiled=True)  # noqa: E731
+        fn = (lambda buf: gather(own(buf))) if in_place else gather
+    else:
+        scatter = lambda x: lax.psum_scatter(x, names, scatter_dimension=2, tiled=True)  # noqa: E731
+        fn = (
+            (
+                lambda buf: lax.dynamic_update_slice_in_dim(
+                    buf, scatter(buf), _rank(names) * block, axis=2
+                )
+            )
+            if in_place
+            else scatter
+        )
+    spec = P(NODE, LOCAL, None)
+    mapped = jax.shard_map(fn, mesh=layout.mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    return jax.jit(mapped, donate_argnums=(0,) if in_place else ())
+
+
+def expected_value(op: str, g, n: int, block: int):
+    """The analytic result at element g of the whole array (`_fill`'s data): a sum over the
+    ranks for the reductions, the owner's value for all-gather."""
+    if op == "all_gather":
+        return g // block + 1 + g % 5
+    return n * (n + 1) // 2 + n * (g % 5)
+
+
+def count_wrong(
+    layout: Layout, axis: str, count: int, outs: dict[tuple[str, bool], jax.Array]
+) -> dict[tuple[str, bool], int]:
+    """nccl-tests' #wrong of each (op, in place) result at one size, in one program: elements of
+    this process's devices' results that differ from the analytic value (a reduce-scatter checks
+    its own block, in place where it wrote it)."""
+    names, n = AXES[axis], layout.group_size(axis)
+    block = count // n
+    keys = list(outs)
+
+    def wrong_one(op: str, in_place: bool, y):
+        rank = _rank(names)
+        if op == "reduce_scatter":
+            if in_place:
+                y = lax.dynamic_slice_in_dim(y, rank * block, block, axis=2)
+            g = rank * block + lax.broadcasted_iota(jnp.int32, y.shape, 2)
+        else:
+            g = lax.broadcasted_iota(jnp.int32, y.shape, 2)
+        bad = y != expected_value(op, g, n, block).astype(jnp.float32)
+        return jnp.sum(bad, dtype=jnp.int32)
+
+    def wrong(*ys):
+        return jnp.stack([wrong_one(*k, y) for k, y in zip(keys, ys, strict=True)])[None, None]
+
+    spec = P(NODE, LOCAL, None)
+    counts = jax.jit(
+        jax.shard_map(wrong, mesh=layout.mesh, in_specs=(spec,) * len(keys), out_specs=spec)
+    )(*outs.values())
+    total = sum(
+        np.asarray(s.data).reshape(-1, len(keys)).sum(axis=0) for s in counts.addressable_shards
+    )
+    return {k: int(v) for k, v in zip(keys, total, strict=True)}
+
+
+def _timed(
+    op: str, run: Callable, x: jax.Array, iters: int, in_place: bool
+) -> tuple[float, jax.Array]:
+    """Average seconds of one call of `op` over `iters` calls issued back to back, and the last
+    result (in place, each call takes the last one's result: the donated buffer). The test hook
+    for a degraded link: a test replaces it."""
     start = time.perf_counter()
-    out = None
+    out = x
     for _ in range(iters):
-        out = run(x)
+        out = run(out if in_place else x)
     jax.block_until_ready(out)
-    return (time.perf_counter() - start) / iters
+    return (time.perf_counter() - start) / iters, out
 
 
 @dataclasses.dataclass(frozen=True)
 class Point:
+    """One size of one collective on one axis, as nccl-tests prints it: out of place, then in
+    place; times are one call on average, the slowest process's; bandwidths in bytes/s."""
+
     axis: str
     op: str
     n: int
     size_bytes: int
     count: int  # float32 elements of the whole array
     iters: int
-    time_s: float  # average of one call, the slowest process's
-    algbw: float  # bytes/s
-    busbw: float  # bytes/s
+    time_s: float
+    algbw: float
+    busbw: float
+    wrong: int  # elements of the result that differ from the analytic value
+    in_place_iters: int
+    in_place_time_s: float
+    in_place_algbw: float
+    in_place_busbw: float
+    in_place_wrong: int
+
+    @property
+    def best_busbw(self) -> float:
+        return max(self.busbw, self.in_place_busbw)
+
+
+def _measure_op(
+    op: str, layout: Layout, axis: str, count: int, share: float, in_place: bool, fill
+) -> tuple[int, float, jax.Array]:
+    """(calls timed, seconds per call, the first call's result for the data check) of one
+    collective at one size: a first call (which compiles), a probe call, then as many calls as
+    2 % of the axis's share allows, up to MAX_ITERS. In place, the first result is kept and the
+    timed calls start from fresh data (each takes the last one's result: its buffer)."""
+    run = _program(op, layout, axis, count, in_place)
+    _, first = _timed(op, run, fill(), 1, in_place)
+    x = fill()
+    probe, out = _timed(op, run, x, 1, in_place)
+    x = out if in_place else x
+    # The same count everywhere: a process with more calls would wait alone.
+    iters = int(agree(min(MAX_ITERS, max(1, 0.02 * share / max(probe, 1e-9)))))
+    seconds, _ = _timed(op, run, x, iters, in_place)
+    return iters, seconds, first
 
 
 def measure(
     layout: Layout, allotment: Allotment, max_bytes: int
 ) -> tuple[list[Point], dict[str, str]]:
     """Every axis of `layout`, sizes doubling from 1 KiB (always measured) until `max_bytes` or
-    the axis's share of the allotment is spent. Returns the points and, per axis cut short, a
-    note saying where."""
-    raw: list[tuple[str, str, int, int, int, float]] = []
+    the axis's share of the allotment is spent; each size out of place, then in place. Returns
+    the points and, per axis cut short, a note saying where."""
+    raw: list[tuple[str, str, int, int, tuple, tuple]] = []
     cut: dict[str, str] = {}
     sizes = message_sizes(max_bytes)
     for i, axis in enumerate(layout.axes):
@@ -184,22 +299,49 @@ def measure(
                 cut[axis] = f"sizes above {human_size(size // 2)} cut (budget)"
                 break
             size_start = time.perf_counter()
+            fills = {b: filler(layout, axis, count, b) for b in (False, True)}
+            measured, firsts = {}, {}
             for op in OPS:
-                run, x = _program(op, layout, axis, count)
-                _timed(op, run, x, 1)  # compiles
-                probe = _timed(op, run, x, 1)
-                # The same count everywhere: a process with more calls would wait alone.
-                iters = int(agree(min(MAX_ITERS, max(1, 0.02 * share / max(probe, 1e-9)))))
-                raw.append((axis, op, n, count, iters, _timed(op, run, x, iters)))
+                for p in (False, True):
+                    fill = fills[op == "all_gather" and not p]
+                    *measured[op, p], firsts[op, p] = _measure_op(
+                        op, layout, axis, count, share, p, fill
+                    )
+            wrong = count_wrong(layout, axis, count, firsts)
+            del firsts
+            for op in OPS:
+                oop, ip = ((*measured[op, p], wrong[op, p]) for p in (False, True))
+                raw.append((axis, op, n, count, oop, ip))
             last_s = time.perf_counter() - size_start
     if not raw:
         return [], cut
-    slowest = allgather(np.asarray([r[5] for r in raw], np.float64)).max(axis=0)
+    times = np.asarray([[r[4][1], r[5][1]] for r in raw], np.float64)
+    wrongs = np.asarray([[r[4][2], r[5][2]] for r in raw], np.float64)
+    slowest, wrong = allgather(times).max(axis=0), allgather(wrongs).sum(axis=0)
     points = []
-    for (axis, op, n, count, iters, _), t in zip(raw, slowest, strict=True):
+    for (axis, op, n, count, oop, ip), t, w in zip(raw, slowest, wrong, strict=True):
         size = count * ITEMSIZE
-        algbw, busbw = bandwidths(op, n, size, float(t))
-        points.append(Point(axis, op, n, size, count, iters, float(t), algbw, busbw))
+        algbw, busbw = bandwidths(op, n, size, float(t[0]))
+        ip_algbw, ip_busbw = bandwidths(op, n, size, float(t[1]))
+        points.append(
+            Point(
+                axis=axis,
+                op=op,
+                n=n,
+                size_bytes=size,
+                count=count,
+                iters=oop[0],
+                time_s=float(t[0]),
+                algbw=algbw,
+                busbw=busbw,
+                wrong=int(w[0]),
+                in_place_iters=ip[0],
+                in_place_time_s=float(t[1]),
+                in_place_algbw=ip_algbw,
+                in_place_busbw=ip_busbw,
+                in_place_wrong=int(w[1]),
+            )
+        )
     return points, cut
 
 
@@ -208,28 +350,3 @@ def human_size(size: int) -> str:
         if size >= scale:
             return f"{size / scale:g} {unit}"
     return f"{size} B"
-
-
-def tables(points: list[Point]) -> str:
-    """One nccl-tests-like table per axis: size, count, then time (us), algbw and busbw (GB/s)
-    of each collective."""
-    out = []
-    for axis in dict.fromkeys(p.axis for p in points):
-        rows = [p for p in points if p.axis == axis]
-        n = rows[0].n
-        head = f"{'size (B)':>12} {'count':>11}" + "".join(f" | {op:^26}" for op in OPS)
-        sub = f"{'':>12} {'(float32)':>11}" + " | {:>8} {:>8} {:>8}".format(
-            "time us", "algbw", "busbw"
-        ) * len(OPS)
-        lines = [f"collectives on {axis} (n = {n} per group; GB/s)", head, sub]
-        for size in dict.fromkeys(p.size_bytes for p in rows):
-            at = {p.op: p for p in rows if p.size_bytes == size}
-            cells = "".join(
-                f" | {at[op].time_s * 1e6:8.1f} {at[op].algbw / 1e9:8.3f} {at[op].busbw / 1e9:8.3f}"
-                if op in at
-                else f" | {'-':>8} {'-':>8} {'-':>8}"
-                for op in OPS
-            )
-            lines.append(f"{size:>12} {at[next(iter(at))].count:>11}{cells}")
-        out.append("\n".join(lines))
-    return "\n\n".join(out)

@@ -9,6 +9,7 @@ import jax
 
 from hpcai_jax.check import expectations
 from hpcai_jax.check.budget import Allotment
+from hpcai_jax.check.memory import Room, capped_note
 from hpcai_jax.check.rows import FAIL, Row, judge, skipped
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
 from hpcai_jax.stream import measure_bandwidth
@@ -19,6 +20,14 @@ from hpcai_jax.stream.placement import device_memory_bytes
 
 MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 MAX_STREAM_TIMES = 100  # BabelStream's default
+# Memory per device in units of one array's share: Triad's three arrays and one for their
+# initial values and the validation.
+STREAM_ARRAYS_HELD = 4
+# Memory per device in units of one n×n matrix's bytes: the two operands, the loop's carry and
+# its next value.
+MATMULS_HELD = 4
+MATMUL_DEFAULT = {"cpu": 1024}  # n when none is given: flops/peaks.py's defaults
+MATMUL_ACCELERATOR = 8192
 # Datasheet rows: a healthy device gets most of its datasheet figure (STREAM 80-90 % on HBM,
 # large matmuls 60-90 %); under half is worth a look, under a tenth is broken.
 DATASHEET_PASS, DATASHEET_WARN = 0.5, 0.1
@@ -44,12 +53,20 @@ def stream_array_mib(device) -> float:
     return per_device * jax.device_count() / 2**20
 
 
-def stream_rows(backend: str, allotment: Allotment) -> list[Row]:
+def stream_rows(backend: str, allotment: Allotment, room: Room | None = None) -> list[Row]:
     """STREAM Triad on every device at once (--stream_devices=all), float32; the per-device rate
     is the aggregate over the devices. Iterations (up to BabelStream's 100) are cut to fit half
-    the allotment at the expected bandwidth; the rest is for the compile and the arrays' set-up."""
+    the allotment at the expected bandwidth; the rest is for the compile and the arrays' set-up.
+    The arrays are cut to fit `room` (None: not checked), and the row says so."""
     device = jax.devices()[0]
     mib = stream_array_mib(device)
+    cap = ""
+    if room is not None:
+        per_mib = STREAM_ARRAYS_HELD * 2**20 / jax.device_count()  # per device, per global MiB
+        if not room.fits(mib * per_mib):
+            fits = int(room.per_device() / per_mib)
+            cap = "; " + capped_note("MiB per array", f"{mib:.0f}", fits, mib * per_mib, room)
+            mib = float(fits)
     if backend == "cpu":
         expected = expectations.CPU["stream_triad_host"] / jax.local_device_count()
         source = expectations.CPU_SOURCE + " (host aggregate / local devices)"
@@ -69,6 +86,7 @@ def stream_rows(backend: str, allotment: Allotment) -> list[Row]:
     result = measure_bandwidth(config)
     triad = next(f for f in result.figures if f.key == "triad")
     note = f"{mib:.0f} MiB per array over {jax.device_count()} devices, best of {times - 1} calls"
+    note += cap
     if not result.validation.passed:
         return [
             Row(
@@ -94,10 +112,26 @@ def stream_rows(backend: str, allotment: Allotment) -> list[Row]:
     ]
 
 
-def matmul_rows(backend: str, allotment: Allotment, size: int | None = None) -> list[Row]:
+def matmul_size(size: int | None, backend: str, room: Room | None) -> tuple[int, str]:
+    """n of the n×n matmuls: `size` or the default, halved until MATMULS_HELD float32 matrices
+    fit `room`; and the cut's words ("" when none)."""
+    n = size or MATMUL_DEFAULT.get(backend, MATMUL_ACCELERATOR)
+    asked = n
+    while room is not None and n > 128 and not room.fits(MATMULS_HELD * 4 * n * n):
+        n //= 2
+    if n == asked:
+        return n, ""
+    return n, capped_note("n", asked, n, MATMULS_HELD * 4 * asked * asked, room)
+
+
+def matmul_rows(
+    backend: str, allotment: Allotment, size: int | None = None, room: Room | None = None
+) -> list[Row]:
     """Chained n×n matmuls on every local device at once, per dtype, against the datasheet
-    peak of that dtype (flops/peaks.py); the time left is shared by the dtypes still to run."""
+    peak of that dtype (flops/peaks.py); the time left is shared by the dtypes still to run.
+    n is cut to fit `room` (None: not checked), and the rows say so."""
     device = jax.local_devices()[0]
+    size, cap = matmul_size(size, backend, room)
     rows = []
     for i, dtype in enumerate(MATMUL_DTYPES):
         item = f"matmul {dtype} per device"
@@ -125,7 +159,8 @@ def matmul_rows(backend: str, allotment: Allotment, size: int | None = None) -> 
                 expected,
                 unit="FLOP/s",
                 source=source,
-                note=f"{peak.size}² in {time.perf_counter() - start:.1f} s",
+                note=f"{peak.size}² in {time.perf_counter() - start:.1f} s"
+                + (f"; {cap}" if cap else ""),
                 **_thresholds(backend),
             )
         )

@@ -70,7 +70,7 @@ def input_rows(
     if workload != "image_classification":
         return [skipped(item, f"--workload={workload} decodes no JPEGs")]
     if allotment.left_s() < 0.5:
-        return [skipped(item, f"{allotment.left_s():.1f} s left")]
+        return [skipped(item, f"{max(0.0, allotment.left_s()):.1f} s left")]
     rng = np.random.default_rng(0)
     encoded = [imagenet_like_jpeg(rng, i) for i in range(4)]
     rate = images_per_cpu_s(train_transform, encoded, image_size)

@@ -1,88 +1,89 @@
 """`--mode=check`: every item in turn within --check_budget_s, one row each, the collective
-tables, the record, and the exit code (0 when no row FAILs, 1 otherwise).
+tables, the record, and the exit code (0 when no row FAILs, 1 otherwise). docs/node_check.md.
 
 Order: the cheap facts first (devices, host, energy counters), then the device's own speed
-(STREAM, matmuls), the links (collectives), the flagship training step, the input pipeline
-(which needs the step's rate), and last the items that compile the most (member strategy,
-dtypes), so that a short budget loses those first.
+(STREAM, matmuls), the links (collectives), the flagship training step, the input pipeline and
+the data directory (which need the step's rate), and last the items that compile the most
+(member strategy, dtypes), so that a short budget loses those first.
 
 The items are one table, `ITEMS`, of (name, share of the budget, function), run by one loop
-within the budget (`measure_check`); the text (`render_check`) and the record (`check_record`)
-are functions of what it measured.
+within the budget (`run_items`). Each item measures its memory room when it starts
+(memory.py) and cuts its sizes to fit it. Its rows are printed, and the record rewritten (a
+`partial` record, atomically), as soon as it finishes: a check killed in an item leaves every
+row before it. The text (`render_check`) and the record (`check_record`) are functions of what
+was measured, and the text printed item by item is `render_check`'s, piece by piece.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 
 import jax
 
 from hpcai_jax import results
-from hpcai_jax.check import collectives, compute, expectations, inputs, system, training
+from hpcai_jax.check import (
+    collective_rows,
+    collectives,
+    compute,
+    data,
+    expectations,
+    inputs,
+    memory,
+    nccl_table,
+    system,
+    training,
+)
 from hpcai_jax.check.budget import Allotment, Budget
-from hpcai_jax.check.rows import FAIL, WARN, Row, exit_code, judge, skipped, table
+from hpcai_jax.check.rows import FAIL, WARN, Row, exit_code, skipped, table
+from hpcai_jax.check.step_fit import Sizing
 from hpcai_jax.config import RunConfig
+from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.records import check as checks
 
 # A first guess of building the flagship step (set-up, initial state, compile), before one is
 # timed in this run; later items estimate from that one.
 COMPILE_GUESS_S = {"cpu": 10.0, "gpu": 60.0, "tpu": 60.0}
-# Collectives judged against a datasheet link; on a CPU against the machine-class figures.
-LINK_PASS, LINK_WARN = 0.5, 0.1
-
-
-def collective_rows(
-    points: list[collectives.Point], kind: str, backend: str, cut: dict[str, str]
-) -> list[Row]:
-    """One row per (axis, collective): busbw at the largest size measured."""
-    rows = []
-    for axis in dict.fromkeys(p.axis for p in points):
-        for op in collectives.OPS:
-            at = [p for p in points if p.axis == axis and p.op == op]
-            if not at:
-                continue
-            last = at[-1]
-            item = f"{op} busbw {axis}"
-            note = f"S = {collectives.human_size(last.size_bytes)}, n = {last.n}" + (
-                f"; {cut[axis]}" if axis in cut else ""
-            )
-            if backend == "cpu":
-                expected = expectations.cpu_busbw(axis, op, last.size_bytes, jax.process_count())
-                source = expectations.CPU_SOURCE if expected else "no CPU figure for this axis"
-                thresholds = {"pass_at": compute.CPU_PASS, "warn_at": compute.CPU_WARN}
-            elif axis == "intra_node":
-                link = expectations.link_bandwidth(kind)
-                expected, source = link if link else (None, f"no link datasheet for {kind!r}")
-                thresholds = {"pass_at": LINK_PASS, "warn_at": LINK_WARN}
-            else:
-                expected, source = None, "the network between nodes has no datasheet here"
-                thresholds = {}
-            rows.append(
-                judge(
-                    item, last.busbw, expected, unit="B/s", source=source, note=note, **thresholds
-                )
-            )
-    return rows
+SYSTEM = "system"  # the rows before the items: devices, host, energy counters
 
 
 def measure_collectives(
-    allotment, kind: str, backend: str
+    allotment, kind: str, backend: str, room: memory.Room | None = None
 ) -> tuple[list[Row], list[collectives.Point]]:
-    """The collective rows and the points measured (none, and a WARN row, on one device)."""
+    """The collective rows and the points measured (none, and a WARN row, on one device). The
+    largest message is cut so that its buffers fit `room` (None: not checked)."""
     if jax.device_count() == 1:
         return [skipped("collectives", "one device: nothing to communicate with")], []
     layout = collectives.node_layout()
-    points, cut = collectives.measure(
-        layout, allotment, collectives.max_message_bytes(jax.devices()[0])
-    )
-    return collective_rows(points, kind, backend, cut), points
+    largest = collectives.max_message_bytes(jax.devices()[0])
+    sizes = collectives.message_sizes(largest)
+    if room is not None:
+        fitting = (
+            memory.largest_fitting(sizes, lambda s: collectives.MEMORY_PER_BYTE * s, room)
+            or sizes[:1]
+        )
+        if fitting[-1] < largest:
+            cap = memory.capped_note(
+                "largest size",
+                collectives.human_size(largest),
+                collectives.human_size(fitting[-1]),
+                collectives.MEMORY_PER_BYTE * largest,
+                room,
+            )
+            largest = fitting[-1]
+            points, cut = collectives.measure(layout, allotment, largest)
+            cut = {a: "; ".join(n for n in (cut.get(a, ""), cap) if n) for a in layout.axes}
+            return collective_rows.collective_rows(points, kind, backend, cut), points
+    points, cut = collectives.measure(layout, allotment, largest)
+    return collective_rows.collective_rows(points, kind, backend, cut), points
 
 
 def check_section(section: dict) -> checks.CheckSection:
     """The record's `check` section (docs/record.md) from the items' own sections, each a dict of
-    the fields its definition names (a field missing or unknown fails here, not in a reader)."""
+    the fields its definition names (a field missing or unknown fails here, not in a reader).
+    A collective point keeps the fields the record defines."""
     step, strategy = section["train_step"], section["member_strategy"]
     if step:
         step = checks.TrainStep(
@@ -92,9 +93,13 @@ def check_section(section: dict) -> checks.CheckSection:
                 "memory": checks.Memory(**step["memory"]) if step["memory"] else None,
             }
         )
+    kept = {f.name for f in dataclasses.fields(checks.CollectivePoint)}
     return checks.CheckSection(
         system=checks.System(**section["system"]),
-        collectives=[checks.CollectivePoint(**p) for p in section["collectives"]],
+        collectives=[
+            checks.CollectivePoint(**{k: v for k, v in p.items() if k in kept})
+            for p in section["collectives"]
+        ],
         train_step=step or None,
         member_strategy=checks.MemberStrategy(**strategy) if strategy else None,
         rows=[checks.CheckRow(**row) for row in section["rows"]],
@@ -106,7 +111,8 @@ def check_section(section: dict) -> checks.CheckSection:
 @dataclasses.dataclass
 class Context:
     """What the items share: the configuration, the system's facts, and what earlier items
-    measured that later ones need (the step's section: its rate and its build time)."""
+    measured that later ones need (the step's section: its rate and its build time; the matmul
+    rates and the step's seconds per example, which size the later steps)."""
 
     config: RunConfig
     info: dict
@@ -114,10 +120,19 @@ class Context:
     points: list[collectives.Point] = dataclasses.field(default_factory=list)
     train_step: dict | None = None
     member_strategy: dict | None = None
+    sizing: Sizing = dataclasses.field(default_factory=Sizing)
 
     @property
     def backend(self) -> str:
         return self.info["backend"]
+
+    @property
+    def room(self) -> memory.Room | None:
+        return self.sizing.room
+
+    def processes_on_node(self) -> int:
+        names = self.info["node_of_process"]
+        return max(1, names.count(names[jax.process_index()])) if names else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,46 +143,86 @@ class Item:
 
 
 def _stream(ctx: Context, allotment: Allotment) -> list[Row]:
-    return compute.stream_rows(ctx.backend, allotment)
+    return compute.stream_rows(ctx.backend, allotment, ctx.room)
+
+
+def matmul_rates(ctx: Context, rows: list[Row]) -> dict[str, float]:
+    """FLOP/s per device by dtype: the matmul rows' measured figures, else the expected ones."""
+    rates = {}
+    for dtype in compute.MATMUL_DTYPES:
+        measured = next(
+            (r.measured for r in rows if r.item == f"matmul {dtype} per device" and r.measured),
+            None,
+        )
+        if measured is None and ctx.backend == "cpu":
+            measured = expectations.CPU["matmul_host"][dtype] / jax.local_device_count()
+        elif measured is None:
+            measured = peak_flops_per_device(ctx.info["device_kind"], dtype)
+        if measured:
+            rates[dtype] = measured
+    return rates
 
 
 def _matmul(ctx: Context, allotment: Allotment) -> list[Row]:
-    return compute.matmul_rows(ctx.backend, allotment, size=512 if ctx.backend == "cpu" else None)
+    size = 512 if ctx.backend == "cpu" else None
+    rows = compute.matmul_rows(ctx.backend, allotment, size=size, room=ctx.room)
+    ctx.sizing.rates = matmul_rates(ctx, rows)
+    return rows
 
 
 def _collectives(ctx: Context, allotment: Allotment) -> list[Row]:
-    rows, ctx.points = measure_collectives(allotment, ctx.info["device_kind"], ctx.backend)
+    kind = ctx.info["device_kind"]
+    rows, ctx.points = measure_collectives(allotment, kind, ctx.backend, ctx.room)
     return rows
 
 
 def _train(ctx: Context, allotment: Allotment) -> list[Row]:
     """The flagship step; its build and step times become the later items' estimate."""
-    rows, step = training.train_rows(ctx.config, allotment, ctx.estimate_s)
+    if not ctx.sizing.rates:
+        ctx.sizing.rates = matmul_rates(ctx, [])
+    rows, step = training.train_rows(ctx.config, allotment, ctx.estimate_s, sizing=ctx.sizing)
     ctx.train_step = step
     if step:
-        ctx.estimate_s = step["build_s"] + 3 * (max(step["step_s"]) if step["step_s"] else 0.0)
+        slowest = max(step["step_s"]) if step["step_s"] else 0.0
+        ctx.estimate_s = step["build_s"] + 3 * slowest
+        if step["step_s"]:
+            examples = step["config"]["batch_size"]  # one member per device
+            ctx.sizing.example_s[step["config"]["dtype"]] = min(step["step_s"]) / examples
     return rows
 
 
-def _input(ctx: Context, allotment: Allotment) -> list[Row]:
+def _step_rate(ctx: Context) -> float | None:
     step = ctx.train_step
+    return step.get("examples_per_s_per_device") if step else None
+
+
+def _input(ctx: Context, allotment: Allotment) -> list[Row]:
     return inputs.input_rows(
         ctx.config.model.workload,
         ctx.config.data.square_image_size,
         allotment,
-        step.get("examples_per_s_per_device") if step else None,
+        _step_rate(ctx),
         ctx.info["host_cores"],
         ctx.info["local_device_count"],
     )
 
 
+def _data(ctx: Context, allotment: Allotment) -> list[Row]:
+    rate = _step_rate(ctx)
+    d = ctx.config.data
+    host_rate = rate * ctx.info["local_device_count"] if rate else None
+    return data.data_rows(d.dataset, d.data_dir, d.data_workers, allotment, host_rate)
+
+
 def _strategy(ctx: Context, allotment: Allotment) -> list[Row]:
-    rows, ctx.member_strategy = training.strategy_rows(ctx.config, allotment, ctx.estimate_s)
+    rows, ctx.member_strategy = training.strategy_rows(
+        ctx.config, allotment, ctx.estimate_s, ctx.sizing
+    )
     return rows
 
 
 def _dtypes(ctx: Context, allotment: Allotment) -> list[Row]:
-    return training.dtype_rows(ctx.config, allotment, ctx.estimate_s)
+    return training.dtype_rows(ctx.config, allotment, ctx.estimate_s, ctx.sizing)
 
 
 ITEMS: tuple[Item, ...] = (
@@ -175,34 +230,49 @@ ITEMS: tuple[Item, ...] = (
     Item("matmul", 0.10, _matmul),
     Item("collectives", 0.20, _collectives),
     Item("train", 0.18, _train),
-    Item("input", 0.04, _input),
+    Item("input", 0.03, _input),
+    Item("data", 0.02, _data),
     Item("strategy", 0.28, _strategy),
-    Item("dtypes", 0.14, _dtypes),
+    Item("dtypes", 0.13, _dtypes),
 )
 
 
-def run_items(ctx: Context, budget: Budget, items: tuple[Item, ...] = ITEMS) -> list[Row]:
-    """Every item in order, each within its allotment of `budget`; their rows."""
-    rows = []
-    for item in items:
+def run_items(
+    ctx: Context,
+    budget: Budget,
+    items: tuple[Item, ...] | None = None,
+    done: Callable[[str, list[Row]], None] = lambda name, rows: None,
+) -> list[tuple[str, list[Row]]]:
+    """Every item in order (default `ITEMS`), each within its allotment of `budget` and the
+    memory room measured as it starts; `done(name, rows)` as each finishes. Their rows."""
+    out = []
+    for item in ITEMS if items is None else items:
         allotment = budget.start(item.name)
-        rows += item.measure(ctx, allotment)
+        ctx.sizing.room = memory.room(ctx.processes_on_node())
+        rows = item.measure(ctx, allotment)
         budget.finish(allotment)
-    return rows
+        out.append((item.name, rows))
+        done(item.name, rows)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """What the check measured: the system's facts, every row, and the items' own figures."""
+    """What the check measured: the system's facts, every item's rows (the system's first), and
+    the items' own figures."""
 
     info: dict
-    rows: tuple[Row, ...]
+    items: tuple[tuple[str, tuple[Row, ...]], ...]  # (item name, its rows), in the order run
     points: tuple[collectives.Point, ...]
     train_step: dict | None
     member_strategy: dict | None
     budget_s: float
     used_s: dict[str, float]  # per item
     wall_s: float
+
+    @property
+    def rows(self) -> tuple[Row, ...]:
+        return tuple(r for _, rows in self.items for r in rows)
 
     @property
     def failed(self) -> list[str]:
@@ -215,50 +285,54 @@ class CheckResult:
         return "WARN" if any(r.status == WARN for r in self.rows) else "PASS"
 
 
-def measure_check(config: RunConfig, started: float) -> CheckResult:
-    """The system's facts and rows, then `ITEMS` within --check_budget_s; prints nothing.
-    `started`: the command's start (perf_counter), from which its wall time counts."""
-    budget = Budget(config.check.budget_s, {item.name: item.share for item in ITEMS})
-    info = system.describe()
-    ctx = Context(config, info, COMPILE_GUESS_S.get(info["backend"], 60.0))
-    rows = system.device_rows(info) + system.host_rows(info) + system.energy_rows()
-    rows += run_items(ctx, budget)
-    return CheckResult(
-        info=info,
-        rows=tuple(rows),
-        points=tuple(ctx.points),
-        train_step=ctx.train_step,
-        member_strategy=ctx.member_strategy,
-        budget_s=config.check.budget_s,
-        used_s=dict(budget.used_s),
-        wall_s=time.perf_counter() - started,
-    )
-
-
-def render_check(result: CheckResult) -> str:
-    """What the command prints, from the measured value alone: the system, the collective
-    tables, one row per item, the verdict."""
-    info = result.info
-    lines = [
+def render_header(info: dict, budget_s: float) -> str:
+    """The command's first line: the devices, processes, nodes and host, and the budget."""
+    return (
         f"node check: {info['device_count']} x {info['device_kind']} ({info['backend']}), "
         f"{info['process_count']} process(es) on {len(info['nodes'])} node(s) "
         f"[{', '.join(info['nodes'])}], host {info['host_cores']} cores; "
-        f"budget {result.budget_s:g} s"
-    ]
-    if result.points:
-        lines += ["", collectives.tables(list(result.points))]
-    lines += [
-        "",
-        table(list(result.rows)),
-        "",
-        f"verdict: {result.verdict} ({len(result.failed)} FAIL) in {result.wall_s:.1f} s",
-    ]
-    return "\n".join(lines)
+        f"budget {budget_s:g} s"
+    )
 
 
-def check_record(config: RunConfig, run_id: str, result: CheckResult) -> checks.CheckRecord:
-    """The record (`records.CheckRecord`, docs/record.md) of the measured value; every process
-    must call it (the envelope gathers host names)."""
+def render_item(name: str, rows: list[Row], points: list[collectives.Point]) -> str | None:
+    """One item's text as it finishes: the system's rows under the rows' header; the
+    collectives' nccl-tests tables, then the header again and their rows; other items' rows
+    alone. None when an item has nothing to print."""
+    if name == SYSTEM:
+        return "\n" + table(rows)
+    if name == "collectives" and points:
+        return "\n" + nccl_table.tables(points) + "\n\n" + table(rows)
+    return table(rows, header=False) if rows else None
+
+
+def render_verdict(result: CheckResult) -> str:
+    return f"\nverdict: {result.verdict} ({len(result.failed)} FAIL) in {result.wall_s:.1f} s"
+
+
+def render_check(result: CheckResult) -> str:
+    """What the command prints, from the measured value alone: the system, each item's rows as
+    it finished (the collective tables with theirs), the verdict."""
+    pieces = [render_header(result.info, result.budget_s)]
+    for name, rows in result.items:
+        text = render_item(name, list(rows), list(result.points))
+        if text is not None:
+            pieces.append(text)
+    pieces.append(render_verdict(result))
+    return "\n".join(pieces)
+
+
+def check_record(
+    config: RunConfig,
+    run_id: str,
+    result: CheckResult,
+    status: str = "complete",
+    reason: str | None = None,
+    base: checks.CheckRecord | None = None,
+) -> checks.CheckRecord:
+    """The record (`records.CheckRecord`, docs/record.md) of the measured value. Every process
+    must call it (the envelope gathers host names) unless `base` is given, an earlier record
+    whose envelope is kept (the partial records written as items finish)."""
     failed = result.failed
     section = {
         "system": result.info,
@@ -269,26 +343,105 @@ def check_record(config: RunConfig, run_id: str, result: CheckResult) -> checks.
         "verdict": result.verdict,
         "budget": {"budget_s": result.budget_s, "used_s": result.used_s, "wall_s": result.wall_s},
     }
-    return results.envelope(
-        "check",
-        run_id,
-        "complete",
-        config,
-        f"FAIL: {', '.join(failed)}" if failed else "",
-        check=check_section(section),
-    )
+    if reason is None:
+        reason = f"FAIL: {', '.join(failed)}" if failed else ""
+    if base is not None:
+        return dataclasses.replace(base, status=status, reason=reason, check=check_section(section))
+    return results.envelope("check", run_id, status, config, reason, check=check_section(section))
+
+
+class Progress:
+    """What the check leaves as it goes: each item's text printed (process 0) and the record
+    rewritten, `partial`, as each item finishes, so that a check killed in an item (the kernel's
+    out-of-memory killer, a scheduler's time limit) leaves every row before it. Writes are
+    atomic (results.write_record: a temporary file renamed over the last one)."""
+
+    def __init__(self, config: RunConfig, run_id: str):
+        self.config, self.run_id = config, run_id
+        self._base: checks.CheckRecord | None = None
+
+    def _write(self, result: CheckResult, reason: str) -> None:
+        # The envelope (provenance: a collective, and a git call) is made once, then reused.
+        record = check_record(self.config, self.run_id, result, "partial", reason, self._base)
+        self._base = self._base or record
+        results.write_record(self.config.results.results_dir, self.run_id, record)
+
+    def _print(self, text: str | None) -> None:
+        if text is not None and jax.process_index() == 0:
+            print(text, flush=True)
+
+    def started(self, result: CheckResult, first: str) -> None:
+        self._print(render_header(result.info, result.budget_s))
+        name, rows = result.items[0]
+        self._print(render_item(name, list(rows), []))
+        self._write(result, f"running: item {first} started, none finished")
+
+    def finished(self, result: CheckResult, following: str | None) -> None:
+        name, rows = result.items[-1]
+        self._print(render_item(name, list(rows), list(result.points)))
+        if following is not None:
+            done = len(result.items) - 1
+            self._write(result, f"running: {done} items finished, item {following} started")
+
+    def stopped(self, result: CheckResult, item: str, error: BaseException) -> None:
+        first = (str(error).strip().splitlines() or [""])[0][:300]
+        self._write(result, f"stopped in item {item}: {type(error).__name__}: {first}")
+
+
+def measure_check(config: RunConfig, started: float, progress: Progress | None = None):
+    """The system's facts and rows, then `ITEMS` within --check_budget_s; prints nothing itself
+    (`progress` prints and writes as items finish). `started`: the command's start
+    (perf_counter), from which its wall time counts. Returns a CheckResult."""
+    items = ITEMS
+    budget = Budget(config.check.budget_s, {item.name: item.share for item in items})
+    info = system.describe()
+    ctx = Context(config, info, COMPILE_GUESS_S.get(info["backend"], 60.0))
+    done = [(SYSTEM, system.device_rows(info) + system.host_rows(info) + system.energy_rows())]
+
+    def result() -> CheckResult:
+        return CheckResult(
+            info=info,
+            items=tuple((name, tuple(rows)) for name, rows in done),
+            points=tuple(ctx.points),
+            train_step=ctx.train_step,
+            member_strategy=ctx.member_strategy,
+            budget_s=config.check.budget_s,
+            used_s=dict(budget.used_s),
+            wall_s=time.perf_counter() - started,
+        )
+
+    names = [item.name for item in items]
+
+    def finished(name: str, rows: list[Row]) -> None:
+        done.append((name, rows))
+        if progress is not None:
+            following = names.index(name) + 1
+            progress.finished(result(), names[following] if following < len(names) else None)
+
+    if progress is not None:
+        progress.started(result(), names[0])
+    try:
+        run_items(ctx, budget, items, finished)
+    except BaseException as error:
+        if progress is not None:
+            progress.stopped(result(), names[len(done) - 1], error)
+        raise
+    return result()
 
 
 def run_check(config: RunConfig) -> int:
-    """Runs the check; prints the tables and rows (process 0), writes the record; the exit code."""
+    """Runs the check, printing each item's rows as it finishes and rewriting the record
+    (partial) each time; then the complete record, the verdict and the exit code."""
     started = time.perf_counter()
     run_id = results.run_id(config, "check")
-    results.claim(config.results.results_dir, run_id, config.results.overwrite)
-    result = measure_check(config, started)
+    claim = results.claim(config.results.results_dir, run_id, config.results.overwrite)
+    result = measure_check(config, started, Progress(config, run_id))
     record = check_record(config, run_id, result)
     path = results.write_record(config.results.results_dir, run_id, record)
+    claim.release()
     if jax.process_index() == 0:
-        print(render_check(result))
+        print(render_verdict(result))
         if path:
             print(f"record: {path}")
+        sys.stdout.flush()
     return exit_code(list(result.rows))

@@ -11,7 +11,7 @@ import numpy as np
 
 from hpcai_jax import nodes
 from hpcai_jax.check import expectations
-from hpcai_jax.check.rows import FAIL, PASS, WARN, Row
+from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, not_judged
 from hpcai_jax.distributed import allgather
 from hpcai_jax.flops.peaks import device_row
 from hpcai_jax.stream.datasheet import memory_bandwidth
@@ -87,12 +87,13 @@ def device_rows(info: dict) -> list[Row]:
 
 def host_rows(info: dict) -> list[Row]:
     """Cores per local device: an accelerator needs a core to dispatch its steps (and more to
-    decode its images: the input row). CPU devices share the cores by design: not judged."""
+    decode its images: the input row). CPU devices share the cores by design: not judged (n/a)."""
     cores, local = info["host_cores"], info["local_device_count"]
     memory = info["host_memory_bytes"]
     note = f"{cores} cores, {memory / 2**30:.1f} GiB" if memory else f"{cores} cores"
     if info["backend"] == "cpu":
-        return [Row("host cores per device", PASS, cores / local, None, "cores", "", note)]
+        why = "; not judged: CPU devices share the host's cores by design"
+        return [not_judged("host cores per device", cores / local, "cores", note + why)]
     status = PASS if cores >= local else WARN
     return [
         Row(

@@ -20,10 +20,11 @@ import numpy as np
 from hpcai_jax import config as C
 from hpcai_jax.check import expectations
 from hpcai_jax.check.budget import Allotment, agree
+from hpcai_jax.check.memory import Room
 from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge, skipped
+from hpcai_jax.check.step_fit import DoesNotFit, Sizing, build_step
 from hpcai_jax.data.pipeline import synthetic_batch
-from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS, compile_step
+from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.run import members
@@ -52,10 +53,11 @@ def step_config(
     batch_size: int | None = None,
     dtype: str | None = None,
     strategy: str = "auto",
+    devices: int | None = None,
 ) -> C.RunConfig:
     """The configured workload, model and dtype on generated data, with `members_per_device`
-    members on every device and P_degree = 1."""
-    devices = jax.device_count()
+    members on every device (of `devices`, default all) and P_degree = 1."""
+    devices = devices or jax.device_count()
     return dataclasses.replace(
         config,
         mesh=C.MeshConfig(
@@ -82,6 +84,7 @@ class StepRun:
     step_s: list[float]  # timed steps, warm-up excluded
     finite: bool  # every member's loss and parameters finite after every step
     joules: float | None = None  # local devices' energy over the timed steps, where counted
+    note: str = ""  # the batch's cut to fit the memory room, or ""
 
     @property
     def median_s(self) -> float | None:
@@ -94,22 +97,19 @@ def run_steps(
     max_steps: int = MAX_STEPS,
     min_steps: int = 0,
     compiler_options: dict | None = None,
+    room: Room | None = None,
+    may_rebuild=lambda compile_s: True,
+    devices: list | None = None,
 ) -> StepRun:
     """Builds, compiles and runs `config`'s step on generated data: one warm-up step, then as
     many timed steps (min_steps to max_steps) as the seconds `left_s()` allow, agreed by every
-    process. The local devices' energy counters are read around the timed steps."""
+    process. The step is compiled before its state exists, and with a `room` its batch is cut to
+    fit it (step_fit.build_step; DoesNotFit when nothing fits). The local devices' energy
+    counters are read around the timed steps."""
     build_start = time.perf_counter()
-    setup = build_setup(config, open_data=False)
+    built = build_step(config, room, compiler_options, may_rebuild, devices)
+    config, setup = built.config, built.setup
     state = setup.init_state()
-    build = compile_step(
-        setup.train_step,
-        state,
-        setup.mesh,
-        setup.layout,
-        config.train.batch_size,
-        setup.workload.spec.fields,
-        compiler_options,
-    )
     batch = synthetic_batch(
         setup.workload.synthetic,
         setup.mesh,
@@ -117,7 +117,7 @@ def run_steps(
         config.train.batch_size,
         config.train.seed,
     )
-    compiled, compile_s = build.compiled, build.seconds
+    compiled, compile_s = built.build.compiled, built.build.seconds
     build_s = time.perf_counter() - build_start
     finite = True
     start = time.perf_counter()
@@ -141,7 +141,8 @@ def run_steps(
         else None
     )
     finite = agree(1.0 if finite else 0.0) > 0  # every process's members
-    return StepRun(config, compiled, build.lowered, compile_s, build_s, times, finite, joules)
+    lowered = built.build.lowered
+    return StepRun(config, compiled, lowered, compile_s, build_s, times, finite, joules, built.note)
 
 
 def _all_local(flags) -> bool:
@@ -159,12 +160,44 @@ def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:
     return peak_flops_per_device(kind, matmul), f"datasheet {matmul} peak (flops/peaks.py)"
 
 
+# The least share of an item's time its timed steps are sized for, when the build estimate
+# takes all of it (the estimate is a guess until the flagship step is built).
+STEPS_MIN_SHARE = 0.25
+
+
+def steps_seconds(left_s: float, builds_s: float) -> float:
+    """The seconds the timed steps are sized for: what is left after the builds, at least
+    STEPS_MIN_SHARE of it all."""
+    return max(left_s - builds_s, STEPS_MIN_SHARE * left_s, 0.0)
+
+
+def sized_run(
+    cfg: C.RunConfig, seconds: float, sizing: Sizing | None, calls: int, may_rebuild, **steps
+) -> tuple[StepRun | None, str]:
+    """`run_steps` at the batch `sizing` allows: cut so that `calls` steps fit `seconds`, then
+    to fit the memory room; (None, why) when nothing fits. The cuts' notes come back for the
+    row. Without `sizing`, `run_steps` as it is."""
+    time_cut, room = "", None
+    if sizing is not None:
+        cfg, time_cut = sizing.cap_for_time(cfg, seconds, calls)
+        room = sizing.room
+    try:
+        run = run_steps(cfg, room=room, may_rebuild=may_rebuild, **steps)
+    except DoesNotFit as e:
+        return None, str(e)
+    return run, "; ".join(n for n in (time_cut, run.note) if n)
+
+
 def train_rows(
-    config: C.RunConfig, allotment: Allotment, estimate_s: float, max_steps: int = MAX_STEPS
+    config: C.RunConfig,
+    allotment: Allotment,
+    estimate_s: float,
+    max_steps: int = MAX_STEPS,
+    sizing: Sizing | None = None,
 ) -> tuple[list[Row], dict]:
     """The flagship step's rows, and the record's section (the step's figures, for the input row
     and the strategy item's compile estimate). Skipped when `estimate_s` (a compile and a few
-    steps) does not fit."""
+    steps) does not fit, or when not one example fits the memory room (`sizing`)."""
     items = (
         "train step per device",
         "train step FLOP/s per device",
@@ -174,8 +207,19 @@ def train_rows(
     if not allotment.claim(estimate_s):
         why = f"{allotment.ceiling_s:.0f} s at most, a build needs about {estimate_s:.0f} s"
         return [skipped(i, why) for i in items], {}
-    cfg = step_config(config)
-    run = run_steps(cfg, allotment.left_s, max_steps, min_steps=2)  # once built, cheap
+    run, cut = sized_run(
+        step_config(config),
+        steps_seconds(allotment.agreed_left_s(), estimate_s),
+        sizing,
+        3,
+        allotment.claim,
+        left_s=allotment.left_s,
+        max_steps=max_steps,
+        min_steps=2,
+    )
+    if run is None:
+        return [skipped(i, cut) for i in items], {}
+    cfg = run.config
     layout_devices = jax.device_count()
     m, b = cfg.mesh.ensemble_size, cfg.train.batch_size
     kind, backend = jax.devices()[0].device_kind, jax.default_backend()
@@ -205,6 +249,7 @@ def train_rows(
     }
     rows = []
     note = f"{cfg.model.model} {cfg.model.dtype}, {m} members x {b}, {len(run.step_s)} timed steps"
+    note += f"; {cut}" if cut else ""
     if not run.finite:
         rows.append(Row(items[0], FAIL, rate, None, "ex/s", "", note + "; NON-FINITE loss"))
     elif rate is None:
@@ -246,59 +291,97 @@ def train_rows(
             higher_is_better=False,
         )
     )
-    ratio = flops.xla_over_analytic
-    if ratio is None:
-        rows.append(
-            Row(
-                items[3],
-                WARN,
-                None,
-                1.0,
-                "",
-                "analytic walk (telemetry/flop_count.py)",
-                "XLA gave no FLOP count: FLOPS use the analytic count",
-            )
-        )
-    else:
-        ok = flops.crosscheck_ok
-        rows.append(
-            Row(
-                items[3],
-                PASS if ok else WARN,
-                ratio,
-                1.0,
-                "",
-                f"analytic walk, tolerance ±{flops.tolerance:.0%}",
-                ""
-                if ok
-                else "XLA's count is off on this backend: FLOPS use the analytic one "
-                "(--flops_source=auto)",
-            )
-        )
+    rows.append(_crosscheck_row(items[3], flops))
     return rows, section
 
 
+def _crosscheck_row(item: str, flops) -> Row:
+    """XLA's FLOP count of the step over the analytic walk's."""
+    ratio = flops.xla_over_analytic
+    if ratio is None:
+        return Row(
+            item,
+            WARN,
+            None,
+            1.0,
+            "",
+            "analytic walk (telemetry/flop_count.py)",
+            "XLA gave no FLOP count: FLOPS use the analytic count",
+        )
+    ok = flops.crosscheck_ok
+    return Row(
+        item,
+        PASS if ok else WARN,
+        ratio,
+        1.0,
+        "",
+        f"analytic walk, tolerance ±{flops.tolerance:.0%}",
+        ""
+        if ok
+        else "XLA's count is off on this backend: FLOPS use the analytic one (--flops_source=auto)",
+    )
+
+
+def item_devices() -> list | None:
+    """The devices the strategy and dtype items build on: one on a CPU host of one process (its
+    devices share the host's cores and memory, so one device answers the same question at an
+    eighth of the work for eight), else all of them (None)."""
+    if jax.default_backend() == "cpu" and jax.process_count() == 1:
+        return jax.local_devices()[:1]
+    return None
+
+
 def strategy_rows(
-    config: C.RunConfig, allotment: Allotment, estimate_s: float
+    config: C.RunConfig, allotment: Allotment, estimate_s: float, sizing: Sizing | None = None
 ) -> tuple[list[Row], dict]:
-    """`unroll` against `vmap` with two members per device at half the batch; the winner (lower
-    median step time) goes in the record for --member_strategy=auto --check_record."""
+    """`unroll` against `vmap` with two members per device at half the batch (or the batch that
+    fits, the same for both); the winner (fewer seconds per example) goes in the record for
+    --member_strategy=auto --check_record."""
     item = "member strategy, 2 per device"
     # Two builds, each of twice the members at half the batch.
     need = 2 * estimate_s
     if not allotment.claim(need):
         why = f"{allotment.ceiling_s:.0f} s at most, two builds of twice the members need ~{need:.0f} s"
         return [skipped(item, why)], {}
-    batch = max(1, config.train.batch_size // 2)
-    runs = {}
+    devices = item_devices()
+    cfg = step_config(
+        config,
+        members_per_device=2,
+        batch_size=max(1, config.train.batch_size // 2),
+        devices=len(devices) if devices else None,
+    )
+    runs, cuts = {}, []
     for i, strategy in enumerate(("unroll", "vmap")):
-        cfg = step_config(config, members_per_device=2, batch_size=batch, strategy=strategy)
+        cfg = dataclasses.replace(cfg, mesh=dataclasses.replace(cfg.mesh, member_strategy=strategy))
         left = lambda i=i: allotment.left_s() / (2 - i)  # noqa: E731
-        runs[strategy] = run_steps(cfg, left, max_steps=5, min_steps=1)
+        seconds = steps_seconds(allotment.agreed_left_s(), (2 - i) * estimate_s) / (2 - i)
+        run, cut = sized_run(
+            cfg,
+            seconds,
+            sizing,
+            2,
+            allotment.claim,
+            left_s=left,
+            max_steps=5,
+            min_steps=1,
+            devices=devices,
+        )
+        if run is None:
+            return [skipped(item, cut)], {}
+        runs[strategy], cfg = run, run.config  # the second runs at the first's batch
+        cuts.append(cut)
+    return _strategy_verdict(config, item, runs, "; ".join(dict.fromkeys(c for c in cuts if c)))
+
+
+def _strategy_verdict(
+    config: C.RunConfig, item: str, runs: dict[str, StepRun], cut: str
+) -> tuple[list[Row], dict]:
+    """The faster strategy per example, against the backend's default."""
     medians = {s: r.median_s for s, r in runs.items()}
     if any(v is None for v in medians.values()) or not all(r.finite for r in runs.values()):
         return [Row(item, WARN, note=f"no timed steps or non-finite: {medians}")], {}
-    winner = min(medians, key=medians.get)
+    per_example = {s: medians[s] / r.config.train.batch_size for s, r in runs.items()}
+    winner = min(per_example, key=per_example.get)
     loser = "vmap" if winner == "unroll" else "unroll"
     backend = jax.default_backend()
     default = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])[0]
@@ -307,7 +390,7 @@ def strategy_rows(
         "backend": backend,
         "device_kind": jax.devices()[0].device_kind,
         "members_per_device": 2,
-        "batch_size": batch,
+        "batch_size": runs[winner].config.train.batch_size,
         "model": config.model.model,
         "step_s": medians,
     }
@@ -316,26 +399,53 @@ def strategy_rows(
         if winner == default
         else f"; the {backend} default is {default}: train with --check_record=<this record>"
     )
+    note += f"; {cut}" if cut else ""
     status = PASS if winner == default else WARN
-    return [Row(item, status, medians[loser] / medians[winner], 1.0, "x faster", "", note)], section
+    ratio = per_example[loser] / per_example[winner]
+    return [Row(item, status, ratio, 1.0, "x faster", "", note)], section
 
 
-def dtype_rows(config: C.RunConfig, allotment: Allotment, estimate_s: float) -> list[Row]:
-    """Each of float16, bfloat16 and int8: the configured model, one member per device at a
-    batch of at most 8, three steps; PASS when every loss and parameter stays finite."""
+def dtype_rows(
+    config: C.RunConfig, allotment: Allotment, estimate_s: float, sizing: Sizing | None = None
+) -> list[Row]:
+    """Each of float16, bfloat16 and int8: the configured model, one member per device
+    (`item_devices`) at a batch of at most 8 (or what fits the time and the memory), three steps
+    (fewer when the time runs out after the first); PASS when every loss and parameter stays
+    finite."""
     rows = []
-    for dtype in CHECK_DTYPES:
+    for i, dtype in enumerate(CHECK_DTYPES):
         item = f"{dtype} steps finite"
         if not allotment.claim(estimate_s):
             rows.append(
                 skipped(
                     item,
-                    f"{allotment.left_s():.0f} s left, a build needs about {estimate_s:.0f} s",
+                    f"{max(0.0, allotment.left_s()):.0f} s left, a build needs about "
+                    f"{estimate_s:.0f} s",
                 )
             )
             continue
-        cfg = step_config(config, batch_size=min(8, config.train.batch_size), dtype=dtype)
-        run = run_steps(cfg, lambda: float("inf"), max_steps=2)
+        devices = item_devices()
+        cfg = step_config(
+            config,
+            batch_size=min(8, config.train.batch_size),
+            dtype=dtype,
+            devices=len(devices) if devices else None,
+        )
+        left = len(CHECK_DTYPES) - i  # this dtype and those after it share what is left
+        seconds = steps_seconds(allotment.agreed_left_s(), left * estimate_s) / left
+        run, cut = sized_run(
+            cfg,
+            seconds,
+            sizing,
+            3,
+            allotment.claim,
+            left_s=lambda left=left: allotment.left_s() / left,
+            max_steps=2,
+            devices=devices,
+        )
+        if run is None:
+            rows.append(skipped(item, cut))
+            continue
         rows.append(
             Row(
                 item,
@@ -344,8 +454,11 @@ def dtype_rows(config: C.RunConfig, allotment: Allotment, estimate_s: float) -> 
                 3.0,
                 "steps",
                 "",
-                f"{cfg.model.model}, compiled in {run.compile_s:.1f} s"
-                + ("" if run.finite else "; NON-FINITE loss or parameters"),
+                f"{run.config.model.model}, batch {run.config.train.batch_size}, compiled in "
+                f"{run.compile_s:.1f} s"
+                + ("" if len(run.step_s) == 2 else "; fewer steps: the item's time ran out")
+                + ("" if run.finite else "; NON-FINITE loss or parameters")
+                + (f"; {cut}" if cut else ""),
             )
         )
     return rows

@@ -43,6 +43,15 @@ class CollectivePoint:
         "algbw × the collective's bus factor, as nccl-tests defines it (docs/node_check.md)",
         "B/s",
     )
+    wrong: int | None = field(
+        "nccl-tests' #wrong: elements of the out-of-place result that differ from the analytic "
+        "value; None in records written before it"
+    )
+    in_place_iters: int | None = field("in-place calls timed (the input buffer donated)")
+    in_place_time_s: float | None = field("one in-place call on average", "s")
+    in_place_algbw: float | None = field("size_bytes / in_place_time_s", "B/s")
+    in_place_busbw: float | None = field("in_place_algbw × the bus factor", "B/s")
+    in_place_wrong: int | None = field("#wrong of the in-place result")
 
 
 @section
@@ -88,7 +97,7 @@ class MemberStrategy:
 @section
 class CheckRow:
     item: str = field("what was checked, e.g. stream triad per device")
-    status: str = field("PASS, WARN or FAIL")
+    status: str = field("PASS, WARN or FAIL, or n/a where a row is measured but not judged (a CPU)")
     measured: float | None = field("the figure measured (unit in `unit`)")
     expected: float | None = field("what it is judged against")
     unit: str = field("the unit of measured and expected")

@@ -1,0 +1,68 @@
+"""The collective tables as nccl-tests prints them (src/util.cu of github.com/NVIDIA/nccl-tests):
+one table per collective and axis, a line per size with its count, type and reduction, then the
+out-of-place and the in-place time, algbw, busbw and #wrong; under it the out-of-bounds count
+and the average bus bandwidth over every size and both placements. Times in microseconds,
+bandwidths in GB/s. docs/node_check.md shows one.
+"""
+
+from __future__ import annotations
+
+from hpcai_jax.check.collectives import OPS, Point
+
+TYPE = "float"  # nccl-tests' name of float32
+REDOP = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum"}
+_LEAD = f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}"
+
+
+def fit(value: float, width: int) -> str:
+    """`value` in `width` characters: two decimals, else one, else none, else an exponent."""
+    for text in (f"{value:{width}.2f}", f"{value:{width}.1f}", f"{value:{width}.0f}"):
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.1e}" if width >= 7 else f"{value:{width}.0e}"
+
+
+def _cells(time_s: float, algbw: float, busbw: float, wrong: int) -> str:
+    return f"  {fit(time_s * 1e6, 7)}  {fit(algbw / 1e9, 6)}  {fit(busbw / 1e9, 6)}  {wrong:6d}"
+
+
+def avg_busbw(points: list[Point]) -> float:
+    """nccl-tests' "Avg bus bandwidth" (bytes/s): the mean busbw over every size, out of place
+    and in place."""
+    values = [b for p in points for b in (p.busbw, p.in_place_busbw)]
+    return sum(values) / len(values) if values else 0.0
+
+
+def table(points: list[Point]) -> str:
+    """One collective on one axis: its sizes ascending."""
+    first = points[0]
+    out_of_bounds = sum(p.wrong + p.in_place_wrong for p in points)
+    lines = [
+        f"# {first.op} on {first.axis}, n = {first.n} per group",
+        f"#{'':{len(_LEAD) - 1}}  {'out-of-place':^30}  {'in-place':^30}",
+        f"{_LEAD}" + f"  {'time':>7}  {'algbw':>6}  {'busbw':>6}  {'#wrong':>6}" * 2,
+        f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}"
+        + f"  {'(us)':>7}  {'(GB/s)':>6}  {'(GB/s)':>6}  {'':>6}" * 2,
+    ]
+    for p in sorted(points, key=lambda p: p.size_bytes):
+        lines.append(
+            f"  {p.size_bytes:>10}  {p.count:>12}  {TYPE:>8}  {REDOP[p.op]:>6}"
+            + _cells(p.time_s, p.algbw, p.busbw, p.wrong)
+            + _cells(p.in_place_time_s, p.in_place_algbw, p.in_place_busbw, p.in_place_wrong)
+        )
+    lines += [
+        f"# {'Out of bounds values':<20} : {out_of_bounds} {'FAILED' if out_of_bounds else 'OK'}",
+        f"# {'Avg bus bandwidth':<20} : {avg_busbw(points) / 1e9:g}",
+    ]
+    return "\n".join(lines)
+
+
+def tables(points: list[Point]) -> str:
+    """Every (axis, collective) measured, axes in the order measured, collectives in OPS order."""
+    out = []
+    for axis in dict.fromkeys(p.axis for p in points):
+        for op in OPS:
+            at = [p for p in points if p.axis == axis and p.op == op]
+            if at:
+                out.append(table(at))
+    return "\n\n".join(out)
