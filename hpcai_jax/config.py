@@ -21,6 +21,7 @@ from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.targets import QualityTarget, resolve_target
 
 MODES = ("train", "flops", "stream", "check")
+RESUME_MEMBERS = ("all", "fit")  # --resume_members: docs/reliability.md
 # The models each workload trains; `regression` is the small second workload that proves the
 # workload protocol (hpcai_jax/workloads/).
 WORKLOAD_MODELS = {
@@ -104,12 +105,13 @@ class MeshConfig(Checked):
 
     ensemble_size: int = _field(4, "M: number of bagged base models.", at_least=1)
     members_per_device: int = _field(
-        0,
-        "Members held by one device (>1: several members per device). 0: derive from M, "
-        "P_degree and the device count.",
+        1,
+        "Members held by one device (>1: members share devices). auto (or 0): derive it from M, "
+        "P_degree and the device count; otherwise Eq. 5 must hold as given.",
         at_least=1,
         allow=(0,),
-        note="or 0 to derive",
+        note="or auto",
+        words={"auto": 0},
     )
     parallel_degree: int = _field(
         0,
@@ -203,8 +205,15 @@ class DataConfig(Checked):
         allow=(0,),
         note="or 0 for the data set's default",
     )
+    # Resolved to the data set's count before a run (data/datasets.py `resolved`): the record
+    # states the classes the run trained on.
     num_classes: int = _field(
-        1000, "Number of classes of synthetic data (real data sets carry their own).", at_least=2
+        0,
+        "Number of classes: of synthetic data (0: 1000); a real data set has its own, which "
+        "another value contradicts (0: the data set's).",
+        at_least=2,
+        allow=(0,),
+        note="or 0 for the data set's",
     )
     augment: bool = _field(
         True,
@@ -482,6 +491,14 @@ class ResultsConfig(Checked):
         "A STREAM record (--mode=stream) whose Triad bandwidth per device is the roofline's "
         "memory roof. Empty: a short Triad on every device at once is measured at start.",
     )
+    # Kept by hpcai_jax/run/weights.py; re-evaluated by `submission check --reevaluate`.
+    keep_weights: bool = _field(
+        True,
+        "A complete training run keeps its members' final parameters and model state (in the "
+        "final checkpoint under --checkpoint_dir, else in <results_dir>/<run_id>.weights) and "
+        "logs their digest, so that a reviewer can evaluate them again (docs/submission.md). "
+        "--nokeep_weights for throughput runs.",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -511,6 +528,13 @@ class ReliabilityConfig(Checked):
         note="or -1 to derive it from the device count",
     )
     keep_checkpoints: int = _field(2, "Checkpoints kept.", at_least=1)
+    resume_members: str = _field(
+        "all",
+        "A resume on fewer devices than its checkpoint's members need: all refuses it (Eq. 5); "
+        "fit goes on with the largest M' that fits, dropping members M'..M-1 "
+        "(docs/reliability.md).",
+        choices=RESUME_MEMBERS,
+    )
     on_divergence: str = _field(
         "stop",
         "A member with a non-finite loss or parameter: stop the run (record marked invalid), or "

@@ -112,6 +112,7 @@ def field(
     flag: str | None = None,
     choices: tuple[str, ...] | None = None,
     enum: bool = True,
+    words: dict[str, Any] | None = None,
     **accepts: Any,
 ) -> _T:
     """A setting with its one description; `flags.py` makes a --flag of it, `check` checks it.
@@ -123,10 +124,14 @@ def field(
       choices: the allowed strings. An enum flag (absl refuses others when it parses), unless
         `enum` is false: then a string flag, checked only by `validate` (STREAM's settings are
         checked in stream mode only).
+      words: words the flag takes for values of the field's type, e.g. {"auto": 0}: the flag
+        is then a string, converted once when the flags are read (flags.py).
       **accepts: the rest of `Accepts`: at_least, above, at_most, below, allow, valid, unit,
         note, message.
     """
     metadata: dict = {"help": help}
+    if words:
+        metadata["words"] = words
     if flag is not None:
         metadata["flag"] = flag
     if choices is not None and enum:

@@ -22,6 +22,7 @@ from absl import flags
 
 from hpcai_jax import config as cfg
 from hpcai_jax.distributed import DistributedConfig
+from hpcai_jax.errors import UsageError
 
 # DistributedConfig lives in distributed.py, which knows nothing of flags: its fields' metadata
 # (what `config._field` puts on the others) is here.
@@ -86,6 +87,9 @@ def _define_flags() -> dict[str, tuple[str, ...]]:
         help_text = " ".join(t for t in (meta["help"], accepts and accepts.help_text()) if t)
         if "choices" in meta:
             flags.DEFINE_enum(name, default, meta["choices"], help_text)
+        elif "words" in meta:  # a number or one of its words: read as text, converted below
+            words = {v: w for w, v in meta["words"].items()}
+            flags.DEFINE_string(name, words.get(default, str(default)), help_text)
         else:
             kind = typing.get_type_hints(cls)[field.name]
             if kind not in _DEFINE_BY_TYPE:
@@ -110,10 +114,32 @@ def _replaced(config: Any, settings: Mapping[tuple[str, ...], Any], path: tuple[
     return dataclasses.replace(config, **changes)
 
 
+def _from_words(name: str, value: Any) -> Any:
+    """A flag that takes words as well as numbers (fields.field's `words`): its value as the
+    field's type; a value that is neither is one line naming the flag."""
+    path = FLAG_FIELDS[name]
+    owner = _DEFAULTS
+    for part in path[:-1]:
+        owner = getattr(owner, part)
+    field = next(f for f in dataclasses.fields(owner) if f.name == path[-1])
+    words = field_metadata(type(owner), field).get("words")
+    if not words or not isinstance(value, str):
+        return value
+    if value in words:
+        return words[value]
+    try:
+        return type(getattr(owner, field.name))(value)
+    except ValueError:
+        allowed = " or ".join(words)
+        raise UsageError(f"--{name}={value}: expected a number or {allowed}") from None
+
+
 def build_config(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
     """The run configuration the parsed flags give, not yet validated."""
     return _replaced(
-        _DEFAULTS, {path: getattr(values, name) for name, path in FLAG_FIELDS.items()}, ()
+        _DEFAULTS,
+        {path: _from_words(name, getattr(values, name)) for name, path in FLAG_FIELDS.items()},
+        (),
     )
 
 

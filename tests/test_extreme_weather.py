@@ -206,6 +206,7 @@ def test_bad_image_size_is_one_line_on_the_command_line(tmp_path):
         "--dataset=synthetic_climate",
         "--image_size=224",
         "--target_quality=0.35",
+        "--members_per_device=auto",
         "--steps=1",
         f"--results_dir={tmp_path}",
     )

@@ -41,6 +41,7 @@ ENUMS = {
     "allreduce": C.ALLREDUCE_MODES,
     "grad_allreduce_dtype": C.GRAD_ALLREDUCE_DTYPES,
     "bad_example_policy": C.BAD_EXAMPLE_POLICIES,
+    "resume_members": C.RESUME_MEMBERS,
 }
 FLAG_TYPE = {bool: "bool", int: "int", float: "float", str: "string"}
 
@@ -108,8 +109,15 @@ def test_flag_names_are_field_names_except_the_renamed():
 def test_flag_kind_default_and_help_come_from_the_field(path, owner, field):
     name = next(n for n, p in hflags.FLAG_FIELDS.items() if p == path)
     flag = FLAGS[name]
-    assert flag.default == default_of(path)
-    if name in ENUMS:
+    words = {v: w for w, v in hflags.field_metadata(owner, field).get("words", {}).items()}
+    if words:  # a number or a word (--members_per_device=auto): a string flag
+        assert flag.default == words.get(default_of(path), str(default_of(path)))
+        assert flag.flag_type() == "string"
+    else:
+        assert flag.default == default_of(path)
+    if words:
+        pass
+    elif name in ENUMS:
         assert isinstance(flag, flags.EnumFlag) and tuple(flag.parser.enum_values) == ENUMS[name]
     else:
         assert flag.flag_type() == FLAG_TYPE[typing.get_type_hints(owner)[field.name]]

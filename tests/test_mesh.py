@@ -76,3 +76,34 @@ def test_model_axis_is_innermost():
     assert dict(mesh.shape) == {ENSEMBLE: 2, DATA: 2, MODEL: 2}
     ids = [[[d.id for d in row] for row in plane] for plane in mesh.devices]
     assert ids[0][0] == [0, 1] and ids[0][1] == [2, 3] and ids[1][0] == [4, 5]
+
+
+def test_a_layout_that_does_not_fill_the_devices_names_eq5_and_the_flags_that_fit():
+    """M × P_degree × P_model must equal the devices unless members are asked to share them
+    (--members_per_device=auto, or a number): no silent sharing."""
+    with pytest.raises(UsageError) as refused:
+        resolve_layout(MeshConfig(4, 1, 4), num_devices=8, local_device_count=8)
+    assert str(refused.value) == (
+        "Eq. 5 fails: (--ensemble_size=4 / --members_per_device=1) × --parallel_degree=4 = 16, "
+        "but there are 8 devices; to fit: --members_per_device=2 (or auto: members share "
+        "devices), or --parallel_degree=2, or --ensemble_size=2"
+    )
+    shared = resolve_layout(MeshConfig(4, 0, 4), num_devices=8, local_device_count=8)  # auto
+    assert (shared.members_per_device, shared.ensemble_axis_size) == (2, 2)
+    with pytest.raises(UsageError, match="--members_per_device=3 \\(or auto"):
+        resolve_layout(MeshConfig(3), num_devices=8, local_device_count=8)  # P_degree 8
+
+
+def test_members_per_device_takes_a_number_or_auto():
+    from hpcai_jax import flags as hflags
+
+    hflags.FLAGS(["prog", "--members_per_device=auto"])
+    try:
+        assert hflags.build_config().mesh.members_per_device == 0
+        hflags.FLAGS(["prog", "--members_per_device=some"])
+        with pytest.raises(
+            UsageError, match=r"^--members_per_device=some: expected a number or auto$"
+        ):
+            hflags.build_config()
+    finally:
+        hflags.FLAGS.unparse_flags()

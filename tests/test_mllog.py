@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import TINY
-from helpers import assert_one_line_error, run_in_process
+from helpers import ROOT, assert_one_line_error, run_in_process
 
 from hpcai_jax import config as C
 from hpcai_jax.errors import UsageError
@@ -79,7 +79,14 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     for start, stop, epoch in zip(starts, stops, record["epochs"], strict=True):
         assert abs((stop["time_ms"] - start) / 1e3 - epoch["wall_s"]) < 0.002
     assert abs(starts[0] - first["run_start"]["time_ms"]) <= 1  # the first starts at run_start
-    assert lines[-1]["key"] == "run_stop" and lines[-1]["metadata"]["status"] == "success"
+    # The target (0.9) is out of reach of 4 steps: aborted as MLPerf reads it, yet complete.
+    stop = lines[-1]
+    assert stop["key"] == "run_stop" and record["status"] == "complete"
+    assert (
+        stop["metadata"]["status"] == "aborted" and stop["metadata"]["record_status"] == "complete"
+    )
+    reason = f"target 0.9 not reached: ensemble {record['quality']['ensemble']:g}"
+    assert stop["metadata"]["reason"].startswith(reason)
     assert first["run_start"]["metadata"]["file"] == "hpcai_jax/run/loop.py"
     # Every workload, optimizer and schedule the engine runs is one the ruleset accepts.
     rules = mllog.RULESET.read_text()
@@ -92,12 +99,22 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     assert "SUCCESS" in proc.stderr and "WARNING" not in proc.stderr
 
 
+def _stop(status: str, reason: str = "target 0.9 not reached", record_status="complete") -> dict:
+    """An edit of run_stop's metadata."""
+    meta = {"status": status, "record_status": record_status}
+    return {"metadata": {**meta, "reason": reason} if reason else meta}
+
+
 @pytest.mark.parametrize(
     "key,edit,expected",
     [
         ("run_stop", None, "Required EXACTLY_ONE occurrence of 'run_stop' but found 0"),
         ("number_of_models", {"value": 0}, "CHECK for 'number_of_models' failed"),
-        ("run_stop", {"metadata": {"status": "aborted"}}, "CHECK for 'run_stop' failed"),
+        # success claimed by a run that missed its target; aborted without a reason; a run
+        # that is not complete (preempted without a checkpoint, invalid) is never scored.
+        ("run_stop", _stop("success"), "CHECK for 'run_stop' failed"),
+        ("run_stop", _stop("aborted", reason=""), "CHECK for 'run_stop' failed"),
+        ("run_stop", _stop("aborted", record_status="partial"), "CHECK for 'run_stop' failed"),
         ("global_batch_size", {"value": 32}, "s['values']['global_batch_size'] =="),
         # Eq. 5 with P_model: the same 8 devices cannot hold members split two ways.
         ("model_parallel", {"value": 2}, "* s['values']['model_parallel'] =="),
@@ -113,7 +130,9 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     ids=[
         "no-run_stop",
         "no-models",
-        "aborted",
+        "success-below-target",
+        "aborted-without-reason",
+        "not-complete",
         "batch-mismatch",
         "eq5-model",
         "optimizer",
@@ -206,3 +225,92 @@ def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):
     off.run_start(0, 0.0)
     off.epoch({"index": 1, "first_step": 0, "steps": 1}, 0.0, 1.0)
     off.evaluated(None, 0.0, 1.0)
+
+
+def test_lines_in_time_order_at_their_call_sites_with_exact_qualities(good_run):
+    """As MLPerf's tools read a log: time_ms never goes back (init_start before the submission
+    lines, an epoch after the evaluation before it); each start-up line names the source line
+    that logged it, no two the same; an accuracy is a count of held-out examples over their
+    number, exactly, in the log as in the record (not float32's 0.10000000149011612)."""
+    log, record = good_run
+    lines = _lines(log.read_text())
+    times = [line["time_ms"] for line in lines]
+    assert times == sorted(times), [(line["key"], line["time_ms"]) for line in lines]
+    assert [line["key"] for line in lines[:2]] == ["cache_clear", "init_start"]
+    startup = lines[: [line["key"] for line in lines].index("run_start") + 1]
+    sites = [(line["metadata"]["file"], line["metadata"]["lineno"]) for line in startup]
+    assert len(set(sites)) == len(sites), sites
+    for line, (file, lineno) in zip(startup, sites, strict=True):
+        source = (ROOT / file).read_text().splitlines()[lineno - 1]
+        assert line["key"] in source, (line["key"], file, lineno, source)
+    n, q = record["data"]["eval_examples"], record["quality"]
+    values = [line["value"] for line in lines if line["key"] == "eval_accuracy"]
+    values += [q["ensemble"], *q["members"]]
+    values += [v for point in q["curve"] for v in (point["ensemble"], *point["members"])]
+    assert all(v == round(v * n) / n for v in values), values
+
+
+def test_a_run_that_missed_its_target_is_scored_packed_and_checked(tiny_run, tmp_path):
+    """The tiny run missed its target (aborted, the reason in run_stop): a complete run, still
+    scored (VFLOPS with its penalty), that packs and passes `submission check`; its packed
+    flagfile states the data set's classes."""
+    from hpcai_jax.submission.__main__ import main
+
+    record = tiny_run.record
+    q, m = record["quality"], record["metrics"]
+    assert q["ensemble"] < q["target"] == 0.9
+    assert m["penalty"] == pytest.approx((q["ensemble"] / 0.9) ** 5)
+    assert m["vflops_per_s"] == pytest.approx(m["flops_per_s"] * m["penalty"])
+    system = tmp_path / "site.json"
+    system.write_text(json.dumps({"interconnect": "none: one host"}))
+    out = tmp_path / "package"
+    run = tiny_run.results / "real-train.json"
+    assert main(["pack", str(run), f"--out={out}", f"--system_json={system}"]) == 0
+    assert _lines((out / "real-train.mllog").read_text())[-1]["metadata"]["status"] == "aborted"
+    assert "--num_classes=10\n" in (out / "real-train.flags").read_text()
+    assert main(["check", str(out)]) == 0
+
+
+def test_a_run_that_reached_its_target_logs_success(good_run, tmp_path):
+    """The tiny run's log with its target halved (below what the ensemble reached; VFLOPS
+    re-derived): success passes the checker, aborted fails it."""
+    log, _ = good_run
+    lines = _lines(log.read_text())
+    vflops = next(line for line in lines if line["key"] == "vflops_per_s")
+    flops = next(line for line in lines if line["key"] == "flops_per_s")["value"]
+    meta = {**vflops["metadata"], "target": vflops["metadata"]["quality"] / 2}
+    meta["penalty"] = 2.0 ** meta["exponent"]
+    edits = {"vflops_per_s": {"value": flops * meta["penalty"], "metadata": meta}}
+    for status, code in (("success", 0), ("aborted", 1)):
+        edits["run_stop"] = _stop(status, reason="" if status == "success" else "missed")
+        proc = _check(_edited(log, tmp_path, edits), tmp_path)
+        assert proc.returncode == code, proc.stdout + proc.stderr
+
+
+def test_a_log_that_cannot_be_written_goes_whole_to_the_spare_path_and_comes_back(tmp_path, capsys):
+    """--mllog's directory gone for good (here a file stands where it was): the whole log goes
+    to the spare path (--checkpoint_dir/<run id>.mllog) with one line naming it; a resumed run
+    takes it back from there when it ends the segment it resumes."""
+    import io
+    import logging as std_logging
+
+    from hpcai_jax.telemetry import mllog as m
+
+    (tmp_path / "gone").write_text("not a directory")
+    log = m.MLLog()
+    log._path, log._spare = tmp_path / "gone" / "run.mllog", tmp_path / "ck" / "r1.mllog"
+    log._kept = m._KeptLines(io.StringIO())
+    stop = {"key": "segment_stop", "value": 3, "metadata": {"run_id": "r1", "step": 3}}
+    for text in ('{"key": "cache_clear"}', json.dumps(stop)):
+        log._kept.emit(std_logging.makeLogRecord({"msg": m._PREFIX + text}))
+    log._keep_complete()
+    assert "whole log was written again to " + str(log._spare) in capsys.readouterr().err
+    assert log._spare.read_text().splitlines() == [
+        m._PREFIX + '{"key": "cache_clear"}',
+        m._PREFIX + json.dumps(stop),
+    ]
+    fresh = tmp_path / "logs" / "run.mllog"
+    m._recover(fresh, log._spare, ("r1", 3))
+    assert fresh.read_text() == log._spare.read_text()
+    m._recover(tmp_path / "other.mllog", log._spare, ("r1", 5))  # not the segment resumed
+    assert not (tmp_path / "other.mllog").exists()

@@ -235,7 +235,10 @@ def detector_items(ctx: Context, allotment: Allotment) -> list[Item]:
     config = dataclasses.replace(
         c,
         data=dataclasses.replace(
-            c.data, dataset="synthetic_climate", image_size=ctx.sizes.detector_image_size
+            c.data,
+            dataset="synthetic_climate",
+            image_size=ctx.sizes.detector_image_size,
+            num_classes=0,  # the data set's (4); the classifier's 1000 would contradict it
         ),
         model=dataclasses.replace(
             c.model, workload="extreme_weather", model=ctx.sizes.detector_model

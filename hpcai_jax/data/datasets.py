@@ -8,6 +8,9 @@ from hpcai_jax.config import DataConfig
 from hpcai_jax.data import fashion_mnist, friedman
 from hpcai_jax.data.climate_train import ClimateTrainSet
 from hpcai_jax.data.source import DataSpec, ImageSpec, Source
+from hpcai_jax.errors import UsageError
+
+SYNTHETIC_CLASSES = 1000  # synthetic data's classes at --num_classes=0: ImageNet-1k's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +28,7 @@ def synthetic_spec(config: DataConfig) -> ImageSpec:
     return ImageSpec(
         name="synthetic",
         image_shape=(config.square_image_size, config.square_image_size, 3),
-        num_classes=config.num_classes,
+        num_classes=config.num_classes or SYNTHETIC_CLASSES,
         mean=(127.5,) * 3,
         std=(64.0,) * 3,
     )
@@ -43,6 +46,26 @@ def climate_height(config: DataConfig) -> int:
     height = config.image_size or CLIMATE_DEFAULT_HEIGHT[config.dataset]
     climate.check_image_size(height)
     return height
+
+
+def resolved(config: DataConfig, spec: DataSpec) -> DataConfig:
+    """The data settings with what the data set determines (`num_classes`: its own count), so
+    that the record, a packed flagfile and the MLLOG state what the run trained on. UsageError
+    (one line) where --num_classes contradicts the data set."""
+    classes = getattr(spec, "num_classes", None)
+    given = config.num_classes
+    if classes is None:  # no classes (a regression set)
+        if given:
+            raise UsageError(
+                f"--num_classes={given}: --dataset={config.dataset} has no classes (expected 0)"
+            )
+        return config
+    if given not in (0, classes):
+        raise UsageError(
+            f"--num_classes={given}: --dataset={config.dataset} has {classes} classes "
+            f"(expected {classes}, or 0 for the data set's)"
+        )
+    return dataclasses.replace(config, num_classes=classes)
 
 
 def data_spec(config: DataConfig) -> DataSpec:

@@ -64,11 +64,13 @@ def resolve_layout(config: MeshConfig, num_devices: int, local_device_count: int
     if m % mpd:
         raise UsageError(f"--members_per_device={mpd} must divide --ensemble_size={m}")
     if (m // mpd) * p * pm != num_devices:
+        ways = _ways_to_fit(m, mpd, p, pm, num_devices)
         raise UsageError(
             f"Eq. 5 fails: (--ensemble_size={m} / --members_per_device={mpd}) × "
             f"--parallel_degree={p}"
             + (f" × --model_parallel={pm}" if pm > 1 else "")
             + f" = {(m // mpd) * p * pm}, but there are {num_devices} devices"
+            + (f"; to fit: {', or '.join(ways)}" if ways else "")
         )
     return MeshLayout(
         ensemble_size=m,
@@ -77,6 +79,19 @@ def resolve_layout(config: MeshConfig, num_devices: int, local_device_count: int
         num_devices=num_devices,
         model_parallel=pm,
     )
+
+
+def _ways_to_fit(m: int, mpd: int, p: int, pm: int, devices: int) -> list[str]:
+    """The flags, each changed alone, that would make Eq. 5 hold on `devices`."""
+    ways = []
+    replicas = m * p * pm
+    if replicas > devices and replicas % devices == 0 and m % (replicas // devices) == 0:
+        ways.append(f"--members_per_device={replicas // devices} (or auto: members share devices)")
+    if devices % ((m // mpd) * pm) == 0:
+        ways.append(f"--parallel_degree={devices // ((m // mpd) * pm)}")
+    if devices % (p * pm) == 0:
+        ways.append(f"--ensemble_size={devices // (p * pm) * mpd}")
+    return ways
 
 
 def make_mesh(layout: MeshLayout, devices: list | None = None) -> Mesh:

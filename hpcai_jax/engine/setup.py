@@ -14,7 +14,7 @@ from jax.sharding import Mesh
 from hpcai_jax.axes import MODEL
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data import friedman
-from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets
+from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
@@ -91,6 +91,8 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     mesh = make_mesh(layout, devices)
     datasets = open_datasets(config.data) if open_data else None
     spec = datasets.spec if datasets else data_spec(config.data)
+    # The run's configuration from here on states the data set's own values (its classes).
+    config = dataclasses.replace(config, data=resolved(config.data, spec))
     if datasets is None or datasets.synthetic:  # only compiling, or synthetic data
         size = _TRAIN_SIZES.get(config.data.dataset)
         num_examples = config.data.train_examples or size or SYNTHETIC_EPOCH_EXAMPLES

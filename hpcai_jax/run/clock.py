@@ -128,15 +128,18 @@ class RunClock:
     @contextlib.contextmanager
     def evaluating(self, training: bool = True):
         """An evaluation, yielding its `Span`: booked as evaluation time and, during training,
-        cut out of its epoch (Eq. 6 counts training time only)."""
+        cut out of its epoch (Eq. 6 counts training time only), from the last booked instant
+        (the check of who votes, just before it, is the evaluation's too), so that the next
+        epoch starts after it, as the MLLOG's lines are ordered."""
         self.flush()
+        booked = self._last_done
         span = Span(read())
         yield span
         end = span.stop()
         self._progress.eval_s += end - span.start
         if training:
             self._last_done = read()
-            self._epochs.excise(self._last_done - span.start)
+            self._epochs.excise(self._last_done - booked)
 
     def carry_run_time(self) -> None:
         """The run time so far, as the next checkpoint carries it."""

@@ -113,27 +113,40 @@ class DivergenceCheck:
 
 @dataclasses.dataclass
 class ProgressLine:
-    """One log line every `every` steps: loss, training metrics, rate and the time left."""
+    """A log line each time `every` more steps have completed, and after the last: `step N/TOTAL`
+    (N steps done), the Nth step's loss and training metrics, the rate and the time left. A step
+    has completed once the next is dispatched (run/clock.py), so the line waits for that rather
+    than for the device; only the last step is waited for."""
 
     every: int
     examples_per_step: int
+    logged: int = dataclasses.field(default=-1, init=False)  # the last N a line was written for
 
     def __call__(self, ctx: Context, done: int) -> Stop | None:
-        metrics = ctx.clock.last_metrics
-        if not due(done, self.every) or metrics is None:
-            return None
+        if self.every and done == ctx.total_steps:
+            self._line(ctx)  # the step before the last, where its line is due
+            ctx.clock.flush()
+        self._line(ctx)
+        return None
+
+    def _line(self, ctx: Context) -> None:
+        completed, metrics = ctx.progress.step, ctx.clock.last_metrics
+        if metrics is None or completed == self.logged:
+            return
+        if not due(completed, self.every, ctx.total_steps):
+            return
+        self.logged = completed
         step_s = ctx.progress.step_s
         median = float(np.median(step_s)) if step_s else 0.0
         logging.info(
             "step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
-            ctx.progress.step,
+            completed,
             ctx.total_steps,
             members.local_mean(metrics.loss),
             "  ".join(f"train {k} {members.local_mean(v):.3f}" for k, v in metrics.metrics.items()),
             f"{self.examples_per_step / median:.0f}" if median else "-",
-            format_duration((ctx.total_steps - ctx.progress.step) * median),
+            format_duration((ctx.total_steps - completed) * median),
         )
-        return None
 
 
 @dataclasses.dataclass

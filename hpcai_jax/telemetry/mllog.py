@@ -7,8 +7,10 @@ segments and the compliance checker's command: `docs/mllog.md`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -41,6 +43,27 @@ def checker_command(log: str | Path, output: str | Path) -> list[str]:
     ]
 
 
+class _KeptLines(logging.StreamHandler):
+    """Writes each line to the log file and keeps it: a log file lost or cut during the run
+    (its directory removed, a full disk, a file system gone read-only) is rewritten whole at the
+    run's end (`MLLog._keep_complete`). A failed write is noted, not raised (logging's own
+    handlers print "--- Logging error ---" and lose the line)."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self.lines: list[str] = []
+        self.failed: str = ""
+
+    def emit(self, record) -> None:
+        line = self.format(record) + self.terminator
+        self.lines.append(line)
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+        except OSError as e:
+            self.failed = self.failed or (e.strerror or str(e))
+
+
 class MLLog:
     """The run's MLLOG writer; every method is a no-op without --mllog and on processes other
     than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`,
@@ -61,6 +84,10 @@ class MLLog:
         self._last_epoch = 0  # the last completed epoch (1-based)
         self._target = None
         self._segment: dict | None = None  # a resumed segment's segment_start metadata
+        self._path: Path | None = None  # --mllog
+        self._earlier = ""  # what the file held when a resumed segment started appending
+        self._kept: _KeptLines | None = None
+        self._spare: Path | None = None  # where the log goes if --mllog cannot be written
 
     @classmethod
     def start(
@@ -89,6 +116,9 @@ class MLLog:
             raise UsageError(
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
+        spare = Path(config.reliability.checkpoint_dir or ".") / f"{run_id or 'run'}.mllog"
+        if resumed_at is not None:
+            _recover(Path(path), spare, (run_id, resumed_at))
         append = resumed_at is not None and _open_segment(Path(path)) == (run_id, resumed_at)
         if not append:
             _keep_earlier(Path(path), config.results.overwrite, resumed_at)
@@ -97,14 +127,17 @@ class MLLog:
             stream = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
         except OSError as e:
             raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
-        handler = logging.StreamHandler(stream)  # flushes every line
+        handler = _KeptLines(stream)  # flushes every line, keeps it
         logger = logging.Logger(
             "hpcai_jax.telemetry.mllog"
         )  # unregistered: never reaches absl's root
         logger.addHandler(handler)
         writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
         log = cls(writer, stream, setup.workload.metric, clock)
+        log._path, log._kept = Path(path), handler
+        log._spare = spare
         if append:
+            log._earlier = Path(path).read_text(encoding="utf-8")
             log._segment = _mesh(setup, hosts)
             log._last_epoch = resumed_at // setup.sampler.steps_per_epoch
             log._target = config.quality_target() if config.scored else None
@@ -125,66 +158,73 @@ class MLLog:
         time_ms = self._ms(self._clock()) if time_ms is None else time_ms
         write(key, value, metadata, time_ms=time_ms, stack_offset=_CALLER_OFFSET + depth)
 
+    def _here(self, key: str, value=None, metadata=None, kind: str = "event", time_ms=None) -> None:
+        """A line this module adds of its own (the header, the figures), not a phase the engine
+        calls: its `file` and `lineno` are this call of `_here`, one per key, where the value is
+        read. A phase's lines name the engine's call (run/)."""
+        self._line(kind, key, value, metadata, time_ms)
+
     def _header(self, setup, start_ms: int, hosts: list[str]) -> None:
-        config, layout = setup.config, setup.layout
-        m, b, optim = layout.ensemble_size, config.train.batch_size, config.optim
+        """The run's start (cache_clear, init_start: at `start_ms`), then the submission, the
+        system and the settings, in time order, each line at its own call site."""
+        config = setup.config
         self._target = config.quality_target() if config.scored else None
-        submission = rules.of_setup(setup)  # the record's division, by the same rules
-        devices = list(setup.mesh.devices.flat)
+        # hpcai_jax drops no OS cache; a launch script that does may log its own cache_clear.
+        self._here("cache_clear", False, time_ms=start_ms)
+        self._here("init_start", kind="start", time_ms=start_ms)
         mesh = _mesh(setup, hosts)
-        platform = (
-            config.results.submission_platform or f"{layout.num_devices}x{devices[0].device_kind}"
-        )
+        self._submission(setup, mesh)
+        self._settings(setup, mesh)
+        self._optimizer(config.optim, config.train.batch_size)
+
+    def _submission(self, setup, mesh: dict) -> None:
+        config, results = setup.config, setup.config.results
+        workload, layout = config.model.workload, setup.layout
+        benchmark = {"model": config.model.model, "dataset": config.data.dataset}
+        submission = rules.of_setup(setup)  # the record's division, by the same rules
+        violations = {"violations": list(submission.violations)}
+        kind = next(iter(setup.mesh.devices.flat)).device_kind
+        platform = results.submission_platform or f"{layout.num_devices}x{kind}"
+        self._here("submission_benchmark", f"hpcai500_{workload}", benchmark)
+        self._here("submission_org", results.submission_org or "unspecified")
+        self._here("submission_division", submission.division, violations)
+        self._here("submission_platform", platform)
+        self._here("submission_status", results.submission_status)
+        self._here("number_of_nodes", mesh["number_of_nodes"])
+        self._here("accelerators_per_node", mesh["accelerators_per_node"])
+
+    def _settings(self, setup, mesh: dict) -> None:
+        m, b = setup.layout.ensemble_size, setup.config.train.batch_size
+        self._here("seed", setup.config.train.seed)
+        self._here("number_of_models", m)
+        self._here("per_model_batch_size", b)
+        self._here("global_batch_size", m * b)
+        self._here("members_per_device", mesh["members_per_device"])
+        self._here("parallel_degree", mesh["parallel_degree"])
+        self._here("model_parallel", mesh["model_parallel"])
+        self._here("number_of_devices", mesh["number_of_devices"])
+        self._here("train_samples", setup.sampler.num_examples)
+        if setup.datasets is not None and setup.datasets.eval is not None:
+            self._here("eval_samples", len(setup.datasets.eval))
+
+    def _optimizer(self, optim, b: int) -> None:
         peak = optim.learning_rate * b / optim.lr_reference_batch  # the linear scaling rule
         scaling = {
             "learning_rate": optim.learning_rate,
             "reference_batch": optim.lr_reference_batch,
         }
-        benchmark = {"model": config.model.model, "dataset": config.data.dataset}
-        settings = [
-            ("submission_benchmark", f"hpcai500_{config.model.workload}", benchmark),
-            ("submission_org", config.results.submission_org or "unspecified", None),
-            (
-                "submission_division",
-                submission.division,
-                {"violations": list(submission.violations)},
-            ),
-            ("submission_platform", platform, None),
-            ("submission_status", config.results.submission_status, None),
-            ("number_of_nodes", mesh["number_of_nodes"], None),
-            ("accelerators_per_node", mesh["accelerators_per_node"], None),
-            # hpcai_jax drops no OS cache; a launch script that does may log its own cache_clear.
-            ("cache_clear", False, None),
-            ("init_start", None, None),
-            ("seed", config.train.seed, None),
-            ("number_of_models", m, None),
-            ("per_model_batch_size", b, None),
-            ("global_batch_size", m * b, None),
-            *((key, mesh[key], None) for key in _LAYOUT_KEYS),
-            ("train_samples", setup.sampler.num_examples, None),
-        ]
-        if setup.datasets is not None and setup.datasets.eval is not None:
-            settings.append(("eval_samples", len(setup.datasets.eval), None))
-        settings += [
-            ("opt_name", optim.optimizer, None),
-            ("opt_base_learning_rate", peak, scaling),
-            ("opt_learning_rate_warmup_epochs", optim.warmup_epochs, None),
-            ("opt_learning_rate_decay_schedule", optim.lr_schedule, None),
-            ("opt_momentum", optim.momentum, None),
-            ("opt_weight_decay", optim.weight_decay, None),
-            ("label_smoothing", optim.label_smoothing, None),
-        ]
+        self._here("opt_name", optim.optimizer)
+        self._here("opt_base_learning_rate", peak, scaling)
+        self._here("opt_learning_rate_warmup_epochs", optim.warmup_epochs)
+        self._here("opt_learning_rate_decay_schedule", optim.lr_schedule)
+        self._here("opt_momentum", optim.momentum)
+        self._here("opt_weight_decay", optim.weight_decay)
+        self._here("label_smoothing", optim.label_smoothing)
         if optim.lr_schedule == "warmup_polynomial":
-            settings += [
-                ("opt_learning_rate_decay_poly_power", optim.lr_decay_power, None),
-                ("opt_end_learning_rate", optim.lr_end_value, None),
-            ]
+            self._here("opt_learning_rate_decay_poly_power", optim.lr_decay_power)
+            self._here("opt_end_learning_rate", optim.lr_end_value)
         if optim.optimizer == "lars":
-            settings.append(("lars_opt_trust_coefficient", optim.lars_trust_coefficient, None))
-        for key, value, metadata in settings:
-            kind = "start" if key == "init_start" else "event"
-            early = key in ("cache_clear", "init_start")  # both belong to the run's start
-            self._line(kind, key, value, metadata, start_ms if early else None, depth=1)
+            self._here("lars_opt_trust_coefficient", optim.lars_trust_coefficient)
 
     def init_stop(self, flops_per_step: float | None = None, source: str = "") -> None:
         """Start-up is over: the compiled step's FLOPs (what FLOPS uses; docs/score.md §4), then
@@ -194,7 +234,7 @@ class MLLog:
                 self._segment.update(flops_per_step=float(flops_per_step), flops_source=source)
         elif self._mllogger:
             if flops_per_step is not None:
-                self._line("event", "flops_per_step", float(flops_per_step), {"source": source})
+                self._here("flops_per_step", float(flops_per_step), {"source": source})
             self._line("end", "init_stop")
 
     def run_start(self, first_step: int, at: float) -> None:
@@ -232,12 +272,20 @@ class MLLog:
         about = {**epoch, "metric": self._metric, "member_mean": quality.member_mean}
         if self._target is not None:
             about["target"] = self._target.target
-        self._line("event", "eval_accuracy", float(quality.ensemble), about)
+        # Known at the evaluation's end: at eval_stop's time, so the next epoch, which starts
+        # after it (run/clock.py), follows it in time too.
+        self._line("event", "eval_accuracy", float(quality.ensemble), about, self._ms(end))
+
+    def weights_kept(self, digest: str, metadata: dict) -> None:
+        """The digest of the members' final weights (run/weights.py), so that a package's copy of
+        them can be told from another set (`submission check --reevaluate`)."""
+        if self._mllogger:
+            self._line("event", "weights_digest", digest, metadata)
 
     def run_stop(self, record: dict | records.TrainRecord, resumable: bool = False) -> None:
         """After the record (typed, or its JSON layout) is written: the benchmark's figures,
-        then run_stop (success for a complete run, aborted otherwise), or segment_stop where a
-        checkpoint lets the run go on; closes the file."""
+        then run_stop (`outcome`), or segment_stop where a checkpoint lets the run go on;
+        closes the file."""
         if not self._mllogger:
             return
         r = records.read(record) if isinstance(record, dict) else record
@@ -245,8 +293,7 @@ class MLLog:
             step = r.timing.steps
             stop = {"run_id": r.run_id, "step": step, "reason": r.reason}
             self._line("event", "segment_stop", step, stop)
-            self._stream.close()
-            self._mllogger = None
+            self._close()
             return
         metrics, quality = r.metrics, r.quality
         if metrics.flops_per_s is not None:
@@ -255,7 +302,7 @@ class MLLog:
                 "source": r.flops.source,
                 "epochs": len(r.epochs),
             }
-            self._line("event", "flops_per_s", float(metrics.flops_per_s), about)
+            self._here("flops_per_s", float(metrics.flops_per_s), about)
         if metrics.vflops_per_s is not None:
             about = {
                 "metric": quality.metric,
@@ -264,27 +311,83 @@ class MLLog:
                 "quality": quality.ensemble,
                 "penalty": metrics.penalty,
             }
-            self._line("event", "vflops_per_s", float(metrics.vflops_per_s), about)
-        status = {"status": "success" if r.status == "complete" else "aborted"}
-        if r.reason:
-            status["reason"] = r.reason
-        self._line("end", "run_stop", metadata=status)
-        self._stream.close()
+            self._here("vflops_per_s", float(metrics.vflops_per_s), about)
+        self._line("end", "run_stop", metadata=outcome(r))
+        self._close()
+
+    def _close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._stream.close()
         self._mllogger = None
+        self._keep_complete()
+
+    def _keep_complete(self) -> None:
+        """The file at --mllog holds every line this run wrote, or is rewritten whole (atomically,
+        its directory made again); where it cannot be, the whole log goes to the spare path
+        (--checkpoint_dir/<run id>.mllog, else ./) and one line names it: a resumed run takes
+        it from there (`start`), so the run stays packable."""
+        if self._kept is None or self._path is None:
+            return
+        text = self._earlier + "".join(self._kept.lines)
+        try:
+            if not self._kept.failed and self._path.read_text(encoding="utf-8") == text:
+                return
+        except OSError:
+            pass
+        why = self._kept.failed or "the file was removed or cut during the run"
+        for target in (self._path, self._spare):
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(target.name + ".partial")
+                partial.write_text(text, encoding="utf-8")
+                os.replace(partial, target)
+            except OSError as e:
+                why = f"{why}; {target}: {e.strerror or e}"
+                continue
+            print(
+                f"hpcai_jax: warning: --mllog={self._path}: {why}; the whole log was written "
+                f"again to {target}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        print(f"hpcai_jax: error: --mllog={self._path}: {why}", file=sys.stderr, flush=True)
 
 
 _PREFIX = ":::MLLOG "  # what mlperf-logging starts every line with
 
-# The layout keys a resumed segment may change (docs/reliability.md), as the header names them.
-_LAYOUT_KEYS = ("members_per_device", "parallel_degree", "model_parallel", "number_of_devices")
+
+def outcome(r: records.TrainRecord) -> dict:
+    """run_stop's metadata as MLPerf reads it: `success` only where an evaluation reached the
+    target, else `aborted` with the reason. `record_status` is the record's: a complete run that
+    missed its target is still scored (VFLOPS with its penalty), an invalid or preempted one is
+    not (docs/mllog.md)."""
+    q, status = r.quality, {"record_status": r.status}
+    if r.status != "complete":
+        return {"status": "aborted", "reason": r.reason or f"the run is {r.status}", **status}
+    best = max((p.ensemble for p in q.curve if p.ensemble is not None), default=None)
+    if q.target is None:
+        why = "no quality target (no held-out quality)"
+    elif best is None:
+        why = f"target {q.target:g} not reached: no evaluation"
+    elif best >= q.target:
+        return {"status": "success", **status}
+    else:
+        final = q.ensemble if q.ensemble is not None else best
+        why = f"target {q.target:g} not reached: ensemble {final:g}"
+        why += f" (best {best:g})" if best > final else ""
+    return {"status": "aborted", "reason": why, **status}
 
 
 def _mesh(setup, hosts: list[str]) -> dict:
-    """The machine this segment runs on, as the header and segment_start state it."""
+    """The machine this segment runs on, as the header and segment_start state it (with the
+    members it trains: fewer after a --resume_members=fit resume)."""
     layout = setup.layout
     devices = list(setup.mesh.devices.flat)
     count, per_node = results.node_counts(hosts, [d.process_index for d in devices])
     return {
+        "number_of_models": layout.ensemble_size,
+        "global_batch_size": layout.ensemble_size * setup.config.train.batch_size,
         "number_of_nodes": count,
         "accelerators_per_node": per_node,
         "members_per_device": layout.members_per_device,
@@ -325,6 +428,21 @@ def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
         resumed_at,
         aside,
     )
+
+
+def _recover(path: Path, spare: Path, segment: tuple[str, int]) -> None:
+    """A resumed run whose log could not be written at --mllog last time takes the whole log
+    from the spare path (`MLLog._keep_complete`) where that one ends the segment it resumes."""
+    if _open_segment(path) == segment or _open_segment(spare) != segment:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(spare.read_text(encoding="utf-8"), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as e:
+        raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
+    logging.getLogger(__name__).warning("--mllog=%s: the log taken again from %s", path, spare)
 
 
 def _open_segment(path: Path) -> tuple[str, int] | None:

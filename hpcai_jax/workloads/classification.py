@@ -70,8 +70,11 @@ class ClassificationWorkload(Workload):
         return jnp.stack([jnp.sum(correct * weight), jnp.sum(weight)])
 
     def quality(self, counts) -> float | None:
-        correct, scored = counts
-        return float(correct / scored) if scored else None
+        """correct ÷ scored, divided in float64: the counts are whole numbers (0/1 weights summed
+        in float32, exact below 2^24 examples), so an accuracy is exactly k / N, as a record and
+        an MLLOG print it, not float32's rounding of it (0.40700000524520874)."""
+        correct, scored = (round(float(c)) for c in counts)
+        return correct / scored if scored else None
 
     def synthetic(self, key, lead):
         k1, k2 = jax.random.split(key)
