@@ -1,7 +1,7 @@
 """`python -m hpcai_jax.submission`: the session's tiny run packed, then checked: it passes, and
 copies tampered with in the record, in the log, or in both consistently fail, naming the field.
-Everything runs in this process (the compliance checker is its own subprocess), but for one
-`--mode=flops` subprocess under --recount."""
+Everything runs in this process (the compliance checker is its own subprocess), but for the
+counting subprocesses of --recount (hpcai_jax/submission/count.py)."""
 
 from __future__ import annotations
 
@@ -181,8 +181,31 @@ def test_recount(package, tiny_run, tmp_path, capsys):
     per_step = tiny_run.record["flops"]["per_step"]
     assert out == [
         f"run {fake}: {fake}.json flops.per_step {per_step * scale:.6g} != {per_step:.6g} "
-        f"recounted by --mode=flops from {fake}.flags on 8 CPU devices (± 1 %)"
+        f"recounted from {fake}.flags on 8 CPU devices (the compiled step, ± 1 %)"
     ]
+
+
+def test_recount_of_a_closed_imagenet_package_needs_no_imagenet(
+    package, tmp_path, monkeypatch, capsys
+):
+    """The tiny run's package forged as closed ResNet-50 on ImageNet (tests/test_forgery.py)
+    is recounted where no ImageNet is: the step counted on generated 224×224×3 inputs of 1000
+    classes, lowered only (its count is more than count.FAR from the claim: no compile)."""
+    from test_forgery import closed_imagenet
+
+    copy = tmp_path / "closed"
+    shutil.copytree(package, copy)
+    closed_imagenet(forge.Forged(copy, RUN))
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no-tensorflow-datasets"))
+    code, out, err = _cli(capsys, "check", "--recount", copy)
+    assert code == 1 and not err
+    claimed = json.loads((copy / f"{RUN}.json").read_text())["flops"]["per_step"]
+    line = next(x for x in out if "recounted" in x)
+    assert line.startswith(f"run {RUN}: {RUN}.json flops.per_step {claimed:.6g} != 1.5"), line
+    assert line.endswith(
+        f"recounted from {RUN}.flags on 8 CPU devices (the lowered step: more than 12% off, no "
+        "rule counts it so)"
+    )
 
 
 def test_one_line_errors(tiny_run, package, tmp_path, capsys):

@@ -4,11 +4,14 @@
 configuration as a flagfile and a description of the system into one folder; `check DIR`
 re-derives every headline figure of it from the MLLOG lines and the records, runs the MLLOG
 compliance check, re-applies the division rules and holds each run to what its configuration and
-devices make possible; `check --recount DIR` also recounts the FLOPs per step from each flagfile
-(`--mode=flops`). docs/submission.md walks a centre through it and says what check proves.
+devices make possible; `--recount` also recounts the FLOPs per step from each flagfile (no data
+set needed), `--reevaluate` measures the quality again from the packed weights and
+`--rerun_steps=N` trains each flagfile again for N steps here. docs/submission.md walks a centre
+through it and says what each proves.
 
-A package holds, per run, `<run_id>.json` (the record as the run wrote it), `<run_id>.mllog`
-and `<run_id>.flags`, and once `system.json` and `README.md` (the score table).
+A package holds, per run, `<run_id>.json` (the record as the run wrote it), `<run_id>.mllog`,
+`<run_id>.flags` and with `pack --with_weights` `<run_id>.weights` (the members' final weights),
+and once `system.json` and `README.md` (the score table).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""`python -m hpcai_jax.submission pack RUN_RECORDS... --out=DIR [--system_json=FILE]` and
-`python -m hpcai_jax.submission check DIR [--recount]`. check prints PASS (exit 0) or one line
-per failure (exit 1); bad input (a record without an MLLOG, a malformed package) is one line on
-stderr and exit 2, like `python -m hpcai_jax.main`."""
+"""`python -m hpcai_jax.submission pack RUN_RECORDS... --out=DIR [--system_json=FILE]
+[--with_weights]` and `python -m hpcai_jax.submission check DIR [--recount] [--reevaluate]
+[--rerun_steps=N [--same_system]] [--data_dir=DIR]`. check prints what a re-evaluation or a
+re-run measured (`measured: ...` lines), then PASS (exit 0) or one line per failure (exit 1);
+bad input (a record without an MLLOG, a malformed package, an option that cannot run) is one
+line on stderr and exit 2, like `python -m hpcai_jax.main`."""
 
 from __future__ import annotations
 
@@ -27,10 +29,36 @@ def parser() -> argparse.ArgumentParser:
     pack.add_argument(
         "--system_json", help="a JSON object merged into system.json (the interconnect, ...)"
     )
+    pack.add_argument(
+        "--with_weights",
+        action="store_true",
+        help="also each run's final weights, <run_id>.weights (for check --reevaluate)",
+    )
     check = commands.add_parser("check", help="re-derive and check a package's figures")
     check.add_argument("package", metavar="DIR")
     check.add_argument(
-        "--recount", action="store_true", help="also recount FLOPs per step (--mode=flops)"
+        "--recount", action="store_true", help="also recount FLOPs per step from the flagfiles"
+    )
+    check.add_argument(
+        "--reevaluate",
+        action="store_true",
+        help="evaluate the packed weights again on the held-out split (pack --with_weights)",
+    )
+    check.add_argument(
+        "--rerun_steps",
+        type=int,
+        metavar="N",
+        help="re-run each flagfile for N steps here: FLOPs per step (and step time)",
+    )
+    check.add_argument(
+        "--same_system",
+        action="store_true",
+        help="this machine is the runs' system: the re-run's median step must match too",
+    )
+    check.add_argument(
+        "--data_dir",
+        metavar="DIR",
+        help="the data set's folder for --reevaluate and --rerun_steps (default: the flagfile's)",
     )
     return p
 
@@ -40,11 +68,17 @@ def run(argv: list[str]) -> int:
     if args.command == "pack":
         from hpcai_jax.submission.pack import pack
 
-        print(f"package: {pack(args.records, args.out, args.system_json)}")
+        print(f"package: {pack(args.records, args.out, args.system_json, args.with_weights)}")
         return 0
-    from hpcai_jax.submission.check import check
+    from hpcai_jax.submission.check import Review, check
 
-    failures = check(args.package, args.recount)
+    review = Review(
+        args.recount, args.reevaluate, args.rerun_steps, args.same_system, args.data_dir
+    )
+    notes: list[str] = []
+    failures = check(args.package, review=review, notes=notes)
+    for note in notes:
+        print(f"measured: {note}")
     print("\n".join(failures) if failures else "PASS")
     return 1 if failures else 0
 

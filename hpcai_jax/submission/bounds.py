@@ -42,7 +42,16 @@ def _steady(f: Findings, record: TrainRecord, rec: str) -> float | None:
     f.same(
         f"{rec} timing.train_wall_s", t.train_wall_s, t.step_s.total_s, "(timing.step_s.total_s)"
     )
-    f.same(f"{rec} flops.timed_member_steps", fl.timed_member_steps, t.timed_steps * m, "(× M)")
+    dropped = len(record.members.dropped) if record.members else 0
+    if dropped:  # members a fit resume left behind were timed until they stopped
+        low, high = t.timed_steps * m, t.timed_steps * (m + dropped)
+        if not low <= fl.timed_member_steps <= high:
+            f.fail(
+                f"{rec} flops.timed_member_steps {fl.timed_member_steps} outside [{low}, {high}] "
+                f"(timing.timed_steps × M, × M + {dropped} dropped)"
+            )
+    else:
+        f.same(f"{rec} flops.timed_member_steps", fl.timed_member_steps, t.timed_steps * m, "(× M)")
     if fl.useful_member_steps > fl.timed_member_steps:
         f.fail(f"{rec} flops.useful_member_steps > flops.timed_member_steps")
     steady = metrics.per_second(fl.per_step / m, fl.useful_member_steps, t.train_wall_s)

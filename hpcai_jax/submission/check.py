@@ -28,6 +28,8 @@ from hpcai_jax.submission import (
     plausible,
     provenance,
     recount,
+    reevaluate,
+    rerun,
 )
 from hpcai_jax.submission.logfile import Log
 from hpcai_jax.telemetry import mllog
@@ -102,7 +104,8 @@ def _compliance(f: derive.Findings, run: Run, workdir: Path) -> None:
 def _division(f: derive.Findings, run: Run, config, rec: str, lg: str) -> None:
     record, data, mesh = run.record, run.record.data, run.record.mesh
     sizes = rules.SplitSizes(data.train_examples, data.eval_examples or None)
-    judged = rules.judge(config, _layout(mesh), sizes, data.skipped_examples)
+    dropped = len(run.record.members.dropped) if run.record.members else 0
+    judged = rules.judge(config, _layout(mesh), sizes, data.skipped_examples, dropped)
     how = f"by rules.judge on {run.flags.name} (layout from the record's mesh, sizes from its data)"
     f.same(f"{rec} submission.division", record.submission.division, judged.division, how)
     f.same(
@@ -111,12 +114,17 @@ def _division(f: derive.Findings, run: Run, config, rec: str, lg: str) -> None:
         list(judged.violations),
         how,
     )
+    # The log's header states the division as the run started: members a fit resume dropped
+    # later are the record's (and can only make the run open).
+    started = (
+        rules.judge(config, _layout(mesh), sizes, data.skipped_examples) if dropped else judged
+    )
     line = run.log.one("submission_division") or {}
-    f.same(f"{lg} submission_division", line.get("value"), judged.division, how)
+    f.same(f"{lg} submission_division", line.get("value"), started.division, how)
     f.same(
         f"{lg} submission_division violations",
         (line.get("metadata") or {}).get("violations"),
-        list(judged.violations),
+        list(started.violations),
         how,
     )
     # The sizes and layout judged are the ones the log states the run had.
@@ -152,16 +160,77 @@ def check_run(run: Run, workdir: Path, recount_flops: bool) -> list[str]:
     return f.lines
 
 
-def check(folder: str, recount_flops: bool = False) -> list[str]:
-    """Failure lines of every run of the package at `folder` (empty: it passes)."""
+class Review(NamedTuple):
+    """What `check` does beyond the package alone (docs/submission.md §3): --recount,
+    --reevaluate, --rerun_steps=N with --same_system, and the --data_dir both read."""
+
+    recount: bool = False
+    reevaluate: bool = False
+    rerun_steps: int | None = None
+    same_system: bool = False
+    data_dir: str | None = None
+
+    def validate(self, runs: list[Run]) -> None:
+        """UsageError (one line) for options that cannot run, before any work."""
+        if self.rerun_steps is not None and self.rerun_steps < 1:
+            raise UsageError(f"--rerun_steps={self.rerun_steps}: expected a number of steps >= 1")
+        if self.same_system and self.rerun_steps is None:
+            raise UsageError("--same_system: only with --rerun_steps=N (it times the re-run)")
+        if self.data_dir is not None:
+            if not (self.reevaluate or self.rerun_steps):
+                raise UsageError(
+                    f"--data_dir={self.data_dir}: only with --reevaluate or --rerun_steps"
+                )
+            if not Path(self.data_dir).is_dir():
+                raise UsageError(f"--data_dir={self.data_dir}: not a folder")
+        for run in runs if self.reevaluate else ():
+            folder = reevaluate.weights_folder(run)
+            if not folder.is_dir():
+                raise UsageError(
+                    f"{folder}: missing: --reevaluate needs the run's weights (pack --with_weights)"
+                )
+
+
+def check(
+    folder: str, recount_flops: bool = False, review: Review | None = None, notes=None
+) -> list[str]:
+    """Failure lines of every run of the package at `folder` (empty: it passes); what the
+    re-evaluations and re-runs measured is appended to `notes` (a list), where given."""
+    review = review or Review(recount=recount_flops)
     if importlib.util.find_spec("mlperf_logging") is None:
         raise UsageError(f"check runs the MLLOG compliance checker: {mllog.INSTALL}")
     root = Path(folder).resolve()  # the checker runs in a folder of its own
     runs = load(str(root))
+    review.validate(runs)
+    notes = [] if notes is None else notes
     failures = []
     with tempfile.TemporaryDirectory(prefix="hpcai_jax_check_") as tmp:
         for run in runs:
-            failures += check_run(run, Path(tmp), recount_flops)
+            failures += check_run(run, Path(tmp), review.recount)
+        failures += _again(runs, review, Path(tmp), notes)
     for rule in PACKAGE_RULES:
         failures += rule(root, runs)
     return failures
+
+
+def _again(runs: list[Run], review: Review, workdir: Path, notes: list) -> list[str]:
+    """The re-runs, then the re-evaluations (in this process: after every re-run, so that no
+    accelerator memory of this one is held while they run)."""
+    trained = [run for run in runs if run.record.mode == "train"]
+    out = []
+    if review.rerun_steps:
+        for run in trained:
+            f = derive.Findings(run.id)
+            notes.append(
+                rerun.rerun(
+                    f, run, review.rerun_steps, review.same_system, review.data_dir, workdir
+                )
+            )
+            out += f.lines
+    if review.reevaluate:
+        for run in trained:
+            f = derive.Findings(run.id)
+            note = reevaluate.reevaluate(f, run, flagfile.read(run.flags), review.data_dir)
+            notes += [note] if note else []
+            out += f.lines
+    return out

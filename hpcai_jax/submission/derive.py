@@ -48,8 +48,12 @@ def _healthy(record: TrainRecord, first: int, steps: int) -> int:
     step (the record's divergence section), as FLOPS counts them (docs/score.md §5)."""
     m = record.mesh.ensemble_size
     bad = {int(k): v for k, v in record.divergence.nonfinite_first_step.items()}
+    stopped = {d.member: d.step for d in (record.members.dropped if record.members else [])}
     last = first + steps
-    return sum(max(0, min(last, bad.get(member, last)) - first) for member in range(m))
+    return sum(
+        max(0, min(last, bad.get(member, last), stopped.get(member, last)) - first)
+        for member in sorted(set(range(m)) | set(stopped))
+    )
 
 
 def _process_walls(record: TrainRecord, i: int, wall: float) -> tuple[float, float | None]:

@@ -1,7 +1,8 @@
-"""`pack RUN_RECORDS... --out=DIR`: one folder holding each run's record, its MLLOG, its
-configuration as a flagfile, the system description and a README with the score table. The
-package is written into a temporary folder beside DIR and renamed into place: a failed pack
-leaves nothing."""
+"""`pack RUN_RECORDS... --out=DIR [--with_weights]`: one folder holding each run's record, its
+MLLOG, its configuration as a flagfile, the system description and a README with the score
+table, and with --with_weights each run's final weights (run/weights.py), checked against the
+MLLOG's digest of them. The package is written into a temporary folder beside DIR and renamed
+into place: a failed pack leaves nothing."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.results import cell
 from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, system
+from hpcai_jax.submission.logfile import Log
 
 
 def _records(paths: list[str]) -> list[tuple[Path, records.TrainRecord]]:
@@ -70,6 +72,43 @@ def _mllog(path: Path, record: records.TrainRecord) -> Path:
     )
 
 
+def _weights(path: Path, record: records.TrainRecord, log: Path) -> dict:
+    """The run's final weights as numpy arrays, from where the run kept them (the MLLOG's
+    `weights_digest` names the place), beside the record, or its final checkpoint; UsageError
+    unless they are there and give the digest the log holds."""
+    from hpcai_jax.run import weights
+
+    line = Log(log).one(weights.MLLOG_KEY)
+    if line is None:
+        raise UsageError(
+            f"{path}: its MLLOG {log} has no {weights.MLLOG_KEY}: the run kept no weights "
+            "(--nokeep_weights, or not complete); pack it without --with_weights"
+        )
+    config = record.config or {}
+    kept = (line.get("metadata") or {}).get("path")
+    candidates = [
+        *([Path(kept)] if kept else []),
+        path.parent / f"{record.run_id}{weights.SUFFIX}",
+    ]
+    checkpoints = (config.get("reliability") or {}).get("checkpoint_dir")
+    if checkpoints and record.timing:
+        candidates.append(weights.in_checkpoint(checkpoints, record.timing.steps))
+    found = next((c for c in candidates if c.is_dir()), None)
+    if found is None:
+        raise UsageError(
+            f"{path}: run {record.run_id}'s weights are in none of "
+            f"{', '.join(map(str, candidates))}"
+        )
+    tree = weights.load(found)
+    value, _ = weights.digest(tree)
+    if value != line.get("value"):
+        raise UsageError(
+            f"{found}: sha256 {value} != the {weights.MLLOG_KEY} of {log}: not the weights "
+            f"run {record.run_id} kept"
+        )
+    return tree
+
+
 def score_table(runs: list[records.TrainRecord]) -> str:
     head = (
         "| run | division | M | P_degree | devices | FLOPS (Eq. 6) | quality | target | penalty "
@@ -115,7 +154,9 @@ flagfiles with `--recount`):
 """
 
 
-def pack(paths: list[str], out: str, system_json: str | None = None) -> Path:
+def pack(
+    paths: list[str], out: str, system_json: str | None = None, with_weights: bool = False
+) -> Path:
     target = Path(out)
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"--out={out}: already exists and is not empty; pack writes a new folder")
@@ -136,6 +177,10 @@ def pack(paths: list[str], out: str, system_json: str | None = None) -> Path:
             shutil.copyfile(log, tmp / f"{run}{MLLOG}")
             header = f"# run {run}: its configuration, rebuilt from the record's config section\n"
             (tmp / f"{run}{FLAGS}").write_text(header + "\n".join(lines) + "\n")
+            if with_weights:
+                from hpcai_jax.run import weights
+
+                weights.save(tmp / f"{run}{weights.SUFFIX}", _weights(path, record, log))
         (tmp / SYSTEM).write_text(json.dumps(described, indent=2) + "\n")
         (tmp / README).write_text(readme(runs))
         if target.exists():

@@ -145,9 +145,14 @@ def _members(f: Findings, run, config: RunConfig, rec: str, lg: str) -> None:
     record, q = run.record, run.record.quality
     m, b = record.mesh.ensemble_size, config.train.batch_size
     f.same(f"{rec} mesh.ensemble_size", m, config.mesh.ensemble_size, f"({run.flags.name})")
+    dropped = record.members.dropped if record.members else []
     lists = [
         ("quality.members", q.members),
-        *((f"quality.curve[{i}].members", p.members) for i, p in enumerate(q.curve)),
+        *(
+            (f"quality.curve[{i}].members", p.members[: len(p.members) - _left(dropped, p.step)])
+            for i, p in enumerate(q.curve)
+            if p.members is not None
+        ),
         ("data.distinct_fraction", record.data.distinct_fraction),
         ("train.final_loss", record.train.final_loss if record.train else None),
     ]
@@ -167,3 +172,8 @@ def _members(f: Findings, run, config: RunConfig, rec: str, lg: str) -> None:
         f.same(f"{rec} flops.crosscheck.batch_size", check.batch_size, b, "(--batch_size)")
     f.same(f"{lg} per_model_batch_size", run.log.value("per_model_batch_size"), b, "(--batch_size)")
     f.same(f"{lg} global_batch_size", run.log.value("global_batch_size"), m * b, "(M × |B|)")
+
+
+def _left(dropped: list, step: int) -> int:
+    """Members a fit resume dropped at or after `step`: an evaluation then still had them."""
+    return sum(d.step >= step for d in dropped)
