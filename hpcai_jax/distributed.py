@@ -213,6 +213,20 @@ def lost_peer(error: BaseException) -> str | None:
     return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
 
 
+def from_process_zero(text: str, size: int = 256) -> str:
+    """Process 0's `text` on every process (at most `size` UTF-8 bytes; a collective): a value
+    each process would make its own way, such as a run id stamped with the time and pid."""
+    import jax
+
+    if jax.process_count() == 1:
+        return text
+    data = np.zeros(size, np.uint8)
+    raw = text.encode()[:size]
+    data[: len(raw)] = np.frombuffer(raw, np.uint8)
+    first = allgather(data)[0]
+    return bytes(first[first != 0]).decode()
+
+
 def barrier(name: str) -> None:
     """All processes meet here (no-op for one process)."""
     import jax

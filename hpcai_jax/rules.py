@@ -80,6 +80,7 @@ class _Run(NamedTuple):
     layout: object  # an engine.mesh.MeshLayout, or None: Eq. 5 unchecked
     sizes: SplitSizes
     skipped: dict[str, list[int]]  # split → records replaced (--bad_example_policy=skip)
+    dropped: int = 0  # members a --resume_members=fit resume left behind
 
 
 def _official_target(run: _Run) -> str | None:
@@ -250,6 +251,23 @@ def _bad_records(run: _Run) -> str | None:
     )
 
 
+# The most of its members a closed run may lose to --resume_members=fit resumes: a node or two
+# of a thousand-node job; more is another ensemble than the one submitted.
+MAX_DROPPED_FRACTION = 0.05
+
+
+def _dropped_members(run: _Run) -> str | None:
+    if not run.dropped or run.layout is None:
+        return None
+    asked = run.layout.ensemble_size + run.dropped
+    if run.dropped <= MAX_DROPPED_FRACTION * asked:
+        return None
+    return (
+        f"--resume_members=fit dropped {run.dropped} of {asked} members; the closed division "
+        f"allows at most {MAX_DROPPED_FRACTION:g} of them"
+    )
+
+
 def _flop_count(run: _Run) -> str | None:
     if run.config.results.flops_source == "xla":
         return (
@@ -275,6 +293,7 @@ RULES: tuple[tuple[str, Callable[[_Run], str | None]], ...] = (
     ("test hooks", _test_hooks),
     ("FLOP count", _flop_count),
     ("bad records", _bad_records),
+    ("dropped members", _dropped_members),
 )
 
 
@@ -283,6 +302,7 @@ def judge(
     layout=None,
     sizes: SplitSizes = NOT_LOADED,
     skipped: dict[str, list[int]] | None = None,
+    dropped: int = 0,
 ) -> Submission:
     """The division of a training run of `config`, with the rules it breaks (first: a missing
     official target). `layout` (engine.mesh.MeshLayout), `sizes` (the loaded splits) and
@@ -292,12 +312,12 @@ def judge(
     c = config
     target = official_target(c.model.workload, c.model.model, c.data.dataset)
     data = OFFICIAL_DATA[dataset_name(c.data.dataset)] if target else None
-    run = _Run(config, target, data, layout, sizes, skipped or {})
+    run = _Run(config, target, data, layout, sizes, skipped or {}, dropped)
     violations = (check(run) for _, check in RULES)
     return Submission(tuple(v for v in violations if v))
 
 
-def of_setup(setup, skipped: dict[str, list[int]] | None = None) -> Submission:
+def of_setup(setup, skipped: dict[str, list[int]] | None = None, dropped: int = 0) -> Submission:
     """The division of a built run (engine.setup.RunSetup): its layout and the splits it loaded,
     and the records it replaced so far (`skipped`)."""
     loaded = setup.datasets
@@ -305,4 +325,4 @@ def of_setup(setup, skipped: dict[str, list[int]] | None = None) -> Submission:
     sizes = SplitSizes(
         len(train) if train is not None else None, len(held_out) if held_out is not None else None
     )
-    return judge(setup.config, setup.layout, sizes, skipped)
+    return judge(setup.config, setup.layout, sizes, skipped, dropped)

@@ -70,12 +70,11 @@ def _record(results_dir):
     return json.loads(records[0].read_text())
 
 
-def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tmp_path):
-    """SIGTERM to the real command line in the second epoch: exit 75, a partial record, a
-    checkpoint; the resumed run (on another mesh) starts in that epoch and crosses into the third, and ends with
-    the uninterrupted run's parameters. Stopping after a boundary is what lets this tell one
-    bootstrap sample per member for the whole run from a sample drawn afresh by each process
-    (or each epoch it starts in): the resumed process never saw epoch 0."""
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """The run stopped by SIGTERM in its second epoch (exit 75): its folder (ck, r, run.mllog),
+    partial record, log and the step it stopped at; tests resume copies of it."""
+    tmp_path = tmp_path_factory.mktemp("interrupted")
     args = [
         sys.executable,
         "-m",
@@ -106,6 +105,25 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
     assert first_log[-1]["key"] == "segment_stop" and "run_stop" not in _keys(first_log)
     assert first_log[-1]["metadata"]["run_id"] == "interrupted"
     assert first_log[-1]["value"] == stopped_at
+    return tmp_path, partial, first_log, stopped_at
+
+
+def _resumable(interrupted, tmp_path):
+    """A copy of the interrupted run's folder, to resume."""
+    folder, partial, first_log, stopped_at = interrupted
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+    return partial, first_log, stopped_at
+
+
+def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(
+    whole, interrupted, tmp_path
+):
+    """SIGTERM to the real command line in the second epoch: exit 75, a partial record, a
+    checkpoint; the resumed run (on another mesh) starts in that epoch and crosses into the
+    third, and ends with the uninterrupted run's parameters. Stopping after a boundary is what
+    lets this tell one bootstrap sample per member for the whole run from a sample drawn afresh
+    by each process (or each epoch it starts in): the resumed process never saw epoch 0."""
+    partial, first_log, stopped_at = _resumable(interrupted, tmp_path)
 
     # The resume in a process of its own, as on a cluster: nothing cached in memory by an
     # earlier run (the sampler's epoch orders, say) can stand in for what it must rebuild. And
@@ -184,6 +202,51 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(whole, tm
     assert len(leaves_a) == len(leaves_b) > 10
     for a, b in zip(leaves_a, leaves_b, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_resume_on_fewer_devices_goes_on_with_the_members_that_fit(whole, interrupted, tmp_path):
+    """--resume_members=fit: the 4-member checkpoint resumed on 3 devices (one member each,
+    P_degree 1) goes on with members 0-2, which end at the uninterrupted run's parameters;
+    member 3 is dropped at the checkpoint's step, its member-steps before it still counted; the
+    run packs and passes submission check. Without fit the same resume is one line, exit 2."""
+    _, _, stopped_at = _resumable(interrupted, tmp_path)
+    args = [
+        *RUN,
+        "--members_per_device=1",
+        "--parallel_degree=1",
+        f"--steps={STEPS}",
+        "--run_name=interrupted",
+        f"--checkpoint_dir={tmp_path}/ck",
+        f"--results_dir={tmp_path}/r",
+        f"--mllog={tmp_path}/run.mllog",
+    ]
+    refused = run_main(*args, devices=3)
+    assert_one_line_error(refused, "Eq. 5 fails", "--ensemble_size=4")
+    resumed = run_main(*args, "--resume_members=fit", devices=3)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed with the members that fit: 3 of 4" in resumed.stderr
+    record = _record(tmp_path / "r")
+    assert record["status"] == "complete" and record["mesh"]["ensemble_size"] == 3
+    assert record["members"]["dropped"] == [
+        {"member": 3, "step": stopped_at, "why": "--resume_members=fit on 3 devices"}
+    ]
+    assert len(record["quality"]["members"]) == 3
+    # Member-steps: the timed steps of the first segment had 4 members, the second's 3.
+    first_timed = stopped_at - 1  # each segment's first step is a warm-up
+    second_timed = STEPS - stopped_at - 1
+    assert record["flops"]["useful_member_steps"] == 4 * first_timed + 3 * second_timed
+    _, params_whole = _final_params(whole / "ck")
+    _, params_fit = _final_params(tmp_path / "ck")
+    for a, b in zip(_leaves(params_whole), _leaves(params_fit), strict=True):
+        assert 3 * a.size == 4 * b.size  # flattened [M, ...]: members 0-2 first
+        np.testing.assert_allclose(a[: b.size], b, rtol=1e-5, atol=1e-6)
+    system = tmp_path / "site.json"
+    system.write_text("{}")
+    package = tmp_path / "package"
+    record_path = next((tmp_path / "r").glob("*.json"))
+    argv = ["pack", str(record_path), f"--out={package}", f"--system_json={system}"]
+    assert submission_main(argv) == 0
+    assert submission_main(["check", str(package)]) == 0
 
 
 def _mllog(path) -> list[dict]:
@@ -343,7 +406,8 @@ def test_existing_record_is_not_overwritten(tmp_path):
     assert record["time_to_target_s"] is None
     assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
     assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json"]  # no temp files left
+    # The record and the members' kept weights (--keep_weights); no temp files left.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json", "same.weights"]
 
 
 def _json_meta_writer():
@@ -362,7 +426,9 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
     guard it would kill the process mid-write). The results directory is removed during the
     run: the partial record is written into it anew. And member 1 goes NaN at step 2 with the
     flags read every 4 steps: those of steps 2 and 3 are still pending at the stop, and are read
-    before the partial record and the checkpoint, so member 1 is dated and pruned there."""
+    before the partial record and the checkpoint, so member 1 is dated and pruned there. The
+    MLLOG, in the removed directory, is written again whole at the segment's end; the resumed
+    run appends to it, and the run packs and passes submission check."""
     handler = _json_meta_writer()
     write = handler._save_fn
     results_dir = tmp_path / "r"
@@ -373,18 +439,24 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
         return await write(self, item, directory)
 
     monkeypatch.setattr(handler, "_save_fn", signalled)
-    proc = run_in_process(
+    args = [
         *SHORT,
-        "--steps=6",
+        "--steps=9",  # past the first epoch (8 steps): an Eq. 6 figure to pack
         "--checkpoint_every=2",
         "--keep_checkpoints=3",
         "--inject_nan=1@2",
         "--divergence_check_every=4",
         "--on_divergence=prune",
+        "--run_name=lost-log",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={results_dir}",
-    )
+        f"--mllog={results_dir}/run.mllog",
+    ]
+    proc = run_in_process(*args)
     assert proc.returncode == 75, proc.stderr[-2000:]
+    assert "the whole log was written again to" in proc.stderr
+    first = _mllog(results_dir / "run.mllog")
+    assert first[0]["key"] == "cache_clear" and first[-1]["key"] == "segment_stop"
     record = _record(results_dir)
     assert record["status"] == "partial" and record["reason"] == "preempted by SIGTERM at step 3"
     assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
@@ -394,6 +466,22 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
     assert step == 3
     meta = json.loads((tmp_path / "ck" / "3" / "meta" / "metadata").read_text())
     assert meta["diverged"] == {"1": 2}
+    monkeypatch.undo()  # the resume saves undisturbed
+    resumed = run_in_process(*args)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = _mllog(results_dir / "run.mllog")
+    assert log[: len(first)] == first and log[-1]["key"] == "run_stop"
+    system = tmp_path / "site.json"
+    system.write_text("{}")
+    package = tmp_path / "package"
+    argv = [
+        "pack",
+        str(results_dir / "lost-log.json"),
+        f"--out={package}",
+        f"--system_json={system}",
+    ]
+    assert submission_main(argv) == 0
+    assert submission_main(["check", str(package)]) == 0
 
 
 def test_a_full_disk_while_saving_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):

@@ -173,3 +173,15 @@ def test_a_closed_run_may_replace_at_most_a_tiny_fraction_of_a_split():
         "(at most 128), 6 of the 50000 records of split 'validation' (at most 5); the closed "
         "division allows at most 0.0001 of a split"
     )
+
+
+def test_a_closed_run_may_lose_at_most_a_few_members_to_fit_resumes():
+    """--resume_members=fit: the layout is what ran (M'), `dropped` the members left behind:
+    at most 0.05 of the M the run started with."""
+    config, sizes = resnet50(), rules.SplitSizes(1_281_167, 50_000)
+    ran = MeshLayout(ensemble_size=38, members_per_device=1, parallel_degree=8, num_devices=304)
+    assert rules.judge(config, ran, sizes, None, dropped=2).violations == ()  # 2 of 40
+    assert rules.judge(config, ran, sizes, None, dropped=3).violations == (
+        "--resume_members=fit dropped 3 of 41 members; the closed division allows at most 0.05 "
+        "of them",
+    )

@@ -158,6 +158,21 @@ class Resume:
 
 
 @section
+class DroppedMember:
+    member: int = field("the member's index in the checkpoint's ensemble")
+    step: int = field("the step it stopped at: its member-steps before it count", "steps")
+    why: str = field("why: the resume that could not hold it")
+
+
+@section
+class Members:
+    dropped: list[DroppedMember] = field(
+        "members a `--resume_members=fit` resume left behind (docs/reliability.md); empty when "
+        "every member trained to the end"
+    )
+
+
+@section
 class Reliability:
     checkpoint_every_steps: int | None = field(
         "steps between this segment's checkpoints; None: at the end and on preemption only",
@@ -477,6 +492,9 @@ class TrainRecord(Record):
     timing: Timing = field("where the run's time went")
     resumes: list[Resume] = field("one entry per resumed segment (docs/reliability.md)")
     divergence: Divergence = field("members that went non-finite and what was done")
+    members: Members | None = field(
+        "what happened to whole members; None in records written before it"
+    )
     reliability: Reliability | None = field(
         "how often the run saved checkpoints, and why; None in records written before it"
     )

@@ -168,8 +168,11 @@ class Checkpointer:
         keep: int,
         fingerprint_value: dict,
         layout: MeshLayout | None = None,
+        fewer_members: bool = False,
     ):
         self.directory = directory
+        # A fit resume restores the first M' members of M (orbax reads only their rows).
+        self._fewer_members = fewer_members
         self.every = every  # --checkpoint_every=auto sets it once a save was measured
         self._fingerprint = fingerprint_value
         self._layout = dataclasses.asdict(layout) if layout else None
@@ -258,6 +261,7 @@ class Checkpointer:
                 diff = _differences(meta.get("fingerprint", {}), self._fingerprint)
                 code, why = _FOREIGN, "; ".join(diff[:4])
             else:
+                self._members_left(step, meta)
                 restored = self._read_state(step, abstract_state), meta
         except _Corrupt as e:
             code, why = _CORRUPT, str(e)
@@ -271,6 +275,18 @@ class Checkpointer:
         if codes.max() == _CORRUPT:
             return why if code == _CORRUPT else f"unreadable by process {codes.argmax()}", None
         return None, restored
+
+    def _members_left(self, step: int, meta: dict) -> None:
+        """A checkpoint a fit resume wrote holds fewer members than the flags' M: it resumes
+        only with fit, on devices for at most those members (a dropped member never returns)."""
+        saved_m = (meta.get("layout") or {}).get("ensemble_size")
+        want_m = (self._layout or {}).get("ensemble_size")
+        if saved_m and want_m and saved_m < want_m:
+            raise UsageError(
+                f"--checkpoint_dir={self.directory}: checkpoint of step {step} holds {saved_m} "
+                f"members (a --resume_members=fit resume dropped the others), not {want_m}: "
+                f"resume it with --resume_members=fit on devices for {saved_m} members at most"
+            )
 
     def _step_path(self, step: int) -> epath.Path:
         return self._manager.directory / str(step)  # orbax's default step name
@@ -305,7 +321,8 @@ class Checkpointer:
         handler = ocp.StandardCheckpointHandler()
         try:
             return handler.restore(
-                self._step_path(step) / "state", args=ocp.args.StandardRestore(abstract_state)
+                self._step_path(step) / "state",
+                args=ocp.args.StandardRestore(abstract_state, strict=not self._fewer_members),
             )
         except Exception as e:  # noqa: BLE001 - orbax raises many types for damaged files
             raise _Corrupt(f"its state is unreadable ({_brief(e)})") from None

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from hpcai_jax import nodes, results
+from hpcai_jax import distributed, nodes, results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
@@ -23,7 +23,7 @@ from hpcai_jax.engine.step import compile_step
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, hooks, members, processes, startup
+from hpcai_jax.run import evaluation, fit, hooks, members, processes, startup, weights
 from hpcai_jax.run import interval as interval_rule
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
@@ -173,32 +173,40 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     bandwidth = (
         stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
     )
+    # --resume_members=fit: the members that fit these devices (docs/reliability.md).
+    fitted = fit.fit(config, jax.device_count(), jax.local_device_count())
     with startup.phase("setup"):
-        setup = build_setup(config)
+        setup = build_setup(fitted.config)
     rc = config.reliability
+    # The checkpoint's fingerprint is the flags' M, whatever the resume runs.
+    asked = dataclasses.replace(setup.layout, ensemble_size=config.mesh.ensemble_size)
     ckpt = (
         Checkpointer(
             rc.checkpoint_dir,
             rc.checkpoint_steps,
             rc.keep_checkpoints,
-            fingerprint(config, setup.layout),
+            fingerprint(config, asked),
             setup.layout,
+            fewer_members=bool(fitted.dropped),
         )
         if rc.checkpoint_dir
         else None
     )
     try:
-        return _train(setup, ckpt, wall_start, bandwidth)
+        return _train(setup, ckpt, wall_start, bandwidth, fitted.dropped)
     finally:
         if ckpt:  # waits for pending saves on every path, errors and divergence included
             ckpt.close()
 
 
-def _resume_or_start(setup: RunSetup, ckpt: Checkpointer | None):
-    """(state or None, progress, resuming): from the newest checkpoint, or a new run's."""
+def _resume_or_start(setup: RunSetup, ckpt: Checkpointer | None, dropped: tuple[int, ...]):
+    """(state or None, progress, resuming): from the newest checkpoint, or a new run's; a fit
+    resume (`dropped`) stops those members at the checkpoint's step."""
     config, layout = setup.config, setup.layout
     if ckpt is None or ckpt.latest_step() is None:
-        return None, Progress(run_id=results.run_id(config, "train")), False
+        # One id for the whole job: each process would stamp its own time and pid.
+        run_id = distributed.from_process_zero(results.run_id(config, "train"))
+        return None, Progress(run_id=run_id), False
     state, meta = ckpt.restore(setup.abstract_state)
     progress = Progress.from_meta(meta)
     named = config.results.run_name
@@ -210,6 +218,16 @@ def _resume_or_start(setup: RunSetup, ckpt: Checkpointer | None):
         )
     mesh = dataclasses.asdict(layout)
     progress.note_resume(mesh)
+    why = f"--resume_members=fit on {layout.num_devices} devices"
+    if new := progress.drop(dropped, why):
+        logging.warning(
+            "resumed with the members that fit: %d of %d (%s); members %s stop at step %d",
+            layout.ensemble_size,
+            layout.ensemble_size + len(progress.dropped),
+            why,
+            new,
+            progress.step,
+        )
     logging.info(
         "resumed run %s from step %d of %d (%s)%s",
         progress.run_id,
@@ -336,10 +354,11 @@ def _train(
     ckpt: Checkpointer | None,
     wall_start: float,
     bandwidth: tuple[float, str] | None,
+    dropped: tuple[int, ...] = (),
 ) -> tuple[dict, int]:
     config = setup.config
     with startup.phase("state"):  # a resume's restore is this phase too
-        state, progress, resuming = _resume_or_start(setup, ckpt)
+        state, progress, resuming = _resume_or_start(setup, ckpt, dropped)
     claimed = results.claim(
         config.results.results_dir, progress.run_id, config.results.overwrite, resuming
     )
@@ -386,6 +405,7 @@ def _train(
                 prefetch.close()
             clock.finish()
             _final_save(ctx, outcome)
+            weights.keep(ctx, outcome.status is Status.COMPLETE)
         finally:
             guard.restore()
         record = _record(ctx, built, outcome, steps, wall_start, dog)

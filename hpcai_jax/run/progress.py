@@ -48,6 +48,9 @@ class Progress:
     # Split → records replaced under --bad_example_policy=skip, every process's, up to the last
     # save (data/bad_examples.py): a resumed run's record still lists the earlier ones.
     skipped_examples: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    # Members a --resume_members=fit resume left behind: {"member", "step", "why"}, each with
+    # the step it stopped at (run/fit.py); their member-steps before it still count.
+    dropped: list[dict] = dataclasses.field(default_factory=list)
 
     def to_meta(self) -> dict:
         meta = dataclasses.asdict(self)
@@ -84,6 +87,15 @@ class Progress:
         """Timed steps follow each other without gaps inside a segment: their sum is the wall time."""
         return float(sum(self.step_s))
 
+    def timed_member_steps(self, ensemble_size: int) -> int:
+        """Timed member-steps, a dropped member's up to the step it stopped at."""
+        stopped = {d["member"]: d["step"] for d in self.dropped}
+        return sum(
+            max(0, min(last, stopped.get(member, last)) - first)
+            for first, last in self.timed_ranges
+            for member in set(range(ensemble_size)) | set(stopped)
+        )
+
     def useful_member_steps(self, ensemble_size: int) -> int:
         """Timed member-steps of healthy members: a member's steps from its first non-finite
         step on are wasted work and are not counted in FLOPS."""
@@ -93,12 +105,21 @@ class Progress:
         )
 
     def healthy_member_steps(self, first: int, last: int, ensemble_size: int) -> int:
-        """Member-steps of steps [first, last) before each member's first non-finite step."""
+        """Member-steps of steps [first, last) before each member's first non-finite step, and
+        of a dropped member before the step it stopped at."""
+        stopped = {d["member"]: d["step"] for d in self.dropped}
         total = 0
-        for member in range(ensemble_size):
-            end = min(last, self.diverged.get(member, last))
+        for member in sorted(set(range(ensemble_size)) | set(stopped)):
+            end = min(last, self.diverged.get(member, last), stopped.get(member, last))
             total += max(0, end - first)
         return total
+
+    def drop(self, members: tuple[int, ...], why: str) -> list[int]:
+        """Members that stop at this step (a fit resume); returns those newly dropped."""
+        known = {d["member"] for d in self.dropped}
+        new = [m for m in members if m not in known]
+        self.dropped += [{"member": m, "step": self.step, "why": why} for m in new]
+        return new
 
 
 def _gathered(ready: list) -> list:

@@ -10,7 +10,7 @@ import os
 import jax
 import numpy as np
 
-from hpcai_jax import metrics, records, results, rules
+from hpcai_jax import metrics, records, results, rules, units
 from hpcai_jax.distributed import allgather
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.flops.xla import XlaCost
@@ -62,7 +62,7 @@ def train_record(
     epochs = _epochs(progress, per_member_step if valid else None, m)
     target = config.quality_target() if config.scored else None
     skipped = skipped_examples(setup, progress)
-    submission = rules.of_setup(setup, skipped)
+    submission = rules.of_setup(setup, skipped, len(progress.dropped))
     figures = _metrics(setup, progress, epochs, status, per_member_step, quality, target, peaks)
     to_target, to_target_why = curve.time_to_target(
         progress.curve, target.target if target else None, progress.resumes, status
@@ -87,6 +87,7 @@ def train_record(
             for r in progress.resumes
         ],
         divergence=_divergence(config, progress),
+        members=train.Members(dropped=[train.DroppedMember(**d) for d in progress.dropped]),
         reliability=_reliability(interval),
         flops=_flops(cost, cross, progress, m),
         # Eq. 6 per epoch (docs/score.md §5): what `metrics.flops_per_s` is computed from.
@@ -203,7 +204,7 @@ def _flops(cost: XlaCost, cross: FlopFigures, progress: Progress, m: int) -> tra
         xla_per_step_per_device=cost.flops_per_device,
         xla_note=cost.note,
         useful_member_steps=progress.useful_member_steps(m),
-        timed_member_steps=len(progress.step_s) * m,
+        timed_member_steps=progress.timed_member_steps(m),
         crosscheck=train.Crosscheck(**cross.to_dict()),
     )
 
@@ -410,24 +411,17 @@ def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
     r = records.read(record) if isinstance(record, dict) else record
     m, q, t, mesh, f = r.metrics, r.quality, r.timing, r.mesh, r.flops
     num = results.cell
-    broken = len(r.submission.violations)
     rows = [
         ("status", r.status + (f" ({r.reason})" if r.reason else "")),
-        (
-            "division",
-            str(r.submission.division)
-            + (
-                f" ({broken} rule{'s' if broken > 1 else ''} broken: submission.violations)"
-                if broken
-                else ""
-            ),
-        ),
+        ("division", str(r.submission.division)),
+        *(("  rule broken", v) for v in r.submission.violations),
         (
             "mesh (ensemble x data x model)",
             f"{mesh.shape}  M={mesh.ensemble_size} P_degree={mesh.parallel_degree} "
             f"P_model={mesh.model_parallel} strategy={mesh.member_strategy}",
         ),
-        ("steps (timed)", f"{t.steps}/{t.planned_steps} ({t.timed_steps})"),
+        ("members per device", _members_per_device(r)),
+        ("steps", f"{t.steps} of {t.planned_steps} ({t.timed_steps} timed)"),
         ("step time median [s]", num(t.step_s.median_s)),
         ("compile / data wait [s]", f"{t.compile_s:.1f} / {t.data_wait_s:.2f}"),
         (
@@ -435,14 +429,14 @@ def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
             f"{num(m.images_per_s, '{:.1f}')} / {num(m.useful_images_per_s, '{:.1f}')}",
         ),
         (
-            "FLOPS [FLOP/s] (Eq. 6, per epoch)",
-            f"{num(m.flops_per_s)} over {len(r.epochs)} epoch(s)"
+            "FLOPS (Eq. 6, per epoch)",
+            f"{units.si(m.flops_per_s, 'FLOP/s')} over {len(r.epochs)} epoch(s)"
             if m.flops_per_s is not None
             else f"n/a ({m.flops_per_s_why})",
         ),
         (
-            "FLOPS steady [FLOP/s]",
-            f"{num(m.flops_per_s_steady)} (from {f.source}; XLA/analytic "
+            "FLOPS steady",
+            f"{units.si(m.flops_per_s_steady, 'FLOP/s')} (from {f.source}; XLA/analytic "
             f"{num(f.crosscheck.xla_over_analytic, '{:.3f}')}"
             f"{'' if f.crosscheck_ok is not False else ': CROSS-CHECK FAILED'})",
         ),
@@ -470,6 +464,13 @@ def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _members_per_device(r: records.TrainRecord) -> str:
+    """Resolved, and what the flags asked (auto: derived from M, P_degree and the devices)."""
+    asked = (r.config.get("mesh") or {}).get("members_per_device")
+    words = {0: "auto", None: "not recorded"}
+    return f"{r.mesh.members_per_device} (asked: {words.get(asked, asked)})"
+
+
 def _oob(q: train.Quality) -> str:
     oob, num = q.oob, results.cell
     if not oob:
@@ -494,8 +495,8 @@ def _scored_rows(r: records.TrainRecord) -> list[tuple[str, str]]:
     )
     return [
         (
-            "VFLOPS [FLOP/s]",
-            f"{num(m.vflops_per_s)} = FLOPS × {num(m.penalty, '{:.4f}')} "
+            "VFLOPS",
+            f"{units.si(m.vflops_per_s, 'FLOP/s')} = FLOPS × {num(m.penalty, '{:.4f}')} "
             f"(({num(q.ensemble, '{:.4f}')} / {q.target})^{q.exponent:g}; target {official})",
         ),
         ("time to target", reached),

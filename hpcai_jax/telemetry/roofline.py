@@ -39,8 +39,9 @@ def stream_bandwidth(record_path: str) -> tuple[float, str]:
     from hpcai_jax.stream import measure_bandwidth  # STREAM's own kernels, timing and check
 
     cpu = jax.devices()[0].platform == "cpu"
+    n = jax.device_count()  # the arrays are split over every device: a multiple of their count
     config = StreamConfig(
-        array_size=_CPU_ELEMENTS if cpu else 0,
+        array_size=_CPU_ELEMENTS // n * n if cpu else 0,
         array_fraction=0.0 if cpu else _ACCELERATOR_FRACTION,
         num_times=_CALLS,
         precision="float32",
