@@ -14,6 +14,8 @@ import pytest
 from helpers import ROOT, run_in_process, subprocess_env
 from test_reliability import _final_params, _leaves
 
+from hpcai_jax.submission.__main__ import main as submission_main
+
 pytestmark = pytest.mark.multiprocess
 
 # Seconds the processes may take to start and join: a loaded machine can spend minutes on importing
@@ -187,9 +189,10 @@ def test_a_killed_process_ends_the_job_as_lost_and_the_resume_matches(tmp_path):
     code (69: requeued on SLURM), no record written; the resume from the last periodic
     checkpoint (here one process of 8 devices: another machine shape) ends at the parameters
     of an uninterrupted run (docs/reliability.md, Exit codes and Faults)."""
+    mllog = f"--mllog={tmp_path}/run.mllog"
     proc = start_job(
         ["--num_processes=4", "--devices_per_process=2", "--grace_s=5"],
-        [*KILLED, f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r"],
+        [*KILLED, f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r", mllog],
     )
     output = []
     try:
@@ -208,9 +211,18 @@ def test_a_killed_process_ends_the_job_as_lost_and_the_resume_matches(tmp_path):
     assert "process 1 exited with SIGKILL" in text, text[-2000:]
     assert not list((tmp_path / "r").glob("*.json"))  # no record of a run that did not finish
     resumed = run_in_process(
-        *KILLED, f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r"
+        *KILLED, f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r", mllog
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # The log died without its segment_stop: cut back to the checkpoint's lines, the segment
+    # closed there, the resumed one appended; the run packs and passes submission check.
+    assert "the log is cut back to the checkpoint's" in resumed.stderr
+    (system := tmp_path / "site.json").write_text("{}")
+    record_path = next((tmp_path / "r").glob("*.json"))
+    package = tmp_path / "package"
+    argv = ["pack", str(record_path), f"--out={package}", f"--system_json={system}"]
+    assert submission_main(argv) == 0
+    assert submission_main(["check", str(package)]) == 0
     record = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
     # From a periodic checkpoint: the newest complete one (the one in flight at the kill, or a
     # process that lagged behind process 0, may leave it one period back).

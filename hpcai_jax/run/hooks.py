@@ -90,6 +90,7 @@ class Context:
         """A checkpoint of the run now: device state, and what its record will need."""
         self.clock.carry_run_time()
         self.progress.skipped_examples = run_record.skipped_examples(self.setup, self.progress)
+        self.progress.mllog_lines = self.mlog.line_count()
         self.ckpt.save(step, self.state, self.progress.to_meta())
 
 

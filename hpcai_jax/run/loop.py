@@ -364,7 +364,12 @@ def _train(
     )
     # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
     mlog = MLLog.start(
-        setup, wall_start, run_clock.read, progress.run_id, progress.step if resuming else None
+        setup,
+        wall_start,
+        run_clock.read,
+        progress.run_id,
+        progress.step if resuming else None,
+        progress.mllog_lines,
     )
     with startup.phase("state"):
         state = setup.init_state() if state is None else state

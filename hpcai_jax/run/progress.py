@@ -51,6 +51,9 @@ class Progress:
     # Members a --resume_members=fit resume left behind: {"member", "step", "why"}, each with
     # the step it stopped at (run/fit.py); their member-steps before it still count.
     dropped: list[dict] = dataclasses.field(default_factory=list)
+    # The MLLOG's lines at the last save (process 0's): a segment that died without its
+    # segment_stop is cut back to them on resume (telemetry/mllog.py).
+    mllog_lines: int = 0
 
     def to_meta(self) -> dict:
         meta = dataclasses.asdict(self)

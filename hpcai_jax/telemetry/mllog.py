@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import jax
+from absl import logging as absl_logging
 
 from hpcai_jax import nodes, records, results, rules
 from hpcai_jax.errors import UsageError
@@ -97,6 +98,7 @@ class MLLog:
         clock=time.perf_counter,
         run_id: str = "",
         resumed_at: int | None = None,
+        lines_at_save: int = 0,
     ) -> MLLog:
         """Opens --mllog and logs the header; `wall_start` (a `clock` reading) is when the run
         started, its init_start. A run resumed at step `resumed_at` appends to its log where
@@ -117,9 +119,13 @@ class MLLog:
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
         spare = Path(config.reliability.checkpoint_dir or ".") / f"{run_id or 'run'}.mllog"
+        lost = False  # the segment resumed died without its segment_stop (a SIGKILL, a node)
         if resumed_at is not None:
             _recover(Path(path), spare, (run_id, resumed_at))
-        append = resumed_at is not None and _open_segment(Path(path)) == (run_id, resumed_at)
+            lost = _cut_to_save(Path(path), (run_id, resumed_at), lines_at_save)
+        append = resumed_at is not None and (
+            lost or _open_segment(Path(path)) == (run_id, resumed_at)
+        )
         if not append:
             _keep_earlier(Path(path), config.results.overwrite, resumed_at)
         try:
@@ -138,12 +144,22 @@ class MLLog:
         log._spare = spare
         if append:
             log._earlier = Path(path).read_text(encoding="utf-8")
+            if lost:  # the lines after the checkpoint are lost work: the log ends at the save
+                why = "the segment ended without its segment_stop; cut back to its last checkpoint"
+                stop = {"run_id": run_id, "step": resumed_at, "reason": why}
+                log._line("event", "segment_stop", resumed_at, stop)
             log._segment = _mesh(setup, hosts)
             log._last_epoch = resumed_at // setup.sampler.steps_per_epoch
             log._target = config.quality_target() if config.scored else None
         else:
             log._header(setup, log._ms(wall_start), hosts)
         return log
+
+    def line_count(self) -> int:
+        """Lines the log holds now (0 without one): a checkpoint saves it (run/hooks.py)."""
+        if self._kept is None:
+            return 0
+        return len(self._earlier.splitlines()) + len(self._kept.lines)
 
     def _ms(self, reading: float) -> int:
         """A clock reading as milliseconds since the Unix epoch, as MLLOG lines carry."""
@@ -442,7 +458,38 @@ def _recover(path: Path, spare: Path, segment: tuple[str, int]) -> None:
         os.replace(partial, path)
     except OSError as e:
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
-    logging.getLogger(__name__).warning("--mllog=%s: the log taken again from %s", path, spare)
+    absl_logging.warning("--mllog=%s: the log taken again from %s", path, spare)
+
+
+def _cut_to_save(path: Path, segment: tuple[str, int], lines_at_save: int) -> bool:
+    """Whether the log at `path` was cut back to its `lines_at_save` lines, those of the
+    checkpoint that resumes: the segment after it died without a segment_stop (killed), so its
+    later lines are work the resumed run does again. Only a log that holds at least those lines
+    and does not already end the segment is cut (the cut part is kept beside it)."""
+    if not lines_at_save or _open_segment(path) == segment:
+        return False
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError):
+        return False
+    if len(lines) < lines_at_save:
+        return False
+    try:
+        path.with_name(path.name + ".lost").write_text("".join(lines[lines_at_save:]))
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text("".join(lines[:lines_at_save]), encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as e:
+        raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
+    absl_logging.warning(
+        "--mllog=%s: the segment after step %d ended without its segment_stop; the log is cut "
+        "back to the checkpoint's %d lines (the rest kept in %s.lost)",
+        path,
+        segment[1],
+        lines_at_save,
+        path.name,
+    )
+    return True
 
 
 def _open_segment(path: Path) -> tuple[str, int] | None:
