@@ -101,6 +101,12 @@ def _define_flags() -> dict[str, tuple[str, ...]]:
 
 # Flag name -> path of the field it sets, e.g. "stream_kernels" -> ("stream", "kernels").
 FLAG_FIELDS: dict[str, tuple[str, ...]] = _define_flags()
+# Flags that take words too, value -> word (--members_per_device=auto, not 0).
+_WORDY = {
+    name: {v: w for w, v in words.items()}
+    for name, (_, owner, field) in zip(FLAG_FIELDS, _settings(_DEFAULTS), strict=True)
+    if (words := field_metadata(type(owner), field).get("words"))
+}
 
 FLAGS = flags.FLAGS
 
@@ -158,9 +164,10 @@ def changed_settings(config: cfg.RunConfig) -> list[tuple[str, Any]]:
 
 def settings_line(config: cfg.RunConfig) -> str:
     """`--a=1 --b=x ...` of the settings that are not defaults, or "(all defaults)"."""
-    return " ".join(f"--{name}={value}" for name, value in changed_settings(config)) or (
-        "(all defaults)"
-    )
+    return " ".join(
+        f"--{name}={_WORDY.get(name, {}).get(value, value)}"
+        for name, value in changed_settings(config)
+    ) or ("(all defaults)")
 
 
 def config_from_flags(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:

@@ -212,3 +212,6 @@ def test_the_start_up_line_names_only_the_settings_that_differ_from_the_defaults
     ]
     assert hflags.settings_line(config) == "--ensemble_size=8 --batch_size=32 --log_every=5"
     assert hflags.settings_line(C.RunConfig()) == "(all defaults)"
+    assert hflags.settings_line(C.RunConfig(mesh=C.MeshConfig(members_per_device=0))) == (
+        "--members_per_device=auto"
+    )
