@@ -34,6 +34,12 @@ def _parse(argv: list[str]) -> list[str]:
         _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
 
 
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
+
+
 def _quiet_backend_probe() -> None:
     """JAX logs, at INFO, every backend it tried and could not start ("Unable to initialize
     backend 'tpu'" on every machine without libtpu): noise beside the run's own INFO lines. The
@@ -53,6 +59,7 @@ def main(argv: list[str]) -> None:
         applied = gpu_settings.apply(gpu_settings.select(config.gpu_settings))
         with startup.phase("distributed"):
             distributed.initialize(config.distributed)
+        startup.quiet(_process_index() != 0)
         if applied.applied:
             logging.info("%s", applied.summary())
         # The settings that differ from the defaults; the record holds the whole configuration.

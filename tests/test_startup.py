@@ -42,3 +42,36 @@ def test_the_tiny_run_records_every_phase_it_went_through(tiny_run):
         assert phases[f"{name}_s"] is not None and phases[f"{name}_s"] >= 0, name
     per = tiny_run.record["timing"]["per_process"]
     assert len(per) == 1 and per[0]["startup_s"] >= phases["compile_s"]
+
+
+def test_each_phase_says_how_long_it_took_on_the_first_process_only(caplog):
+    """A start-up silent for tens of seconds reads as a hang: each phase prints one line, on
+    one process of the job (the others are quiet once it is known, main.py)."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="absl")
+    with startup.phase("setup"):
+        pass
+    assert any("start-up: setup took" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    startup.quiet(True)
+    try:
+        with startup.phase("setup"):
+            pass
+    finally:
+        startup.quiet(False)
+    assert not any("start-up:" in r.getMessage() for r in caplog.records)
+
+
+def test_a_long_evaluation_says_where_it_is(monkeypatch, caplog):
+    import logging
+
+    from hpcai_jax.engine import evaluate
+
+    caplog.set_level(logging.INFO, logger="absl")
+    monkeypatch.setattr(evaluate, "PROGRESS_S", 0.0)
+    progress = evaluate._Progress(3)
+    for _ in range(3):
+        progress.tick()
+    lines = [r.getMessage() for r in caplog.records if "evaluating:" in r.getMessage()]
+    assert lines[0].startswith("evaluating: batch 2 of 3, ETA") and len(lines) == 2

@@ -11,14 +11,18 @@ estimates the ensemble's generalisation without touching the held-out set.
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import jax
 import numpy as np
+from absl import logging
 from jax.sharding import NamedSharding
 
 from hpcai_jax.axes import BATCH_SPEC
-from hpcai_jax.data.pipeline import ReadCache, eval_batches
+from hpcai_jax.data.pipeline import ReadCache, eval_batches, eval_layout
 from hpcai_jax.engine import sharded
+
+PROGRESS_S = 10.0  # seconds between an evaluation's progress lines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +73,11 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of):
     cache = setup.read_caches.setdefault(id(source), ReadCache(limit)) if limit else None
     total = None
     batch_size = setup.config.train.eval_batch_size
+    size, _ = eval_layout(setup.mesh, batch_size)
+    batches = -(-(len(source) if indices is None else len(indices)) // size)
+    progress = _Progress(batches)
     for item in eval_batches(source, setup.mesh, batch_size, indices, cache):
+        progress.tick()
 
         def block(index, rows=item.rows):
             (m0, m1, _), (r0, r1, _) = index[0].indices(m), index[1].indices(len(rows))
@@ -79,6 +87,25 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of):
         counts = setup.eval_step(state, item.batch, item.valid, votes, item.split)
         total = counts if total is None else _add(total, counts)
     return total
+
+
+class _Progress:
+    """A line every PROGRESS_S while an evaluation runs (process 0): a long held-out pass is
+    otherwise a silent minute."""
+
+    def __init__(self, batches: int):
+        self._batches, self._done = batches, 0
+        self._start = self._last = time.perf_counter()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self._done and now - self._last >= PROGRESS_S and jax.process_index() == 0:
+            left = (now - self._start) / self._done * (self._batches - self._done)
+            logging.info(
+                "evaluating: batch %d of %d, ETA %.0f s", self._done + 1, self._batches, left
+            )
+            self._last = now
+        self._done += 1
 
 
 def _member_figures(workload, counts, details: bool) -> list:

@@ -137,6 +137,8 @@ class ProgressLine:
         if not due(completed, self.every, ctx.total_steps):
             return
         self.logged = completed
+        if jax.process_index() != 0:  # one progress line per job, not one per process
+            return
         step_s = ctx.progress.step_s
         median = float(np.median(step_s)) if step_s else 0.0
         logging.info(

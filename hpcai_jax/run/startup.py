@@ -6,12 +6,19 @@ library only: `main` marks its phases before JAX is imported.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 
 # The phases in the order a run goes through them.
 PHASES = ("python", "distributed", "imports", "setup", "state", "compile")
 _seconds: dict[str, float] = {}
+_quiet = [False]  # set on every process but the first once the job is known (main.py)
+
+
+def quiet(value: bool) -> None:
+    """Phase lines from this process or not: one process's account is the job's."""
+    _quiet[0] = value
 
 
 def process_age_s() -> float | None:
@@ -42,7 +49,10 @@ def phase(name: str):
     try:
         yield
     finally:
-        _seconds[name] = _seconds.get(name, 0.0) + time.perf_counter() - start
+        took = time.perf_counter() - start
+        _seconds[name] = _seconds.get(name, 0.0) + took
+        if not _quiet[0]:  # absl's logger, so the line reads like the run's own
+            logging.getLogger("absl").info("start-up: %s took %.1f s", name, took)
 
 
 def record(name: str, seconds: float) -> None:
