@@ -314,3 +314,27 @@ def test_a_log_that_cannot_be_written_goes_whole_to_the_spare_path_and_comes_bac
     assert fresh.read_text() == log._spare.read_text()
     m._recover(tmp_path / "other.mllog", log._spare, ("r1", 5))  # not the segment resumed
     assert not (tmp_path / "other.mllog").exists()
+
+
+def test_the_log_names_the_bytes_of_the_splits_it_read(tiny_run, tmp_path, monkeypatch):
+    """data_digest: the Fashion-MNIST files hashed here again give the log's figure; a large
+    file is named by its size and both ends (sampled), and a change at an end shows."""
+    import hashlib
+    from pathlib import Path
+
+    from hpcai_jax.data import digest, fashion_mnist
+
+    (line,) = [x for x in _lines(tiny_run.mllog.read_text()) if x["key"] == "data_digest"]
+    h = hashlib.sha256()
+    for stem in fashion_mnist._FILES["train"]:
+        path = fashion_mnist._find(Path(fashion_mnist.DEFAULT_DIR), stem)
+        h.update(f"{path.name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())
+    assert line["value"] == line["metadata"]["train"]["sha256"] == h.hexdigest()
+    assert line["metadata"]["train"]["sampled"] is False
+    monkeypatch.setattr(digest, "FULL_BYTES", 8)
+    monkeypatch.setattr(digest, "SAMPLE_BYTES", 4)
+    big = tmp_path / "shard"
+    big.write_bytes(b"abcdefghijklmnop")
+    first, sampled = digest.file_digest(big)
+    big.write_bytes(b"abcdefghijklmnoX")
+    assert sampled and digest.file_digest(big)[0] != first

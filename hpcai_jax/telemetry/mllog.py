@@ -19,6 +19,7 @@ import jax
 from absl import logging as absl_logging
 
 from hpcai_jax import nodes, records, results, rules
+from hpcai_jax.data import digest as data_digest
 from hpcai_jax.errors import UsageError
 
 RULESET = Path(__file__).resolve().parents[1] / "mllog_rules" / "hpcai500.yaml"
@@ -222,6 +223,10 @@ class MLLog:
         self._here("train_samples", setup.sampler.num_examples)
         if setup.datasets is not None and setup.datasets.eval is not None:
             self._here("eval_samples", len(setup.datasets.eval))
+        # Which bytes the splits were read from (data/digest.py): a package states its data.
+        splits = data_digest.digest(setup.config.data)
+        train = next((v["sha256"] for v in splits.values() if isinstance(v, dict)), None)
+        self._here("data_digest", train, splits)
 
     def _optimizer(self, optim, b: int) -> None:
         peak = optim.learning_rate * b / optim.lr_reference_batch  # the linear scaling rule
