@@ -18,9 +18,10 @@ RUN = "real-train"
 
 
 def _cli(capsys, *argv) -> tuple[int, list[str], list[str]]:
+    """The exit code, stdout's lines less check's "checked ..." verdict lines, stderr's."""
     code = main([str(a) for a in argv])
     out, err = capsys.readouterr()
-    return code, out.splitlines(), err.splitlines()
+    return code, [x for x in out.splitlines() if not x.startswith("checked ")], err.splitlines()
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,13 @@ def test_pack_then_check_passes(package, tiny_run, capsys):
     assert system["software"]["jax"]
     readme = (package / "README.md").read_text()
     assert f"| {RUN} | open | 4 | 4 | 8 × cpu |" in readme
-    assert _cli(capsys, "check", package) == (0, ["PASS"], [])
+    assert main(["check", str(package)]) == 0
+    checked = [x for x in capsys.readouterr().out.splitlines() if x.startswith("checked ")]
+    assert checked == [
+        f"checked run {RUN}: configuration PASS, MLLOG compliance PASS, division PASS, scores "
+        "re-derived PASS, plausibility PASS, bounds PASS, provenance PASS",
+        "checked package: README.md, system.json, duplicates PASS",
+    ]
 
 
 def test_check_takes_a_relative_path(package, monkeypatch, capsys):

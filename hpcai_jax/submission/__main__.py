@@ -76,9 +76,13 @@ def run(argv: list[str]) -> int:
         args.recount, args.reevaluate, args.rerun_steps, args.same_system, args.data_dir
     )
     notes: list[str] = []
-    failures = check(args.package, review=review, notes=notes)
+    verdicts: list[tuple[str, str, str]] = []
+    failures = check(args.package, review=review, notes=notes, verdicts=verdicts)
     for note in notes:
         print(f"measured: {note}")
+    for who in dict.fromkeys(w for w, _, _ in verdicts):  # each run, then the package
+        said = ", ".join(f"{name} {v}" for w, name, v in verdicts if w == who)
+        print(f"checked {'' if who == 'package' else 'run '}{who}: {said}")
     print("\n".join(failures) if failures else "PASS")
     return 1 if failures else 0
 

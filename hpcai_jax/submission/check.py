@@ -38,6 +38,11 @@ from hpcai_jax.telemetry import mllog
 # adds a line per field that breaks it; a package rule takes (folder, runs) and returns lines.
 RUN_RULES = (plausible.check, bounds.check, provenance.check)
 PACKAGE_RULES = (package.check,)
+_RULE_NAMES = {
+    plausible.check: "plausibility",
+    bounds.check: "bounds",
+    provenance.check: "provenance",
+}
 
 
 class Run(NamedTuple):
@@ -139,24 +144,40 @@ def _division(f: derive.Findings, run: Run, config, rec: str, lg: str) -> None:
         f.same(f"{lg} {key}", run.log.value(key), want, f"({rec} data/mesh)")
 
 
-def check_run(run: Run, workdir: Path, recount_flops: bool) -> list[str]:
+def _verdict(f: derive.Findings, before: int) -> str:
+    return "PASS" if len(f.lines) == before else "FAIL"
+
+
+def check_run(
+    run: Run, workdir: Path, recount_flops: bool, verdicts: list | None = None
+) -> list[str]:
+    """Failure lines of one run; (run id, check, PASS or FAIL) of each check it went through
+    appended to `verdicts`, where given (the CLI prints them)."""
     f = derive.Findings(run.id)
+    said = [] if verdicts is None else verdicts
     rec, lg, record = f"{run.id}{RECORD}", run.log.path.name, run.record
     config = flagfile.read(run.flags)
     if flagfile.comparable(config.to_dict()) != flagfile.comparable(record.config or {}):
         f.fail(f"{run.flags.name} is not the configuration of {rec} config")
     f.same(f"{rec} mode", record.mode, "train", "(a submission holds training runs)")
     if record.mode != "train":
+        said.append((run.id, "configuration", "FAIL"))
         return f.lines  # its figures are not a training run's: nothing more to re-derive
     f.same(f"{rec} status", record.status, "complete", "(only a complete run scores)")
-    _compliance(f, run, workdir)
-    _division(f, run, config, rec, lg)
+    said.append((run.id, "configuration", _verdict(f, 0)))
     target = config.quality_target() if config.scored else None
-    derive.scores(f, record, run.log, target, rec, lg)
-    for rule in RUN_RULES:
-        rule(f, run, config, rec, lg)
+    stages = [
+        ("MLLOG compliance", lambda: _compliance(f, run, workdir)),
+        ("division", lambda: _division(f, run, config, rec, lg)),
+        ("scores re-derived", lambda: derive.scores(f, record, run.log, target, rec, lg)),
+        *((_RULE_NAMES[r], lambda r=r: r(f, run, config, rec, lg)) for r in RUN_RULES),
+    ]
     if recount_flops:
-        recount.recount(f, run.flags, record, workdir, rec)
+        stages.append(("recount", lambda: recount.recount(f, run.flags, record, workdir, rec)))
+    for name, stage in stages:
+        before = len(f.lines)
+        stage()
+        said.append((run.id, name, _verdict(f, before)))
     return f.lines
 
 
@@ -192,10 +213,16 @@ class Review(NamedTuple):
 
 
 def check(
-    folder: str, recount_flops: bool = False, review: Review | None = None, notes=None
+    folder: str,
+    recount_flops: bool = False,
+    review: Review | None = None,
+    notes=None,
+    verdicts: list | None = None,
 ) -> list[str]:
     """Failure lines of every run of the package at `folder` (empty: it passes); what the
-    re-evaluations and re-runs measured is appended to `notes` (a list), where given."""
+    re-evaluations and re-runs measured is appended to `notes` (a list), and each run's checks
+    with their verdicts to `verdicts` ((run id or "package", check, PASS or FAIL)), where
+    given."""
     review = review or Review(recount=recount_flops)
     if importlib.util.find_spec("mlperf_logging") is None:
         raise UsageError(f"check runs the MLLOG compliance checker: {mllog.INSTALL}")
@@ -206,14 +233,23 @@ def check(
     failures = []
     with tempfile.TemporaryDirectory(prefix="hpcai_jax_check_") as tmp:
         for run in runs:
-            failures += check_run(run, Path(tmp), review.recount)
-        failures += _again(runs, review, Path(tmp), notes)
+            failures += check_run(run, Path(tmp), review.recount, verdicts)
+        failures += _again(runs, review, Path(tmp), notes, verdicts)
     for rule in PACKAGE_RULES:
-        failures += rule(root, runs)
+        found = rule(root, runs)
+        if verdicts is not None:
+            verdicts.append(("package", "README.md, system.json, duplicates", _said(found)))
+        failures += found
     return failures
 
 
-def _again(runs: list[Run], review: Review, workdir: Path, notes: list) -> list[str]:
+def _said(lines: list[str]) -> str:
+    return "FAIL" if lines else "PASS"
+
+
+def _again(
+    runs: list[Run], review: Review, workdir: Path, notes: list, verdicts: list | None = None
+) -> list[str]:
     """The re-runs, then the re-evaluations (in this process: after every re-run, so that no
     accelerator memory of this one is held while they run)."""
     trained = [run for run in runs if run.record.mode == "train"]
@@ -227,10 +263,14 @@ def _again(runs: list[Run], review: Review, workdir: Path, notes: list) -> list[
                 )
             )
             out += f.lines
+            if verdicts is not None:
+                verdicts.append((run.id, f"re-run of {review.rerun_steps} steps", _said(f.lines)))
     if review.reevaluate:
         for run in trained:
             f = derive.Findings(run.id)
             note = reevaluate.reevaluate(f, run, flagfile.read(run.flags), review.data_dir)
             notes += [note] if note else []
             out += f.lines
+            if verdicts is not None:
+                verdicts.append((run.id, "re-evaluation", _said(f.lines)))
     return out
