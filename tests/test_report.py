@@ -566,3 +566,35 @@ def test_help_shows_every_option_with_its_help_and_default(module):
     if module.endswith("sweep"):
         for placeholder in ("{devices}", "{nodes}", "{devices_per_node}", "launch/local.py"):
             assert placeholder in proc.stdout, placeholder
+
+
+def test_a_tie_for_the_majority_is_stated(real, tmp_path):
+    """Two configurations of one record each: the first is plotted, and the other's reason
+    says it was a tie, not a majority."""
+    a = variant(real["train"], "a", 1, 2, 1e9)
+    b = variant(real["train"], "b", 1, 2, 1e9)
+    b["config"]["train"]["batch_size"] = 64
+    collection = collect([str(write(tmp_path, {"a.json": a, "b.json": b}))])
+    (skipped,) = collection.skipped
+    assert "a tie: 2 configurations have 1 record(s) each" in skipped.why
+
+
+def test_plots_tell_overlapping_runs_apart_and_caveat_shared_cores(real, monkeypatch, tmp_path):
+    """The roofline names each run at its achieved point; the MFU plot warns that CPU devices
+    share cores; the scalability plot draws VFLOPS's ideal line where it has two Sys_scales."""
+    from hpcai_jax.report import series
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig))
+    records = [
+        Record(Path(f"{name}.json"), variant(real["train"], name, m, 1, f))
+        for name, m, f in (("one", 1, 1e9), ("two", 2, 2e9))
+    ]
+    plots.roofline(series.roofline(records), tmp_path / "r.png")
+    texts = [t.get_text() for t in figures[-1].axes[0].texts]
+    assert {"one", "two"} <= set(texts), texts
+    plots.mfu(series.mfu(records), tmp_path / "m.png")
+    assert "CPU devices share the host's cores" in figures[-1].axes[0].get_title()
+    plots.scalability(scalability(records), tmp_path / "s.png", "t")
+    labels = [line.get_label() for line in figures[-1].axes[0].lines]
+    assert any(label.startswith("ideal VFLOPS") for label in labels), labels

@@ -197,8 +197,9 @@ def differences(fields: dict, majority: dict) -> str:
     return text + (f"; and {more} more" if more > 0 else "")
 
 
-def _majority(group: list[Record]) -> tuple[dict, list[Record], list[Record]]:
-    """The largest group of records sharing comparison fields (ties: the first record's).
+def _majority(group: list[Record]) -> tuple[dict, list[Record], list[Record], int]:
+    """The largest group of records sharing comparison fields (ties: the first record's), and
+    how many groups are that large (more than 1: a tie, which the report states).
 
     Only fields every record has are compared: a field added to the configuration by a newer
     version of hpcai_jax is not a difference between two runs' setups."""
@@ -211,7 +212,8 @@ def _majority(group: list[Record]) -> tuple[dict, list[Record], list[Record]]:
     best = max(groups.values(), key=len)  # max keeps the first of equal lengths
     majority = {k: fields[best[0]][k] for k in sorted(shared)}
     others = [r for i, r in enumerate(group) if i not in best]
-    return majority, [group[i] for i in best], others
+    tied = sum(len(g) == len(best) for g in groups.values())
+    return majority, [group[i] for i in best], others, tied
 
 
 def collect(paths: list[str]) -> Collection:
@@ -247,7 +249,13 @@ def collect(paths: list[str]) -> Collection:
         )
     used, majority = {}, {}
     for mode, group in candidates.items():
-        majority[mode], used[mode], others = _majority(group)
+        majority[mode], used[mode], others, tied = _majority(group)
+        tie = (
+            f"; a tie: {tied} configurations have {len(used[mode])} record(s) each, the first "
+            "record's is plotted"
+            if tied > 1
+            else ""
+        )
         for r in others:
             why = differences(comparison_fields(r.record), majority[mode])
             skipped.append(
@@ -255,7 +263,7 @@ def collect(paths: list[str]) -> Collection:
                     r.path,
                     r.run_id,
                     f"configuration differs from the other {mode} records "
-                    f"({len(used[mode])} plotted): {why}",
+                    f"({len(used[mode])} plotted{tie}): {why}",
                 )
             )
     return Collection(list(paths), used, skipped, majority)

@@ -123,6 +123,16 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
                 color=f"C{j}",
                 label=f"ideal FLOPS: linear from Sys_scale = {ideal[0][0]}",
             )
+        ideal_v = sorted({(p.sys_scale, p.ideal_vflops) for p in have if p.ideal_vflops})
+        if len(ideal_v) >= 2:
+            ax.plot(
+                [s for s, _ in ideal_v],
+                [v / scale for _, v in ideal_v],
+                "-.",
+                color=f"C{j}",
+                alpha=0.7,
+                label=f"ideal VFLOPS: linear from Sys_scale = {ideal_v[0][0]}",
+            )
         both = _merged([p for p in have if p.vflops is not None], lambda p: p.sys_scale)
         if both:
             x = [g[0].sys_scale for g in both]
@@ -138,7 +148,8 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
                 mfc="none",
                 label=f"VFLOPS, P_degree = {p_degree}",
             )
-            ax.fill_between(x, [m for m, _ in v], f, color=f"C{j}", alpha=0.08)
+            band = "what the penalty takes (FLOPS - VFLOPS)" if j == 0 else None
+            ax.fill_between(x, [m for m, _ in v], f, color=f"C{j}", alpha=0.08, label=band)
             for s, fm, (vm, _) in zip(x, f, v, strict=True):
                 ax.annotate(
                     f"× {vm / fm:.2g}",
@@ -365,7 +376,13 @@ def mfu(rows: list[MfuRow], path: Path) -> None:
     ax.xaxis.set_major_formatter(PercentFormatter(xmax=1))
     ax.set_xlabel("MFU = FLOPS per device / peak FLOP/s per device")
     ax.set_xlim(0, max(getattr(r, k) or 0 for r in rows for _, k in kinds) * 1.18)
-    ax.set_title("Model FLOPs utilisation per run")
+    title = "Model FLOPs utilisation per run"
+    if any(r.shared_cores for r in rows):  # forced CPU devices split the same cores
+        title += (
+            "\nCPU devices share the host's cores: per-device figures are not comparable "
+            "across device counts"
+        )
+    ax.set_title(title, fontsize="medium")
     ax.grid(axis="x", **GRID)
     fig.legend(loc="outside lower center", ncols=len(kinds), fontsize="small")
     _save(fig, path)
@@ -396,6 +413,15 @@ def roofline(points: list[RoofPoint], path: Path) -> None:
         ax.plot(p.intensity, p.attainable / scale, "o", mfc="none", color=f"C{j}", ms=9)
         if p.achieved:
             ax.plot(p.intensity, p.achieved / scale, "o", color=f"C{j}", ms=6)
+            # Runs of one configuration sit on one another: each point names its run.
+            ax.annotate(
+                p.run_id,
+                (p.intensity, p.achieved / scale),
+                textcoords="offset points",
+                xytext=(8, -3),
+                fontsize="x-small",
+                color=f"C{j}",
+            )
     ax.plot([], [], "o", color="0.4", ms=6, label="achieved by the step (filled)")
     ax.plot([], [], "o", mfc="none", color="0.4", ms=9, label="attainable at its intensity")
     _plain_log(ax.xaxis)

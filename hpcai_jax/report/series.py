@@ -225,6 +225,7 @@ class MfuRow:
     datasheet: float | None
     peak_measured: float | None
     peak_datasheet: float | None
+    shared_cores: bool = False  # CPU devices: forced host devices share the host's cores
 
 
 def mfu(records: list[Record]) -> list[MfuRow]:
@@ -237,6 +238,7 @@ def mfu(records: list[Record]) -> list[MfuRow]:
             datasheet=number(r.record.metrics.mfu_datasheet),
             peak_measured=number(r.record.peak_flops.measured_per_device),
             peak_datasheet=number(r.record.peak_flops.datasheet_per_device),
+            shared_cores=getattr(r.record.provenance, "backend", "") == "cpu",
         )
         for r in records
     ]
