@@ -191,6 +191,21 @@ def check_writable(results_dir: str) -> Path:
     return path
 
 
+def write_text_atomically(path: Path, text: str) -> None:
+    """`text` at `path`, its directory made, through a temporary file renamed over it: a reader
+    sees the old file or the new one, never half of one. Raises OSError (the temporary file
+    removed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_record(results_dir: str, run_id: str, record: records.Record | dict) -> Path | None:
     """Writes a record (typed, or its JSON layout) to `<results_dir>/<run_id>.json` atomically
     (temp file + fsync + rename) on process 0:

@@ -189,3 +189,25 @@ def shm_lasting(names: set[str], holds, timeout_s: float = 60.0) -> set[str]:
     while not holds(left := names & shm_blocks()) and time.monotonic() < deadline:
         time.sleep(0.5)
     return left
+
+
+def packs_and_passes_check(record_path: Path, folder: Path) -> bool:
+    """A run's record packed into `folder`/package (an empty site system.json) passes
+    `python -m hpcai_jax.submission check`: what a resumed run after a fault must still do."""
+    from hpcai_jax.submission.__main__ import main as submission
+
+    system = folder / "site.json"
+    system.write_text("{}")
+    package = folder / "package"
+    packed = submission(["pack", str(record_path), f"--out={package}", f"--system_json={system}"])
+    return packed == 0 and submission(["check", str(package)]) == 0
+
+
+def check_cli(capsys, *argv) -> tuple[int, list[str], list[str]]:
+    """`python -m hpcai_jax.submission ARGV` in process: the exit code, stdout's lines less
+    check's "checked ..." verdict lines, stderr's lines."""
+    from hpcai_jax.submission.__main__ import main as submission
+
+    code = submission([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, [x for x in out.splitlines() if not x.startswith("checked ")], err.splitlines()

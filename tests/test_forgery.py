@@ -13,7 +13,7 @@ from pathlib import Path
 
 import forge
 import pytest
-from helpers import ROOT
+from helpers import ROOT, check_cli
 
 from hpcai_jax.submission import README, SYSTEM, check
 from hpcai_jax.submission.__main__ import main
@@ -253,9 +253,7 @@ CASES = {
 
 
 def _check(capsys, folder: Path) -> tuple[int, list[str], list[str]]:
-    code = main(["check", str(folder)])
-    out, err = capsys.readouterr()
-    return code, [x for x in out.splitlines() if not x.startswith("checked ")], err.splitlines()
+    return check_cli(capsys, "check", folder)
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -11,10 +11,8 @@ import time
 
 import numpy as np
 import pytest
-from helpers import ROOT, run_in_process, subprocess_env
+from helpers import ROOT, packs_and_passes_check, run_in_process, subprocess_env
 from test_reliability import _final_params, _leaves
-
-from hpcai_jax.submission.__main__ import main as submission_main
 
 pytestmark = pytest.mark.multiprocess
 
@@ -217,12 +215,7 @@ def test_a_killed_process_ends_the_job_as_lost_and_the_resume_matches(tmp_path):
     # The log died without its segment_stop: cut back to the checkpoint's lines, the segment
     # closed there, the resumed one appended; the run packs and passes submission check.
     assert "the log is cut back to the checkpoint's" in resumed.stderr
-    (system := tmp_path / "site.json").write_text("{}")
-    record_path = next((tmp_path / "r").glob("*.json"))
-    package = tmp_path / "package"
-    argv = ["pack", str(record_path), f"--out={package}", f"--system_json={system}"]
-    assert submission_main(argv) == 0
-    assert submission_main(["check", str(package)]) == 0
+    assert packs_and_passes_check(next((tmp_path / "r").glob("*.json")), tmp_path)
     record = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
     # From a periodic checkpoint: the newest complete one (the one in flight at the kill, or a
     # process that lagged behind process 0, may leave it one period back).

@@ -15,6 +15,7 @@ from pathlib import Path
 import forge
 import numpy as np
 import pytest
+from helpers import check_cli
 from test_forgery import quality_raised_to_a_count, times_scaled_within_the_peak
 
 from hpcai_jax.run import weights
@@ -23,10 +24,7 @@ from hpcai_jax.submission.__main__ import main
 RUN = "real-train"
 
 
-def _cli(capsys, *argv) -> tuple[int, list[str], list[str]]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, [x for x in out.splitlines() if not x.startswith("checked ")], err.splitlines()
+_cli = check_cli
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,17 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-from helpers import ROOT, assert_one_line_error, run_in_process, run_main, subprocess_env
+from helpers import (
+    ROOT,
+    assert_one_line_error,
+    packs_and_passes_check,
+    run_in_process,
+    run_main,
+    subprocess_env,
+)
 
 from hpcai_jax.errors import UsageError
 from hpcai_jax.run.checkpoint import Checkpointer
-from hpcai_jax.submission.__main__ import main as submission_main
 
 RUN = [
     "--ensemble_size=4",
@@ -185,15 +191,7 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(
     assert stops[1]["earlier_segments_s"] > 0 and "earlier_segments_s" not in stops[0]
     evals = [line["metadata"] for line in log if line["key"] == "eval_accuracy"]
     assert evals and all(e["target"] == 0.9 for e in evals)  # the resumed segment states it too
-    system = tmp_path / "site.json"
-    system.write_text("{}")
-    package = tmp_path / "package"
-    record_path = next((tmp_path / "r").glob("*.json"))
-    assert (
-        submission_main(["pack", str(record_path), f"--out={package}", f"--system_json={system}"])
-        == 0
-    )
-    assert submission_main(["check", str(package)]) == 0
+    assert packs_and_passes_check(next((tmp_path / "r").glob("*.json")), tmp_path)
 
     step_a, params_a = _final_params(whole / "ck")
     step_b, params_b = _final_params(tmp_path / "ck")
@@ -240,13 +238,7 @@ def test_a_resume_on_fewer_devices_goes_on_with_the_members_that_fit(whole, inte
     for a, b in zip(_leaves(params_whole), _leaves(params_fit), strict=True):
         assert 3 * a.size == 4 * b.size  # flattened [M, ...]: members 0-2 first
         np.testing.assert_allclose(a[: b.size], b, rtol=1e-5, atol=1e-6)
-    system = tmp_path / "site.json"
-    system.write_text("{}")
-    package = tmp_path / "package"
-    record_path = next((tmp_path / "r").glob("*.json"))
-    argv = ["pack", str(record_path), f"--out={package}", f"--system_json={system}"]
-    assert submission_main(argv) == 0
-    assert submission_main(["check", str(package)]) == 0
+    assert packs_and_passes_check(next((tmp_path / "r").glob("*.json")), tmp_path)
 
 
 def _mllog(path) -> list[dict]:
@@ -471,17 +463,7 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     log = _mllog(results_dir / "run.mllog")
     assert log[: len(first)] == first and log[-1]["key"] == "run_stop"
-    system = tmp_path / "site.json"
-    system.write_text("{}")
-    package = tmp_path / "package"
-    argv = [
-        "pack",
-        str(results_dir / "lost-log.json"),
-        f"--out={package}",
-        f"--system_json={system}",
-    ]
-    assert submission_main(argv) == 0
-    assert submission_main(["check", str(package)]) == 0
+    assert packs_and_passes_check(results_dir / "lost-log.json", tmp_path)
 
 
 def test_a_full_disk_while_saving_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):

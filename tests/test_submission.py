@@ -11,17 +11,14 @@ from pathlib import Path
 
 import forge
 import pytest
+from helpers import check_cli
 
 from hpcai_jax.submission.__main__ import main
 
 RUN = "real-train"
 
 
-def _cli(capsys, *argv) -> tuple[int, list[str], list[str]]:
-    """The exit code, stdout's lines less check's "checked ..." verdict lines, stderr's."""
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, [x for x in out.splitlines() if not x.startswith("checked ")], err.splitlines()
+_cli = check_cli
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
@@ -358,10 +357,7 @@ class MLLog:
         why = self._kept.failed or "the file was removed or cut during the run"
         for target in (self._path, self._spare):
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                partial = target.with_name(target.name + ".partial")
-                partial.write_text(text, encoding="utf-8")
-                os.replace(partial, target)
+                results.write_text_atomically(target, text)
             except OSError as e:
                 why = f"{why}; {target}: {e.strerror or e}"
                 continue
@@ -457,10 +453,7 @@ def _recover(path: Path, spare: Path, segment: tuple[str, int]) -> None:
     if _open_segment(path) == segment or _open_segment(spare) != segment:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(spare.read_text(encoding="utf-8"), encoding="utf-8")
-        os.replace(partial, path)
+        results.write_text_atomically(path, spare.read_text(encoding="utf-8"))
     except OSError as e:
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
     absl_logging.warning("--mllog=%s: the log taken again from %s", path, spare)
@@ -481,9 +474,7 @@ def _cut_to_save(path: Path, segment: tuple[str, int], lines_at_save: int) -> bo
         return False
     try:
         path.with_name(path.name + ".lost").write_text("".join(lines[lines_at_save:]))
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text("".join(lines[:lines_at_save]), encoding="utf-8")
-        os.replace(partial, path)
+        results.write_text_atomically(path, "".join(lines[:lines_at_save]))
     except OSError as e:
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
     absl_logging.warning(
