@@ -316,7 +316,10 @@ def _copy_all(todo, src, dst, progress, manifest, threads) -> None:
                 )
                 for future in done:
                     manifest[pending.pop(future).rel] = future.result()
-                progress.report()
+                    if not progress.every_s:  # --progress_s=0: a line per file, however many
+                        progress.report()  # ended together
+                if progress.every_s:
+                    progress.report()
                 if time.monotonic() - saved >= _SAVE_S:
                     _save_manifest(dst, src, manifest, complete=False)
                     saved = time.monotonic()
