@@ -40,7 +40,7 @@ def test_fingerprint_holds_what_changes_the_trajectory():
         "train_examples": 512,
         "eval_examples": 200,
         "image_size": 0,
-        "num_classes": 0,  # the data set's: resolved by the run, not by the fingerprint
+        "num_classes": 0,  # the run resolves it (and image_size) before its fingerprint
         "augment": True,
         "climate_flip": False,  # mirrors half the climate samples: another trajectory
     }

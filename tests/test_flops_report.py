@@ -50,7 +50,7 @@ def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
         "--flagfile=configs/flops_resnet50.flags",
         "--model=resnet_small",
         "--image_size=28",
-        "--num_classes=10",
+        "--num_classes=0",  # the data set's: synthetic data's 1000, as the record says
         "--batch_size=16",
         "--ensemble_size=2",
         "--parallel_degree=4",
@@ -81,5 +81,7 @@ def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
     }
     assert record["peaks"]["measured_matmul_flops_per_s"] > 0
     assert record["config"]["mode"] == "flops"
+    assert record["config"]["data"]["num_classes"] == 1000
+    assert record["config"]["data"]["image_size"] == 28
     typed = records.read(path)  # the typed record is the file's JSON, field for field
     assert isinstance(typed, records.FlopsRecord) and records.to_dict(typed) == record

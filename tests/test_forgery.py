@@ -200,7 +200,9 @@ def closed_imagenet(f):
     epoch, every quality a count of the 50,000 held-out images."""
     r, c = f.record, f.record["config"]
     c["model"]["model"] = "resnet50"
-    c["data"].update(dataset="imagenet2012", train_examples=0, eval_examples=0)
+    c["data"].update(
+        dataset="imagenet2012", train_examples=0, eval_examples=0, image_size=224, num_classes=1000
+    )
     c["train"].update(steps=0, epochs=2.0)
     c["results"]["target_quality"] = 0.0
     r["data"].update(dataset="imagenet2012", train_examples=1_281_167, eval_examples=50_000)

@@ -49,9 +49,13 @@ def climate_height(config: DataConfig) -> int:
 
 
 def resolved(config: DataConfig, spec: DataSpec) -> DataConfig:
-    """The data settings with what the data set determines (`num_classes`: its own count), so
-    that the record, a packed flagfile and the MLLOG state what the run trained on. UsageError
-    (one line) where --num_classes contradicts the data set."""
+    """The data settings with what the data set determines (`num_classes`: its own count;
+    `image_size`: its images' height), so that the record, a packed flagfile and the MLLOG state
+    what the run trained on. UsageError (one line) where a flag contradicts the data set."""
+    return _resolved_size(_resolved_classes(config, spec), spec)
+
+
+def _resolved_classes(config: DataConfig, spec: DataSpec) -> DataConfig:
     classes = getattr(spec, "num_classes", None)
     given = config.num_classes
     if classes is None:  # no classes (a regression set)
@@ -66,6 +70,26 @@ def resolved(config: DataConfig, spec: DataSpec) -> DataConfig:
             f"(expected {classes}, or 0 for the data set's)"
         )
     return dataclasses.replace(config, num_classes=classes)
+
+
+def _resolved_size(config: DataConfig, spec: DataSpec) -> DataConfig:
+    """A tfds or synthetic set's images are resized to --image_size and a climate grid is
+    downscaled to it, so those specs agree with it; a fixed-size set (Fashion-MNIST) has its own."""
+    shape = getattr(spec, "image_shape", None)
+    given = config.image_size
+    if shape is None:  # no images (a regression set)
+        if given:
+            raise UsageError(
+                f"--image_size={given}: --dataset={config.dataset} has no images (expected 0)"
+            )
+        return config
+    height, width = shape[0], shape[1]
+    if given not in (0, height):
+        raise UsageError(
+            f"--image_size={given}: --dataset={config.dataset}'s images are {height}×{width} "
+            f"(expected {height}, or 0 for the data set's)"
+        )
+    return dataclasses.replace(config, image_size=height)
 
 
 def data_spec(config: DataConfig) -> DataSpec:

@@ -65,6 +65,8 @@ class Record:
     )
     config: dict = field(
         "the whole configuration as `RunConfig.to_dict()` gives it: every flag of hpcai_jax.main "
-        "by section; `hpcai_jax/config.py` documents each field (`--help` prints it)"
+        "by section, with the data set's own values where a flag's 0 defers to it "
+        "(`data.num_classes`, `data.image_size`); `hpcai_jax/config.py` documents each field "
+        "(`--help` prints it)"
     )
     provenance: Provenance = field("what another site needs to reproduce the run")

@@ -178,14 +178,16 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     with startup.phase("setup"):
         setup = build_setup(fitted.config)
     rc = config.reliability
-    # The checkpoint's fingerprint is the flags' M, whatever the resume runs.
+    # The checkpoint's fingerprint is the flags' M, whatever the resume runs, and the data set's
+    # own values (--num_classes=0 and =10 train the same Fashion-MNIST run).
     asked = dataclasses.replace(setup.layout, ensemble_size=config.mesh.ensemble_size)
+    trained = dataclasses.replace(config, data=setup.config.data)
     ckpt = (
         Checkpointer(
             rc.checkpoint_dir,
             rc.checkpoint_steps,
             rc.keep_checkpoints,
-            fingerprint(config, asked),
+            fingerprint(trained, asked),
             setup.layout,
             fewer_members=bool(fitted.dropped),
         )

@@ -13,6 +13,7 @@ import jax
 
 from hpcai_jax import results
 from hpcai_jax.config import RunConfig
+from hpcai_jax.data.datasets import data_spec, resolved
 from hpcai_jax.engine.setup import compile_train_step
 from hpcai_jax.flops.peaks import measure_matmul_peak, peak_flops_per_device
 from hpcai_jax.flops.tables import (
@@ -212,6 +213,8 @@ def run_flops(config: RunConfig) -> int:
     Returns 0, or 1 when XLA's and the analytic count of the training step disagree by more
     than CROSSCHECK_TOLERANCE.
     """
+    # The record states the data set's own values (its classes, its image size), as a run's does.
+    config = dataclasses.replace(config, data=resolved(config.data, data_spec(config.data)))
     run_id = results.run_id(config, "flops")
     claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     result = measure_flops(config)
