@@ -14,6 +14,7 @@ Names are a public interface: users' scripts and flagfiles depend on them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -162,12 +163,29 @@ def changed_settings(config: cfg.RunConfig) -> list[tuple[str, Any]]:
     return out
 
 
-def settings_line(config: cfg.RunConfig) -> str:
-    """`--a=1 --b=x ...` of the settings that are not defaults, or "(all defaults)"."""
-    return " ".join(
-        f"--{name}={_WORDY.get(name, {}).get(value, value)}"
-        for name, value in changed_settings(config)
-    ) or ("(all defaults)")
+def _shown(name: str, value: Any) -> str:
+    shown = str(_WORDY.get(name, {}).get(value, value))
+    return shown or '""'
+
+
+def settings_table(config: cfg.RunConfig) -> str:
+    """The start-up account of a run: a heading, then a row of flag, value and default for each
+    setting that is not its default (the record holds the whole configuration)."""
+    changed = changed_settings(config)
+    if not changed:
+        return f"hpcai_jax {config.mode}: all settings at their defaults"
+    rows = [("flag", "value", "default")] + [
+        (f"--{name}", _shown(name, value), _shown(name, _default(name))) for name, value in changed
+    ]
+    # A long value (a path) overflows its column rather than widening every row.
+    widths = [min(max(len(row[i]) for row in rows), 32) for i in range(2)]
+    lines = [f"  {a:<{widths[0]}}  {b:<{widths[1]}}  {c}".rstrip() for a, b, c in rows]
+    heading = f"hpcai_jax {config.mode}: {len(changed)} setting(s) not at their defaults"
+    return "\n".join([heading, *lines])
+
+
+def _default(name: str) -> Any:
+    return functools.reduce(getattr, FLAG_FIELDS[name], _DEFAULTS)
 
 
 def config_from_flags(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:

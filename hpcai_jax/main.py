@@ -63,7 +63,8 @@ def main(argv: list[str]) -> None:
         if applied.applied:
             logging.info("%s", applied.summary())
         # The settings that differ from the defaults; the record holds the whole configuration.
-        logging.info("hpcai_jax %s: %s", config.mode, hflags.settings_line(config))
+        for line in hflags.settings_table(config).splitlines():  # a log line each: greppable
+            logging.info("%s", line)
         with startup.phase("imports"):
             run_mode = _MODES[config.mode]()
         sys.exit(run_mode(config))

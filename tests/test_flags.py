@@ -201,7 +201,7 @@ def test_a_records_config_section_gives_back_every_flag(parse):
     assert hflags.build_config() == config
 
 
-def test_the_start_up_line_names_only_the_settings_that_differ_from_the_defaults():
+def test_the_start_up_table_names_only_the_settings_that_differ_from_the_defaults():
     config = C.RunConfig(
         mesh=C.MeshConfig(ensemble_size=8), train=C.TrainConfig(batch_size=32, log_every=5)
     )
@@ -210,8 +210,13 @@ def test_the_start_up_line_names_only_the_settings_that_differ_from_the_defaults
         ("batch_size", 32),
         ("log_every", 5),
     ]
-    assert hflags.settings_line(config) == "--ensemble_size=8 --batch_size=32 --log_every=5"
-    assert hflags.settings_line(C.RunConfig()) == "(all defaults)"
-    assert hflags.settings_line(C.RunConfig(mesh=C.MeshConfig(members_per_device=0))) == (
-        "--members_per_device=auto"
-    )
+    assert hflags.settings_table(config).splitlines() == [
+        "hpcai_jax train: 3 setting(s) not at their defaults",
+        "  flag             value  default",
+        "  --ensemble_size  8      4",
+        "  --batch_size     32     128",
+        "  --log_every      5      50",
+    ]
+    assert hflags.settings_table(C.RunConfig()) == "hpcai_jax train: all settings at their defaults"
+    shared = hflags.settings_table(C.RunConfig(mesh=C.MeshConfig(members_per_device=0)))
+    assert shared.splitlines()[-1].split() == ["--members_per_device", "auto", "1"]
