@@ -57,39 +57,29 @@ def resolved(config: DataConfig, spec: DataSpec) -> DataConfig:
 
 def _resolved_classes(config: DataConfig, spec: DataSpec) -> DataConfig:
     classes = getattr(spec, "num_classes", None)
-    given = config.num_classes
-    if classes is None:  # no classes (a regression set)
-        if given:
-            raise UsageError(
-                f"--num_classes={given}: --dataset={config.dataset} has no classes (expected 0)"
-            )
-        return config
-    if given not in (0, classes):
-        raise UsageError(
-            f"--num_classes={given}: --dataset={config.dataset} has {classes} classes "
-            f"(expected {classes}, or 0 for the data set's)"
-        )
-    return dataclasses.replace(config, num_classes=classes)
+    what = "has no classes" if classes is None else f"has {classes} classes"
+    return _settled(config, "num_classes", classes, f" {what}")
 
 
 def _resolved_size(config: DataConfig, spec: DataSpec) -> DataConfig:
     """A tfds or synthetic set's images are resized to --image_size and a climate grid is
     downscaled to it, so those specs agree with it; a fixed-size set (Fashion-MNIST) has its own."""
     shape = getattr(spec, "image_shape", None)
-    given = config.image_size
-    if shape is None:  # no images (a regression set)
-        if given:
-            raise UsageError(
-                f"--image_size={given}: --dataset={config.dataset} has no images (expected 0)"
-            )
+    if shape is None:
+        return _settled(config, "image_size", None, " has no images")
+    return _settled(config, "image_size", shape[0], f"'s images are {shape[0]}×{shape[1]}")
+
+
+def _settled(config: DataConfig, name: str, own: int | None, what: str) -> DataConfig:
+    """`config` with field `name` set to the data set's `own` value (None: it has none, and
+    the field stays 0); a flag that contradicts it is one line, `what` saying what it has."""
+    given = getattr(config, name)
+    if own is None and not given:
         return config
-    height, width = shape[0], shape[1]
-    if given not in (0, height):
-        raise UsageError(
-            f"--image_size={given}: --dataset={config.dataset}'s images are {height}×{width} "
-            f"(expected {height}, or 0 for the data set's)"
-        )
-    return dataclasses.replace(config, image_size=height)
+    if own is not None and given in (0, own):
+        return dataclasses.replace(config, **{name: own})
+    expected = "0" if own is None else f"{own}, or 0 for the data set's"
+    raise UsageError(f"--{name}={given}: --dataset={config.dataset}{what} (expected {expected})")
 
 
 def data_spec(config: DataConfig) -> DataSpec:
