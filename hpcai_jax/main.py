@@ -48,9 +48,30 @@ def _quiet_backend_probe() -> None:
     std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
 
 
+class _NoLibraryInfo(std_logging.Filter):
+    """Drops the INFO lines of the libraries named (orbax writes about 30 per checkpoint save:
+    its handlers, threads and timings), keeping their warnings and errors."""
+
+    def __init__(self, *libraries: str):
+        super().__init__()
+        self._parts = tuple(f"{os.sep}{name}{os.sep}" for name in libraries)
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        return record.levelno >= std_logging.WARNING or not any(
+            part in record.pathname for part in self._parts
+        )
+
+
+def _quiet_libraries() -> None:
+    """The libraries' INFO lines stay out of the run's log unless --verbosity=1 or more asks."""
+    if logging.get_verbosity() < logging.DEBUG:
+        logging.get_absl_logger().addFilter(_NoLibraryInfo("orbax"))
+
+
 def main(argv: list[str]) -> None:
     startup.begin()
     _quiet_backend_probe()
+    _quiet_libraries()
     if len(argv) > 1:
         _fail(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a --flag")
     try:

@@ -44,6 +44,17 @@ def test_the_tiny_run_records_every_phase_it_went_through(tiny_run):
     assert len(per) == 1 and per[0]["startup_s"] >= phases["compile_s"]
 
 
+def test_the_run_log_holds_no_library_info_lines(tiny_run):
+    """orbax writes about 30 INFO lines for each save (its handlers, threads, timings): the
+    run's log keeps its own lines (the kept weights, the phases) and none of them."""
+    err = tiny_run.proc.stderr
+    assert "kept the members' final weights" in err  # the tiny run saved its weights
+    assert "start-up: state (initialised) took" in err
+    assert "orbax" not in err.lower(), [x for x in err.splitlines() if "orbax" in x.lower()][:5]
+    for name in ("async_checkpointer.py", "atomicity.py", "event_tracking.py"):
+        assert name not in err, name
+
+
 def test_each_phase_says_how_long_it_took_on_the_first_process_only(caplog):
     """A start-up silent for tens of seconds reads as a hang: each phase prints one line, on
     one process of the job (the others are quiet once it is known, main.py)."""

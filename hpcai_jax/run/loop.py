@@ -359,7 +359,7 @@ def _train(
     dropped: tuple[int, ...] = (),
 ) -> tuple[dict, int]:
     config = setup.config
-    with startup.phase("state"):  # a resume's restore is this phase too
+    with startup.phase("state", "checkpoint"):  # finding and restoring one, if any
         state, progress, resuming = _resume_or_start(setup, ckpt, dropped)
     claimed = results.claim(
         config.results.results_dir, progress.run_id, config.results.overwrite, resuming
@@ -373,8 +373,9 @@ def _train(
         progress.step if resuming else None,
         progress.mllog_lines,
     )
-    with startup.phase("state"):
-        state = setup.init_state() if state is None else state
+    if state is None:  # initialised once the results and the log are claimed: fails fast
+        with startup.phase("state", "initialised"):
+            state = setup.init_state()
     _log_mesh(setup)
     built = _compile(setup, state, progress, bandwidth)
     startup.record("compile", progress.compile_s[-1])

@@ -43,8 +43,8 @@ def begin() -> None:
 
 
 @contextlib.contextmanager
-def phase(name: str):
-    """Times a phase (its seconds add up if it runs twice)."""
+def phase(name: str, part: str = ""):
+    """Times a phase (its seconds add up if it runs twice; `part` names each time in its line)."""
     start = time.perf_counter()
     try:
         yield
@@ -52,7 +52,8 @@ def phase(name: str):
         took = time.perf_counter() - start
         _seconds[name] = _seconds.get(name, 0.0) + took
         if not _quiet[0]:  # absl's logger, so the line reads like the run's own
-            logging.getLogger("absl").info("start-up: %s took %.1f s", name, took)
+            label = f"{name} ({part})" if part else name
+            logging.getLogger("absl").info("start-up: %s took %.1f s", label, took)
 
 
 def record(name: str, seconds: float) -> None:
