@@ -111,8 +111,8 @@ FOREIGN_FLAGS = {
     "device": "BabelStream",
     "config": "mlperf_logging's compliance checker",
 }
-# absl's own flags, which every absl program (hpcai_jax.main) takes.
-ABSL_FLAGS = {"flagfile", "help", "helpfull", "helpshort", "undefok"}
+# absl's own flags (and its logging's --verbosity), which every absl program (hpcai_jax.main) takes.
+ABSL_FLAGS = {"flagfile", "help", "helpfull", "helpshort", "undefok", "verbosity"}
 SEPARATORS = {"&&", "||", ";", "|"}
 PATH_CHARS = re.compile(r"[\w\-./*{},]+")
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
