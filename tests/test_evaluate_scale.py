@@ -11,11 +11,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax import config as C
-from hpcai_jax.axes import BATCH_SPEC, ENSEMBLE
-from hpcai_jax.data.pipeline import eval_layout
+from hpcai_jax.axes import ENSEMBLE
 from hpcai_jax.engine import sharded
-from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.engine.eval_memory import eval_step_memory, small_detector_setup
 
 ROWS_PER_DEVICE = 2  # held-out rows each device of a member sees per batch
 MEMBERS_PER_DEVICE = 2  # few members to unroll: a quick compile
@@ -23,34 +21,9 @@ MEMBERS_PER_DEVICE = 2  # few members to unroll: a quick compile
 
 def _detector_eval_memory(m: int) -> int:
     """temp + output bytes per device of the small detector's eval step at M = m on the 8 test
-    devices, each device holding MEMBERS_PER_DEVICE members and ROWS_PER_DEVICE rows per batch:
-    what a device holds is the same at every M, only the number of ensemble rows changes."""
-    degree = 8 * MEMBERS_PER_DEVICE // m
-    config = C.RunConfig(
-        mesh=C.MeshConfig(
-            ensemble_size=m, members_per_device=MEMBERS_PER_DEVICE, parallel_degree=degree
-        ),
-        model=C.ModelConfig(workload="extreme_weather", model="faster_rcnn_small"),
-        data=C.DataConfig(
-            dataset="synthetic_climate", image_size=32, train_examples=32, eval_examples=16
-        ),
-        train=C.TrainConfig(batch_size=8, steps=1, eval_batch_size=ROWS_PER_DEVICE * degree),
-        optim=C.OptimConfig(lr_schedule="constant", learning_rate=0.1),
-        results=C.ResultsConfig(target_quality=0.35),
-    ).validate()
-    setup = build_setup(config)
-    size, split = eval_layout(setup.mesh, ROWS_PER_DEVICE * degree)
-    lead = (setup.mesh.shape[ENSEMBLE], size // split)  # as read: data/pipeline.eval_batches
-    read = NamedSharding(setup.mesh, BATCH_SPEC)
-    batch = {
-        name: jax.ShapeDtypeStruct((*lead, *shape), np.dtype(dtype), sharding=read)
-        for name, (shape, dtype) in setup.datasets.eval.spec.fields.items()
-    }
-    valid = jax.ShapeDtypeStruct(lead, bool, sharding=read)
-    votes = jax.ShapeDtypeStruct((m, size), np.float32, sharding=read)
-    lowered = setup.eval_step.lower(setup.abstract_state, batch, valid, votes, split)
-    analysis = lowered.compile().memory_analysis()
-    return analysis.temp_size_in_bytes + analysis.output_size_in_bytes
+    devices, each holding MEMBERS_PER_DEVICE members and ROWS_PER_DEVICE rows per batch."""
+    setup, _ = small_detector_setup(m, MEMBERS_PER_DEVICE, ROWS_PER_DEVICE, devices=8)
+    return eval_step_memory(setup).step_bytes
 
 
 def test_detector_eval_memory_per_device_does_not_grow_with_members():
