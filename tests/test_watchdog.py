@@ -1,6 +1,6 @@
 """The hang watchdog (run/watchdog.py): a step or a wait for the other processes far longer
-than the median step ends the process with HUNG_EXIT_CODE and one line; stalls of a few
-seconds, evaluations and saves are left alone."""
+than the median step, or a checkpoint save longer than --watchdog_min_s, ends the process with
+HUNG_EXIT_CODE and one line; stalls of a few seconds and evaluations are left alone."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import signal
 import time
 
 import pytest
-from helpers import run_in_process
+from helpers import packs_and_passes_check, run_in_process
 
+from hpcai_jax.run import hooks
+from hpcai_jax.run import interval as interval_rule
 from hpcai_jax.run.watchdog import HUNG_EXIT_CODE, Watchdog
 
 
@@ -42,6 +44,40 @@ def test_an_armed_deadline_that_passes_ends_the_process_and_a_disarmed_one_does_
     assert err.count("hung") == 1
 
 
+class _Clock:
+    @contextlib.contextmanager
+    def checkpointing(self):
+        yield
+
+
+class _Checkpointer:
+    def due(self, step: int) -> bool:
+        return step % 2 == 0
+
+
+def test_a_checkpoint_save_is_bounded_by_the_floor(capfd, monkeypatch):
+    """A save that never returns (a hung file system, a peer stopped inside orbax's barriers)
+    ends the process with the hung code at --watchdog_min_s, however short the steps; one that
+    returns leaves the watchdog disarmed for the next step to arm."""
+    exits, save_s = [], [0.05]
+    monkeypatch.setattr(hooks.Context, "save", lambda ctx, step: time.sleep(save_s[0]))
+    dog = Watchdog(factor=10, min_s=0.3, process=1, exit=exits.append)
+    ctx = hooks.Context(None, None, None, _Clock(), None, None, _Checkpointer(), 10, dog)
+    save = hooks.Checkpoint(interval_rule.fixed(2))
+    try:
+        save(ctx, 2)  # in time
+        time.sleep(0.5)
+        assert exits == []
+        save_s[0] = 0.8  # past the floor
+        save(ctx, 4)
+        assert exits == [HUNG_EXIT_CODE]
+    finally:
+        dog.close()
+    err = capfd.readouterr().err
+    assert "process 1 hung: the checkpoint save of step 4 has not finished after 0 s " in err
+    assert "(--watchdog_min_s); exit 69" in err
+
+
 @pytest.mark.parametrize(
     "flag, words",
     [("--watchdog_factor=0", "--watchdog_factor=0"), ("--watchdog_min_s=-1", "--watchdog_min_s")],
@@ -52,13 +88,29 @@ def test_bad_watchdog_values_end_in_one_line(flag, words):
     assert result.stderr.strip().count("\n") == 0
 
 
+def _complete_steps(checkpoint_dir) -> list[int]:
+    if not checkpoint_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit())
+
+
 @pytest.mark.multiprocess
 def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
-    """Process 2 of 4 is stopped for good (SIGSTOP) mid-run: the others, which never wait for it
-    in a step, meet it at the run's final agreement, and their watchdog ends them there with the
-    hung code, within its floor of 3 s and the launcher's grace."""
+    """Process 2 of 4 is stopped for good (SIGSTOP) once a periodic checkpoint is on disk: the
+    others, which never wait for it in a step, meet it in the next save's barriers (or the run's
+    final agreement), and their watchdog ends them there with the hung code, within its floor of
+    3 s and the launcher's grace. The run resumed from its newest checkpoint (on another machine
+    shape) completes, packs and passes submission check."""
     from test_multiprocess import JOIN_S, ONE_MEMBER_EACH, pids_of, read_until, start_job
 
+    run = [
+        *ONE_MEMBER_EACH,
+        "--steps=2000",
+        "--checkpoint_every=50",
+        f"--checkpoint_dir={tmp_path}/ck",
+        f"--results_dir={tmp_path}/r",
+        f"--mllog={tmp_path}/run.mllog",
+    ]
     proc = start_job(
         [
             "--num_processes=4",
@@ -66,12 +118,15 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
             "--grace_s=5",
             f"--timeout_s={JOIN_S + 200}",
         ],
-        [*ONE_MEMBER_EACH, "--steps=400", "--watchdog_min_s=3", f"--results_dir={tmp_path}"],
+        [*run, "--watchdog_min_s=3"],
     )
     output, stopped = [], []
     try:
         read_until(proc, output, "[p2] ", "process 2: training steps")
         stopped = pids_of(proc, 2, output)
+        deadline = time.monotonic() + 60
+        while not _complete_steps(tmp_path / "ck") and time.monotonic() < deadline:
+            time.sleep(0.05)
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
         start = time.monotonic()
@@ -88,5 +143,15 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
     hung = [line for line in text.splitlines() if "hung:" in line]
     assert hung and all(f"exit {HUNG_EXIT_CODE}" in line for line in hung), text[-3000:]
     assert not any(line.startswith("[p2] ") for line in hung)  # the stopped one never ran it
+    # Without the bound on saves, JAX's missed heartbeats aborted them after 99 s (SIGABRT and
+    # tracebacks); seen here: 7.9 s, "the checkpoint save of step 100 has not finished after 3 s".
+    assert all("the checkpoint save of step" in line for line in hung), hung
     assert elapsed < 60, elapsed
-    assert not list(tmp_path.glob("*.json"))  # no record of a run that did not finish
+    assert not list((tmp_path / "r").glob("*.json"))  # no record of a run that did not finish
+    saved = _complete_steps(tmp_path / "ck")
+    assert saved and saved[-1] < 2000, saved
+    # Resumed on one process of 8 devices (P_degree 2: another machine shape).
+    resumed = run_in_process(*run, "--parallel_degree=2")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"from step {saved[-1]} of 2000" in resumed.stderr
+    assert packs_and_passes_check(next((tmp_path / "r").glob("*.json")), tmp_path)

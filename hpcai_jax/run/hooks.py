@@ -6,6 +6,7 @@ ends the run returns a `Stop`. Modelled on levanter's trainer hooks and big_visi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 from collections.abc import Callable
@@ -81,9 +82,24 @@ class Context:
     dog: object = None  # run/watchdog.Watchdog: bounds steps and agreements, not saves or evals
 
     def unwatched(self) -> None:
-        """What follows (an evaluation, a checkpoint save) may rightly take long: the watchdog
-        stands down until the loop arms it for the next step."""
+        """What follows (an evaluation) may rightly take long: the watchdog stands down until
+        the loop arms it for the next step."""
         if self.dog is not None:
+            self.dog.disarm()
+
+    @contextlib.contextmanager
+    def bounded(self, what: str):
+        """A write that may take long but not for ever (a checkpoint save, the kept weights):
+        the watchdog bounds it by --watchdog_min_s alone, so that a hung file system or a
+        peer stopped inside orbax's barriers ends the run with the hung code (requeued)
+        rather than holding the job, or failing unrequeued, at orbax's own 20-minute timeout."""
+        if self.dog is None:
+            yield
+            return
+        self.dog.arm(what, None)  # no step median: the floor
+        try:
+            yield
+        finally:
             self.dog.disarm()
 
     def save(self, step: int) -> None:
@@ -216,14 +232,12 @@ class Checkpoint:
                 self._probe(ctx, done)
             return None
         if ctx.ckpt.due(done):
-            ctx.unwatched()
-            with ctx.clock.checkpointing():
+            with ctx.bounded(f"the checkpoint save of step {done}"), ctx.clock.checkpointing():
                 ctx.save(done)
         return None
 
     def _probe(self, ctx: Context, done: int) -> None:
-        ctx.unwatched()
-        with ctx.clock.checkpointing():
+        with ctx.bounded(f"the probe save of step {done}"), ctx.clock.checkpointing():
             start = run_clock.read()
             ctx.save(done)
             saved = run_clock.read()

@@ -332,8 +332,9 @@ def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
     """The checkpoint a complete or preempted run ends with. Still under the preemption guard:
     a SIGTERM now is noted, not fatal, so the save is never cut short by it."""
     if ctx.ckpt and outcome.status is not Status.INVALID:
-        with ctx.clock.checkpointing():
-            ctx.save(ctx.progress.step)
+        step = ctx.progress.step
+        with ctx.bounded(f"the final checkpoint save of step {step}"), ctx.clock.checkpointing():
+            ctx.save(step)
             ctx.ckpt.close()  # the record may only say "resumable" once the save is complete
     elif outcome.status is Status.PARTIAL:
         logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")
@@ -413,7 +414,8 @@ def _train(
                 prefetch.close()
             clock.finish()
             _final_save(ctx, outcome)
-            weights.keep(ctx, outcome.status is Status.COMPLETE)
+            with ctx.bounded("keeping the members' final weights"):
+                weights.keep(ctx, outcome.status is Status.COMPLETE)
         finally:
             guard.restore()
         record = _record(ctx, built, outcome, steps, wall_start, dog)

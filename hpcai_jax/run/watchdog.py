@@ -27,6 +27,7 @@ class Watchdog:
         self._deadline: float | None = None
         self._what = ""
         self._limit = 0.0
+        self._rule = ""
         self._closed = False
         self._thread = threading.Thread(target=self._watch, name="hang-watchdog", daemon=True)
         self._thread.start()
@@ -36,8 +37,14 @@ class Watchdog:
         return max(self._min_s, self._factor * (median_step_s or 0.0))
 
     def arm(self, what: str, median_step_s: float | None) -> None:
+        """Bounds `what` by the limit at `median_step_s` (None: no median, the floor alone)."""
         with self._lock:
             self._limit = self.limit_s(median_step_s)
+            self._rule = (
+                "--watchdog_min_s"
+                if median_step_s is None
+                else "--watchdog_factor x the median step, at least --watchdog_min_s"
+            )
             self._deadline = time.monotonic() + self._limit
             self._what = what
             self._lock.notify()
@@ -65,8 +72,7 @@ class Watchdog:
                     continue
                 print(
                     f"hpcai_jax: error: process {self._process} hung: {self._what} has not "
-                    f"finished after {self._limit:.0f} s (--watchdog_factor x the median step, at "
-                    f"least --watchdog_min_s); exit {HUNG_EXIT_CODE}",
+                    f"finished after {self._limit:.0f} s ({self._rule}); exit {HUNG_EXIT_CODE}",
                     file=sys.stderr,
                     flush=True,
                 )
