@@ -79,7 +79,7 @@ class Context:
     watch: DivergenceWatch
     ckpt: Checkpointer | None
     total_steps: int
-    dog: object = None  # run/watchdog.Watchdog: bounds steps and agreements, not saves or evals
+    dog: object = None  # run/watchdog.Watchdog: bounds steps, agreements and saves, not evals
 
     def unwatched(self) -> None:
         """What follows (an evaluation) may rightly take long: the watchdog stands down until

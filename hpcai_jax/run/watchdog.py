@@ -1,7 +1,8 @@
 """The hang watchdog: a step, or a wait at the processes' periodic agreement, that lasts far
-longer than the run's median step ends the process with HUNG_EXIT_CODE and one line naming the
-step and the process, so that a hung device or a stopped peer does not hold thousands of devices
-until the job's time limit (docs/reliability.md, Exit codes).
+longer than the run's median step, or a checkpoint save longer than its floor, ends the process
+with HUNG_EXIT_CODE and one line naming what hung and the process, so that a hung device, file
+system or stopped peer does not hold thousands of devices until the job's time limit
+(docs/reliability.md, Hangs and Exit codes).
 """
 
 from __future__ import annotations
