@@ -555,7 +555,7 @@ class ReliabilityConfig(Checked):
     watchdog_min_s: float = _field(
         600.0,
         "Hang watchdog: the shortest wait it ends (seconds; leaves stalls of a few seconds and "
-        "slow first steps alone), and the longest a checkpoint save may take.",
+        "slow first steps alone), and the longest a checkpoint save or one eval batch may take.",
         above=0,
         unit="s",
     )

@@ -103,6 +103,7 @@ class Run:
     now: float  # the fake clock at the end
     saves: list  # steps saved
     evaluated: list  # (setup, state, pruned, quality) of every evaluate call
+    eval_batches: list  # (done, batches) of every on_batch call the evaluations made
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def run(tmp_path_factory):
         ),
         reliability=C.ReliabilityConfig(checkpoint_dir=str(tmp / "ckpt"), checkpoint_every=2),
     )
-    clock, owed, saves, evaluated = FakeClock(), {}, [], []
+    clock, owed, saves, evaluated, eval_batches = FakeClock(), {}, [], [], []
     real_compile, real_evaluate = loop.compile_step, evaluation.evaluate
     real_save, real_block = Checkpointer.save, jax.block_until_ready
 
@@ -150,6 +151,13 @@ def run(tmp_path_factory):
 
     def evaluate(setup, state, pruned=frozenset(), **kwargs):
         clock.advance(EVAL_S)
+        if (given := kwargs.get("on_batch")) is not None:
+
+            def on_batch(done, batches):
+                eval_batches.append((done, batches))
+                given(done, batches)
+
+            kwargs["on_batch"] = on_batch
         quality = real_evaluate(setup, state, pruned, **kwargs)
         evaluated.append((setup, state, pruned, quality))
         return quality
@@ -172,7 +180,7 @@ def run(tmp_path_factory):
         mp.setattr(jax, "block_until_ready", block_until_ready)
         record, code = loop.train_and_evaluate(config)
     assert not owed, "a step's metrics were never waited for"
-    return Run(record, code, clock.now, saves, evaluated)
+    return Run(record, code, clock.now, saves, evaluated, eval_batches)
 
 
 def test_steady_window_holds_the_steps_and_nothing_else(run):
@@ -278,3 +286,18 @@ def test_out_of_bag_matches_an_independent_reference(run):
         pytest.approx(want_voters),
     )
     assert pruned_q.oob.quality == pytest.approx(want_q, rel=1e-5, abs=1e-5)
+
+
+def test_every_eval_batch_re_arms_the_watchdog(run):
+    """The final evaluation calls the run's on_batch (run/evaluation._watched: the watchdog
+    re-armed at its floor) before each batch of its held-out pass and of its out-of-bag pass, so
+    a hung device or peer is bounded inside an evaluation as in a step."""
+    passes = []
+    for done, batches in run.eval_batches:
+        if done == 0:
+            passes.append([])
+        passes[-1].append((done, batches))
+    assert len(passes) == 2, run.eval_batches  # held-out, then out-of-bag
+    for calls in passes:
+        total = calls[0][1]
+        assert total >= 2 and calls == [(i, total) for i in range(total)], calls

@@ -1,6 +1,6 @@
 """The hang watchdog (run/watchdog.py): a step or a wait for the other processes far longer
-than the median step, or a checkpoint save longer than --watchdog_min_s, ends the process with
-HUNG_EXIT_CODE and one line; stalls of a few seconds and evaluations are left alone."""
+than the median step, or a checkpoint save or an eval batch longer than --watchdog_min_s, ends
+the process with HUNG_EXIT_CODE and one line; stalls of a few seconds are left alone."""
 
 from __future__ import annotations
 
@@ -76,6 +76,30 @@ def test_a_checkpoint_save_is_bounded_by_the_floor(capfd, monkeypatch):
     err = capfd.readouterr().err
     assert "process 1 hung: the checkpoint save of step 4 has not finished after 0 s " in err
     assert "(--watchdog_min_s); exit 69" in err
+
+
+def test_an_eval_batch_is_bounded_by_the_floor_and_the_end_disarms(capfd):
+    """run/evaluation._watched: each batch re-arms the watchdog at its floor (an evaluation of
+    many batches may take long, one batch may not); the evaluation's end disarms it."""
+    from hpcai_jax.run import evaluation
+
+    exits = []
+    dog = Watchdog(factor=10, min_s=0.3, process=2, exit=exits.append)
+    try:
+        with evaluation._watched(dog, step=7) as on_batch:
+            for done in range(3):  # 0.6 s in all, 0.2 s a batch
+                on_batch(done, 4)
+                time.sleep(0.2)
+        time.sleep(0.5)  # ended: disarmed
+        assert exits == []
+        with evaluation._watched(dog, step=7) as on_batch:
+            on_batch(3, 4)
+            time.sleep(0.8)
+        assert exits == [HUNG_EXIT_CODE]
+    finally:
+        dog.close()
+    err = capfd.readouterr().err
+    assert "process 2 hung: evaluation batch 4 of 4 at step 7 has not finished after 0 s" in err
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -23,6 +24,10 @@ from hpcai_jax.data.pipeline import ReadCache, eval_batches, eval_layout
 from hpcai_jax.engine import sharded
 
 PROGRESS_S = 10.0  # seconds between an evaluation's progress lines
+
+# Called before each eval batch with (batches done, batches in all): the run's hang watchdog
+# re-arms there (run/evaluation.py), so a hung device or peer is bounded in an evaluation too.
+OnBatch = Callable[[int, int], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,11 +67,12 @@ def _add(total, counts):
     return jax.tree.map(lambda a, b: a + b, total, counts)
 
 
-def _score(setup, state, source, indices: np.ndarray | None, votes_of):
+def _score(setup, state, source, indices: np.ndarray | None, votes_of, on_batch=None):
     """Runs the eval step over `indices` of `source` (None: all of it); votes_of(members, rows) →
     float32 votes [len(members), len(rows)] for a member range and example indices (-1: padding),
     called for the blocks this process's devices hold. Returns the counts summed over batches on
-    the devices (EvalCounts: the members' sharded over `ensemble`, the rest replicated)."""
+    the devices (EvalCounts: the members' sharded over `ensemble`, the rest replicated).
+    `on_batch` (OnBatch) is called before each batch."""
     m = setup.layout.ensemble_size
     sharding = NamedSharding(setup.mesh, BATCH_SPEC)
     limit = int(setup.config.data.eval_cache_mib * 2**20)
@@ -76,7 +82,9 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of):
     size, _ = eval_layout(setup.mesh, batch_size)
     batches = -(-(len(source) if indices is None else len(indices)) // size)
     progress = _Progress(batches)
-    for item in eval_batches(source, setup.mesh, batch_size, indices, cache):
+    for done, item in enumerate(eval_batches(source, setup.mesh, batch_size, indices, cache)):
+        if on_batch is not None:
+            on_batch(done, batches)
         progress.tick()
 
         def block(index, rows=item.rows):
@@ -122,11 +130,16 @@ def _member_figures(workload, counts, details: bool) -> list:
 
 
 def evaluate(
-    setup, state, pruned: frozenset[int] = frozenset(), oob: bool = True
+    setup,
+    state,
+    pruned: frozenset[int] = frozenset(),
+    oob: bool = True,
+    on_batch: OnBatch | None = None,
 ) -> EnsembleQuality | None:
     """None for synthetic data, which has no held-out set worth a quality figure. Pruned members
     still get their own quality but take no part in the ensemble's prediction. Without `oob`
-    (evaluations during training) the out-of-bag estimate is skipped."""
+    (evaluations during training) the out-of-bag estimate is skipped. `on_batch`: called before
+    each batch of either pass."""
     source = setup.datasets.eval if setup.datasets else None
     if source is None:
         return None
@@ -136,7 +149,7 @@ def evaluate(
     def held_out_votes(members: range, rows: np.ndarray) -> np.ndarray:
         return (kept[list(members), None] & (rows >= 0)[None]).astype(np.float32)
 
-    counts = _score(setup, state, source, None, held_out_votes)
+    counts = _score(setup, state, source, None, held_out_votes, on_batch)
     ensemble = np.asarray(counts.ensemble)
     ensemble_details = workload.quality_details(ensemble)
     figures = _member_figures(workload, counts.members, ensemble_details is not None)
@@ -150,12 +163,12 @@ def evaluate(
         kept=kept.tolist(),
         ensemble=workload.quality(ensemble),
         examples=len(source),
-        oob=out_of_bag(setup, state, kept) if oob else None,
+        oob=out_of_bag(setup, state, kept, on_batch) if oob else None,
         details=details,
     )
 
 
-def out_of_bag(setup, state, kept: np.ndarray) -> OutOfBag | None:
+def out_of_bag(setup, state, kept: np.ndarray, on_batch: OnBatch | None = None) -> OutOfBag | None:
     """The out-of-bag quality on the first --oob_examples training examples (0: skipped)."""
     train, sampler = setup.datasets.train, setup.sampler
     subset = min(setup.config.data.oob_examples, len(train))
@@ -169,7 +182,7 @@ def out_of_bag(setup, state, kept: np.ndarray) -> OutOfBag | None:
             np.float32
         )
 
-    counts = _score(setup, state, train, np.arange(subset), oob_votes)
+    counts = _score(setup, state, train, np.arange(subset), oob_votes, on_batch)
     scored = int(np.asarray(counts.scored))
     if scored == 0:
         return OutOfBag(

@@ -79,11 +79,11 @@ class Context:
     watch: DivergenceWatch
     ckpt: Checkpointer | None
     total_steps: int
-    dog: object = None  # run/watchdog.Watchdog: bounds steps, agreements and saves, not evals
+    dog: object = None  # run/watchdog.Watchdog: bounds steps, agreements, saves, eval batches
 
     def unwatched(self) -> None:
-        """What follows (an evaluation) may rightly take long: the watchdog stands down until
-        the loop arms it for the next step."""
+        """What follows may rightly take long (an evaluation, which re-arms the watchdog batch
+        by batch): the watchdog stands down until it is armed again."""
         if self.dog is not None:
             self.dog.disarm()
 
@@ -184,9 +184,16 @@ class Evaluation:
         ctx.clock.flush()
         if why := ctx.watch.check(keep_last=False):
             return Stop(Status.INVALID, why)
-        ctx.unwatched()
+        ctx.unwatched()  # what precedes the first batch (its setup) is not a step's
         quality = evaluation.evaluate_now(
-            ctx.setup, ctx.state, ctx.progress, ctx.clock, ctx.mlog, oob=False, training=True
+            ctx.setup,
+            ctx.state,
+            ctx.progress,
+            ctx.clock,
+            ctx.mlog,
+            oob=False,
+            training=True,
+            dog=ctx.dog,
         )
         self.last = (done, quality)
         if self.target is not None and curve.reached(quality, self.target):

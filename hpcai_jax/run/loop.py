@@ -346,9 +346,18 @@ def _final_quality(ctx: hooks.Context, outcome: Outcome, last_eval) -> EnsembleQ
     if outcome.status is not Status.COMPLETE:
         return None
     if last_eval and last_eval[0] == ctx.progress.step and last_eval[1]:
-        return evaluation.with_oob(ctx.setup, ctx.state, last_eval[1], ctx.clock)
+        return evaluation.with_oob(
+            ctx.setup, ctx.state, last_eval[1], ctx.clock, ctx.dog, ctx.progress.step
+        )
     return evaluation.evaluate_now(
-        ctx.setup, ctx.state, ctx.progress, ctx.clock, ctx.mlog, oob=True, training=False
+        ctx.setup,
+        ctx.state,
+        ctx.progress,
+        ctx.clock,
+        ctx.mlog,
+        oob=True,
+        training=False,
+        dog=ctx.dog,
     )
 
 
