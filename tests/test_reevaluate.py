@@ -119,6 +119,8 @@ def test_bad_input_is_one_line_exit_2(package, tiny_run, tmp_path, capsys):
 
     refused(package, "--rerun_steps=0", names="--rerun_steps=0: expected a number of steps >= 1")
     refused(package, "--same_system", names="--same_system: only with --rerun_steps")
+    # A bad value is named before the package is read, even where there is none.
+    refused(tmp_path, "--rerun_steps=0", names="--rerun_steps=0: expected a number of steps")
     refused(package, f"--data_dir={tmp_path}", names=f"--data_dir={tmp_path}: only with")
     bare = tmp_path / "bare"
     shutil.copytree(package, bare, ignore=shutil.ignore_patterns(f"*{weights.SUFFIX}"))

@@ -191,8 +191,8 @@ class Review(NamedTuple):
     same_system: bool = False
     data_dir: str | None = None
 
-    def validate(self, runs: list[Run]) -> None:
-        """UsageError (one line) for options that cannot run, before any work."""
+    def validate_options(self) -> None:
+        """UsageError (one line) for option values that cannot run, before the package is read."""
         if self.rerun_steps is not None and self.rerun_steps < 1:
             raise UsageError(f"--rerun_steps={self.rerun_steps}: expected a number of steps >= 1")
         if self.same_system and self.rerun_steps is None:
@@ -204,6 +204,9 @@ class Review(NamedTuple):
                 )
             if not Path(self.data_dir).is_dir():
                 raise UsageError(f"--data_dir={self.data_dir}: not a folder")
+
+    def validate(self, runs: list[Run]) -> None:
+        """UsageError (one line) for options the package's runs cannot serve, before any work."""
         for run in runs if self.reevaluate else ():
             folder = reevaluate.weights_folder(run)
             if not folder.is_dir():
@@ -224,6 +227,7 @@ def check(
     with their verdicts to `verdicts` ((run id or "package", check, PASS or FAIL)), where
     given."""
     review = review or Review(recount=recount_flops)
+    review.validate_options()  # a bad value is named before the package is
     if importlib.util.find_spec("mlperf_logging") is None:
         raise UsageError(f"check runs the MLLOG compliance checker: {mllog.INSTALL}")
     root = Path(folder).resolve()  # the checker runs in a folder of its own
