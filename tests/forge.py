@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +154,13 @@ class Forged:
         system.json regenerated from every record of the package as pack writes them."""
         self.save(self.folder, run or self.run)
         regenerate(self.folder)
+
+
+def copy_of(package: Path, folder: Path, run_id: str) -> Forged:
+    """A fresh copy of a packed `package` in `folder`/package, to forge run `run_id` in."""
+    copy = folder / "package"
+    shutil.copytree(package, copy)
+    return Forged(copy, run_id)
 
 
 def regenerate(folder: Path) -> None:

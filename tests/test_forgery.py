@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import forge
@@ -30,10 +29,8 @@ def package(tiny_run, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def forged(package, tmp_path, capsys) -> forge.Forged:
-    copy = tmp_path / "package"
-    shutil.copytree(package, copy)
     capsys.readouterr()
-    return forge.Forged(copy, RUN)
+    return forge.copy_of(package, tmp_path, RUN)
 
 
 def _mfu(record: dict) -> float:

@@ -38,10 +38,8 @@ def package(tiny_run, tmp_path_factory) -> Path:
 
 @pytest.fixture
 def forged(package, tmp_path, capsys) -> forge.Forged:
-    copy = tmp_path / "package"
-    shutil.copytree(package, copy)
     capsys.readouterr()
-    return forge.Forged(copy, RUN)
+    return forge.copy_of(package, tmp_path, RUN)
 
 
 def test_the_run_keeps_its_weights_and_logs_their_digest(tiny_run, package):

@@ -102,6 +102,19 @@ class Context:
         finally:
             self.dog.disarm()
 
+    def evaluate(self, *, oob: bool, training: bool) -> EnsembleQuality | None:
+        """The ensemble evaluated now (run/evaluation.evaluate_now), each batch watched."""
+        return evaluation.evaluate_now(
+            self.setup,
+            self.state,
+            self.progress,
+            self.clock,
+            self.mlog,
+            oob=oob,
+            training=training,
+            dog=self.dog,
+        )
+
     def save(self, step: int) -> None:
         """A checkpoint of the run now: device state, and what its record will need."""
         self.clock.carry_run_time()
@@ -185,16 +198,7 @@ class Evaluation:
         if why := ctx.watch.check(keep_last=False):
             return Stop(Status.INVALID, why)
         ctx.unwatched()  # what precedes the first batch (its setup) is not a step's
-        quality = evaluation.evaluate_now(
-            ctx.setup,
-            ctx.state,
-            ctx.progress,
-            ctx.clock,
-            ctx.mlog,
-            oob=False,
-            training=True,
-            dog=ctx.dog,
-        )
+        quality = ctx.evaluate(oob=False, training=True)
         self.last = (done, quality)
         if self.target is not None and curve.reached(quality, self.target):
             logging.info("the ensemble reached the target %g at step %d", self.target, done)

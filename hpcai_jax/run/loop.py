@@ -349,16 +349,7 @@ def _final_quality(ctx: hooks.Context, outcome: Outcome, last_eval) -> EnsembleQ
         return evaluation.with_oob(
             ctx.setup, ctx.state, last_eval[1], ctx.clock, ctx.dog, ctx.progress.step
         )
-    return evaluation.evaluate_now(
-        ctx.setup,
-        ctx.state,
-        ctx.progress,
-        ctx.clock,
-        ctx.mlog,
-        oob=True,
-        training=False,
-        dog=ctx.dog,
-    )
+    return ctx.evaluate(oob=True, training=False)
 
 
 def _train(
