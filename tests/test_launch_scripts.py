@@ -46,7 +46,10 @@ def cluster(tmp_path):
         (bin_dir / name).chmod(0o755)
     venv_bin = tmp_path / "venv" / "bin"
     venv_bin.mkdir(parents=True)
-    (venv_bin / "python").symlink_to(sys.executable)  # an interpreter with hpcai_jax installed
+    # An interpreter with hpcai_jax installed: a wrapper that execs it, not a symlink (a link
+    # to a venv's python is outside that venv: Python looks for pyvenv.cfg beside the link).
+    (venv_bin / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (venv_bin / "python").chmod(0o755)
     (venv_bin / "activate").write_text(f'PATH="{venv_bin}:$PATH"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "JAX_"))}
     for name in (
