@@ -8,6 +8,7 @@ import jax
 import pytest
 
 from hpcai_jax.flops.peaks import (
+    cpu_matmul_size,
     device_row,
     measure_matmul_peak,
     measure_matmul_peak_all,
@@ -114,6 +115,16 @@ def test_measured_peak_with_all_local_devices_at_once_is_each_devices_share():
     # only with tens of busy threads per core; the bug this catches (one device timed alone and
     # reported as each device's figure) reads about 1.
     assert peak.per_device < 0.75 * one
+
+
+def test_a_cpu_process_with_many_devices_keeps_the_matmul_work_constant():
+    """One 1024² matmul per device grew the peak's work, time and memory with the devices; past
+    16 devices n shrinks so that devices × n³ stays under 16 × 1024³, in multiples of 128."""
+    assert [cpu_matmul_size(k) for k in (1, 8, 16)] == [1024] * 3
+    assert [cpu_matmul_size(k) for k in (64, 256, 4096, 100_000)] == [640, 384, 128, 128]
+    for k in range(17, 4097):
+        n = cpu_matmul_size(k)
+        assert n % 128 == 0 and k * n**3 <= 16 * 1024**3 < k * (n + 128) ** 3, k
 
 
 def test_a_process_measures_its_devices_once_and_later_records_say_so(monkeypatch):

@@ -119,22 +119,33 @@ class MatmulPeak:
     method: str  # how it was measured, for the run record
 
 
+def cpu_matmul_size(devices: int) -> int:
+    """n of the matmuls on `devices` CPU devices: 1024 up to 16 devices, then the multiple of 128
+    (at least 128) that keeps devices × n³ at most 16 × 1024³. A call also costs one dispatch
+    per device besides its work, so n stays large enough for the work to dominate it."""
+    if devices <= 16:
+        return 1024
+    return max(128, int(1024 * (16 / devices) ** (1 / 3) + 1e-9) // 128 * 128)
+
+
 def measure_matmul_peak_all(
     dtype: str, devices=None, size: int | None = None, budget_s: float = 1.0
 ) -> MatmulPeak:
     """Best of a few timed calls in which every device runs the same chained n×n matmuls on its
     own block (one jitted shard_map over a 1-D mesh of `devices`, default this process's).
 
-    n defaults to 1024 on a CPU and 8192 on an accelerator. Each call chains the matmuls in one
-    jitted loop so dispatch does not count; on a CPU the devices share the cores, so the chain is
-    shortened as devices are added to keep a call's total work, and the time, about constant.
+    n defaults to 8192 on an accelerator. Each call chains the matmuls in one jitted loop so
+    dispatch does not count. On a CPU the devices share the cores, so a call's total work is kept
+    about constant as devices are added: the chain is shortened down to one 1024×1024 matmul per
+    device, then, past 16 devices, n shrinks (`cpu_matmul_size`); otherwise the work, the time
+    and the memory would grow with the device count.
     Compile and a warm-up call are excluded; timed calls stop after about `budget_s` seconds (at
     least 3 calls). FLOPs: 2 n³ per matmul, XLA's count.
     """
     local = jax.local_devices()
     devices = list(devices or local)
     k, platform = len(devices), devices[0].platform
-    n = size or (1024 if platform == "cpu" else 8192)
+    n = size or (cpu_matmul_size(k) if platform == "cpu" else 8192)
     reps = max(1, 4 // k) if platform == "cpu" else 20
     jdtype = dtypes.dtype(dtype)
     precision = jax.lax.Precision.HIGHEST if dtype == "float32_highest" else None
