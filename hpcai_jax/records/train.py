@@ -103,6 +103,21 @@ class Startup:
     setup_s: float | None = field("the mesh, the data sets opened, the steps built", "s")
     state_s: float | None = field("the members' initial state, or a checkpoint's restore", "s")
     compile_s: float | None = field("the first compile of the training step", "s")
+    crosscheck_s: float | None = field(
+        "XLA's FLOP count of the compiled step and its cross-check against the analytic one", "s"
+    )
+    traffic_s: float | None = field(
+        "the devices' nodes (a collective) and the step's collectives read from its HLO", "s"
+    )
+    peaks_s: float | None = field(
+        "the matmul peak measured on every local device at once (once per process)", "s"
+    )
+    stream_s: float | None = field(
+        "STREAM's Triad measured at start on every device (once per process); about 0 under "
+        "--stream_record, whose figure is read before the setup",
+        "s",
+    )
+    barrier_s: float | None = field("waiting for every process before the first step", "s")
 
 
 @section

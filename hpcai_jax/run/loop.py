@@ -32,7 +32,7 @@ from hpcai_jax.run.preemption import PreemptionGuard
 from hpcai_jax.run.progress import DivergenceWatch, Progress
 from hpcai_jax.run.watchdog import Watchdog
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
-from hpcai_jax.telemetry.device_peaks import peaks_at_start
+from hpcai_jax.telemetry.device_peaks import bandwidth_at_start, matmul_peaks
 from hpcai_jax.telemetry.flop_count import FlopFigures, crosscheck
 from hpcai_jax.telemetry.memory import memory_analysis
 from hpcai_jax.telemetry.mllog import MLLog
@@ -93,7 +93,9 @@ def _compile(
     setup: RunSetup, state, progress: Progress, bandwidth: tuple[float, str] | None
 ) -> CompiledStep:
     """Compiles the step ahead of timing and gathers what the record says about it: XLA's and the
-    analytic FLOP counts (warning loudly when they disagree), memory per device, peak FLOP/s."""
+    analytic FLOP counts (warning loudly when they disagree), memory per device, peak FLOP/s.
+    Each part after the compile is a start-up phase of its own: at hundreds of devices per
+    process they took most of the start-up without a line (docs/scale_sim.md)."""
     config, layout = setup.config, setup.layout
     build = compile_step(
         setup.train_step,
@@ -105,8 +107,9 @@ def _compile(
     )
     compiled, compile_s = build.compiled, build.seconds
     progress.compile_s.append(compile_s)
-    cost = xla_cost(compiled, layout.num_devices, build.lowered)
-    cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
+    with startup.phase("crosscheck"):
+        cost = xla_cost(compiled, layout.num_devices, build.lowered)
+        cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
     logging.info(
         "compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",
         compile_s,
@@ -122,9 +125,10 @@ def _compile(
             cross.source_reason,
             cross.train_step_flops_source,
         )
-    node_index = nodes.device_node_index(list(setup.mesh.devices.flat))  # a collective
-    # The HLO's traffic is read once, for the record process 0 writes.
-    comm = _traffic(compiled, setup.mesh, node_index) if jax.process_index() == 0 else None
+    with startup.phase("traffic"):
+        node_index = nodes.device_node_index(list(setup.mesh.devices.flat))  # a collective
+        # The HLO's traffic is read once, for the record process 0 writes.
+        comm = _traffic(compiled, setup.mesh, node_index) if jax.process_index() == 0 else None
     memory = memory_analysis(compiled)
     if memory:
         logging.info(
@@ -134,7 +138,10 @@ def _compile(
             memory["output_bytes"] / 2**20,
             memory["temp_bytes"] / 2**20,
         )
-    peaks = peaks_at_start(config.model.dtype, bandwidth)  # every process: STREAM spans them
+    with startup.phase("peaks"):
+        peaks = matmul_peaks(config.model.dtype)
+    with startup.phase("stream"):  # every process: STREAM spans them
+        peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth_at_start(bandwidth)
     return CompiledStep(compiled, cost, cross, memory, peaks, comm)
 
 
@@ -399,7 +406,8 @@ def _train(
     ctx = hooks.Context(setup, state, progress, clock, mlog, watch, ckpt, setup.total_steps, dog)
     guard = PreemptionGuard()
     steps = _hooks(setup, guard, first)
-    barrier("before-timing")
+    with startup.phase("barrier"):
+        barrier("before-timing")
     mlog.run_start(first, clock.start())
     logging.info("process %d: training steps %d to %d", jax.process_index(), first, ctx.total_steps)
     try:  # on every path the watchdog ends with its run: an armed one must not outlive it

@@ -10,8 +10,21 @@ import logging
 import os
 import time
 
-# The phases in the order a run goes through them.
-PHASES = ("python", "distributed", "imports", "setup", "state", "compile")
+# The phases in the order a run goes through them: up to the compile, then what the record
+# says about the compiled step and the devices, then the processes' meeting before the steps.
+PHASES = (
+    "python",
+    "distributed",
+    "imports",
+    "setup",
+    "state",
+    "compile",
+    "crosscheck",
+    "traffic",
+    "peaks",
+    "stream",
+    "barrier",
+)
 _seconds: dict[str, float] = {}
 _quiet = [False]  # set on every process but the first once the job is known (main.py)
 

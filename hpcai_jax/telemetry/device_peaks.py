@@ -40,13 +40,24 @@ def _measured_once(what: tuple, measure) -> tuple[object, bool]:
     return _MEASURED[key], False
 
 
+def matmul_peaks(dtype: str) -> dict:
+    """The record's `peak_flops` but the bandwidth: the datasheet and measured matmul peaks."""
+    measured, again = _measured_once(("matmul", dtype), lambda: _peak_flops(dtype))
+    return dict(measured, measured_method=measured["measured_method"] + (_REUSED if again else ""))
+
+
+def bandwidth_at_start(bandwidth: tuple[float, str] | None) -> tuple[float, str]:
+    """Per-device bandwidth and its source: a --stream_record's (given), else STREAM's Triad
+    measured here."""
+    if bandwidth:
+        return bandwidth
+    (per_device, source), again = _measured_once(("stream",), lambda: stream_bandwidth(""))
+    return per_device, source + (_REUSED if again else "")
+
+
 def peaks_at_start(dtype: str, bandwidth: tuple[float, str] | None) -> dict:
     """The record's `peak_flops`: the matmul peak with the per-device bandwidth, that of a
     --stream_record where one is given (None: STREAM's Triad measured here)."""
-    measured, again = _measured_once(("matmul", dtype), lambda: _peak_flops(dtype))
-    peaks = dict(measured, measured_method=measured["measured_method"] + (_REUSED if again else ""))
-    if not bandwidth:
-        (per_device, source), again = _measured_once(("stream",), lambda: stream_bandwidth(""))
-        bandwidth = per_device, source + (_REUSED if again else "")
-    peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth
+    peaks = matmul_peaks(dtype)
+    peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth_at_start(bandwidth)
     return peaks
