@@ -78,16 +78,17 @@ def main(argv: list[str]) -> None:
         config = hflags.config_from_flags()
         # Before JAX starts its backend: XLA and the GPU client read these once, at start.
         applied = gpu_settings.apply(gpu_settings.select(config.gpu_settings))
+        # Errors before tables: the phase lines and the settings wait until the mode has checked
+        # what it can (the train mode: the layout on these devices, the data, the results).
+        startup.hold(lambda: _announce(config, applied))
         with startup.phase("distributed"):
             distributed.initialize(config.distributed)
         startup.quiet(_process_index() != 0)
-        if applied.applied:
-            logging.info("%s", applied.summary())
-        # The settings that differ from the defaults; the record holds the whole configuration.
-        for line in hflags.settings_table(config).splitlines():  # a log line each: greppable
-            logging.info("%s", line)
         with startup.phase("imports"):
             run_mode = _MODES[config.mode]()
+        if config.mode not in _SELF_CHECKED:
+            _check_layout(config)
+            startup.valid()
         sys.exit(run_mode(config))
     except UsageError as e:
         _fail(str(e), e.exit_code)
@@ -95,6 +96,28 @@ def main(argv: list[str]) -> None:
         if (why := distributed.lost_peer(e)) is None:
             raise
         _lost(why)
+    finally:  # a refused run logs nothing it held
+        startup.drop()
+
+
+def _check_layout(config) -> None:
+    """--mode=flops compiles the step on every device: its layout is checked here, before the
+    settings table, as the train mode checks its own."""
+    if config.mode == "flops":
+        import jax
+
+        from hpcai_jax.engine.mesh import resolve_layout
+
+        resolve_layout(config.mesh, jax.device_count(), jax.local_device_count())
+
+
+def _announce(config, applied: gpu_settings.Applied) -> None:
+    """The GPU settings applied and the settings that differ from the defaults (the record
+    holds the whole configuration), a log line each: greppable."""
+    if applied.applied:
+        logging.info("%s", applied.summary())
+    for line in hflags.settings_table(config).splitlines():
+        logging.info("%s", line)
 
 
 def _lost(why: str) -> None:
@@ -139,6 +162,9 @@ def _run_check():
 # Every mode is run_<mode>(config) -> exit code: it prints its own summary and writes one record
 # (results.envelope). Imported on use: a STREAM run needs none of the engine.
 _MODES = {"train": _run_train, "flops": _run_flops, "stream": _run_stream, "check": _run_check}
+# The modes that call startup.valid() themselves once their configuration is checked; main
+# calls it before the others.
+_SELF_CHECKED = {"train"}
 
 
 def run() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY
-from helpers import assert_one_line_error, run_in_process, run_main
+from helpers import ROOT, assert_one_line_error, run_in_process, run_main
 
 
 def _walk(value, path=""):
@@ -165,6 +165,40 @@ def test_corrupt_data_file(tmp_path):
     (data / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b garbage")
     proc = run_in_process(*TINY, f"--data_dir={data}", f"--results_dir={tmp_path}/r")
     assert_one_line_error(proc, "train-images-idx3-ubyte.gz", "not a valid IDX file")
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (
+            ["--ensemble_size=3", "--parallel_degree=1", "--members_per_device=2"],
+            "--members_per_device=2 must divide --ensemble_size=3",
+        ),
+        (
+            ["--parallel_degree=7"],
+            "--parallel_degree=7: each member spans 7 devices, which must divide the 8 devices; "
+            "--parallel_degree can be 1, 2, 4 or 8 here",
+        ),
+        (
+            ["--mode=flops", "--ensemble_size=3", "--members_per_device=2"],
+            "--members_per_device=2 must divide --ensemble_size=3",
+        ),
+    ],
+)
+def test_a_bad_layout_is_its_line_and_the_devices_line_only(tmp_path, args, error):
+    """Errors before tables: no settings table, no phase line before the error, only the line
+    that found the devices (the layout is judged against them). The quickstart's flagfile, as a
+    new user starts."""
+    proc = run_in_process(
+        f"--flagfile={ROOT}/configs/quickstart.flags", f"--results_dir={tmp_path}/r", *args
+    )
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 2, proc.stderr
+    assert "start-up: single process; process 0 of 1; 8 local devices" in lines[0]
+    assert lines[1] == f"hpcai_jax: error: {error}"
+    assert proc.stdout == ""
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").iterdir())
 
 
 def test_unwritable_results_dir(tmp_path):

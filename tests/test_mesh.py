@@ -41,11 +41,30 @@ def test_resolve_layout(m, mpd, p, expected):
             r"--ensemble_size=3 × --parallel_degree=2 = 6 member-replicas cannot be spread evenly over 8 devices",
         ),
         (4, 3, 2, r"--members_per_device=3 must divide --ensemble_size=4"),
+        (
+            4,
+            0,
+            7,  # auto once derived 28 members per device and blamed that on M
+            r"^--parallel_degree=7: each member spans 7 devices, which must divide the 8 devices; "
+            r"--parallel_degree can be 1, 2, 4 or 8 here$",
+        ),
+        (4, 1, 3, r"^--parallel_degree=3: each member spans 3 devices, which must divide the 8"),
     ],
 )
 def test_mismatch_shows_the_arithmetic(m, mpd, p, message):
     with pytest.raises(UsageError, match=message):
         resolve_layout(MeshConfig(m, mpd, p), num_devices=8, local_device_count=8)
+
+
+def test_a_member_wider_than_the_devices_says_so_in_their_numbers():
+    with pytest.raises(UsageError) as refused:
+        resolve_layout(MeshConfig(4, 0, 7), num_devices=1, local_device_count=1)
+    assert str(refused.value) == (
+        "--parallel_degree=7: each member spans 7 devices, which must divide the 1 device; "
+        "--parallel_degree can be 1 here"
+    )
+    with pytest.raises(UsageError, match=r"^--parallel_degree=3 × --model_parallel=2: each "):
+        resolve_layout(MeshConfig(4, 0, 3, model_parallel=2), num_devices=8, local_device_count=8)
 
 
 def test_mesh_axes_and_order():

@@ -58,6 +58,53 @@ def test_every_phase_after_the_compile_says_so_before_the_first_step(tiny_run):
     assert [at(x) for x in order] == sorted(at(x) for x in order), order
 
 
+def test_the_settings_table_follows_the_checks_and_the_phases_before_it(tiny_run):
+    """Errors before tables: the settings print once the run's configuration has passed what
+    can be checked (the layout, the data, the results directory); the phase lines held until
+    then keep their order."""
+    lines = tiny_run.proc.stderr.splitlines()
+
+    def at(fragment: str) -> int:
+        return next(i for i, line in enumerate(lines) if fragment in line)
+
+    assert (
+        at("start-up: single process")
+        < at("start-up: distributed took")
+        < at("start-up: imports took")
+        < at("start-up: setup took")
+        < at("setting(s) not at their defaults")
+        < at("start-up: state (initialised) took")
+    )
+
+
+def test_held_lines_wait_for_valid_and_a_failed_run_drops_them(caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="absl")
+    announced = []
+    startup.begin()
+    startup.hold(lambda: announced.append("table"))
+    with startup.phase("distributed"):
+        pass
+    assert not any("start-up:" in r.getMessage() for r in caplog.records) and not announced
+    startup.valid()
+    assert [r.getMessage()[:28] for r in caplog.records] == ["start-up: distributed took 0"]
+    assert announced == ["table"]
+    with startup.phase("setup"):  # after valid(): at once
+        pass
+    assert "start-up: setup took" in caplog.records[-1].getMessage()
+    caplog.clear()
+    startup.hold(lambda: announced.append("again"))
+    with startup.phase("setup"):
+        pass
+    startup.drop()  # the run's flags were refused: nothing of it is logged, later lines are
+    startup.valid()
+    assert caplog.records == [] and announced == ["table"]
+    with startup.phase("setup"):
+        pass
+    assert "start-up: setup took" in caplog.records[-1].getMessage()
+
+
 def test_the_run_log_holds_no_library_info_lines(tiny_run):
     """orbax writes about 30 INFO lines for each save (its handlers, threads, timings): the
     run's log keeps its own lines (the kept weights, the phases) and none of them."""

@@ -49,6 +49,8 @@ def resolve_layout(config: MeshConfig, num_devices: int, local_device_count: int
     if num_devices % pm:
         raise UsageError(f"--model_parallel={pm} must divide the {num_devices} devices")
     p = config.parallel_degree or max(1, local_device_count // pm)
+    if num_devices % (p * pm):  # Eq. 5 cannot hold, whatever M and members per device
+        raise UsageError(_member_span(p, pm, num_devices))
     mpd = config.members_per_device
     replicas = m * p * pm
     product = f"--ensemble_size={m} × --parallel_degree={p}" + (
@@ -78,6 +80,17 @@ def resolve_layout(config: MeshConfig, num_devices: int, local_device_count: int
         parallel_degree=p,
         num_devices=num_devices,
         model_parallel=pm,
+    )
+
+
+def _member_span(p: int, pm: int, devices: int) -> str:
+    """Why a member's devices cannot tile the mesh, and the P_degree values that would."""
+    spans = f"--parallel_degree={p}" + (f" × --model_parallel={pm}" if pm > 1 else "")
+    fits = [str(d) for d in range(1, devices // pm + 1) if (devices // pm) % d == 0]
+    choice = fits[0] if len(fits) == 1 else f"{', '.join(fits[:-1])} or {fits[-1]}"
+    return (
+        f"{spans}: each member spans {p * pm} devices, which must divide the {devices} "
+        f"device{'s' if devices > 1 else ''}; --parallel_degree can be {choice} here"
     )
 
 

@@ -201,6 +201,9 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
         if rc.checkpoint_dir
         else None
     )
+    # Everything that can be checked before any work is (the layout on these devices, the data,
+    # the results directory, a --stream_record): main's settings table may follow.
+    startup.valid()
     try:
         return _train(setup, ckpt, wall_start, bandwidth, fitted.dropped)
     finally:
