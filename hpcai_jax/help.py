@@ -31,13 +31,16 @@ MODES: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
             "ensemble_size",
             "parallel_degree",
             "members_per_device",
+            "workload",
             "dataset",
             "data_dir",
             "model",
             "dtype",
             "batch_size",
             "epochs",
+            "steps",
             "learning_rate",
+            "target_quality",
             "results_dir",
             "run_name",
             "mllog",
@@ -84,7 +87,8 @@ def text() -> str:
         "",
         "Common: --mode (default: train) selects one of the modes below; --flagfile=FILE reads",
         "flags from a file (configs/ holds the shipped ones); --helpfull lists every flag with",
-        "its help, absl's own included.",
+        "its help, absl's own included. A first run (minutes on a CPU; README.md):",
+        "  python -m hpcai_jax.main --flagfile=configs/quickstart.flags",
     ]
     for mode, (what, sections, key) in MODES.items():
         out += ["", f"--mode={mode}: {what}"]

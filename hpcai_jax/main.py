@@ -26,7 +26,10 @@ def _fail(message: str, code: int = 2) -> None:
 
 def _parse(argv: list[str]) -> list[str]:
     if help_text.wants_help(argv):  # grouped by mode; --helpfull stays absl's whole list
-        print(help_text.text())
+        try:
+            print(help_text.text(), flush=True)
+        except BrokenPipeError:  # `--help | head`: the reader took what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     try:
         return hflags.FLAGS(argv)

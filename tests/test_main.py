@@ -261,5 +261,29 @@ def test_help_groups_the_flags_by_mode_with_the_key_ones_first():
     assert set(help_text.MODES) == set(C.MODES)
     train = out[out.index("--mode=train") : out.index("--mode=stream")]
     assert train.index("--ensemble_size (default: 4)") < train.index("and ")
+    # What a first run needs: the quickstart's command, and the flags a regression run must give.
+    assert "python -m hpcai_jax.main --flagfile=configs/quickstart.flags" in out
+    assert all(f"  --{n} (default: " in train for n in ("workload", "steps", "target_quality"))
     assert all(f"--{name}" in out for name in hflags.FLAG_FIELDS)
     assert len(out.splitlines()) < 200
+
+
+def test_help_into_a_closed_pipe_ends_quietly():
+    """`--help | head -3`: the reader goes before the help is written; no traceback, exit 0."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT, subprocess_env
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcai_jax.main", "--help"],
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # before the interpreter has even imported the flags
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
