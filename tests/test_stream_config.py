@@ -84,6 +84,25 @@ def test_cache_rule_is_four_times_the_cache_for_the_three_arrays():
     # Local CPU devices share the host's cache: their shards add up.
     assert check_size(11 * MIB, 4, cache).ok
     assert check_size(1, 1, CacheInfo(None, "unknown", "device")).ok
+    assert small.message.endswith("at least 128.0 MiB (--array_size, --array_mib)")
+
+
+def test_a_training_run_too_small_for_the_cache_is_told_its_own_remedy(monkeypatch, caplog):
+    """A training run's STREAM at start has no --array_size of its own: its warning names
+    --stream_record, not the flags of --mode=stream it was not given."""
+    import logging
+
+    from hpcai_jax.stream import cache as stream_cache
+    from hpcai_jax.telemetry import roofline
+
+    caplog.set_level(logging.WARNING, logger="absl")
+    huge = CacheInfo(1 << 40, "test: 1 TiB", "host")
+    monkeypatch.setattr(stream_cache, "cpu_cache", lambda: huge)
+    monkeypatch.setattr(roofline, "_CPU_ELEMENTS", 1 << 12)
+    roofline.stream_bandwidth("")
+    warned = [r.getMessage() for r in caplog.records if "arrays too small" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].endswith(f"({roofline.AT_START_REMEDY})"), warned
+    assert "--array_size" not in warned[0]
 
 
 def test_cpu_cache_sums_last_level_instances(tmp_path):

@@ -109,6 +109,7 @@ def measure_bandwidth(
     config: StreamConfig,
     kernel_specs: Mapping[str, KernelSpec] | None = None,
     placement: Placement | None = None,
+    remedy: str = "--array_size, --array_mib",
 ) -> StreamResult:
     """Sizes, places, compiles, runs and validates one STREAM run; prints nothing.
 
@@ -117,6 +118,7 @@ def measure_bandwidth(
       kernel_specs: the kernels by key (default: `KERNELS`); tests substitute a wrong one to
         see validation fail.
       placement: where to run (default: `config.devices`, which must then be one or all).
+      remedy: what the warning for arrays smaller than 4x the cache tells the user to change.
 
     Raises:
       UsageError: a size that does not fit the devices, or (with strict_size) one that is
@@ -134,6 +136,7 @@ def measure_bandwidth(
             size.elements // placement.num_devices * nbytes,
             devices_per_cache(placement),
             largest_cache(placement.platform, placement.device_kind),
+            remedy,
         )
         if not size_check.ok:
             if config.strict_size:

@@ -112,7 +112,12 @@ class SizeCheck:
     message: str
 
 
-def check_size(array_bytes_per_device: int, devices_per_cache: int, cache: CacheInfo) -> SizeCheck:
+def check_size(
+    array_bytes_per_device: int,
+    devices_per_cache: int,
+    cache: CacheInfo,
+    remedy: str = "--array_size, --array_mib",
+) -> SizeCheck:
     """BabelStream's rule: the three arrays behind one cache are >= 4x that cache.
 
     Args:
@@ -120,6 +125,7 @@ def check_size(array_bytes_per_device: int, devices_per_cache: int, cache: Cache
       devices_per_cache: devices whose shards sit behind the same cache (local CPU devices share
         the host's caches; an accelerator has its own).
       cache: the cache to compare with.
+      remedy: what sets the size, named where it is too small (the flags of `--mode=stream`).
     """
     arrays = 3 * array_bytes_per_device * devices_per_cache
     if cache.bytes is None:
@@ -138,6 +144,6 @@ def check_size(array_bytes_per_device: int, devices_per_cache: int, cache: Cache
     if not ok:
         message += (
             f"; the arrays behind this cache must total at least "
-            f"{SIZE_FACTOR * cache.bytes / MIB:.1f} MiB (--array_size, --array_mib)"
+            f"{SIZE_FACTOR * cache.bytes / MIB:.1f} MiB ({remedy})"
         )
     return SizeCheck(ok, arrays, cache, message)
