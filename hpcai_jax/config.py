@@ -51,6 +51,7 @@ BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
+MEMBER_MAPS = ("auto", "scan", "batched", "grouped")  # engine/member_map.py
 DTYPES = ("float32", "bfloat16", "float16", "int8")
 # Table 2's communication options (engine/collectives.py, docs/system_options.md).
 ALLREDUCE_MODES = ("flat", "hierarchical", "2d_torus")
@@ -141,6 +142,14 @@ class MeshConfig(Checked):
         "How a device runs its several members: vmap, unroll (a loop inside the step), or auto "
         "(the measured default for the backend).",
         choices=MEMBER_STRATEGIES,
+    )
+    member_map: str = _field(
+        "auto",
+        "Under --member_strategy=vmap, how the members are mapped: scan (whole members in a "
+        "loop), batched (jax.vmap, each convolution a loop over the members), grouped (plain "
+        "jax.vmap: XLA's grouped convolutions, an ablation), or auto (the measured default for "
+        "the backend; docs/members.md).",
+        choices=MEMBER_MAPS,
     )
     allreduce: str = _field(
         "flat",

@@ -8,7 +8,9 @@ makes of them: `docs/score.md`, section 9.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import math
 import shlex
 import subprocess
 import sys
@@ -29,23 +31,45 @@ SEEDS = 2**32  # --seed's range (config.TrainConfig.seed): a derived seed wraps 
 class Point:
     ensemble_size: int
     parallel_degree: int
+    members_per_device: int = 1  # members sharing a device, mapped in one program
 
     @property
     def devices(self) -> int:
-        return self.ensemble_size * self.parallel_degree
+        return self.ensemble_size // self.members_per_device * self.parallel_degree
 
 
 def plan(
-    experiment: str, parallel_degree: int = 0, max_ensemble: int = 0, sys_scale: int = 0
+    experiment: str,
+    parallel_degree: int = 0,
+    max_ensemble: int = 0,
+    sys_scale: int = 0,
+    members_per_device: int = 1,
+    ensemble_sizes: tuple[int, ...] = (),
 ) -> list[Point]:
+    """The sweep's points. `members_per_device` K > 1 puts gcd(M, K) members on each device
+    (0: all M of a point's members, so the scalability experiment runs on P_degree devices):
+    the vmapped-ensemble ablations of docs/members.md."""
+    if members_per_device < 0:
+        raise ValueError("--members_per_device must be >= 0 (0: all of a point's members)")
+
+    def point(m: int, p: int) -> Point:
+        k = m if members_per_device == 0 else math.gcd(m, members_per_device)
+        return Point(m, p, k)
+
     if experiment == "scalability":
-        if parallel_degree < 1 or max_ensemble < 1:
-            raise ValueError("scalability needs --parallel_degree >= 1 and --max_ensemble >= 1")
-        return [Point(m, parallel_degree) for m in range(1, max_ensemble + 1)]
+        if parallel_degree < 1 or (max_ensemble < 1 and not ensemble_sizes):
+            raise ValueError(
+                "scalability needs --parallel_degree >= 1 and --max_ensemble >= 1 "
+                "(or --ensemble_sizes)"
+            )
+        if any(m < 1 for m in ensemble_sizes):
+            raise ValueError(f"--ensemble_sizes={ensemble_sizes}: every M must be >= 1")
+        sizes = ensemble_sizes or tuple(range(1, max_ensemble + 1))
+        return [point(m, parallel_degree) for m in sizes]
     if experiment == "tradeoff":
         if sys_scale < 1:
             raise ValueError("tradeoff needs --sys_scale >= 1")
-        return [Point(m, sys_scale // m) for m in range(sys_scale, 0, -1) if sys_scale % m == 0]
+        return [point(m, sys_scale // m) for m in range(sys_scale, 0, -1) if sys_scale % m == 0]
     raise ValueError(f"--experiment={experiment!r}: expected scalability or tradeoff")
 
 
@@ -136,7 +160,7 @@ def command(
         *main_args,
         f"--ensemble_size={point.ensemble_size}",
         f"--parallel_degree={point.parallel_degree}",
-        "--members_per_device=1",
+        f"--members_per_device={point.members_per_device}",
         *([f"--seed={seed}"] if seed is not None else []),
         f"--run_name={run_name}",
         *([f"--mllog={run_mllog(mllog, run_name)}"] if mllog else []),
@@ -181,6 +205,11 @@ examples:
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\
       --launcher='python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --' \\
       -- --workload=regression --model=mlp --dataset=friedman1 --steps=2
+  # an ensemble ablation on one CPU device: M = 1, 2, 4, 8, 16 members mapped on it
+  # (docs/members.md):
+  python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=1 \
+      --ensemble_sizes=1,2,4,8,16 --members_per_device=0 --results_dir=results/ablation \
+      -- --flagfile=configs/ensemble_ablation.flags
   # inside a SLURM allocation, 3 repeats of each point:
   python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=8 --max_ensemble=8 \\
       --devices_per_node=8 --repeats=3 \\
@@ -189,19 +218,42 @@ examples:
 """
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected M,M,... integers, got {text!r}") from None
+
+
 def parser() -> Parser:
     p = Parser(prog=f"python -m {PROG}", description=__doc__.split("\n\n")[0], epilog=EPILOG)
     p.add_argument(
         "--experiment",
         required=True,
         choices=["scalability", "tradeoff"],
-        help="scalability: P_degree fixed, M = 1..--max_ensemble; tradeoff: Sys_scale fixed, "
+        help="scalability: P_degree fixed, M = 1..--max_ensemble (or --ensemble_sizes); "
+        "tradeoff: Sys_scale fixed, "
         "every (M, P_degree) with M × P_degree = --sys_scale",
     )
     number = {"type": int, "default": 0, "metavar": "N"}
     p.add_argument("--parallel_degree", **number, help="scalability: P_degree of every point")
     p.add_argument("--max_ensemble", **number, help="scalability: the largest M")
     p.add_argument("--sys_scale", **number, help="tradeoff: the devices of each point")
+    p.add_argument(
+        "--ensemble_sizes",
+        type=_sizes,
+        default=(),
+        metavar="M,M,...",
+        help="scalability: these M instead of 1..--max_ensemble",
+    )
+    p.add_argument(
+        "--members_per_device",
+        type=int,
+        default=1,
+        metavar="K",
+        help="members sharing a device: gcd(M, K) per device, 0 for all of a point's M (one "
+        "program per point, docs/members.md)",
+    )
     p.add_argument(
         "--devices_per_node",
         type=positive_int,
@@ -241,7 +293,14 @@ def _sweep(argv: list[str]) -> int:
     )
     args = parser().parse_args(own)
     try:
-        points = plan(args.experiment, args.parallel_degree, args.max_ensemble, args.sys_scale)
+        points = plan(
+            args.experiment,
+            args.parallel_degree,
+            args.max_ensemble,
+            args.sys_scale,
+            args.members_per_device,
+            args.ensemble_sizes,
+        )
     except ValueError as e:
         raise UsageError(str(e)) from None
     mllog = mllog_path(main_args)

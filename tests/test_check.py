@@ -15,7 +15,7 @@ from hpcai_jax import records
 from hpcai_jax.check import collectives
 from hpcai_jax.check.budget import Budget
 from hpcai_jax.check.rows import FAIL, NA, PASS, WARN, Row, exit_code, judge, skipped
-from hpcai_jax.engine.step import resolve_member_strategy
+from hpcai_jax.engine.member_map import resolve_member_strategy
 from hpcai_jax.errors import UsageError
 
 
@@ -201,13 +201,13 @@ def _check_record(path, **strategy):
 
 def test_member_strategy_auto_takes_the_check_records_winner(tmp_path):
     won = _check_record(
-        tmp_path / "a.json", winner="vmap", backend="cpu", step_s={"unroll": 2.0, "vmap": 1.0}
+        tmp_path / "a.json", winner="unroll", backend="cpu", step_s={"unroll": 1.0, "vmap": 2.0}
     )
     strategy, why = resolve_member_strategy("auto", "cpu", 2, won)
-    assert strategy == "vmap" and "a.json" in why
-    assert resolve_member_strategy("unroll", "cpu", 2, won)[0] == "unroll"  # explicit wins
+    assert strategy == "unroll" and "a.json" in why
+    assert resolve_member_strategy("vmap", "cpu", 2, won)[0] == "vmap"  # explicit wins
     unmeasured = _check_record(tmp_path / "b.json")
-    assert resolve_member_strategy("auto", "cpu", 2, unmeasured)[0] == "unroll"  # the default
+    assert resolve_member_strategy("auto", "cpu", 2, unmeasured)[0] == "vmap"  # the default
     with pytest.raises(UsageError, match="measured on gpu"):
         resolve_member_strategy(
             "auto", "cpu", 2, _check_record(tmp_path / "c.json", winner="vmap", backend="gpu")

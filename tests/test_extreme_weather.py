@@ -82,6 +82,31 @@ def test_ensemble_matches_members_trained_alone(trained):
         )
 
 
+@pytest.mark.slow
+def test_mapped_detector_members_match_members_trained_alone():
+    """Both members on every device, mapped in one program (--member_map=scan; P_degree 8):
+    the same parameters as each member alone (docs/members.md)."""
+    setup = build_setup(
+        _config(members_per_device=2, parallel_degree=8, member_strategy="vmap", member_map="scan")
+    )
+    assert setup.member_strategy == "vmap" and setup.member_map == "scan"
+    state = setup.init_state()
+    batches = train_batches(setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0)
+    for t in range(STEPS):
+        state, metrics = setup.train_step(state, batches(t))
+    assert np.all(np.asarray(metrics.finite))
+    for m in range(2):
+        ref = train_alone(setup, m, STEPS)
+        for (path, g), (_, w) in zip(
+            jax.tree_util.tree_flatten_with_path(state.params)[0],
+            jax.tree_util.tree_flatten_with_path(ref.params)[0],
+            strict=True,
+        ):
+            name = jax.tree_util.keystr(path)
+            atol = 1e-3 if any(h in name for h in HEAD) else 5e-5
+            np.testing.assert_allclose(np.asarray(g[m]), w, rtol=2e-4, atol=atol, err_msg=name)
+
+
 def _counts(setup, state):
     """The eval step's counts over the held-out set, every member voting."""
     source, m = setup.datasets.eval, setup.layout.ensemble_size

@@ -29,6 +29,7 @@ RENAMED = {
 ENUMS = {
     "mode": C.MODES,
     "member_strategy": C.MEMBER_STRATEGIES,
+    "member_map": C.MEMBER_MAPS,
     "workload": C.WORKLOADS,
     "model": C.MODELS,
     "dtype": C.DTYPES,

@@ -34,6 +34,32 @@ def test_plans():
         plan("tradeoff")
 
 
+def test_ablation_plans_put_a_points_members_on_its_devices():
+    """--members_per_device: gcd(M, K) members per device, 0 for all of a point's; the command
+    says so, and a scalability sweep on one device is one mapped program per point."""
+    points = plan("scalability", 1, members_per_device=0, ensemble_sizes=(1, 2, 4, 8, 16))
+    assert [(p.ensemble_size, p.members_per_device, p.devices) for p in points] == [
+        (1, 1, 1),
+        (2, 2, 1),
+        (4, 4, 1),
+        (8, 8, 1),
+        (16, 16, 1),
+    ]
+    assert [p.members_per_device for p in plan("scalability", 2, 6, members_per_device=4)] == [
+        1,
+        2,
+        1,
+        4,
+        1,
+        2,
+    ]
+    assert command(points[-1], "", 1, "a-M16", [])[-2] == "--members_per_device=16"
+    with pytest.raises(ValueError, match="members_per_device must be >= 0"):
+        plan("scalability", 1, 4, members_per_device=-1)
+    with pytest.raises(ValueError, match="every M must be >= 1"):
+        plan("scalability", 1, ensemble_sizes=(0, 2))
+
+
 def test_command_fills_the_launcher_template():
     cmd = command(
         Point(2, 8),

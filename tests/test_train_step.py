@@ -12,8 +12,8 @@ from jax.sharding import NamedSharding
 from hpcai_jax import config as C
 from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import eval_batches, train_batch
+from hpcai_jax.engine.member_map import resolve_member_strategy
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import resolve_member_strategy
 
 STEPS = 3
 
@@ -82,7 +82,8 @@ def test_state_is_sharded_over_the_ensemble_axis():
 def test_one_member_per_device_needs_no_strategy():
     assert resolve_member_strategy("vmap", "cpu", 1)[0] == "unroll"
     strategy, why = resolve_member_strategy("auto", "cpu", 4)
-    assert strategy == "unroll" and "cpu" in why
+    assert strategy == "vmap" and "cpu" in why  # docs/members.md
+    assert resolve_member_strategy("auto", "gpu", 4)[0] == "unroll"
     assert resolve_member_strategy("vmap", "gpu", 2) == ("vmap", "--member_strategy")
 
 

@@ -177,13 +177,20 @@ def train_items(ctx: Context, allotment: Allotment) -> list[Item]:
     return items
 
 
+# Each way a device runs several members (engine/member_map.py): vmap mapped as each
+# --member_map form, then unroll, whose build grows with the members (first cut by the budget).
+MEMBER_VARIANTS = (("vmap", "scan"), ("vmap", "batched"), ("unroll", "auto"))
+
+
 def member_items(ctx: Context, allotment: Allotment) -> list[Item]:
-    """m members per device at 1/m of the batch, under vmap and under unroll: images/s per
-    device against the 1-member step's."""
-    variants = [(m, s) for m in ctx.sizes.members_per_device for s in ("vmap", "unroll")]
+    """m members per device at 1/m of the batch, under each mapped form of vmap and under
+    unroll: images/s per device against the 1-member step's, the build time in the note."""
+    variants = [(m, s, how) for m in ctx.sizes.members_per_device for s, how in MEMBER_VARIANTS]
     items = []
-    for i, (m, strategy) in enumerate(variants):
-        name = f"step, {m} members per device, {strategy}"
+    for i, (m, strategy, how) in enumerate(variants):
+        name = f"step, {m} members per device, {strategy}" + (
+            f" {how}" if strategy == "vmap" else ""
+        )
         share = allotment.agreed_left_s() / (len(variants) - i)
         need = ctx.build_estimate_s() * m**0.5
         if share < need and not allotment.claim(need):
@@ -192,7 +199,7 @@ def member_items(ctx: Context, allotment: Allotment) -> list[Item]:
         share = max(share, need)
         batch = max(1, ctx.sizes.batch_size // m)
         cfg = training.step_config(
-            ctx.base, members_per_device=m, batch_size=batch, strategy=strategy
+            ctx.base, members_per_device=m, batch_size=batch, strategy=strategy, member_map=how
         )
         deadline = time.perf_counter() + share
         try:

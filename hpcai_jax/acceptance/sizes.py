@@ -12,7 +12,7 @@ class Sizes:
     image_size: int
     batch_size: int  # images per device per step, whatever the members per device
     dtype: str
-    members_per_device: tuple[int, ...]  # besides 1, under both strategies
+    members_per_device: tuple[int, ...]  # besides 1, under each way of running them
     detector_model: str
     detector_image_size: int
     detector_batch_size: int
@@ -32,7 +32,7 @@ FULL = Sizes(
     image_size=224,
     batch_size=128,
     dtype="bfloat16",
-    members_per_device=(2, 4),
+    members_per_device=(2, 4, 16),
     # One GPU's share of a member at P_degree = 8 (configs/extreme_weather.flags: 16 per member).
     detector_model="faster_rcnn_resnet50",
     detector_image_size=768,

@@ -24,7 +24,7 @@ from hpcai_jax.check.memory import Room
 from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge, skipped
 from hpcai_jax.check.step_fit import DoesNotFit, Sizing, build_step
 from hpcai_jax.data.pipeline import synthetic_batch
-from hpcai_jax.engine.step import MEMBER_STRATEGY_DEFAULTS
+from hpcai_jax.engine.member_map import MEMBER_STRATEGY_DEFAULTS
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.run import members
@@ -54,6 +54,7 @@ def step_config(
     dtype: str | None = None,
     strategy: str = "auto",
     devices: int | None = None,
+    member_map: str = "auto",
 ) -> C.RunConfig:
     """The configured workload, model and dtype on generated data, with `members_per_device`
     members on every device (of `devices`, default all) and P_degree = 1."""
@@ -65,6 +66,7 @@ def step_config(
             members_per_device=members_per_device,
             parallel_degree=1,
             member_strategy=strategy,
+            member_map=member_map,
         ),
         data=dataclasses.replace(config.data, dataset=GENERATED[config.model.workload]),
         model=dataclasses.replace(config.model, dtype=dtype or config.model.dtype),

@@ -18,14 +18,10 @@ from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
+from hpcai_jax.engine.member_map import resolve_member_map, resolve_member_strategy
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import make_optimizer
-from hpcai_jax.engine.step import (
-    build_eval_step,
-    build_train_step,
-    compile_step,
-    resolve_member_strategy,
-)
+from hpcai_jax.engine.step import build_eval_step, build_train_step, compile_step
 from hpcai_jax.errors import UsageError
 from hpcai_jax.workloads import Workload, make_workload
 
@@ -46,13 +42,14 @@ class RunSetup:
     total_steps: int
     tx: optax.GradientTransformation
     member_strategy: str
-    member_strategy_why: str
+    member_strategy_why: str  # under vmap, how the members are mapped too (member_map)
     allreduce: AllreducePlan
     state_specs: object  # per-leaf PartitionSpecs under --model_parallel, else None
     train_step: object  # jitted (state, batch) -> (state, StepMetrics)
     eval_step: object  # jitted (state, batch, valid, votes, split) -> EvalCounts
     # id(source) -> data.pipeline.ReadCache: what evaluations read, kept for the next ones.
     read_caches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    member_map: str = "grouped"  # how vmap maps the members (engine/member_map.py)
 
     @property
     def abstract_state(self):
@@ -73,6 +70,23 @@ class RunSetup:
 
     def init_state(self) -> ensemble.EnsembleState:
         return self._init(self.config.train.seed)
+
+    @functools.cached_property
+    def count_step(self):
+        """The train step with its loops over members written out, for XLA's cost analysis
+        (which counts a loop body once), or None where the step has no such loop. A separate
+        jit, lowered only, never compiled (engine/step.compile_step)."""
+        if self.member_strategy != "vmap" or self.member_map == "grouped":
+            return None
+        return build_train_step(
+            self.workload,
+            self.tx,
+            self.mesh,
+            self.member_strategy,
+            self.allreduce,
+            self.state_specs,
+            self.member_map,
+        )
 
 
 def build_setup(config: RunConfig, devices: list | None = None, open_data: bool = True) -> RunSetup:
@@ -121,6 +135,11 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         layout.members_per_device,
         config.check.record,
     )
+    how, how_why = resolve_member_map(
+        config.mesh.member_map, jax.default_backend(), config.model.dtype
+    )
+    if strategy == "vmap":
+        why = f"{why}; members mapped as {how}: {how_why}"
     return RunSetup(
         config=config,
         layout=layout,
@@ -134,8 +153,9 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         member_strategy_why=why,
         allreduce=plan,
         state_specs=specs,
-        train_step=build_train_step(workload, tx, mesh, strategy, plan, specs),
-        eval_step=build_eval_step(workload, mesh, strategy, specs),
+        train_step=build_train_step(workload, tx, mesh, strategy, plan, specs, how),
+        eval_step=build_eval_step(workload, mesh, strategy, specs, how),
+        member_map=how,
     )
 
 
@@ -143,6 +163,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
 class CompiledTrainStep:
     compiled: jax.stages.Compiled
     lowered: jax.stages.Lowered
+    counted: jax.stages.Lowered | None  # StepBuild.counted
     layout: MeshLayout
     mesh: Mesh
     num_devices: int
@@ -162,10 +183,12 @@ def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
         setup.layout,
         config.train.batch_size,
         setup.workload.spec.fields,
+        count_fn=setup.count_step,
     )
     return CompiledTrainStep(
         compiled=build.compiled,
         lowered=build.lowered,
+        counted=build.counted,
         layout=setup.layout,
         mesh=setup.mesh,
         num_devices=setup.layout.num_devices,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -26,46 +25,11 @@ from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC, M
 from hpcai_jax.data.source import Fields
 from hpcai_jax.engine import loss_scale
 from hpcai_jax.engine.collectives import AllreducePlan, reduce_gradients
+from hpcai_jax.engine.member_map import map_members
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.engine.state import EnsembleState
+from hpcai_jax.ops import member_conv
 from hpcai_jax.workloads.base import Workload
-
-# How a device runs its several members when --member_strategy=auto, per backend, and why.
-MEMBER_STRATEGY_DEFAULTS = {
-    "cpu": (
-        "unroll",
-        "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (BUILD_NOTES.md): "
-        "vmap turns the members' convolutions into slow grouped convolutions",
-    ),
-    "gpu": (
-        "unroll",
-        "measured on one H200 by the acceptance's members group (docs/measurements.md): "
-        "ResNet-50 at 128 images per device, 2 members under vmap ran at 0.08 of the "
-        "1-member rate, 4 under unroll at 0.65",
-    ),
-    "tpu": ("unroll", "not measured on a TPU yet; the CPU measurement's choice is kept"),
-}
-
-
-def resolve_member_strategy(
-    requested: str, backend: str, members_per_device: int, check_record: str = ""
-) -> tuple[str, str]:
-    """Returns (strategy, why) for the record. `auto` takes the strategy a --mode=check record
-    measured on this backend (`check_record`), else the backend's default."""
-    measured = None
-    if check_record and requested == "auto":  # read (and checked) whatever the layout
-        from hpcai_jax.records.strategy import measured_strategy
-
-        measured = measured_strategy(check_record, backend)
-    if members_per_device == 1:
-        return "unroll", "one member per device: nothing to map over"
-    if requested != "auto":
-        return requested, "--member_strategy"
-    if measured is not None:
-        return measured
-    strategy, why = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])
-    unmeasured = " (the check record did not measure it)" if check_record else ""
-    return strategy, f"auto for {backend}{unmeasured}: {why}"
 
 
 class StepMetrics(struct.PyTreeNode):
@@ -203,15 +167,6 @@ def member_train_step(
     return new_state, loss, metrics, finite & jnp.isfinite(loss)
 
 
-def map_members(fn: Callable, strategy: str, *stacked):
-    """Applies fn to each local member: `vmap`, or an unrolled loop whose results are restacked."""
-    if strategy == "vmap":
-        return jax.vmap(fn)(*stacked)
-    count = jax.tree.leaves(stacked)[0].shape[0]
-    outs = [fn(*jax.tree.map(lambda x, i=i: x[i], stacked)) for i in range(count)]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
-
-
 # Names the HLO of collectives that report rather than train (telemetry/comm.py counts them apart).
 METRICS_SCOPE = "member_metrics"
 
@@ -238,7 +193,7 @@ def _specs(state_specs):
     return state_specs, grads, state_specs.model_state
 
 
-def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs):
+def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs, how="scan"):
     """shard_map: (state, batch) → (every device's local gradients [M, P_degree, ...], model
     state, loss [M], metrics {name: [M]}): the first half of the train step."""
     pm = model_parallel_of(mesh)
@@ -247,7 +202,9 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs)
 
     def local_gradients(state, batch):
         step = lambda s, b: member_gradients(workload, data, s, b, pm)  # noqa: E731
-        loss, grads, model_state, metrics = map_members(step, strategy, state, batch)
+        # The gradient needs no optimizer state: a loop over members does not carry it.
+        needed = state.replace(opt_state=None, step=None)
+        loss, grads, model_state, metrics = map_members(step, strategy, needed, batch, how=how)
         # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
         grads = jax.tree.map(lambda g: g[:, None], grads)
         return grads, model_state, loss, metrics, _inputs_finite(batch, data)
@@ -310,6 +267,7 @@ def build_train_step(
     strategy: str,
     plan: AllreducePlan | None = None,
     state_specs: EnsembleState | None = None,
+    how: str = "scan",
 ):
     """jit of two shard_maps with the state donated: (state, batch) → (state, StepMetrics).
 
@@ -318,7 +276,7 @@ def build_train_step(
     `state_specs` (a tree of PartitionSpecs, axes.member_spec) is needed when the mesh's
     `model` axis splits the members.
     """
-    gradients = _local_gradients(workload, mesh, strategy, state_specs)
+    gradients = _local_gradients(workload, mesh, strategy, state_specs, how)
     update = _update(tx, mesh, strategy, plan or _default_plan(mesh), state_specs)
 
     def train_step(state, batch):
@@ -361,7 +319,7 @@ def _update(
     def local_update(state, grads, model_state):
         grads = _summed(plan, grads)
         step = lambda s, g, ms: member_update(tx, s, g, ms, model_axis)  # noqa: E731
-        new_state, finite = map_members(step, strategy, state, grads, model_state)
+        new_state, finite = map_members(step, strategy, state, grads, model_state, how="grouped")
         skipped = None if new_state.loss_scale is None else new_state.loss_scale.skipped
         return new_state, finite, skipped
 
@@ -382,6 +340,7 @@ def build_gradient_step(
     strategy: str,
     plan: AllreducePlan | None = None,
     state_specs: EnsembleState | None = None,
+    how: str = "scan",
 ):
     """jit: (state, batch) → (local, summed), both [M, P_degree, ...] per parameter: every
     device's local gradient, and every device's copy of its member's gradient after the
@@ -390,7 +349,7 @@ def build_gradient_step(
     `build_train_step`, without the update: the check of each all-reduce mode and dtype."""
     plan = plan or _default_plan(mesh)
     _, grads_spec, _ = _specs(state_specs)
-    gradients = _local_gradients(workload, mesh, strategy, state_specs)
+    gradients = _local_gradients(workload, mesh, strategy, state_specs, how)
     summed = jax.shard_map(
         lambda g: jax.tree.map(lambda x: x[:, None], _summed(plan, g)),
         mesh=mesh,
@@ -422,7 +381,11 @@ def _voters_mean(local, votes: jax.Array):
 
 
 def build_eval_step(
-    workload: Workload, mesh: Mesh, strategy: str, state_specs: EnsembleState | None = None
+    workload: Workload,
+    mesh: Mesh,
+    strategy: str,
+    state_specs: EnsembleState | None = None,
+    how: str = "scan",
 ):
     """(state, batch, valid, votes [M, E], split) → EvalCounts: the batch and its valid mask as
     read (data/pipeline.EvalBatch, gathered by `gather_read_slices`), the members' counts sharded
@@ -448,7 +411,7 @@ def build_eval_step(
                 variables = {"params": s.params, **s.model_state}
                 return fn(lambda *a, **kw: model.apply(variables, *a, **kw), *args)
 
-            return map_members(one, strategy, state, *stacked)
+            return map_members(one, strategy, state, *stacked, how=how)
 
         preds, ensemble = workload.eval_predictions(
             x, apply_members, lambda t: _voters_mean(t, votes)
@@ -528,11 +491,13 @@ def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fiel
 @dataclasses.dataclass(frozen=True)
 class StepBuild:
     """A compiled step, how long lowering and compiling took, and the lowered program (whose
-    FLOPs count where the compiled one calls libraries: flops/xla.py)."""
+    FLOPs count where the compiled one calls libraries: flops/xla.py). `counted`: the same step
+    with its loops over members written out, lowered for cost analysis only (None: no loops)."""
 
     compiled: jax.stages.Compiled
     seconds: float
     lowered: jax.stages.Lowered
+    counted: jax.stages.Lowered | None = None
 
 
 def compile_step(
@@ -543,14 +508,29 @@ def compile_step(
     batch_size: int,
     fields: Fields,
     compiler_options: dict | None = None,
+    count_fn=None,
 ) -> StepBuild:
     """Compiles ahead of timing; state may be concrete or abstract.
-    `compiler_options`: XLA options for this compile only (a setting measured against another)."""
+    `compiler_options`: XLA options for this compile only (a setting measured against another).
+    `count_fn`: the step built again for cost analysis (RunSetup.count_step), lowered with its
+    members' loops written out; not part of the timed compile."""
+    batch = abstract_batch(mesh, layout, batch_size, fields)
     start = time.perf_counter()
-    lowered = step_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))
+    lowered = step_fn.lower(state, batch)
     compiled = (
         lowered.compile(compiler_options=compiler_options)
         if compiler_options
         else lowered.compile()
     )
-    return StepBuild(compiled, time.perf_counter() - start, lowered)
+    seconds = time.perf_counter() - start
+    counted = count_lowered(count_fn, state, mesh, layout, batch_size, fields)
+    return StepBuild(compiled, seconds, lowered, counted)
+
+
+def count_lowered(count_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int, fields):
+    """`count_fn` (RunSetup.count_step) lowered with its loops over members written out, for
+    XLA's cost analysis; None without one."""
+    if count_fn is None:
+        return None
+    with member_conv.counting():
+        return count_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))

@@ -93,16 +93,37 @@ def _before_optimisation(lowered) -> tuple[dict | None, str]:
     return (analysis, "") if analysis else (None, note)
 
 
-def xla_cost(compiled: jax.stages.Compiled, num_devices: int, lowered=None) -> XlaCost:
+def xla_cost(
+    compiled: jax.stages.Compiled, num_devices: int, lowered=None, counted=None
+) -> XlaCost:
     """Reads `compiled.cost_analysis()`; num_devices is how many devices the program spans.
     `lowered`: the same program before optimisation, whose FLOPs count instead when the compiled
-    one calls libraries that cost analysis does not see (GPUs)."""
+    one calls libraries that cost analysis does not see (GPUs). `counted`: the same program
+    with its loops over members written out (engine/step.StepBuild.counted), whose FLOPs count
+    instead, before optimisation: cost analysis counts a loop's body once, whatever its trips."""
     analysis, note = _analysis(compiled)
     if analysis is None:
         return XlaCost(None, None, num_devices, note)
     flops, note_f = _figure(analysis, "flops")
     bytes_accessed, note_b = _figure(analysis, "bytes accessed")
-    if lowered is not None and (calls := library_calls(compiled)):
+    if counted is not None:
+        # The compiled program's bytes count a loop's body once; none is better than a wrong one.
+        bytes_accessed, note_b = (
+            None,
+            ("bytes accessed not given: cost analysis counts a loop's body once"),
+        )
+        before, note = _before_optimisation(counted)
+        flops, note_f = _figure(before, "flops") if before is not None else (None, note)
+        note_f = "; ".join(
+            n
+            for n in (
+                "FLOPs of the step with its loops over members written out, before "
+                "optimisation: cost analysis counts a loop's body once",
+                note_f,
+            )
+            if n
+        )
+    elif lowered is not None and (calls := library_calls(compiled)):
         before, note = _before_optimisation(lowered)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)
         listed = ", ".join(f"{n} x {t}" for t, n in sorted(calls.items()))

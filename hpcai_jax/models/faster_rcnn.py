@@ -25,6 +25,7 @@ from hpcai_jax.detection.roi_align import roi_align
 from hpcai_jax.detection.targets import roi_targets, rpn_targets
 from hpcai_jax.errors import UsageError
 from hpcai_jax.models.resnet import BottleneckResNetBlock, ResNetBlock
+from hpcai_jax.ops import member_conv
 
 HEAD_BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # Detectron2's box-head delta weights
 
@@ -154,7 +155,12 @@ class Backbone(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool):
-        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
+        conv = functools.partial(
+            nn.Conv,
+            conv_general_dilated=member_conv.conv_general_dilated,
+            use_bias=False,
+            dtype=self.dtype,
+        )
         norm = _norm(train, self.dtype, self.bn_axis_name)
         x = x.astype(self.dtype)
         if self.small_stem:  # stride 2
@@ -178,7 +184,12 @@ class RPNHead(nn.Module):
     @nn.compact
     def __call__(self, x):
         init = nn.initializers.normal(0.01)
-        conv = functools.partial(nn.Conv, dtype=self.dtype, kernel_init=init)
+        conv = functools.partial(
+            nn.Conv,
+            conv_general_dilated=member_conv.conv_general_dilated,
+            dtype=self.dtype,
+            kernel_init=init,
+        )
         x = nn.relu(conv(x.shape[-1], (3, 3), name="conv")(x))
         k = self.anchors_per_location
         logits = conv(k, (1, 1), name="objectness")(x)
@@ -199,7 +210,12 @@ class Res5Head(nn.Module):
 
     @nn.compact
     def __call__(self, x, train: bool):
-        conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype)
+        conv = functools.partial(
+            nn.Conv,
+            conv_general_dilated=member_conv.conv_general_dilated,
+            use_bias=False,
+            dtype=self.dtype,
+        )
         norm = _norm(train, self.dtype, self.bn_axis_name)
         x = _stages(x, (3,), BottleneckResNetBlock, self.num_filters, 2, conv, norm)
         return jnp.mean(x, axis=(1, 2))

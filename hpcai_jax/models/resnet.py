@@ -16,6 +16,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from hpcai_jax.models import tensor_parallel
+from hpcai_jax.ops import member_conv
 
 ModuleDef = Any
 
@@ -87,6 +88,7 @@ class ResNet(nn.Module):
             self.model_parallel,
             use_bias=False,
             dtype=self.dtype,
+            conv_general_dilated=member_conv.conv_general_dilated,
         )
         dense = functools.partial(
             tensor_parallel.split_features,

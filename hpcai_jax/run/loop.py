@@ -19,7 +19,7 @@ from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
-from hpcai_jax.engine.step import compile_step
+from hpcai_jax.engine.step import compile_step, count_lowered
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import clock as run_clock
@@ -108,7 +108,15 @@ def _compile(
     compiled, compile_s = build.compiled, build.seconds
     progress.compile_s.append(compile_s)
     with startup.phase("crosscheck"):
-        cost = xla_cost(compiled, layout.num_devices, build.lowered)
+        counted = count_lowered(
+            setup.count_step,
+            state,
+            setup.mesh,
+            layout,
+            config.train.batch_size,
+            setup.workload.spec.fields,
+        )
+        cost = xla_cost(compiled, layout.num_devices, build.lowered, counted)
         cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
     logging.info(
         "compiled the ensemble step in %.1f s; %s FLOPs per step from %s (%s)%s",

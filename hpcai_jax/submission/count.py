@@ -45,6 +45,7 @@ def count(config, claims: list[float]) -> dict:
     from hpcai_jax.engine.setup import build_setup
     from hpcai_jax.engine.step import abstract_batch
     from hpcai_jax.flops.xla import xla_cost
+    from hpcai_jax.ops import member_conv
     from hpcai_jax.telemetry.flop_count import crosscheck
 
     config = declared(config)
@@ -52,14 +53,18 @@ def count(config, claims: list[float]) -> dict:
     fields = setup.workload.spec.fields
     batch = abstract_batch(setup.mesh, setup.layout, config.train.batch_size, fields)
     lowered = setup.train_step.lower(setup.abstract_state, batch)
-    analysis = lowered.cost_analysis()
+    counted = None
+    if setup.count_step is not None:  # loops over members, written out for cost analysis
+        with member_conv.counting():
+            counted = setup.count_step.lower(setup.abstract_state, batch)
+    analysis = (counted or lowered).cost_analysis()
     if isinstance(analysis, list | tuple):
         analysis = analysis[0] if analysis else None
     devices = setup.layout.num_devices
     low = float(analysis["flops"]) * devices if analysis and analysis.get("flops") else None
     out = {"lowered": low, "compiled": None, "source": None, "devices": devices}
     if low is None or any(NEAR < abs(c / low - 1) <= FAR for c in claims):
-        cost = xla_cost(lowered.compile(), devices, lowered)
+        cost = xla_cost(lowered.compile(), devices, lowered, counted)
         cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
         out.update(compiled=cross.train_step_flops, source=cross.train_step_flops_source)
     return out

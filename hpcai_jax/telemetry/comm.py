@@ -183,6 +183,32 @@ def wire_and_links(
     return total / len(node_of), inter / len(node_of)
 
 
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%?(?P<name>[\w.\-]+) \(.*\{\s*$")
+_WHILE = re.compile(r"\bwhile\(.*\bbody=%?(?P<body>[\w.\-]+)")
+_TRIPS = re.compile(r'"known_trip_count":\{"n":"(?P<n>\d+)"')
+
+
+def _runs_per_line(lines: list[str]) -> list[int]:
+    """How many times each line's instruction runs per call of the program: a while loop's
+    body (the members' loop of --member_map=scan) runs its known trip count times, nested
+    loops multiply; anything else once."""
+    owner, current, trips = [], "", {}
+    for line in lines:
+        if m := _COMPUTATION.match(line):
+            current = m["name"]
+        owner.append(current)
+        if (w := _WHILE.search(line)) and (t := _TRIPS.search(line)):
+            trips[w["body"]] = (current, int(t["n"]))
+
+    def runs(name: str, depth: int = 0) -> int:
+        if name not in trips or depth > 16:
+            return 1
+        parent, n = trips[name]
+        return n * runs(parent, depth + 1)
+
+    return [runs(name) for name in owner]
+
+
 def comm_volume(hlo_text: str, mesh: Mesh, device_nodes: dict[int, int] | None = None):
     """Collectives of an SPMD-partitioned program whose device ids index `mesh.devices.flat`.
     `device_nodes`: device id → node index (hpcai_jax.nodes.device_node_index); None: one node."""
@@ -195,7 +221,8 @@ def comm_volume(hlo_text: str, mesh: Mesh, device_nodes: dict[int, int] | None =
     wire_kinds: dict[str, dict[str, Fraction]] = {}
     links = {INTRA: Fraction(0), INTER: Fraction(0)}
     count = 0
-    for line in hlo_text.splitlines():
+    lines = hlo_text.splitlines()
+    for line, times in zip(lines, _runs_per_line(lines), strict=True):
         op = _OP.search(line)
         if op is None or "-done(" in line:
             continue
@@ -207,7 +234,8 @@ def comm_volume(hlo_text: str, mesh: Mesh, device_nodes: dict[int, int] | None =
             continue
         scope = "metrics" if METRICS_SCOPE in line else "train"
         arrays = _result(name, bool(op["start"]), op["shape"])
-        for dtype, nbytes in arrays:
+        for dtype, one in arrays:
+            nbytes = one * times
             sent, crossing = wire_and_links(name, groups, nbytes, node_of)
             payload[scope][axis] = payload[scope].get(axis, 0) + nbytes
             wire[scope][axis] = wire[scope].get(axis, 0) + sent
@@ -219,7 +247,7 @@ def comm_volume(hlo_text: str, mesh: Mesh, device_nodes: dict[int, int] | None =
                 table[key] = table.get(key, 0) + sent
                 links[INTER] += crossing
                 links[INTRA] += sent - crossing
-        count += 1
+        count += times
     for tables in (payload, wire):
         for table in tables.values():
             for axis_name in mesh.axis_names:

@@ -77,7 +77,7 @@ def measure_flops(config: RunConfig) -> FlopsResult:
     fwd_lowered = jax.jit(forward_fn(member.workload)).lower(variables, x)
     fwd_cost = xla_cost(fwd_lowered.compile(), 1, fwd_lowered)
     step = compile_train_step(config)
-    step_cost = xla_cost(step.compiled, step.num_devices, step.lowered)
+    step_cost = xla_cost(step.compiled, step.num_devices, step.lowered, step.counted)
     check = crosscheck(config, step_cost.flops)
     device = jax.devices()[0]
     dtype = config.model.dtype

@@ -1,0 +1,1 @@
+"""Low-level JAX operations the models and the engine share (below both)."""
