@@ -204,6 +204,17 @@ def test_ideal_is_the_smallest_point_scaled_linearly(real):
     assert series[1].ideal_vflops == pytest.approx(18e9 * penalty * 2)
 
 
+def test_an_ablations_points_on_one_device_come_in_order_of_m(real):
+    """All of a point's members on one device (sweep --members_per_device=0): every point has
+    Sys_scale 1, and the rows follow M, not the run ids' text (M16 before M2)."""
+    records = []
+    for m in (16, 2, 1):
+        r = variant(real["train"], f"a-M{m}", m, 1, 1e9)
+        r["mesh"].update(members_per_device=m, num_devices=1)
+        records.append(Record(Path(f"{m}.json"), r))
+    assert [p.m for p in scalability(records)[1]] == [1, 2, 16]
+
+
 def test_tradeoff_mfu_and_stream_tables(report, results, real):
     _, md = report
     trade = section(md, "Ensemble quality against training time")

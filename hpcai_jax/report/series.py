@@ -64,7 +64,11 @@ def scalability(records: list[Record]) -> dict[int, list[ScalePoint]]:
         by_p.setdefault(int(r.record.mesh.parallel_degree), []).append(r)
     out = {}
     for p, runs in sorted(by_p.items()):
-        runs = sorted(runs, key=lambda r: (r.record.mesh.num_devices, r.run_id))
+        # M before the run id: an ablation's points share their devices (docs/members.md)
+        runs = sorted(
+            runs,
+            key=lambda r: (r.record.mesh.num_devices, int(r.record.mesh.ensemble_size), r.run_id),
+        )
         scale = [int(r.record.mesh.num_devices) for r in runs]
         flops = [number(r.record.metrics.flops_per_s) for r in runs]
         vflops = [number(r.record.metrics.vflops_per_s) for r in runs]
