@@ -119,6 +119,7 @@ LONGEST_FIRST = [
     "test_watchdog.py",
     "test_evaluate_scale.py",
     "test_train_step.py",
+    "test_member_map.py",
     "test_sweep.py",
     "test_extreme_weather.py",
     "test_model_parallel.py",

@@ -127,11 +127,13 @@ def test_mapped_members_train_as_unrolled_and_alone(dtype):
     """ResNet members (BatchNorm over `data` inside each member, P_degree 4, two members per
     device) after STEPS steps: scan and batched equal unroll within float tolerance, and, in
     float32, each member trained alone; float16 carries its loss scale through the map."""
-    runs = {name: _trained(dtype, mesh) for name, mesh in MAPPED.items()}
+    # batched's convolutions are scan's (the same rule); in float32 only, for the suite's time
+    names = list(MAPPED) if dtype == "float32" else ["unroll", "scan"]
+    runs = {name: _trained(dtype, MAPPED[name]) for name in names}
     assert runs["scan"][0].member_map == "scan" and runs["unroll"][0].member_strategy == "unroll"
     want = runs["unroll"][1]
     tol = dict(rtol=2e-4, atol=2e-5) if dtype == "float32" else dict(rtol=3e-2, atol=3e-3)
-    for name in ("scan", "batched"):
+    for name in names[1:]:
         jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, **tol), runs[name][1], want)
     if dtype == "float16":
         assert runs["scan"][1][2] is not None  # the loss scale travelled through the map

@@ -329,16 +329,18 @@ def test_output_only_flags_never_split_a_group(real, tmp_path):
     assert [r["config field"] for r in config] == ["mesh.ensemble_size"]
 
 
-def test_the_shipped_example_report_is_what_its_records_give(tmp_path, monkeypatch):
-    """docs/example_report/: its report.md is the report of its records, byte for byte, and
-    every plot it shows is shipped beside it (not redrawn here: the text is the claim, and
-    drawing eight PNGs would cost seconds of suite time)."""
+@pytest.mark.parametrize("folder", ["example_report", "example_ablation"])
+def test_the_shipped_example_report_is_what_its_records_give(folder, tmp_path, monkeypatch):
+    """docs/example_report/ and docs/example_ablation/ (docs/members.md): each report.md is the
+    report of its records, byte for byte, and every plot it shows is shipped beside it (not
+    redrawn here: the text is the claim, and drawing eight PNGs would cost seconds of suite
+    time)."""
     monkeypatch.chdir(ROOT)
     for name in dir(plots):
         if callable(getattr(plots, name)) and getattr(plots, name).__module__ == plots.__name__:
             monkeypatch.setattr(plots, name, lambda *args, **kwargs: None)
-    example = ROOT / "docs" / "example_report"
-    md = write_report(["docs/example_report/records"], tmp_path / "out").read_text()
+    example = ROOT / "docs" / folder
+    md = write_report([f"docs/{folder}/records"], tmp_path / "out").read_text()
     assert md == (example / "report.md").read_text()
     images = {line[line.index("](") + 2 : -1] for line in md.splitlines() if line.startswith("![")}
     assert images and all((example / name).read_bytes().startswith(PNG_MAGIC) for name in images)
