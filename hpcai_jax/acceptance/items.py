@@ -84,6 +84,7 @@ def from_row(group: str, row: Row) -> Item:
 GROUP_NAMES = (
     "environment",
     "stream",
+    "babelstream",
     "matmul",
     "node",
     "train",

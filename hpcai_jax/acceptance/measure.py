@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import time
+from pathlib import Path
 
 import jax
 
@@ -46,6 +47,7 @@ class Context:
     backend: str
     step_rate: float | None = None  # images/s per device of the 1-member step
     build_s: float | None = None  # the 1-member step's build (set-up + compile)
+    out_dir: Path | None = None  # OUT_DIR, for a group's files beside acceptance.json
 
     def build_estimate_s(self) -> float:
         return self.build_s or BUILD_GUESS_S.get(self.backend, 60.0)
@@ -72,8 +74,8 @@ def _rows(group: str, rows) -> list[Item]:
     return [from_row(group, r) for r in rows]
 
 
-def stream_items(ctx: Context, allotment: Allotment) -> list[Item]:
-    """BabelStream's five kernels on one device, each against the datasheet bandwidth."""
+def stream_config(ctx: Context) -> StreamConfig:
+    """The STREAM run of the acceptance on one device (the babelstream group runs the same)."""
     device = jax.devices()[0]
     if ctx.sizes.stream_mib is not None:
         mib = ctx.sizes.stream_mib
@@ -89,6 +91,14 @@ def stream_items(ctx: Context, allotment: Allotment) -> list[Item]:
         devices="one",
     )
     config.validate()
+    return config
+
+
+def stream_items(ctx: Context, allotment: Allotment) -> list[Item]:
+    """BabelStream's five kernels on one device, each against the datasheet bandwidth."""
+    device = jax.devices()[0]
+    config = stream_config(ctx)
+    mib = config.array_mib
     result = measure_bandwidth(config)
     if device.platform == "cpu":
         expected = expectations.CPU["stream_triad_host"]

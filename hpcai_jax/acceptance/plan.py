@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from hpcai_jax.acceptance import environment, measure
+from hpcai_jax.acceptance import babelstream_cuda, environment, measure
 from hpcai_jax.acceptance.items import Item, failure_item, interrupted_item
 from hpcai_jax.acceptance.journal import Journal
 from hpcai_jax.acceptance.sizes import Sizes
@@ -41,6 +41,7 @@ def _environment(ctx: measure.Context, allotment: Allotment) -> list[Item]:
 GROUPS: tuple[Group, ...] = (
     Group("environment", 0.01, _environment),
     Group("stream", 0.05, measure.stream_items),
+    Group("babelstream", 0.04, babelstream_cuda.babelstream_items),
     Group("matmul", 0.06, measure.matmul_items),
     Group("node", 0.05, measure.node_items),
     Group("train", 0.14, measure.train_items),
@@ -85,6 +86,7 @@ def run(
         measure.base_config(sizes, str(out_dir / "records")),
         accelerator,
         jax.default_backend(),
+        out_dir=out_dir,
     )
     done = set(journal.finished())
     if after_exit is not None:
