@@ -82,6 +82,12 @@ def _file_name_safe(name: str) -> bool:
     return "/" not in name and name not in (".", "..")
 
 
+def _step_range(text: str) -> bool:
+    """A:B, training steps A to B-1 with 1 <= A < B (a hook runs after a step: not before 0)."""
+    first, _, last = text.partition(":")
+    return first.isdigit() and last.isdigit() and 1 <= int(first) < int(last)
+
+
 def _member_at_step(text: str) -> bool:
     """Whether --inject_nan reads MEMBER@STEP."""
     parts = text.split("@")
@@ -500,6 +506,32 @@ class ResultsConfig(Checked):
         "A STREAM record (--mode=stream) whose Triad bandwidth per device is the roofline's "
         "memory roof. Empty: a short Triad on every device at once is measured at start.",
     )
+    # Written by hpcai_jax/run/observe.py (docs/observe.md).
+    tensorboard: bool = _field(
+        True,
+        "Write TensorBoard curves while a training run goes (process 0): per step loss and "
+        "examples/s, per evaluation the members' and ensemble's quality (and the out-of-bag "
+        "estimate at the end), per epoch Eq. 6 FLOPS. --notensorboard: none.",
+    )
+    tensorboard_dir: str = _field(
+        "",
+        "TensorBoard's log directory; a run writes its events to <dir>/<run_id>, so that one "
+        "`tensorboard --logdir` compares runs. Empty: <results_dir>/tensorboard.",
+    )
+    profile_steps: str = _field(
+        "",
+        "A:B: a jax.profiler trace of training steps A to B-1 (1 <= A < B), written to "
+        "<results_dir>/<run_id>.profile and named in the record; a profiled run is open "
+        "(docs/observe.md). Empty: no trace.",
+        allow=("",),
+        valid=_step_range,
+        message="expected A:B with 1 <= A < B, e.g. 5:8",
+    )
+    profile_all_processes: bool = _field(
+        True,
+        "With --profile_steps, every process writes its own trace; "
+        "--noprofile_all_processes: process 0 only.",
+    )
     # Kept by hpcai_jax/run/weights.py; re-evaluated by `submission check --reevaluate`.
     keep_weights: bool = _field(
         True,
@@ -508,6 +540,14 @@ class ResultsConfig(Checked):
         "logs their digest, so that a reviewer can evaluate them again (docs/submission.md). "
         "--nokeep_weights for throughput runs.",
     )
+
+    @property
+    def profile_range(self) -> tuple[int, int] | None:
+        """--profile_steps as (A, B), steps A to B-1; None without it."""
+        if not self.profile_steps:
+            return None
+        first, last = self.profile_steps.split(":")
+        return int(first), int(last)
 
 
 @dataclasses.dataclass(frozen=True)

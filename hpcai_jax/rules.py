@@ -268,6 +268,16 @@ def _dropped_members(run: _Run) -> str | None:
     )
 
 
+def _profiled(run: _Run) -> str | None:
+    steps = run.config.results.profile_steps
+    if steps:
+        return (
+            f"--profile_steps={steps}: traced steps run slower and are in Eq. 6's epochs; the "
+            "closed division times unprofiled runs"
+        )
+    return None
+
+
 def _flop_count(run: _Run) -> str | None:
     if run.config.results.flops_source == "xla":
         return (
@@ -291,6 +301,7 @@ RULES: tuple[tuple[str, Callable[[_Run], str | None]], ...] = (
     ("bagging", _bagging),
     ("Eq. 5", _eq5),
     ("test hooks", _test_hooks),
+    ("profiling", _profiled),
     ("FLOP count", _flop_count),
     ("bad records", _bad_records),
     ("dropped members", _dropped_members),

@@ -255,6 +255,7 @@ FORMAT_CASES = {
     "results_dir": "",
     "run_name": "a/b",
     "inject_nan": "1-3",
+    "profile_steps": "4:2",
 }
 
 

@@ -73,6 +73,7 @@ FOREIGN_PATHS = {
     "stats.json",  # written by the ExtremeWeather converter next to the data
     "pairs.json",  # an output file named on a command line
     "system.json",  # written by `python -m hpcai_jax.submission pack` into a package
+    "phases.json",  # written by a --profile_steps run into its trace directory
     "resnet50-m8.json",  # a packed record in docs/submission.md's example failure line
 }
 # Commands of other tools: the flags after them are theirs.
@@ -96,6 +97,7 @@ FOREIGN_COMMANDS = {
     "scontrol",
     "srun",
     "sudo",
+    "tensorboard",
     "tfds",
 }
 # Other tools' flags the docs name on their own, by tool.

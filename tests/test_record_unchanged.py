@@ -27,6 +27,7 @@ VOLATILE = (
     r"roofline\.(?!arithmetic_intensity_flops_per_byte$)",
     r"quality\.curve\[\d+\]\.wall_s$",
     r"time_to_target_s$",
+    r"observe\.tensorboard\.dir$",
 )
 
 

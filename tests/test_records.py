@@ -44,6 +44,7 @@ def test_every_shipped_example_record_reads_as_version_1(path):
         "provenance.environment",
         "data.skipped_examples",
         "members",
+        "observe",
         "reliability",
         "run.burst",
         "timing.per_process",

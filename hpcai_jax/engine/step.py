@@ -170,6 +170,17 @@ def member_train_step(
 # Names the HLO of collectives that report rather than train (telemetry/comm.py counts them apart).
 METRICS_SCOPE = "member_metrics"
 
+# The phases a profile's reader looks for (docs/observe.md): named scopes of the step's HLO,
+# which a trace's device events carry (telemetry/profile.py maps them where the backend names
+# its events by HLO instruction, as XLA:CPU does).
+FORWARD_BACKWARD_SCOPE = "members_forward_backward"
+UPDATE_SCOPE = "optimizer_update"
+
+
+def allreduce_scope(axis: str) -> str:
+    """The gradient reduction's scope over one mesh axis."""
+    return f"grad_allreduce_{axis}"
+
 
 # A per-member vector [M] stays on its members' devices (sharded over `ensemble`, one copy per
 # device of the member): gathering it in the step would make every member wait for every other.
@@ -204,7 +215,8 @@ def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs,
         step = lambda s, b: member_gradients(workload, data, s, b, pm)  # noqa: E731
         # The gradient needs no optimizer state: a loop over members does not carry it.
         needed = state.replace(opt_state=None, step=None)
-        loss, grads, model_state, metrics = map_members(step, strategy, needed, batch, how=how)
+        with jax.named_scope(FORWARD_BACKWARD_SCOPE):
+            loss, grads, model_state, metrics = map_members(step, strategy, needed, batch, how=how)
         # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
         grads = jax.tree.map(lambda g: g[:, None], grads)
         return grads, model_state, loss, metrics, _inputs_finite(batch, data)
@@ -317,9 +329,13 @@ def _update(
     state_spec, grads_spec, model_state_spec = _specs(state_specs)
 
     def local_update(state, grads, model_state):
-        grads = _summed(plan, grads)
+        with jax.named_scope(allreduce_scope(DATA)):
+            grads = _summed(plan, grads)
         step = lambda s, g, ms: member_update(tx, s, g, ms, model_axis)  # noqa: E731
-        new_state, finite = map_members(step, strategy, state, grads, model_state, how="grouped")
+        with jax.named_scope(UPDATE_SCOPE):
+            new_state, finite = map_members(
+                step, strategy, state, grads, model_state, how="grouped"
+            )
         skipped = None if new_state.loss_scale is None else new_state.loss_scale.skipped
         return new_state, finite, skipped
 

@@ -496,6 +496,37 @@ class FinalStep:
 
 
 @section
+class TensorBoard:
+    dir: str = field("the run's TensorBoard event directory (`--tensorboard_dir`/<run_id>)")
+    scalars_written: int = field("scalars handed to the file system", "scalars")
+    scalars_lost: int = field("scalars not written once writing failed", "scalars")
+    lost: str | None = field("why writing stopped (a read-only or full directory); None when not")
+
+
+@section
+class Profile:
+    steps: list[int] = field("[A, B]: the traced training steps A to B-1 (`--profile_steps`)")
+    traced: bool = field("this process wrote a trace (`--noprofile_all_processes`: process 0 only)")
+    dir: str | None = field("the process's trace directory, beside the record; None untraced")
+    files: list[str] = field("the files of the trace, relative to `dir`")
+    perfetto_trace: str | None = field(
+        "the Perfetto-readable trace (`.trace.json.gz`, relative to `dir`) if the JAX made one"
+    )
+    aside_s: float = field(
+        "starting and writing the trace: in no step time and no Eq. 6 epoch (the profiled steps "
+        "themselves are, so a profiled run is open)",
+        "s",
+    )
+    lost: str | None = field("why the trace is missing or partial; None when it is whole")
+
+
+@section
+class Observe:
+    tensorboard: TensorBoard | None = field("the TensorBoard curves; None under --notensorboard")
+    profile: Profile | None = field("the profiler trace; None without `--profile_steps`")
+
+
+@section
 class TrainRecord(Record):
     submission: Submission = field("the division the run qualifies for (docs/score.md §10)")
     mllog: str | None = field("the absolute path of the run's MLLOG (`--mllog`), or None")
@@ -538,3 +569,7 @@ class TrainRecord(Record):
     )
     time_to_target_why: str | None = field("why there is no time to target; None when there is")
     train: FinalStep = field("the last step's training figures")
+    observe: Observe | None = field(
+        "what was written to look inside the run (docs/observe.md); None in records written "
+        "before it"
+    )

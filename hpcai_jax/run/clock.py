@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 
 import jax
 
@@ -64,6 +65,8 @@ class RunClock:
         self.last_metrics: StepMetrics | None = None
         self.energy_start: EnergyReading | None = None
         self.energy_end: EnergyReading | None = None
+        # Called as each step is booked: (step, its metrics, its time or None if untimed).
+        self.on_step: list[Callable[[int, StepMetrics, float | None], None]] = []
 
     def start(self) -> float:
         """run_start: the segment's training time begins now (after compiling)."""
@@ -93,13 +96,16 @@ class RunClock:
         jax.block_until_ready(metrics)
         now = read()
         self._epochs.completed(step, now)
-        if step >= self._timed_from:
-            self._progress.time_step(step, now - self._last_done)
+        seconds = now - self._last_done if step >= self._timed_from else None
+        if seconds is not None:
+            self._progress.time_step(step, seconds)
         elif step == self._timed_from - 1:
             self._wait_mark = self._prefetch.wait_s
             self.energy_start = read_energy()
         self._last_done, self.last_metrics = now, metrics
         self._progress.step = step + 1
+        for listener in self.on_step:  # after the reading: in the next step's shadow
+            listener(step, metrics, seconds)
 
     @contextlib.contextmanager
     def checkpointing(self):
@@ -140,6 +146,17 @@ class RunClock:
         if training:
             self._last_done = read()
             self._epochs.excise(self._last_done - booked)
+
+    @contextlib.contextmanager
+    def aside(self):
+        """Host work that is no step's and no epoch's (starting and writing a profiler trace),
+        yielding its `Span`: the step in flight is booked first, and the time is cut out of
+        its epoch as an evaluation's is."""
+        self.flush()
+        span = Span(read())
+        yield span
+        self._last_done = span.stop()
+        self._epochs.excise(self._last_done - span.start)
 
     def carry_run_time(self) -> None:
         """The run time so far, as the next checkpoint carries it."""

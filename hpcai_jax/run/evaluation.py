@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 
+import jax
 import numpy as np
 from absl import logging
 
@@ -14,6 +15,7 @@ from hpcai_jax.run import curve
 from hpcai_jax.run.clock import RunClock
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.telemetry.mllog import MLLog
+from hpcai_jax.telemetry.profile import EVALUATION
 
 
 @contextlib.contextmanager
@@ -48,7 +50,11 @@ def evaluate_now(
     """The ensemble's quality at `progress.step` (its out-of-bag estimate too with `oob`);
     during training the evaluation is cut out of its epoch. With `dog` (run/watchdog.Watchdog)
     each eval batch is bounded by --watchdog_min_s."""
-    with clock.evaluating(training) as span, _watched(dog, progress.step) as on_batch:
+    with (
+        clock.evaluating(training) as span,
+        _watched(dog, progress.step) as on_batch,
+        jax.profiler.TraceAnnotation(EVALUATION),  # a phase of a profiler trace
+    ):
         quality = evaluate(setup, state, frozenset(progress.diverged), oob=oob, on_batch=on_batch)
         span.stop()
     if quality is not None:

@@ -22,8 +22,9 @@ from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import compile_step, count_lowered
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.xla import XlaCost, xla_cost
+from hpcai_jax.records import train
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, fit, hooks, members, processes, startup, weights
+from hpcai_jax.run import evaluation, fit, hooks, members, observe, processes, startup, weights
 from hpcai_jax.run import interval as interval_rule
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
@@ -36,6 +37,7 @@ from hpcai_jax.telemetry.device_peaks import bandwidth_at_start, matmul_peaks
 from hpcai_jax.telemetry.flop_count import FlopFigures, crosscheck
 from hpcai_jax.telemetry.memory import memory_analysis
 from hpcai_jax.telemetry.mllog import MLLog
+from hpcai_jax.telemetry.profile import INPUT_WAIT, STEP_ANNOTATION
 from hpcai_jax.telemetry.roofline import stream_bandwidth
 
 
@@ -209,6 +211,7 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
         if rc.checkpoint_dir
         else None
     )
+    _check_profile_window(setup)
     # Everything that can be checked before any work is (the layout on these devices, the data,
     # the results directory, a --stream_record): main's settings table may follow.
     startup.valid()
@@ -217,6 +220,16 @@ def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
     finally:
         if ckpt:  # waits for pending saves on every path, errors and divergence included
             ckpt.close()
+
+
+def _check_profile_window(setup: RunSetup) -> None:
+    """--profile_steps=A:B must end by the run's last step."""
+    window = setup.config.results.profile_range
+    if window and window[1] > setup.total_steps:
+        raise UsageError(
+            f"--profile_steps={setup.config.results.profile_steps}: the run has "
+            f"{setup.total_steps} steps; B may be at most {setup.total_steps}"
+        )
 
 
 def _resume_or_start(setup: RunSetup, ckpt: Checkpointer | None, dropped: tuple[int, ...]):
@@ -290,19 +303,25 @@ def _checkpoint_hook(setup: RunSetup, first: int) -> hooks.Checkpoint:
     return hooks.Checkpoint(interval_rule.not_probed(probe_at, mtbf_h), probe_at)
 
 
-def _hooks(setup: RunSetup, guard: PreemptionGuard, first: int) -> list:
-    """The hooks in the order they run after each step."""
+def _hooks(ctx: hooks.Context, guard: PreemptionGuard, first: int, built: CompiledStep) -> list:
+    """The hooks in the order they run after each step; the profile window, if any, last (it
+    starts its trace after the step's other work)."""
+    setup, run_id = ctx.setup, ctx.progress.run_id
     config = setup.config
     tc, rc = config.train, config.reliability
     check_every = rc.divergence_check_every or tc.log_every
     target = config.quality_target().target if config.scored and tc.stop_at_target else None
-    return [
+    steps = [
         hooks.DivergenceCheck(check_every),
         hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size),
         hooks.Evaluation(tc.eval_every_epochs * setup.sampler.steps_per_epoch, target),
+        observe.curves(setup, run_id, built.flops.train_step_flops, ctx.clock),
         hooks.Preemption(guard, check_every),
         _checkpoint_hook(setup, first),
     ]
+    if config.results.profile_range:
+        steps.append(observe.profile_window(setup, run_id, built.compiled.as_text()))
+    return steps
 
 
 def _recent_median(progress: Progress) -> float | None:
@@ -317,13 +336,17 @@ def _train_steps(
     (the previous step's completion and the processes' agreements among them)."""
     injection = ctx.setup.config.reliability.nan_injection
     for step in range(ctx.progress.step, ctx.total_steps):
-        dog.arm(f"step {step}", _recent_median(ctx.progress))
-        batch = prefetch.next()
-        if injection and injection[1] == step:
-            ctx.state = hooks.poison(ctx.state, injection[0])
-        ctx.state, metrics = compiled(ctx.state, batch)
-        ctx.watch.add(step, metrics.finite, metrics.input_finite)
-        ctx.clock.dispatched(step, metrics)
+        # Named for a profiler trace (docs/observe.md); without one they cost a microsecond.
+        # The hooks run outside it: a profile window starts and stops between two steps.
+        with jax.profiler.StepTraceAnnotation(STEP_ANNOTATION, step_num=step):
+            dog.arm(f"step {step}", _recent_median(ctx.progress))
+            with jax.profiler.TraceAnnotation(INPUT_WAIT):
+                batch = prefetch.next()
+            if injection and injection[1] == step:
+                ctx.state = hooks.poison(ctx.state, injection[0])
+            ctx.state, metrics = compiled(ctx.state, batch)
+            ctx.watch.add(step, metrics.finite, metrics.input_finite)
+            ctx.clock.dispatched(step, metrics)
         for hook in steps:
             if stop := hook(ctx, step + 1):
                 return stop
@@ -416,7 +439,7 @@ def _train(
     dog = Watchdog(rc.watchdog_factor, rc.watchdog_min_s, jax.process_index())
     ctx = hooks.Context(setup, state, progress, clock, mlog, watch, ckpt, setup.total_steps, dog)
     guard = PreemptionGuard()
-    steps = _hooks(setup, guard, first)
+    steps = _hooks(ctx, guard, first, built)
     with startup.phase("barrier"):
         barrier("before-timing")
     mlog.run_start(first, clock.start())
@@ -424,7 +447,12 @@ def _train(
     try:  # on every path the watchdog ends with its run: an armed one must not outlive it
         try:
             try:
-                stop = _train_steps(ctx, built.compiled, prefetch, steps, dog)
+                try:
+                    stop = _train_steps(ctx, built.compiled, prefetch, steps, dog)
+                finally:  # a run that ends inside the window still writes its trace
+                    for hook in steps:
+                        if isinstance(hook, observe.ProfileWindow):
+                            hook.close(clock)
                 dog.arm("the last step and the processes' final check", _recent_median(progress))
                 clock.flush()
                 outcome = _settle(ctx, stop)
@@ -464,6 +492,7 @@ def _record(
     last_eval = next(h.last for h in steps if isinstance(h, hooks.Evaluation))
     interval = next(h.interval for h in steps if isinstance(h, hooks.Checkpoint))
     quality = _final_quality(ctx, outcome, last_eval)
+    seen = _observed(steps, quality, progress.step)
     dog.arm("the processes' end-of-run gather", _recent_median(progress))
     final = None if clock.last_metrics is None else members.gather_tree(clock.last_metrics)
     timings = processes.per_process(progress, setup.mesh, setup.layout.members_per_device)
@@ -487,4 +516,15 @@ def _record(
         stopped_at_target=outcome.stopped_at_target,
         per_process=timings,
         interval=interval,
+        observe=seen,
+    )
+
+
+def _observed(steps: list, quality, step: int) -> train.Observe:
+    """The record's `observe` section: the curves closed with the final quality, the trace."""
+    curves = next(h for h in steps if isinstance(h, observe.Curves))
+    window = next((h for h in steps if isinstance(h, observe.ProfileWindow)), None)
+    return train.Observe(
+        tensorboard=curves.finish(quality, step),
+        profile=window.summary() if window else None,
     )

@@ -50,6 +50,7 @@ def train_record(
     stopped_at_target: bool = False,
     per_process: list[train.ProcessTiming] | None = None,
     interval: Interval | None = None,
+    observe: train.Observe | None = None,
 ) -> records.TrainRecord:
     """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
 
@@ -59,7 +60,7 @@ def train_record(
     config, m = setup.config, setup.layout.ensemble_size
     valid = status != "invalid"
     per_member_step = cross.train_step_flops / m if cross.train_step_flops else None
-    epochs = _epochs(progress, per_member_step if valid else None, m)
+    epochs = epochs_of(progress, per_member_step if valid else None, m)
     target = config.quality_target() if config.scored else None
     skipped = skipped_examples(setup, progress)
     submission = rules.of_setup(setup, skipped, len(progress.dropped))
@@ -102,6 +103,7 @@ def train_record(
         time_to_target_s=to_target,
         time_to_target_why=to_target_why,
         train=_final_step(last_metrics),
+        observe=observe,
     )
 
 
@@ -332,7 +334,7 @@ def _final_step(last_metrics) -> train.FinalStep:
     )
 
 
-def _epochs(progress: Progress, per_member_step: float | None, m: int) -> list[train.Epoch]:
+def epochs_of(progress: Progress, per_member_step: float | None, m: int) -> list[train.Epoch]:
     """Each completed epoch with its training FLOPs (healthy member-steps only, as FLOPS counts)
     and its FLOPS; FLOPs are None where the step has no count or the run is invalid."""
     out = []

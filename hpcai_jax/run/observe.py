@@ -1,0 +1,167 @@
+"""Seeing inside a run as JAX users do (docs/observe.md): TensorBoard curves while it goes
+(`Curves`, process 0) and a profiler trace of a window of steps (`ProfileWindow`). Both are
+hooks between steps (run/hooks.py); neither can end the run: a directory that cannot be written
+costs one warning line, and the record's `observe` section says what was lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+
+from hpcai_jax.records import train
+from hpcai_jax.run import members
+from hpcai_jax.run import record as run_record
+from hpcai_jax.telemetry.events import EventLog
+from hpcai_jax.telemetry.profile import Trace
+
+
+def tensorboard_dir(config, run_id: str) -> str:
+    """Where a run's events go: <--tensorboard_dir or <results_dir>/tensorboard>/<run_id>."""
+    rc = config.results
+    return os.path.join(rc.tensorboard_dir or os.path.join(rc.results_dir, "tensorboard"), run_id)
+
+
+def profile_dir(config, run_id: str) -> str:
+    """Where a run's trace goes: beside its record."""
+    return os.path.join(config.results.results_dir, f"{run_id}.profile")
+
+
+@dataclasses.dataclass
+class Curves:
+    """Per step the loss (this process's members' mean) and examples/s, as the run clock books
+    the step (no device wait of its own); per evaluation each member's, their mean's and the
+    ensemble's quality; per epoch Eq. 6's FLOPS; at the end the out-of-bag estimate."""
+
+    log: EventLog | None
+    examples_per_step: int
+    flops_per_member_step: float | None
+    ensemble_size: int
+    points: int = 0
+    epochs: int = 0
+
+    def completed(self, step: int, metrics, seconds: float | None) -> None:
+        """The run clock booked `step` (run/clock.py `on_step`): its loss, and its rate if timed."""
+        if self.log is None:
+            return
+        self.log.scalar("train/loss", members.local_mean(metrics.loss), step + 1)
+        if seconds:
+            self.log.scalar("train/examples_per_s", self.examples_per_step / seconds, step + 1)
+
+    def __call__(self, ctx, done: int) -> None:
+        progress = ctx.progress
+        if self.log is None:
+            return None
+        if len(progress.curve) > self.points or len(progress.epochs) > self.epochs:
+            self._evaluations(progress)
+            self._epochs(progress)
+            self.log.flush()
+        return None
+
+    def _evaluations(self, progress) -> None:
+        for point in progress.curve[self.points :]:
+            step = point["step"]
+            self.log.scalar("quality/ensemble", point["ensemble"], step)
+            if point.get("member_mean") is not None:
+                self.log.scalar("quality/member_mean", point["member_mean"], step)
+            for i, q in enumerate(point.get("members") or []):
+                if q is not None:
+                    self.log.scalar(f"quality/member_{i}", q, step)
+        self.points = len(progress.curve)
+
+    def _epochs(self, progress) -> None:
+        new = progress.epochs[self.epochs :]
+        self.epochs = len(progress.epochs)
+        if not self.flops_per_member_step or not new:
+            return
+        shown = dataclasses.replace(progress, epochs=new)
+        for epoch in run_record.epochs_of(shown, self.flops_per_member_step, self.ensemble_size):
+            if epoch.flops_per_s:
+                self.log.scalar(
+                    "eq6/flops_per_s", epoch.flops_per_s, epoch.first_step + epoch.steps
+                )
+
+    def finish(self, quality, step: int) -> train.TensorBoard | None:
+        """The end's figures (a complete run's final quality and out-of-bag estimate, an
+        engine.evaluate.EnsembleQuality or None), then closes; returns what the record says."""
+        if self.log is None:
+            return None
+        if quality is not None:
+            self.log.scalar("final/ensemble", quality.ensemble, step)
+            if quality.oob is not None and quality.oob.quality is not None:
+                self.log.scalar("final/out_of_bag", quality.oob.quality, step)
+        self.log.close()
+        return train.TensorBoard(**self.log.summary())
+
+
+def curves(setup, run_id: str, flops_per_step: float | None, clock) -> Curves:
+    """Process 0's curves under --tensorboard, told of each step by the run clock; a hook that
+    writes nothing otherwise."""
+    config, m = setup.config, setup.layout.ensemble_size
+    on = config.results.tensorboard and jax.process_index() == 0
+    hook = Curves(
+        EventLog.open(tensorboard_dir(config, run_id)) if on else None,
+        m * config.train.batch_size,
+        flops_per_step / m if flops_per_step else None,
+        m,
+    )
+    if hook.log is not None:
+        clock.on_step.append(hook.completed)
+    return hook
+
+
+@dataclasses.dataclass
+class ProfileWindow:
+    """A trace of steps [first, last): started once step first-1 has completed, stopped once
+    step last-1 has; the time spent starting and writing it is in no step and no epoch."""
+
+    first: int
+    last: int
+    trace: Trace | None  # None: this process does not trace (--noprofile_all_processes)
+    hlo_text: str
+    aside_s: float = 0.0
+
+    def __call__(self, ctx, done: int) -> None:
+        if self.trace is None:
+            return None
+        if done == self.first:
+            with ctx.clock.aside() as span:
+                self.trace.start(self.hlo_text)
+            self.aside_s += span.stop() - span.start
+        elif done == self.last or (done == ctx.total_steps and self.trace.active):
+            self.close(ctx.clock)
+        return None
+
+    def close(self, clock) -> None:
+        """Stops the trace, if it runs (also when the loop ends early)."""
+        if self.trace is None or not self.trace.active:
+            return
+        with clock.aside() as span:
+            self.trace.stop()
+        self.aside_s += span.stop() - span.start
+
+    def summary(self) -> train.Profile:
+        trace = self.trace
+        return train.Profile(
+            steps=[self.first, self.last],
+            traced=trace is not None,
+            dir=os.path.abspath(trace.directory) if trace else None,
+            files=list(trace.files) if trace else [],
+            perfetto_trace=trace.perfetto() if trace else None,
+            aside_s=self.aside_s,
+            lost=trace.lost if trace else None,
+        )
+
+
+def profile_window(setup, run_id: str, hlo_text: str) -> ProfileWindow | None:
+    """The --profile_steps window, or None without it."""
+    config = setup.config
+    window = config.results.profile_range
+    if window is None:
+        return None
+    traces = config.results.profile_all_processes or jax.process_index() == 0
+    process = os.path.join(profile_dir(config, run_id), f"process_{jax.process_index()}")
+    trace = Trace(process) if traces else None
+    return ProfileWindow(window[0], window[1], trace, hlo_text)
