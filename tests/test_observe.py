@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -142,3 +143,26 @@ def test_a_malformed_window_is_refused(tmp_path):
     proc = run_in_process(*TINY, f"--results_dir={tmp_path}/r", "--profile_steps=0:2")
     assert proc.returncode == 2
     assert "--profile_steps" in proc.stderr and "1 <= A < B" in proc.stderr
+
+
+def test_the_report_links_a_runs_events_and_shows_each_members_curve(tiny_run, tmp_path):
+    from hpcai_jax.report import markdown, series
+    from hpcai_jax.report.collect import collect
+
+    train = collect([str(tiny_run.results)]).train
+    found = series.observed(train)
+    assert [(r.run_id, r.events, r.trace) for r in found] == [
+        ("real-train", tiny_run.results / "tensorboard" / "real-train", None)
+    ]
+    out = tmp_path / "report"
+    text = markdown.observed(found, lambda p: os.path.relpath(p, out))
+    assert "[real-train](../" in text and "not found here" in text  # no trace in this run
+    # Records copied elsewhere find their events beside them, not at the recorded path.
+    record = json.loads((tiny_run.results / "real-train.json").read_text())
+    record["observe"]["tensorboard"]["dir"] = "/nowhere/real-train"
+    (tmp_path / "real-train.json").write_text(json.dumps(record))
+    assert series.observed(collect([str(tmp_path / "real-train.json")]).train)[0].events is None
+    (curve,) = series.quality_curves(train)
+    members = [p["members"] for p in tiny_run.record["quality"]["curve"]]
+    for point, expected in zip(curve.points, members, strict=True):
+        assert list(point.members) == pytest.approx(expected)

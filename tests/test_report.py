@@ -265,7 +265,8 @@ def test_quality_against_m_table_and_the_sys_scale_label(report, real):
 def test_quality_curve_tables_hold_the_records_points(report, real):
     _, md = report
     text = section(md, "Quality during training and time to target")
-    summary, points = (rows(p) for p in text.split("\n\n") if p.startswith("|"))
+    # The third table links the runs' TensorBoard events (their records are the tiny run's).
+    summary, points, _ = (rows(p) for p in text.split("\n\n") if p.startswith("|"))
     by_run = {r["run"]: r for r in summary}
     assert set(by_run) == {"s-M1", "s-M2", "s-M4", "t-M2"}
     assert (by_run["s-M4"]["evaluations"], by_run["s-M4"]["target"]) == ("3", "0.75")
@@ -522,6 +523,7 @@ def test_api_raises_usage_error_and_rewrites_in_place(results, tmp_path):
         "mfu.png",
         "notes.txt",
         "quality_curve.png",
+        "quality_per_member.png",
         "report.md",
         "roofline.png",
         "scalability.png",

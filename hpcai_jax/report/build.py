@@ -3,6 +3,7 @@ which plots a set of records gets and what their files are called."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -64,11 +65,18 @@ def render(collection: Collection, folder: Path) -> str:
     ]
 
     curves = series.quality_curves(train)
-    png = None
+    png = members_png = None
     if curves:
-        png = "quality_curve.png"
+        png, members_png = "quality_curve.png", "quality_per_member.png"
         plots.quality_curves(curves, metric, folder / png)
-    parts += [markdown.heading(markdown.SECTIONS[4]), markdown.quality_curves(curves, metric, png)]
+        plots.member_curves(curves, metric, folder / members_png)
+    parts += [
+        markdown.heading(markdown.SECTIONS[4]),
+        markdown.quality_curves(curves, metric, png, members_png),
+    ]
+    # The report's folder is a sibling of `folder` (output.staged): the same relative links.
+    links = markdown.observed(series.observed(train), lambda p: os.path.relpath(p, folder))
+    parts += [links] if links else []
 
     rows = series.mfu(train)
     png = None

@@ -15,6 +15,7 @@ from hpcai_jax.report.series import (
     CommRow,
     MachineRow,
     MfuRow,
+    Observed,
     QualityCurve,
     RoofPoint,
     ScalePoint,
@@ -201,7 +202,9 @@ def tradeoff_intro(count: int) -> str:
     return intro
 
 
-def quality_curves(curves: list[QualityCurve], metric: str, png: str | None) -> str:
+def quality_curves(
+    curves: list[QualityCurve], metric: str, png: str | None, members_png: str | None = None
+) -> str:
     if not curves:
         return "No training record has a held-out evaluation: nothing to plot."
     parts = [
@@ -229,7 +232,28 @@ def quality_curves(curves: list[QualityCurve], metric: str, png: str | None) -> 
     ]
     headers = ["run", "epoch", "wall time [s]", f"ensemble {metric}", f"member mean {metric}"]
     parts.append(table(headers, points))
+    if members_png:
+        parts.append(image(members_png, "Quality per member and of the ensemble"))
     return "\n\n".join(parts)
+
+
+def observed(rows: list[Observed], link) -> str:
+    """Each run's TensorBoard events and profiler trace (docs/observe.md), linked; `link` makes
+    a path relative to the report."""
+    if not rows:
+        return ""
+
+    def where(path) -> str:
+        return f"[{path.name}]({link(path)})" if path is not None else "not found here"
+
+    cells = [[r.run_id, where(r.events), where(r.trace), r.lost] for r in rows]
+    intro = (
+        "Looking inside the runs (docs/observe.md): `tensorboard --logdir` on an events "
+        "directory shows its curves; a trace opens in ui.perfetto.dev or TensorBoard's profile "
+        "plugin."
+    )
+    headers = ["run", "TensorBoard events", "profiler trace (Perfetto)", "lost"]
+    return intro + "\n\n" + table(headers, cells)
 
 
 def quality_against_m(points: list[TradePoint], metric: str, png: str | None) -> str:

@@ -350,6 +350,33 @@ def quality_curves(curves: list[QualityCurve], metric: str, path: Path) -> None:
     _save(fig, path)
 
 
+def member_curves(curves: list[QualityCurve], metric: str, path: Path) -> None:
+    """Each run's held-out quality per member (thin) and of the ensemble (thick) against epochs,
+    one panel per run: whether the ensemble beats every member, and which member lags."""
+    cols = min(3, len(curves))
+    rows = -(-len(curves) // cols)
+    fig = Figure(figsize=(3.8 * cols, 2.9 * rows + 0.4), layout="constrained")
+    for k, c in enumerate(curves):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        epochs = [p.epoch for p in c.points]
+        width = max((len(p.members) for p in c.points), default=0)
+        for m in range(width):
+            pts = [(p.epoch, p.members[m]) for p in c.points if m < len(p.members)]
+            pts = [(x, y) for x, y in pts if y is not None]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), "-", lw=0.9, alpha=0.6, color=f"C{m % 10}")
+        ax.plot(epochs, [p.ensemble for p in c.points], "o-", lw=2.2, color="k", label="ensemble")
+        if c.target is not None:
+            ax.axhline(c.target, color="0.3", ls=":", lw=1.0)
+        ax.set_title(f"{c.run_id} ({width} member{'' if width == 1 else 's'})", fontsize="small")
+        ax.set_xlabel("epochs trained")
+        ax.set_ylabel(f"held-out {metric_label(metric)}", fontsize="small")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(**GRID)
+    fig.suptitle("Each member (thin, one colour each) and the ensemble (black)", fontsize="small")
+    _save(fig, path)
+
+
 def mfu(rows: list[MfuRow], path: Path) -> None:
     """Model FLOPs utilisation per run: against the measured matmul peak and, where the device
     has one, the datasheet peak; horizontal bars so that long run ids stay readable."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from pathlib import Path
 
 from hpcai_jax.report.collect import Record
 from hpcai_jax.units import number
@@ -179,6 +180,7 @@ class CurvePoint:
     wall_s: float
     ensemble: float
     member_mean: float | None
+    members: tuple[float | None, ...] = ()  # each member's, pruned ones included
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +206,7 @@ def quality_curves(records: list[Record]) -> list[QualityCurve]:
                 wall_s=float(p.wall_s),
                 ensemble=float(p.ensemble),
                 member_mean=number(p.member_mean),
+                members=tuple(number(q) for q in p.members or ()),
             )
             for p in r.record.quality.curve
         ]
@@ -419,3 +422,44 @@ def machine(records: list[Record]) -> list[MachineRow]:
             )
         )
     return sorted(rows, key=lambda row: row.run_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observed:
+    """Where one run's TensorBoard events and profiler trace are (docs/observe.md): found at
+    the recorded path or beside the record (records travel with their results directory), and
+    what the run said was lost."""
+
+    run_id: str
+    events: Path | None
+    trace: Path | None
+    lost: str
+
+
+def _found(recorded: str | None, beside: Path) -> Path | None:
+    for candidate in (Path(recorded) if recorded else None, beside):
+        if candidate is not None and candidate.exists():
+            return candidate
+    return None
+
+
+def observed(records: list[Record]) -> list[Observed]:
+    """The runs whose record has an `observe` section with something in it, by run id."""
+    out = []
+    for r in sorted(records, key=lambda r: r.run_id):
+        seen = r.record.observe
+        if seen is None or (seen.tensorboard is None and seen.profile is None):
+            continue
+        folder = r.path.parent
+        events = trace = None
+        lost = []
+        if (tb := seen.tensorboard) is not None:
+            events = _found(tb.dir, folder / "tensorboard" / r.run_id)
+            lost += [f"events: {tb.lost}"] if tb.lost else []
+        if (prof := seen.profile) is not None and prof.traced:
+            base = _found(prof.dir, folder / f"{r.run_id}.profile" / Path(prof.dir or "").name)
+            if base is not None and prof.perfetto_trace:
+                trace = base / prof.perfetto_trace
+            lost += [f"trace: {prof.lost}"] if prof.lost else []
+        out.append(Observed(r.run_id, events, trace, "; ".join(lost)))
+    return out
