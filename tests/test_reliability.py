@@ -398,8 +398,13 @@ def test_existing_record_is_not_overwritten(tmp_path):
     assert record["time_to_target_s"] is None
     assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
     assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
-    # The record and the members' kept weights (--keep_weights); no temp files left.
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.json", "same.weights"]
+    # The record, the members' kept weights (--keep_weights) and the TensorBoard events
+    # (docs/observe.md); no temp files left.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "same.json",
+        "same.weights",
+        "tensorboard",
+    ]
 
 
 def _json_meta_writer():
