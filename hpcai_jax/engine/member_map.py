@@ -82,9 +82,14 @@ def resolve_member_strategy(
     return strategy, f"auto for {backend}{unmeasured}: {why}"
 
 
-def resolve_member_map(requested: str, backend: str, dtype: str) -> tuple[str, str]:
+def resolve_member_map(
+    requested: str, backend: str, dtype: str, model_parallel: int = 1
+) -> tuple[str, str]:
     """(how vmap maps the members, why). int8 keeps XLA's own batching: qwix intercepts the
-    models' convolutions (models/int8.py), so they must stay lax's."""
+    models' convolutions (models/int8.py), so they must stay lax's; so does a member split over
+    `model`, whose convolutions' gradients are typed varying over it."""
+    if model_parallel > 1:
+        return "grouped", "--model_parallel: a split member's convolutions keep XLA's batching"
     if dtype == "int8":
         return "grouped", "--dtype=int8: qwix's quantized convolutions keep XLA's batching"
     if requested != "auto":

@@ -136,7 +136,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         config.check.record,
     )
     how, how_why = resolve_member_map(
-        config.mesh.member_map, jax.default_backend(), config.model.dtype
+        config.mesh.member_map, jax.default_backend(), config.model.dtype, layout.model_parallel
     )
     if strategy == "vmap":
         why = f"{why}; members mapped as {how}: {how_why}"

@@ -107,11 +107,7 @@ def xla_cost(
     flops, note_f = _figure(analysis, "flops")
     bytes_accessed, note_b = _figure(analysis, "bytes accessed")
     if counted is not None:
-        # The compiled program's bytes count a loop's body once; none is better than a wrong one.
-        bytes_accessed, note_b = (
-            None,
-            ("bytes accessed not given: cost analysis counts a loop's body once"),
-        )
+        once = flops  # the compiled program's count: a loop's body once, as its bytes are
         before, note = _before_optimisation(counted)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)
         note_f = "; ".join(
@@ -123,6 +119,9 @@ def xla_cost(
             )
             if n
         )
+        if bytes_accessed and once and flops:
+            # Scaled like the FLOPs: the compiled program's own intensity (an estimate).
+            bytes_accessed *= flops / once
     elif lowered is not None and (calls := library_calls(compiled)):
         before, note = _before_optimisation(lowered)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)
