@@ -27,22 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from hpcai_jax.run.startup import PHASES
+
 ROOT = Path(__file__).resolve().parent.parent
-# timing.startup's phases (run/startup.py), and those that follow the compile.
-PHASES = (
-    "python",
-    "distributed",
-    "imports",
-    "setup",
-    "state",
-    "compile",
-    "crosscheck",
-    "traffic",
-    "peaks",
-    "stream",
-    "barrier",
-)
-POST_COMPILE = ("crosscheck", "traffic", "peaks", "stream", "barrier")
+# timing.startup's phases, and those that follow the compile (the record of an older commit
+# run with --root lacks the later ones: they read as None).
+POST_COMPILE = PHASES[PHASES.index("compile") + 1 :]
 PER_PROCESS_DEVICES = 8  # a GPU node's devices, one process per node
 LINE = re.compile(r"^[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6}) +\d+ [^\]]+\] (.*)$")
 COMPILED = re.compile(r"compiled the ensemble step")
