@@ -3,7 +3,7 @@
 docs/scale.md claims that a device's evaluation memory does not grow with M: each device keeps
 its own members' counts, where the step once gathered every member's [M, K] counts onto every
 device (41 MiB at M = 8 grew to 191 MiB at M = 64). This measures the claim with XLA's
-`memory_analysis` of the compiled eval step (engine/eval_memory.py), holding a device's share
+`memory_analysis` of the compiled eval step (telemetry/memory.py), holding a device's share
 fixed (--members_per_device members, --rows rows per batch), so that only M and P_degree change
 (P_degree = 8 × members per device / M). The baseline is the smallest M, measured in the same
 run; each row prints its ratio to it.
@@ -42,7 +42,7 @@ def main() -> None:
 
     import jax
 
-    from hpcai_jax.engine.eval_memory import eval_step_memory, small_detector_setup
+    from hpcai_jax.telemetry.memory import eval_step_memory, small_detector_setup
 
     if jax.device_count() != DEVICES:
         parser.error(f"needs {DEVICES} devices, found {jax.device_count()} (XLA_FLAGS set?)")

@@ -24,11 +24,11 @@ import time
 import numpy as np
 import tensorflow_datasets as tfds
 
-from hpcai_jax.check.inputs import cpu_seconds, imagenet_like_jpeg
 from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.tfds_source import TfdsSource
 from hpcai_jax.data.workers import BlockStream, ReadBlock, augment_keys
+from hpcai_jax.nodecheck.inputs import cpu_seconds, imagenet_like_jpeg
 
 
 class JpegBench(tfds.core.GeneratorBasedBuilder):

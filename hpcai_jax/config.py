@@ -4,7 +4,7 @@ No module but `flags.py` reads absl FLAGS; everything else takes these objects. 
 described once, on its field (`_field`, hpcai_jax/fields.py): its help, its flag and the values
 it accepts; `flags.py` derives each command-line flag from it and `validate` checks each value
 against it. The rules between settings are the only checks written out here. A mode's own
-settings live beside the mode (`stream/config.py`, `check/config.py`).
+settings live beside the mode (`stream/config.py`, `nodecheck/config.py`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from __future__ import annotations
 import dataclasses
 
 from hpcai_jax import fields, gpu_settings
-from hpcai_jax.check.config import CheckConfig
 from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
 from hpcai_jax.fields import field as _field
+from hpcai_jax.nodecheck.config import CheckConfig
+from hpcai_jax.quality_targets import QualityTarget, resolve_target
 from hpcai_jax.stream.config import StreamConfig
-from hpcai_jax.targets import QualityTarget, resolve_target
 
 MODES = ("train", "flops", "stream", "check")
 RESUME_MEMBERS = ("all", "fit")  # --resume_members: docs/reliability.md
@@ -471,7 +471,7 @@ class ResultsConfig(Checked):
         allow=(-1,),
         note="-1: the workload's n",
     )
-    # Applied by telemetry/flop_count.py: choose_flops.
+    # Applied by flops/crosscheck.py: choose_flops.
     flops_source: str = _field(
         "auto",
         "Which FLOP count of the compiled step FLOPS uses: xla (cost analysis), analytic (the "

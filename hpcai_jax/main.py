@@ -145,7 +145,7 @@ def _run_train():
 
 
 def _run_flops():
-    from hpcai_jax.telemetry.flops_mode import run_flops
+    from hpcai_jax.flops.mode import run_flops
 
     return run_flops
 
@@ -157,7 +157,7 @@ def _run_stream():
 
 
 def _run_check():
-    from hpcai_jax.check.runner import run_check
+    from hpcai_jax.nodecheck.runner import run_check
 
     return run_check
 

@@ -1,6 +1,6 @@
 """The closed division's rules: which runs a ranking may compare with each other.
 
-A run is closed when it trains an official workload (targets.py) as the benchmark defines it:
+A run is closed when it trains an official workload (quality_targets.py) as the benchmark defines it:
 the full training and held-out splits at the official input size, at least one epoch and at
 most the official budget, bagged, on a mesh that satisfies Eq. 5, scored against the official
 target and exponent, changing only what Table 2 lets a submitter change. Any other run is open,
@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from hpcai_jax.config import BUILTIN_DATASETS, RunConfig
 from hpcai_jax.data.bad_examples import CLOSED_FRACTION
-from hpcai_jax.targets import (
+from hpcai_jax.quality_targets import (
     OFFICIAL_TARGETS,
     QUALITY_EXPONENTS,
     OfficialTarget,

@@ -25,7 +25,7 @@ from hpcai_jax.acceptance.items import (
     verdict_of,
 )
 from hpcai_jax.acceptance.journal import Journal
-from hpcai_jax.check.rows import Row
+from hpcai_jax.nodecheck.rows import Row
 
 SCRIPT = ROOT / "benchmarks" / "accelerator" / "acceptance.sh"
 SMOKE_BUDGET_S = 240

@@ -17,8 +17,8 @@ import pytest
 from hpcai_jax.acceptance import babelstream_cuda as bs
 from hpcai_jax.acceptance.items import FAIL, PASS, WARN
 from hpcai_jax.acceptance.sizes import SMOKE
-from hpcai_jax.check.budget import Budget
-from hpcai_jax.check.rows import NA
+from hpcai_jax.nodecheck.budget import Budget
+from hpcai_jax.nodecheck.rows import NA
 
 # `cuda-stream --arraysize 134217728 --csv` as the CUDA model prints it: its device lines go to
 # stdout before the table even under --csv; the numbers in C++'s default stream format.

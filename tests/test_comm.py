@@ -12,7 +12,8 @@ from helpers import tiny_config
 
 from hpcai_jax import config as C
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh
-from hpcai_jax.engine.setup import build_setup, compile_train_step
+from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.flops.mode import compile_train_step
 from hpcai_jax.telemetry.comm import comm_volume
 
 REGRESSION = dict(

@@ -13,8 +13,8 @@ from helpers import ROOT, assert_one_line_error, run_in_process
 from hpcai_jax import config as C
 from hpcai_jax import fields
 from hpcai_jax import flags as hflags
-from hpcai_jax.check.config import CheckConfig
 from hpcai_jax.errors import UsageError
+from hpcai_jax.nodecheck.config import CheckConfig
 from hpcai_jax.stream.config import StreamConfig
 
 FLAGFILES = sorted((ROOT / "configs").glob("*.flags"))

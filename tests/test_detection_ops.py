@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hpcai_jax.detection import anchors, boxes, nms, roi_align, targets
+from hpcai_jax.detection import anchors, boxes, nms, roi_align, roi_sampling
 from hpcai_jax.detection.losses import detection_loss
 
 
@@ -228,7 +228,9 @@ def test_rpn_targets_thresholds_best_anchor_and_padding():
         ],
         np.float32,
     )
-    t = jax.jit(functools.partial(targets.rpn_targets, batch_per_image=16))(a, GT_BOXES, GT_CLASSES)
+    t = jax.jit(functools.partial(roi_sampling.rpn_targets, batch_per_image=16))(
+        a, GT_BOXES, GT_CLASSES
+    )
     np.testing.assert_array_equal(t["labels"], [1, 0, 0, 1, 1, 0, 0])
     np.testing.assert_array_equal(t["sampled"], [1, 0, 1, 1, 1, 1, 0])
     np.testing.assert_allclose(t["box_targets"][0], [0.0, -0.5 / 11, 0.0, math.log(10 / 11)], 1e-5)
@@ -240,12 +242,12 @@ def test_rpn_targets_sampling_caps_and_determinism():
     gt = np.full((15, 4), -1.0, np.float32)
     gt[:3] = [[0.0, 0.0, 64.0, 64.0], [32.0, 40.0, 96.0, 104.0], [16.0, 80.0, 80.0, 144.0]]
     cls = np.array([0, 2, 3] + [-1] * 12, np.int32)
-    fn = jax.jit(lambda g, key=None: targets.rpn_targets(a, g, cls, key, batch_per_image=32))
+    fn = jax.jit(lambda g, key=None: roi_sampling.rpn_targets(a, g, cls, key, batch_per_image=32))
     t = fn(gt)
     pos = np.asarray(t["labels"]) == 1
     sampled = np.asarray(t["sampled"])
     # Enough positives and negatives here: exactly 16 positives and 16 negatives sampled.
-    full = jax.jit(functools.partial(targets.rpn_targets, batch_per_image=10**6))(a, gt, cls)
+    full = jax.jit(functools.partial(roi_sampling.rpn_targets, batch_per_image=10**6))(a, gt, cls)
     assert np.asarray(full["labels"]).sum() > 16
     assert pos.sum() == 16 and sampled.sum() == 32
     assert (np.asarray(full["labels"])[pos] == 1).all()  # sampled from the true positives
@@ -261,11 +263,11 @@ def test_rpn_targets_sampling_caps_and_determinism():
 
 def test_priorities_are_distinct_and_keyed():
     n = 5000
-    p = np.asarray(targets.priorities(n, np.array([3, 9], np.uint32)))
+    p = np.asarray(roi_sampling.priorities(n, np.array([3, 9], np.uint32)))
     assert len(np.unique(p)) == n and p.min() >= 0 and p.max() < 2**30
-    np.testing.assert_array_equal(targets.priorities(n, np.array([3, 9], np.uint32)), p)
+    np.testing.assert_array_equal(roi_sampling.priorities(n, np.array([3, 9], np.uint32)), p)
     for key, stream in (([3, 10], 0), ([4, 9], 0), ([3, 9], 1)):
-        q = np.asarray(targets.priorities(n, np.array(key, np.uint32), stream))
+        q = np.asarray(roi_sampling.priorities(n, np.array(key, np.uint32), stream))
         # Another key or stream: an unrelated order (the top 100 barely overlap).
         assert len(np.intersect1d(np.argsort(p)[-100:], np.argsort(q)[-100:])) < 20
 
@@ -274,11 +276,11 @@ def test_targets_of_an_image_without_boxes():
     a = anchors.anchor_grid((32, 48), 8)
     gt = np.full((15, 4), -1.0, np.float32)
     cls = np.full(15, -1, np.int32)
-    t = jax.jit(functools.partial(targets.rpn_targets, batch_per_image=64))(a, gt, cls)
+    t = jax.jit(functools.partial(roi_sampling.rpn_targets, batch_per_image=64))(a, gt, cls)
     assert np.asarray(t["labels"]).sum() == 0 and np.asarray(t["sampled"]).sum() == 64
     assert np.isfinite(np.asarray(t["box_targets"])).all()
     proposals = np.array([[0.0, 0.0, 8.0, 8.0], [4.0, 4.0, 20.0, 30.0], [0.0] * 4], np.float32)
-    roi = functools.partial(targets.roi_targets, num_classes=4, batch_per_image=8)
+    roi = functools.partial(roi_sampling.roi_targets, num_classes=4, batch_per_image=8)
     t = jax.jit(roi)(proposals, gt, cls)
     np.testing.assert_array_equal(t["labels"], [4, 4, -1, -1, -1, -1, -1, -1])
     assert np.isfinite(np.asarray(t["box_targets"])).all()
@@ -296,7 +298,7 @@ def test_roi_targets_sampling():
         np.float32,
     )
     sample = jax.jit(
-        functools.partial(targets.roi_targets, num_classes=4, batch_per_image=12),
+        functools.partial(roi_sampling.roi_targets, num_classes=4, batch_per_image=12),
         static_argnames="foreground_fraction",
     )
     t = sample(proposals, GT_BOXES, GT_CLASSES, foreground_fraction=0.5)

@@ -319,7 +319,7 @@ def _main_flags_from_config() -> dict[str, str]:
     """hpcai_jax.main's config flags and their fields' types, read from the source as flags.py
     derives them."""
     # config.py, and the modules of the parts it imports (a mode's settings live beside it).
-    modules = ("config.py", "distributed.py", "stream/config.py", "check/config.py")
+    modules = ("config.py", "distributed.py", "stream/config.py", "nodecheck/config.py")
     classes = {
         node.name: node
         for module in modules

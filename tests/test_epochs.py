@@ -21,12 +21,13 @@ from helpers import tiny_config
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import Prefetcher
 from hpcai_jax.engine.step import StepMetrics
+from hpcai_jax.flops import device_peaks
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, loop
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.epochs import EpochTimer
 from hpcai_jax.run.progress import Progress
-from hpcai_jax.telemetry import device_peaks, mllog
+from hpcai_jax.telemetry import mllog
 
 WAIT, STEP, SAVE, EVAL, COMPILE = 1.0, 10.0, 100.0, 1_000.0, 10_000.0
 STEPS_PER_EPOCH, CHECKPOINT_EVERY = 8, 6

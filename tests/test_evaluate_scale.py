@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.axes import ENSEMBLE
 from hpcai_jax.engine import sharded
-from hpcai_jax.engine.eval_memory import eval_step_memory, small_detector_setup
+from hpcai_jax.telemetry.memory import eval_step_memory, small_detector_setup
 
 ROWS_PER_DEVICE = 2  # held-out rows each device of a member sees per batch
 MEMBERS_PER_DEVICE = 2  # few members to unroll: a quick compile

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import pytest
 
 from hpcai_jax.flops.analytic import count_fn
+from hpcai_jax.flops.crosscheck import count_model
 from hpcai_jax.flops.tables import PAPER_RESNET50_APC_GFLOPS, PAPER_RESNET50_BATCH
 from hpcai_jax.metrics import apc
 from hpcai_jax.models.resnet import BottleneckResNetBlock, ResNet
-from hpcai_jax.telemetry.flop_count import count_model
 
 # torchvision's published figure for ResNet-50 (v1.5), 224×224: 4.09 G multiply-adds.
 PUBLISHED_RESNET50_GMAC = 4.09

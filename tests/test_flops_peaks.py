@@ -128,7 +128,7 @@ def test_a_cpu_process_with_many_devices_keeps_the_matmul_work_constant():
 
 
 def test_a_process_measures_its_devices_once_and_later_records_say_so(monkeypatch):
-    from hpcai_jax.telemetry import device_peaks
+    from hpcai_jax.flops import device_peaks
 
     monkeypatch.setattr(device_peaks, "_MEASURED", {})
     calls = []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from hpcai_jax import config as C
 from hpcai_jax import records
+from hpcai_jax.flops.crosscheck import count_config, crosscheck
+from hpcai_jax.flops.mode import FlopsResult, flops_record, render_flops
 from hpcai_jax.flops.xla import XlaCost
-from hpcai_jax.telemetry.flop_count import count_config, crosscheck
-from hpcai_jax.telemetry.flops_mode import FlopsResult, flops_record, render_flops
 
 
 def _config() -> C.RunConfig:

@@ -10,8 +10,8 @@ from helpers import run_main
 
 from hpcai_jax import records
 from hpcai_jax.flops.analytic import KINDS
+from hpcai_jax.flops.crosscheck import SOURCE_ANALYTIC, SOURCE_XLA, choose_flops, count_model
 from hpcai_jax.flops.tables import forward_table, train_table
-from hpcai_jax.telemetry.flop_count import SOURCE_ANALYTIC, SOURCE_XLA, choose_flops, count_model
 
 
 @pytest.mark.parametrize(

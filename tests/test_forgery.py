@@ -14,7 +14,7 @@ import forge
 import pytest
 from helpers import ROOT, check_cli
 
-from hpcai_jax.submission import README, SYSTEM, check
+from hpcai_jax.submission import README, SYSTEM, verify
 from hpcai_jax.submission.__main__ import main
 
 RUN = "real-train"
@@ -260,9 +260,9 @@ def test_a_consistent_forgery_fails_check_naming_the_field(name, forged, monkeyp
     make, fragments = CASES[name]
     make(forged)
     with monkeypatch.context() as patch:  # the checks before plausibility: all pass
-        patch.setattr(check, "RUN_RULES", ())
-        patch.setattr(check, "PACKAGE_RULES", ())
-        assert check.check(str(forged.folder)) == []
+        patch.setattr(verify, "RUN_RULES", ())
+        patch.setattr(verify, "PACKAGE_RULES", ())
+        assert verify.check(str(forged.folder)) == []
     code, out, err = _check(capsys, forged.folder)
     assert code == 1 and not err, (out, err)
     assert all(re.match(r"(run \S+|package): ", line) for line in out), out

@@ -11,7 +11,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import config as C
-from hpcai_jax.engine.setup import compile_train_step
+from hpcai_jax.flops.mode import compile_train_step
 from hpcai_jax.run import members
 from hpcai_jax.telemetry.comm import comm_volume, cross_member
 

@@ -11,12 +11,13 @@ from helpers import tiny_config, train_alone
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.member_map import resolve_member_map
-from hpcai_jax.engine.setup import build_setup, compile_train_step
+from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.engine.step import abstract_batch
 from hpcai_jax.flops.analytic import count_fn
+from hpcai_jax.flops.crosscheck import crosscheck
+from hpcai_jax.flops.mode import compile_train_step
 from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.ops import member_conv
-from hpcai_jax.telemetry.flop_count import crosscheck
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 # (size, in, out, kernel, stride, padding): every convolution kind of the models: 3×3 and

@@ -216,7 +216,7 @@ NOT_RECORDS = {
     },
     "report/markdown.py": {"majority": "the same, by mode"},
     "report/collect.py": {"used": "the plotted records by mode"},
-    "submission/check.py": {"line": "an MLLOG line"},
+    "submission/verify.py": {"line": "an MLLOG line"},
     "submission/count.py": {
         "analysis": "XLA's cost analysis of the lowered step",
         "options": "the counter's own options",

@@ -33,10 +33,10 @@ from helpers import tiny_config
 from hpcai_jax import config as C
 from hpcai_jax.engine import evaluate as evaluate_module
 from hpcai_jax.engine import step as step_module
+from hpcai_jax.flops import device_peaks
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, loop
 from hpcai_jax.run.checkpoint import Checkpointer
-from hpcai_jax.telemetry import device_peaks
 
 M, B, N, STEPS = 4, 16, 64, 6  # 4 steps per epoch: the run crosses an epoch boundary
 COMPILE_S, SAVE_S, EVAL_S = 1000.0, 100.0, 10_000.0

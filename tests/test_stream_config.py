@@ -92,8 +92,8 @@ def test_a_training_run_too_small_for_the_cache_is_told_its_own_remedy(monkeypat
     --stream_record, not the flags of --mode=stream it was not given."""
     import logging
 
+    from hpcai_jax.flops import roofline
     from hpcai_jax.stream import cache as stream_cache
-    from hpcai_jax.telemetry import roofline
 
     caplog.set_level(logging.WARNING, logger="absl")
     huge = CacheInfo(1 << 40, "test: 1 TiB", "host")

@@ -1,6 +1,6 @@
 """STREAM's tools: the datasheet table, the comparison against BabelStream itself (parsing,
 ratios, a fake BabelStream binary end to end, the skip without one). The one-accelerator check
-is --mode=check now (tests/test_check.py)."""
+is --mode=check now (tests/test_nodecheck.py)."""
 
 from __future__ import annotations
 

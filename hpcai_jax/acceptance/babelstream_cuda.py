@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hpcai_jax.acceptance.items import FAIL, PASS, WARN, Item
-from hpcai_jax.check.rows import NA
+from hpcai_jax.nodecheck.rows import NA
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "benchmarks" / "accelerator" / "babelstream"

@@ -15,7 +15,7 @@ from packaging.version import Version
 
 from hpcai_jax import third_party
 from hpcai_jax.acceptance.items import FAIL, PASS, WARN, Item
-from hpcai_jax.check import system
+from hpcai_jax.nodecheck import system
 from hpcai_jax.stream.placement import device_memory_bytes
 
 GROUP = "environment"

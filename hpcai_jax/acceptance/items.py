@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from hpcai_jax.check.rows import FAIL, PASS, STATUSES, WARN, Row
+from hpcai_jax.nodecheck.rows import FAIL, PASS, STATUSES, WARN, Row
 from hpcai_jax.units import si
 
 __all__ = [

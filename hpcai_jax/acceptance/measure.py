@@ -20,10 +20,10 @@ from hpcai_jax import config as C
 from hpcai_jax import gpu_settings
 from hpcai_jax.acceptance.items import FAIL, PASS, WARN, Item, from_row
 from hpcai_jax.acceptance.sizes import Sizes
-from hpcai_jax.check import compute, expectations, inputs, system, training
-from hpcai_jax.check.budget import Allotment
-from hpcai_jax.check.rows import skipped
-from hpcai_jax.check.runner import measure_collectives
+from hpcai_jax.nodecheck import compute, expectations, inputs, system, training
+from hpcai_jax.nodecheck.budget import Allotment
+from hpcai_jax.nodecheck.rows import skipped
+from hpcai_jax.nodecheck.runner import measure_collectives
 from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.cache import largest_cache
 from hpcai_jax.stream.config import StreamConfig

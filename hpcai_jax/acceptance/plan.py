@@ -20,7 +20,7 @@ from hpcai_jax.acceptance import babelstream_cuda, environment, measure
 from hpcai_jax.acceptance.items import Item, failure_item, interrupted_item
 from hpcai_jax.acceptance.journal import Journal
 from hpcai_jax.acceptance.sizes import Sizes
-from hpcai_jax.check.budget import Allotment, Budget
+from hpcai_jax.nodecheck.budget import Allotment, Budget
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
 from hpcai_jax.engine.member_map import resolve_member_map, resolve_member_strategy
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import make_optimizer
-from hpcai_jax.engine.step import build_eval_step, build_train_step, compile_step
+from hpcai_jax.engine.step import build_eval_step, build_train_step
 from hpcai_jax.errors import UsageError
 from hpcai_jax.workloads import Workload, make_workload
 
@@ -156,43 +156,4 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         train_step=build_train_step(workload, tx, mesh, strategy, plan, specs, how),
         eval_step=build_eval_step(workload, mesh, strategy, specs, how),
         member_map=how,
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class CompiledTrainStep:
-    compiled: jax.stages.Compiled
-    lowered: jax.stages.Lowered
-    counted: jax.stages.Lowered | None  # StepBuild.counted
-    layout: MeshLayout
-    mesh: Mesh
-    num_devices: int
-    member_strategy: str
-    member_strategy_why: str
-    compile_s: float
-
-
-def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
-    """The whole-ensemble training step for `config`, compiled without initialising any state
-    (for FLOP accounting)."""
-    setup = build_setup(config, devices=devices, open_data=False)
-    build = compile_step(
-        setup.train_step,
-        setup.abstract_state,
-        setup.mesh,
-        setup.layout,
-        config.train.batch_size,
-        setup.workload.spec.fields,
-        count_fn=setup.count_step,
-    )
-    return CompiledTrainStep(
-        compiled=build.compiled,
-        lowered=build.lowered,
-        counted=build.counted,
-        layout=setup.layout,
-        mesh=setup.mesh,
-        num_devices=setup.layout.num_devices,
-        member_strategy=setup.member_strategy,
-        member_strategy_why=setup.member_strategy_why,
-        compile_s=build.seconds,
     )

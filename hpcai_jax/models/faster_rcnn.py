@@ -22,7 +22,7 @@ from hpcai_jax.detection.anchors import AnchorSpec, anchor_grid
 from hpcai_jax.detection.boxes import area, clip, decode
 from hpcai_jax.detection.nms import nms
 from hpcai_jax.detection.roi_align import roi_align
-from hpcai_jax.detection.targets import roi_targets, rpn_targets
+from hpcai_jax.detection.roi_sampling import roi_targets, rpn_targets
 from hpcai_jax.errors import UsageError
 from hpcai_jax.models.resnet import BottleneckResNetBlock, ResNetBlock
 from hpcai_jax.ops import member_conv

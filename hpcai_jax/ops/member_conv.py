@@ -16,7 +16,7 @@ function, and batching over the members runs, per `formulation`:
 - "grouped": XLA's own batching of the convolution (the grouped forms above).
 
 `counting()` unrolls the "loop" formulation's loops, for XLA's cost analysis, which counts a
-while loop's body once whatever its trip count (telemetry/flop_count.py).
+while loop's body once whatever its trip count (flops/crosscheck.py).
 """
 
 from __future__ import annotations

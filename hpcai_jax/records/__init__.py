@@ -7,9 +7,9 @@ Below every mode and tool: it imports neither JAX nor the engine, so a report re
 anywhere they are copied to.
 """
 
-from hpcai_jax.records.check import CheckRecord
 from hpcai_jax.records.envelope import SCHEMA_VERSION, Provenance, Record
 from hpcai_jax.records.flops import FlopsRecord
+from hpcai_jax.records.nodecheck import CheckRecord
 from hpcai_jax.records.read import KINDS, AnyRecord, load, read
 from hpcai_jax.records.schema import RecordError, to_dict
 from hpcai_jax.records.stream import StreamRecord

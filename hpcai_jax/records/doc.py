@@ -19,9 +19,9 @@ from hpcai_jax.records.schema import hints, unwrap
 
 TITLES = {
     "train": ("Training record", "`--mode=train`, built by `hpcai_jax/run/record.py`"),
-    "flops": ("FLOP accounting record", "`--mode=flops`, built by `telemetry/flops_mode.py`"),
+    "flops": ("FLOP accounting record", "`--mode=flops`, built by `flops/mode.py`"),
     "stream": ("STREAM record", "`--mode=stream`, built by `hpcai_jax/stream/benchmark.py`"),
-    "check": ("Node check record", "`--mode=check`, built by `hpcai_jax/check/runner.py`"),
+    "check": ("Node check record", "`--mode=check`, built by `hpcai_jax/nodecheck/runner.py`"),
 }
 INTRO = f"""\
 # Records: every field

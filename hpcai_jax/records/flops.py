@@ -1,4 +1,4 @@
-"""The FLOP accounting record (`--mode=flops`); `telemetry/flops_mode.py` builds it. docs/flops.md
+"""The FLOP accounting record (`--mode=flops`); `flops/mode.py` builds it. docs/flops.md
 explains the counts, docs/record.md lists the fields."""
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from hpcai_jax.records import v1
-from hpcai_jax.records.check import CheckRecord
 from hpcai_jax.records.envelope import SCHEMA_VERSION
 from hpcai_jax.records.flops import FlopsRecord
+from hpcai_jax.records.nodecheck import CheckRecord
 from hpcai_jax.records.schema import RecordError, build
 from hpcai_jax.records.stream import StreamRecord
 from hpcai_jax.records.train import TrainRecord

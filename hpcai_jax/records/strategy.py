@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.records.check import CheckRecord
+from hpcai_jax.records.nodecheck import CheckRecord
 from hpcai_jax.records.read import RecordError, read
 
 

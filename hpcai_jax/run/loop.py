@@ -21,6 +21,9 @@ from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import compile_step, count_lowered
 from hpcai_jax.errors import UsageError
+from hpcai_jax.flops.crosscheck import FlopFigures, crosscheck
+from hpcai_jax.flops.device_peaks import bandwidth_at_start, matmul_peaks
+from hpcai_jax.flops.roofline import stream_bandwidth
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.records import train
 from hpcai_jax.run import clock as run_clock
@@ -33,12 +36,9 @@ from hpcai_jax.run.preemption import PreemptionGuard
 from hpcai_jax.run.progress import DivergenceWatch, Progress
 from hpcai_jax.run.watchdog import Watchdog
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
-from hpcai_jax.telemetry.device_peaks import bandwidth_at_start, matmul_peaks
-from hpcai_jax.telemetry.flop_count import FlopFigures, crosscheck
 from hpcai_jax.telemetry.memory import memory_analysis
 from hpcai_jax.telemetry.mllog import MLLog
 from hpcai_jax.telemetry.profile import INPUT_WAIT, STEP_ANNOTATION
-from hpcai_jax.telemetry.roofline import stream_bandwidth
 
 
 def _batches(setup: RunSetup):

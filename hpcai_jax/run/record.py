@@ -13,6 +13,8 @@ import numpy as np
 from hpcai_jax import metrics, records, results, rules, units
 from hpcai_jax.distributed import allgather
 from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.flops.crosscheck import FlopFigures
+from hpcai_jax.flops.roofline import roofline
 from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.records import train
 from hpcai_jax.run import curve, members, processes, startup
@@ -21,8 +23,6 @@ from hpcai_jax.run.progress import Progress
 from hpcai_jax.run.timing import StepTimes
 from hpcai_jax.telemetry.comm import CommVolume
 from hpcai_jax.telemetry.energy import EnergyReading, energy_record
-from hpcai_jax.telemetry.flop_count import FlopFigures
-from hpcai_jax.telemetry.roofline import roofline
 
 
 def build(*args, **kwargs) -> dict:
@@ -264,7 +264,7 @@ def _metrics(
 
 
 def _peak_flops(peaks: dict) -> train.PeakFlops:
-    """The peaks measured at start (telemetry/device_peaks.py); a figure not measured is None."""
+    """The peaks measured at start (flops/device_peaks.py); a figure not measured is None."""
     return train.PeakFlops(
         **{f.name: peaks.get(f.name) for f in dataclasses.fields(train.PeakFlops)}
     )

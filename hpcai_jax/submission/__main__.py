@@ -70,7 +70,7 @@ def run(argv: list[str]) -> int:
 
         print(f"package: {pack(args.records, args.out, args.system_json, args.with_weights)}")
         return 0
-    from hpcai_jax.submission.check import Review, check
+    from hpcai_jax.submission.verify import Review, check
 
     review = Review(
         args.recount, args.reevaluate, args.rerun_steps, args.same_system, args.data_dir

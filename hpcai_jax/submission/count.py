@@ -32,7 +32,7 @@ NEAR, FAR = 0.01, 0.12
 def declared(config):
     """`config` with a declared tfds set replaced by generated inputs of its shapes (the same
     step), or as it is."""
-    from hpcai_jax.targets import dataset_name
+    from hpcai_jax.quality_targets import dataset_name
 
     classes = DECLARED.get(dataset_name(config.data.dataset))
     if classes is None:
@@ -44,9 +44,9 @@ def declared(config):
 def count(config, claims: list[float]) -> dict:
     from hpcai_jax.engine.setup import build_setup
     from hpcai_jax.engine.step import abstract_batch
+    from hpcai_jax.flops.crosscheck import crosscheck
     from hpcai_jax.flops.xla import xla_cost
     from hpcai_jax.ops import member_conv
-    from hpcai_jax.telemetry.flop_count import crosscheck
 
     config = declared(config)
     setup = build_setup(config, open_data=False)

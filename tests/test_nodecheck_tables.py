@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from hpcai_jax.check import collective_rows, data, nccl_table, runner, system
-from hpcai_jax.check.budget import Allotment
-from hpcai_jax.check.collectives import Point
-from hpcai_jax.check.rows import FAIL, NA, PASS, WARN, Row, exit_code, table
 from hpcai_jax.data import open_files
+from hpcai_jax.nodecheck import collective_rows, data, nccl_table, runner, system
+from hpcai_jax.nodecheck.budget import Allotment
+from hpcai_jax.nodecheck.collectives import Point
+from hpcai_jax.nodecheck.rows import FAIL, NA, PASS, WARN, Row, exit_code, table
 
 MIB = 1 << 20
 

@@ -16,10 +16,10 @@ import statistics
 
 import jax
 
-from hpcai_jax.check import expectations
-from hpcai_jax.check.collectives import OPS, Point, human_size
-from hpcai_jax.check.compute import CPU_PASS, CPU_WARN
-from hpcai_jax.check.rows import FAIL, Row, judge
+from hpcai_jax.nodecheck import expectations
+from hpcai_jax.nodecheck.collectives import OPS, Point, human_size
+from hpcai_jax.nodecheck.compute import CPU_PASS, CPU_WARN
+from hpcai_jax.nodecheck.rows import FAIL, Row, judge
 
 PLATEAU_SIZES = 4
 PLATEAU_WITHIN = 0.5

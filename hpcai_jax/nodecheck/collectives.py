@@ -39,8 +39,8 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import nodes
-from hpcai_jax.check.budget import Allotment, agree
 from hpcai_jax.distributed import allgather
+from hpcai_jax.nodecheck.budget import Allotment, agree
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 NODE, LOCAL = "node", "local"

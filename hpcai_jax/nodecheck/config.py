@@ -11,7 +11,7 @@ from hpcai_jax.fields import field as _field
 
 @dataclasses.dataclass(frozen=True)
 class CheckConfig(Checked):
-    """`--mode=check` (hpcai_jax/check/, docs/node_check.md), and the record it leaves for the
+    """`--mode=check` (hpcai_jax/nodecheck/, docs/node_check.md), and the record it leaves for the
     training modes."""
 
     budget_s: float = _field(

@@ -11,10 +11,10 @@ import pytest
 
 from hpcai_jax import config as C
 from hpcai_jax import records
-from hpcai_jax.check import collectives, compute, data, inputs, runner, training
-from hpcai_jax.check.budget import Budget
-from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge
-from hpcai_jax.check.step_fit import Sizing
+from hpcai_jax.nodecheck import collectives, compute, data, inputs, runner, training
+from hpcai_jax.nodecheck.budget import Budget
+from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge
+from hpcai_jax.nodecheck.step_fit import Sizing
 
 # docs/node_check.md's shares, in the order the items run.
 SHARES = {

@@ -10,11 +10,22 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+from jax.sharding import Mesh
 
 from hpcai_jax import results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.datasets import data_spec, resolved
-from hpcai_jax.engine.setup import compile_train_step
+from hpcai_jax.engine.mesh import MeshLayout
+from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.engine.step import compile_step
+from hpcai_jax.flops.crosscheck import (
+    FlopFigures,
+    ModelFlops,
+    count_config,
+    crosscheck,
+    forward_args,
+    forward_fn,
+)
 from hpcai_jax.flops.peaks import measure_matmul_peak, peak_flops_per_device
 from hpcai_jax.flops.tables import (
     PAPER_RESNET50_APC_GFLOPS,
@@ -25,14 +36,45 @@ from hpcai_jax.flops.tables import (
 )
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.records.flops import FlopsPeaks, FlopsRecord, FlopsReport
-from hpcai_jax.telemetry.flop_count import (
-    FlopFigures,
-    ModelFlops,
-    count_config,
-    crosscheck,
-    forward_args,
-    forward_fn,
-)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledTrainStep:
+    compiled: jax.stages.Compiled
+    lowered: jax.stages.Lowered
+    counted: jax.stages.Lowered | None  # StepBuild.counted
+    layout: MeshLayout
+    mesh: Mesh
+    num_devices: int
+    member_strategy: str
+    member_strategy_why: str
+    compile_s: float
+
+
+def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
+    """The whole-ensemble training step for `config`, compiled without initialising any state
+    (for FLOP accounting)."""
+    setup = build_setup(config, devices=devices, open_data=False)
+    build = compile_step(
+        setup.train_step,
+        setup.abstract_state,
+        setup.mesh,
+        setup.layout,
+        config.train.batch_size,
+        setup.workload.spec.fields,
+        count_fn=setup.count_step,
+    )
+    return CompiledTrainStep(
+        compiled=build.compiled,
+        lowered=build.lowered,
+        counted=build.counted,
+        layout=setup.layout,
+        mesh=setup.mesh,
+        num_devices=setup.layout.num_devices,
+        member_strategy=setup.member_strategy,
+        member_strategy_why=setup.member_strategy_why,
+        compile_s=build.seconds,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

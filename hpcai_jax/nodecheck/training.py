@@ -18,19 +18,19 @@ import jax
 import numpy as np
 
 from hpcai_jax import config as C
-from hpcai_jax.check import expectations
-from hpcai_jax.check.budget import Allotment, agree
-from hpcai_jax.check.memory import Room
-from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge, skipped
-from hpcai_jax.check.step_fit import DoesNotFit, Sizing, build_step
 from hpcai_jax.data.pipeline import synthetic_batch
 from hpcai_jax.engine.member_map import MEMBER_STRATEGY_DEFAULTS
+from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.nodecheck import expectations
+from hpcai_jax.nodecheck.budget import Allotment, agree
+from hpcai_jax.nodecheck.memory import Room
+from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge, skipped
+from hpcai_jax.nodecheck.step_fit import DoesNotFit, Sizing, build_step
 from hpcai_jax.run import members
 from hpcai_jax.stream.placement import device_memory_bytes
 from hpcai_jax.telemetry.energy import read_energy
-from hpcai_jax.telemetry.flop_count import crosscheck
 from hpcai_jax.telemetry.memory import memory_analysis
 
 # The workload's own generated data set: the check never reads one from disk.
@@ -307,7 +307,7 @@ def _crosscheck_row(item: str, flops) -> Row:
             None,
             1.0,
             "",
-            "analytic walk (telemetry/flop_count.py)",
+            "analytic walk (flops/crosscheck.py)",
             "XLA gave no FLOP count: FLOPS use the analytic count",
         )
     ok = flops.crosscheck_ok

@@ -22,9 +22,9 @@ import jax
 from jax.extend import core as jcore
 
 from hpcai_jax import config as C
-from hpcai_jax.check.memory import Room, capped_note
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import StepBuild, compile_step
+from hpcai_jax.nodecheck.memory import Room, capped_note
 from hpcai_jax.telemetry.memory import memory_analysis
 
 # A step's FLOP/s over the matmul rate of its dtype, for the time estimate: at the low end of
@@ -91,7 +91,7 @@ def example_bytes(config: C.RunConfig) -> int:
     intermediate value of the member's forward pass at batch 1, traced, not run. XLA keeps fewer
     (it fuses; ResNet-50's step adds a third of this per example), so the estimate errs towards
     smaller batches; the compiled step's own figure is checked after."""
-    from hpcai_jax.telemetry.flop_count import count_config, forward_args, forward_fn
+    from hpcai_jax.flops.crosscheck import count_config, forward_args, forward_fn
 
     counted = count_config(with_batch(config, 1))
     variables, x = forward_args(counted)
@@ -205,7 +205,7 @@ class Sizing:
         rate = self.rates.get("float32" if dtype == "int8" else dtype)
         if not rate:
             return None
-        from hpcai_jax.telemetry.flop_count import count_config
+        from hpcai_jax.flops.crosscheck import count_config
 
         flops = count_config(with_batch(config, 1)).train_step.per_example("xla")
         return flops / (STEP_EFFICIENCY * rate)

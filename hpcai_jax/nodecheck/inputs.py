@@ -15,9 +15,9 @@ import time
 import numpy as np
 from PIL import Image
 
-from hpcai_jax.check.budget import Allotment
-from hpcai_jax.check.rows import Row, judge, skipped
 from hpcai_jax.data import augment
+from hpcai_jax.nodecheck.budget import Allotment
+from hpcai_jax.nodecheck.rows import Row, judge, skipped
 
 
 def photo_like(rng: np.random.Generator, height: int, width: int) -> np.ndarray:

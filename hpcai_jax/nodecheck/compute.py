@@ -7,11 +7,11 @@ import time
 
 import jax
 
-from hpcai_jax.check import expectations
-from hpcai_jax.check.budget import Allotment
-from hpcai_jax.check.memory import Room, capped_note
-from hpcai_jax.check.rows import FAIL, Row, judge, skipped
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
+from hpcai_jax.nodecheck import expectations
+from hpcai_jax.nodecheck.budget import Allotment
+from hpcai_jax.nodecheck.memory import Room, capped_note
+from hpcai_jax.nodecheck.rows import FAIL, Row, judge, skipped
 from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.cache import largest_cache
 from hpcai_jax.stream.config import StreamConfig

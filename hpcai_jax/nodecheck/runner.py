@@ -24,7 +24,9 @@ from collections.abc import Callable
 import jax
 
 from hpcai_jax import results
-from hpcai_jax.check import (
+from hpcai_jax.config import RunConfig
+from hpcai_jax.flops.peaks import peak_flops_per_device
+from hpcai_jax.nodecheck import (
     collective_rows,
     collectives,
     compute,
@@ -36,12 +38,10 @@ from hpcai_jax.check import (
     system,
     training,
 )
-from hpcai_jax.check.budget import Allotment, Budget
-from hpcai_jax.check.rows import FAIL, WARN, Row, exit_code, skipped, table
-from hpcai_jax.check.step_fit import Sizing
-from hpcai_jax.config import RunConfig
-from hpcai_jax.flops.peaks import peak_flops_per_device
-from hpcai_jax.records import check as checks
+from hpcai_jax.nodecheck.budget import Allotment, Budget
+from hpcai_jax.nodecheck.rows import FAIL, WARN, Row, exit_code, skipped, table
+from hpcai_jax.nodecheck.step_fit import Sizing
+from hpcai_jax.records import nodecheck as checks
 
 # A first guess of building the flagship step (set-up, initial state, compile), before one is
 # timed in this run; later items estimate from that one.

@@ -1,4 +1,4 @@
-"""The node check's record (`--mode=check`); `check/runner.py` builds it from the items' sections.
+"""The node check's record (`--mode=check`); `nodecheck/runner.py` builds it from the items' sections.
 docs/node_check.md explains the rows, docs/record.md lists the fields."""
 
 from __future__ import annotations

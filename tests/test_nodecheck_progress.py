@@ -12,9 +12,9 @@ import time
 import pytest
 
 from hpcai_jax import config as C
-from hpcai_jax.check import compute, memory, runner, step_fit, training
-from hpcai_jax.check.budget import Allotment
-from hpcai_jax.check.rows import PASS, WARN, Row
+from hpcai_jax.nodecheck import compute, memory, runner, step_fit, training
+from hpcai_jax.nodecheck.budget import Allotment
+from hpcai_jax.nodecheck.rows import PASS, WARN, Row
 
 
 def _config(results_dir) -> C.RunConfig:

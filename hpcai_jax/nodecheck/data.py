@@ -15,9 +15,9 @@ import os
 import time
 from pathlib import Path
 
-from hpcai_jax.check.budget import Allotment
-from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, judge, not_judged
 from hpcai_jax.data import open_files
+from hpcai_jax.nodecheck.budget import Allotment
+from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge, not_judged
 
 # Data sets generated in the process: nothing to read, no files held.
 GENERATED = ("synthetic", "friedman1", "synthetic_climate")

@@ -16,7 +16,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from hpcai_jax.check.budget import agree
+from hpcai_jax.nodecheck.budget import agree
 
 # What one item may take of the host's available memory (CPU devices): the rest is the check's
 # own runtime and compiler (about 2 GB with a ResNet-50), and the other jobs on the host.

@@ -1,4 +1,4 @@
-"""--mode=check (hpcai_jax/check/): the row logic and nccl-tests' arithmetic on literal numbers,
+"""--mode=check (hpcai_jax/nodecheck/): the row logic and nccl-tests' arithmetic on literal numbers,
 the budget's shares, one in-process check run at a tiny budget with one collective made slow
 (shared by several tests), the record the training modes read, and a 2-process run."""
 
@@ -12,11 +12,11 @@ import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
 
 from hpcai_jax import records
-from hpcai_jax.check import collectives
-from hpcai_jax.check.budget import Budget
-from hpcai_jax.check.rows import FAIL, NA, PASS, WARN, Row, exit_code, judge, skipped
 from hpcai_jax.engine.member_map import resolve_member_strategy
 from hpcai_jax.errors import UsageError
+from hpcai_jax.nodecheck import collectives
+from hpcai_jax.nodecheck.budget import Budget
+from hpcai_jax.nodecheck.rows import FAIL, NA, PASS, WARN, Row, exit_code, judge, skipped
 
 
 def test_a_row_without_a_measured_value_cannot_pass():

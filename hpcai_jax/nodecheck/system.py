@@ -10,10 +10,10 @@ import jax
 import numpy as np
 
 from hpcai_jax import nodes
-from hpcai_jax.check import expectations
-from hpcai_jax.check.rows import FAIL, PASS, WARN, Row, not_judged
 from hpcai_jax.distributed import allgather
 from hpcai_jax.flops.peaks import device_row
+from hpcai_jax.nodecheck import expectations
+from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, not_judged
 from hpcai_jax.stream.datasheet import memory_bandwidth
 from hpcai_jax.telemetry.energy import read_energy
 

@@ -7,7 +7,7 @@ bandwidths in GB/s. docs/node_check.md shows one.
 
 from __future__ import annotations
 
-from hpcai_jax.check.collectives import OPS, Point
+from hpcai_jax.nodecheck.collectives import OPS, Point
 
 TYPE = "float"  # nccl-tests' name of float32
 REDOP = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
-from hpcai_jax.telemetry.roofline import stream_bandwidth
+from hpcai_jax.flops.roofline import stream_bandwidth
 
 
 def _peak_flops(dtype: str) -> dict:
