@@ -26,12 +26,12 @@ import numpy as np
 
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
+from hpcai_jax.engine.compiled import compile_step
 from hpcai_jax.engine.member_map import (
     MEMBER_MAP_DEFAULTS,
     MEMBER_STRATEGY_DEFAULTS,
 )
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import compile_step
 
 
 def _config(members: int, strategy: str, how: str, batch_size: int, seed: int = 0):

@@ -1,6 +1,6 @@
 """What TensorBoard curves cost an unprofiled run: step time with the writer on vs off.
 
-Runs the real training loop (run/loop.py, hooks and all) in this process, alternately with
+Runs the real training loop (run/trainer.py, hooks and all) in this process, alternately with
 --tensorboard and --notensorboard, --rounds pairs, the order of each pair swapped every round so
 that drift hits both alike; compiled steps come from a persistent compilation cache after the
 first run. Each run's figure is its record's median step time; the ratio is off / on (1.0: no
@@ -22,7 +22,7 @@ import jax
 from absl import logging
 
 from hpcai_jax import config as C
-from hpcai_jax.run.loop import train_and_evaluate
+from hpcai_jax.run.trainer import train_and_evaluate
 from hpcai_jax.telemetry.events import EventLog
 
 

@@ -16,7 +16,7 @@ EVAL_SPEC = P(DATA)  # held-out examples: split over data, every member sees the
 
 def member_spec(leaf, model_parallel: int) -> P:
     """The spec of one stacked state leaf [M, ...]. Under tensor parallelism (models/
-    tensor_parallel.py) every per-layer array's last axis is its output features (a kernel's
+    resnet.py) every per-layer array's last axis is its output features (a kernel's
     output channels, BatchNorm's channels, a bias) and is split over `model`; per-member
     scalars [M] (step, optimizer counts, loss scale) are not."""
     if model_parallel == 1 or leaf.ndim < 2:

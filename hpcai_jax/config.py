@@ -532,7 +532,7 @@ class ResultsConfig(Checked):
         "With --profile_steps, every process writes its own trace; "
         "--noprofile_all_processes: process 0 only.",
     )
-    # Kept by hpcai_jax/run/weights.py; re-evaluated by `submission check --reevaluate`.
+    # Kept by hpcai_jax/run/kept_weights.py; re-evaluated by `submission check --reevaluate`.
     keep_weights: bool = _field(
         True,
         "A complete training run keeps its members' final parameters and model state (in the "

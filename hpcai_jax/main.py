@@ -139,7 +139,7 @@ def _lost(why: str) -> None:
 
 
 def _run_train():
-    from hpcai_jax.run.loop import run_train
+    from hpcai_jax.run.trainer import run_train
 
     return run_train
 

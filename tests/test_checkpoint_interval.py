@@ -1,4 +1,4 @@
-"""`--checkpoint_every=auto` (hpcai_jax/run/interval.py): the Young/Daly interval from a save
+"""`--checkpoint_every=auto` (hpcai_jax/run/checkpoint_interval.py): the Young/Daly interval from a save
 measured in the run, and the record's account of it (docs/reliability.md, "Checkpoint
 interval")."""
 
@@ -8,7 +8,7 @@ import pytest
 from helpers import run_in_process
 from test_reliability import SHORT, _record
 
-from hpcai_jax.run import interval
+from hpcai_jax.run import checkpoint_interval as interval
 
 
 def test_young_daly_is_the_square_root_of_twice_save_time_times_mtbf():

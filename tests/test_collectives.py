@@ -21,13 +21,9 @@ from hpcai_jax import config as C
 from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.collectives import INT8_MAX, resolve_plan
+from hpcai_jax.engine.compiled import abstract_batch
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import (
-    abstract_batch,
-    build_gradient_step,
-    build_train_step,
-    build_update_step,
-)
+from hpcai_jax.engine.step import build_gradient_step, build_train_step, build_update_step
 from hpcai_jax.errors import UsageError
 
 REGRESSION = dict(

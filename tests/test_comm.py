@@ -35,7 +35,7 @@ def test_members_never_exchange_training_data(overrides):
     volume = comm_volume(step.compiled.as_text(), step.mesh)
     assert volume.payload_bytes["ensemble"] == 0
     # Each device's two members all-reduce their whole gradient over `data`; nothing travels
-    # over `ensemble`, not even the per-member figures for the host (run/members.py reads them).
+    # over `ensemble`, not even the per-member figures for the host (run/member_figures.py reads them).
     param_bytes = _member_param_bytes(config)
     assert volume.payload_bytes["data"] >= 2 * param_bytes
     assert volume.metrics_payload_bytes["ensemble"] == volume.metrics_wire_bytes["ensemble"] == 0

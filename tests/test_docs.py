@@ -14,7 +14,7 @@ first component in capitals (a placeholder: `DIR/downloads`), folders that runs 
 path must exist, relative to the repository root or to `hpcai_jax/` (the docs abbreviate the
 package's modules: `engine/step.py`), and never through `..`; a bare file name (no `/`) must be
 the name of some file of the repository, a bare `folder/` a folder of the root or the package; `*` must match a file and `{a,b}` expands; `dir/module.name` (a module and
-one of its names, `run/loop.run_train`) needs `dir/module.py` to define `name`. Markdown
+one of its names, `run/trainer.run_train`) needs `dir/module.py` to define `name`. Markdown
 link and image targets that are not URLs must exist next to the doc.
 
 Flags. A `--flag` in code belongs to the program before it: after `hpcai_jax.main` (also
@@ -249,7 +249,7 @@ def _exists_under(base: Path, path: str) -> bool:
         return bool(glob.glob(str(base / path)))
     if (base / path).exists():
         return True
-    module, dot, name = path.rpartition(".")  # run/loop.run_train
+    module, dot, name = path.rpartition(".")  # run/trainer.run_train
     source = base / f"{module}.py"
     return bool(dot) and name.isidentifier() and source.is_file() and _defines(source, name)
 
@@ -488,7 +488,7 @@ def test_the_checks_catch_what_they_should():
     assert path_candidates("`hpcai_jax/run_record.py`".strip("`")) == ["hpcai_jax/run_record.py"]
     assert not path_exists("hpcai_jax/run_record.py")
     assert path_exists("engine/step.py") and path_exists("tests/test_flops_*.py")
-    assert path_exists("run/loop.run_train") and not path_exists("run/loop.no_such_name")
+    assert path_exists("run/trainer.run_train") and not path_exists("run/trainer.no_such_name")
     assert not path_exists("tests/test_stream_{config,no_such}.py")
     assert path_candidates("--flagfile=configs/quickstart.flags") == ["configs/quickstart.flags"]
     assert path_candidates("results/quickstart.json") == []

@@ -23,9 +23,9 @@ from hpcai_jax.data.pipeline import Prefetcher
 from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.flops import device_peaks
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, loop
+from hpcai_jax.run import evaluation, measured_step, trainer
 from hpcai_jax.run.checkpoint import Checkpointer
-from hpcai_jax.run.epochs import EpochTimer
+from hpcai_jax.run.clock import EpochTimer
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.telemetry import mllog
 
@@ -92,7 +92,7 @@ def run(tmp_path_factory):
             Checkpointer, "save", clock.after(SAVE, lambda _, s, __, m: saved.update({s: m}))
         )
         mp.setattr(evaluation, "evaluate", clock.after(EVAL, evaluation.evaluate))
-        mp.setattr(loop, "compile_step", clock.after(COMPILE, loop.compile_step))
+        mp.setattr(measured_step, "compile_step", clock.after(COMPILE, measured_step.compile_step))
         # Not under test, and seconds each: the peak and bandwidth measurements at start.
         # The process's cache of them too: neither reuse a real one nor keep these fakes.
         mp.setattr(device_peaks, "_MEASURED", {})
@@ -100,7 +100,7 @@ def run(tmp_path_factory):
             device_peaks, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"}
         )
         mp.setattr(device_peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
-        record, code = loop.train_and_evaluate(config)
+        record, code = trainer.train_and_evaluate(config)
     assert code == 0, record["reason"]
     return record, tmp / "run.mllog", saved
 

@@ -146,7 +146,7 @@ def test_mean_of_identical_members_is_exact_at_two_and_within_an_ulp_at_three():
     from jax.sharding import PartitionSpec as P
 
     from hpcai_jax.axes import ENSEMBLE
-    from hpcai_jax.engine.step import _voters_mean
+    from hpcai_jax.engine.evaluate import _voters_mean
 
     mesh = Mesh(np.array(jax.devices()[:1]), (ENSEMBLE,))
     x = np.random.default_rng(0).uniform(size=(64, 5)).astype(np.float32)  # probabilities

@@ -12,7 +12,7 @@ from helpers import tiny_config
 
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
-from hpcai_jax.engine.loss_scale import INITIAL_SCALE, LossScale
+from hpcai_jax.engine.optimizer import INITIAL_SCALE, LossScale
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import member_update

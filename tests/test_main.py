@@ -19,7 +19,7 @@ def _walk(value, path=""):
 
 def test_end_to_end_record(tiny_run):
     proc, record = tiny_run.proc, tiny_run.record
-    # The record, and beside it the members' final weights (--keep_weights, run/weights.py)
+    # The record, and beside it the members' final weights (--keep_weights, run/kept_weights.py)
     # and the TensorBoard events (docs/observe.md).
     names = sorted(p.name for p in tiny_run.results.iterdir())
     assert names == ["real-train.json", "real-train.weights", "tensorboard"]

@@ -1,6 +1,6 @@
 """Bagging's members never wait for each other: no collective of the compiled training step
 spans two members (its HLO's replica groups), the per-member figures stay sharded over
-`ensemble`, and the host combines them only where the processes meet anyway (run/members.py)."""
+`ensemble`, and the host combines them only where the processes meet anyway (run/member_figures.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import config as C
 from hpcai_jax.flops.mode import compile_train_step
-from hpcai_jax.run import members
+from hpcai_jax.run import member_figures
 from hpcai_jax.telemetry.comm import comm_volume, cross_member
 
 
@@ -67,13 +67,13 @@ def test_each_process_reads_its_own_members_and_gather_combines_them():
     mesh = jax.make_mesh((4, 2), ("ensemble", "data"), devices=jax.devices()[:8])
     values = np.arange(8, dtype=np.float32) * 1.5  # 8 members, 2 per ensemble shard
     array = jax.device_put(values, NamedSharding(mesh, P("ensemble")))
-    mine = members.local(array)
+    mine = member_figures.local(array)
     assert sorted(mine) == list(range(8)) and mine[5] == 7.5
-    assert members.local_mean(array) == pytest.approx(values.mean())
+    assert member_figures.local_mean(array) == pytest.approx(values.mean())
     flags = jax.device_put(values > 3, NamedSharding(mesh, P("ensemble")))
-    table = members.gather([array, array * 2])
+    table = member_figures.gather([array, array * 2])
     np.testing.assert_array_equal(table, [values, values * 2])
-    assert members.gather([flags])[0].tolist() == (values > 3).tolist()
+    assert member_figures.gather([flags])[0].tolist() == (values > 3).tolist()
 
 
 def test_a_member_on_one_device_runs_a_step_without_any_collective():
@@ -88,7 +88,7 @@ def test_a_member_on_one_device_runs_a_step_without_any_collective():
 
 def test_members_by_process_and_the_slowest_epochs():
     from hpcai_jax.records import train
-    from hpcai_jax.run.processes import members_by_process, take_slowest_epochs
+    from hpcai_jax.run.clock import members_by_process, take_slowest_epochs
     from hpcai_jax.run.progress import Progress
 
     devices = np.array(jax.devices()[:8]).reshape(4, 2, 1)
@@ -127,10 +127,10 @@ def test_the_submission_check_reads_process_zeros_log_and_the_slowest_epoch():
 
 
 def test_each_member_is_reported_by_its_first_process_as_one_scalar():
-    from hpcai_jax.run.processes import owners
+    from hpcai_jax.run.clock import owners
 
     devices = np.array(jax.devices()[:8]).reshape(4, 2, 1)
     mesh = jax.sharding.Mesh(devices, ("ensemble", "data", "model"))
     assert owners(mesh, 2) == [0] * 8
-    table = members.gather_owned({0: 0.5, 1: 0.25, 2: 1.0}, [0, 0, 0], 0)
+    table = member_figures.gather_owned({0: 0.5, 1: 0.25, 2: 1.0}, [0, 0, 0], 0)
     np.testing.assert_array_equal(table, [0.5, 0.25, 1.0])

@@ -10,9 +10,9 @@ from helpers import tiny_config, train_alone
 
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
+from hpcai_jax.engine.compiled import abstract_batch
 from hpcai_jax.engine.member_map import resolve_member_map
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import abstract_batch
 from hpcai_jax.flops.analytic import count_fn
 from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.mode import compile_train_step

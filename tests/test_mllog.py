@@ -87,7 +87,7 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     )
     reason = f"target 0.9 not reached: ensemble {record['quality']['ensemble']:g}"
     assert stop["metadata"]["reason"].startswith(reason)
-    assert first["run_start"]["metadata"]["file"] == "hpcai_jax/run/loop.py"
+    assert first["run_start"]["metadata"]["file"] == "hpcai_jax/run/trainer.py"
     # Every workload, optimizer and schedule the engine runs is one the ruleset accepts.
     rules = mllog.RULESET.read_text()
     assert all(f"hpcai500_{w}" in rules for w in C.WORKLOADS)

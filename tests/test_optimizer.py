@@ -20,11 +20,10 @@ from hpcai_jax import config as C
 from hpcai_jax.axes import BATCH_SPEC, MEMBER_SPEC
 from hpcai_jax.config import OptimConfig
 from hpcai_jax.data.source import ImageSpec
-from hpcai_jax.engine.member_map import map_members
 from hpcai_jax.engine.mesh import make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import kernel_mask, make_optimizer
 from hpcai_jax.engine.state import EnsembleState
-from hpcai_jax.engine.step import build_train_step, member_train_step
+from hpcai_jax.engine.step import build_train_step, map_members, member_train_step
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flags import FLAGS, config_from_flags
 from hpcai_jax.workloads import make_workload

@@ -232,7 +232,7 @@ NOT_RECORDS = {
     },
     "telemetry/mllog.py": {
         "meta": "an MLLOG line's metadata",
-        "epoch": "run/epochs.py's closed epoch (Progress.epochs)",
+        "epoch": "run/clock.py's closed epoch (Progress.epochs)",
         "mesh": "the machine as the MLLOG header states it (_mesh)",
         "_segment": "a resumed segment's segment_start metadata",
     },

@@ -18,7 +18,7 @@ import pytest
 from helpers import check_cli
 from test_forgery import quality_raised_to_a_count, times_scaled_within_the_peak
 
-from hpcai_jax.run import weights
+from hpcai_jax.run import kept_weights
 from hpcai_jax.submission.__main__ import main
 
 RUN = "real-train"
@@ -43,17 +43,19 @@ def forged(package, tmp_path, capsys) -> forge.Forged:
 
 
 def test_the_run_keeps_its_weights_and_logs_their_digest(tiny_run, package):
-    kept = tiny_run.results / f"{RUN}{weights.SUFFIX}"  # no --checkpoint_dir: beside the record
+    kept = (
+        tiny_run.results / f"{RUN}{kept_weights.SUFFIX}"
+    )  # no --checkpoint_dir: beside the record
     line = next(
         json.loads(x[9:]) for x in tiny_run.mllog.read_text().splitlines() if "weights_digest" in x
     )
     assert line["metadata"]["path"] == str(kept) and line["metadata"]["kept"] == "beside the record"
-    tree = weights.load(package / f"{RUN}{weights.SUFFIX}")
-    assert weights.digest(tree) == (line["value"], line["metadata"]["arrays"])
-    assert weights.digest(weights.load(kept))[0] == line["value"]
+    tree = kept_weights.load(package / f"{RUN}{kept_weights.SUFFIX}")
+    assert kept_weights.digest(tree) == (line["value"], line["metadata"]["arrays"])
+    assert kept_weights.digest(kept_weights.load(kept))[0] == line["value"]
     m = tiny_run.record["mesh"]["ensemble_size"]
-    assert all(a.shape[0] == m for _, a in weights.named(tree))  # stacked [M, ...]
-    assert {name.split("/")[0] for name, _ in weights.named(tree)} == {"params", "model_state"}
+    assert all(a.shape[0] == m for _, a in kept_weights.named(tree))  # stacked [M, ...]
+    assert {name.split("/")[0] for name, _ in kept_weights.named(tree)} == {"params", "model_state"}
 
 
 def test_reevaluate_and_a_rerun_give_the_runs_figures(package, tiny_run, capsys):
@@ -85,17 +87,17 @@ def test_a_quality_raised_to_a_count_fails_reevaluate_naming_the_member(forged, 
 
 
 def test_weights_that_are_not_the_runs_fail_the_digest(forged, capsys):
-    folder = forged.folder / f"{RUN}{weights.SUFFIX}"
-    tree = weights.load(folder)
-    name, first = weights.named(tree)[0]
+    folder = forged.folder / f"{RUN}{kept_weights.SUFFIX}"
+    tree = kept_weights.load(folder)
+    name, first = kept_weights.named(tree)[0]
     first[(0,) * first.ndim] += np.asarray(1e-3, first.dtype)  # one value of one member
     shutil.rmtree(folder)
-    weights.save(folder, tree)
+    kept_weights.save(folder, tree)
     code, out, err = _cli(capsys, "check", forged.folder, "--reevaluate")
     assert code == 1 and not err
     digest = forge.Forged(forged.folder, RUN).one("weights_digest")["value"]
     assert [line for line in out if "sha256" in line] == [
-        f"run {RUN}: {RUN}.weights sha256 {weights.digest(tree)[0]} != {RUN}.mllog "
+        f"run {RUN}: {RUN}.weights sha256 {kept_weights.digest(tree)[0]} != {RUN}.mllog "
         f"weights_digest {digest}: not the weights the run kept"
     ]
 
@@ -121,7 +123,7 @@ def test_bad_input_is_one_line_exit_2(package, tiny_run, tmp_path, capsys):
     refused(tmp_path, "--rerun_steps=0", names="--rerun_steps=0: expected a number of steps")
     refused(package, f"--data_dir={tmp_path}", names=f"--data_dir={tmp_path}: only with")
     bare = tmp_path / "bare"
-    shutil.copytree(package, bare, ignore=shutil.ignore_patterns(f"*{weights.SUFFIX}"))
+    shutil.copytree(package, bare, ignore=shutil.ignore_patterns(f"*{kept_weights.SUFFIX}"))
     refused(bare, "--reevaluate", names=f"{bare / RUN}.weights: missing: --reevaluate needs")
     train_only = tmp_path / "train-only"  # Fashion-MNIST without its held-out split
     train_only.mkdir()

@@ -22,7 +22,9 @@ from hpcai_jax.flops.crosscheck import SOURCE_ANALYTIC, SOURCE_XLA, FlopFigures,
 from hpcai_jax.flops.roofline import stream_bandwidth
 from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.run import record as run_record
-from hpcai_jax.run.progress import Progress
+from hpcai_jax.run import summary
+from hpcai_jax.run.measured_step import MeasuredStep
+from hpcai_jax.run.progress import Progress, skipped_examples
 
 M, B, DEVICES = 4, 16, 8
 STEP_S = [0.4, 0.5, 0.6, 0.5, 0.5]  # the fake clock: timed steps 1..5 (step 0 is warm-up)
@@ -72,10 +74,16 @@ def _cross(flops: float, source: str = SOURCE_XLA, ok: bool | None = True) -> Fl
     )
 
 
+def _end(setup, progress, cost, cross, peaks, status, quality) -> run_record.RunEnd:
+    """A run's end with these figures: no last step's metrics, 9 s of wall time."""
+    step = MeasuredStep(None, cost, cross, {}, peaks, None)
+    return run_record.RunEnd(setup, progress, step, status, quality, None, 9.0)
+
+
 def _build(setup, progress, cross, quality, status="complete", peaks=None):
     cost = XlaCost(cross.train_step_flops / DEVICES, None, DEVICES)
     peaks = peaks or {"datasheet_per_device": 2e9, "measured_per_device": 1e9}
-    return run_record.build(setup, progress, cost, cross, peaks, status, quality, None, 1.0, 9.0)
+    return run_record.build(_end(setup, progress, cost, cross, peaks, status, quality))
 
 
 def test_flops_mfu_vflops_from_the_clock(setup):
@@ -99,7 +107,7 @@ def test_flops_mfu_vflops_from_the_clock(setup):
     assert q["oob"]["quality"] == 0.83
     assert len(record["data"]["distinct_fraction"]) == M
     assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
-    text = run_record.summary(record)
+    text = summary.summary(record)
     assert "out-of-bag top1_accuracy" in text and "not official" in text and "FAILED" not in text
     assert "n/a (no completed epoch" in text
 
@@ -116,7 +124,7 @@ def test_a_pruned_member_counts_only_while_healthy(setup):
     assert q["member_mean"] == pytest.approx((0.80 + 0.82 + 0.84) / 3)  # kept members only
     assert q["members"] == [0.80, 0.10, 0.82, 0.84]  # the pruned one still listed
     assert q["kept_members"] == [0, 2, 3] and q["ensemble_members"] == 3
-    assert "0.1000 (pruned)" in run_record.summary(record)
+    assert "0.1000 (pruned)" in summary.summary(record)
 
 
 def test_the_record_says_its_division(setup):
@@ -126,7 +134,7 @@ def test_the_record_says_its_division(setup):
     assert submission["violations"][0] == (
         "no official target for image_classification/resnet_small/fashion_mnist"
     )
-    text = run_record.summary(record)
+    text = summary.summary(record)
     assert re.search(r"^division +open$", text, re.M)
     asked = record["config"]["mesh"]["members_per_device"]
     assert re.search(rf"^members per device +1 \(asked: {asked}\)$", text, re.M), text
@@ -156,7 +164,7 @@ def test_the_record_says_its_division(setup):
         record = _build(fake, _progress({}), _cross(M * 1e9), _quality([True] * 4))
         assert record["submission"]["division"] == division
         assert record["quality"]["target_is_official"] is official
-        assert re.search(f"^division +{division}\\b", run_record.summary(record), re.M)
+        assert re.search(f"^division +{division}\\b", summary.summary(record), re.M)
     assert record["mllog"] == os.path.abspath("logs/run.mllog")
 
 
@@ -187,7 +195,7 @@ def test_eq6_is_every_completed_epochs_flops_over_their_time(setup):
     assert m["flops_per_s_why"] is None
     assert m["vflops_per_s"] == pytest.approx(m["flops_per_s"] * (0.86 / 0.9) ** 5)
     assert m["flops_per_s_steady"] != m["flops_per_s"]
-    assert "38.67 GFLOP/s over 2 epoch(s)" in run_record.summary(record)
+    assert "38.67 GFLOP/s over 2 epoch(s)" in summary.summary(record)
 
 
 def _curve(*points: tuple[int, float, float]) -> list[dict]:
@@ -203,7 +211,7 @@ def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
     record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
     assert (record["time_to_target_s"], record["time_to_target_why"]) == (21.0, None)
     assert record["quality"]["curve"] == progress.curve
-    assert "time to target" in run_record.summary(record)
+    assert "time to target" in summary.summary(record)
     # Reached only after a resume: not an uninterrupted run's time.
     progress.resumes = [{"at_step": 40, "utc": "then"}]
     record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
@@ -216,7 +224,7 @@ def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
     assert record["time_to_target_why"] == (
         "the ensemble never reached the target 0.9: best 0.8500 in 1 evaluation(s)"
     )
-    assert "n/a (the ensemble never reached" in run_record.summary(record)
+    assert "n/a (the ensemble never reached" in summary.summary(record)
 
 
 def test_exponent_zero_means_no_penalty(setup):
@@ -245,7 +253,7 @@ def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     assert f["crosscheck_ok"] is False and f["source"] == SOURCE_ANALYTIC
     assert f["per_step"] == analytic and "OUTSIDE" in f["source_reason"]
     assert record["metrics"]["flops_per_s_steady"] == pytest.approx(analytic * len(STEP_S) / WALL)
-    assert "CROSS-CHECK FAILED" in run_record.summary(record)
+    assert "CROSS-CHECK FAILED" in summary.summary(record)
     # --flops_source=xla uses XLA's figure anyway, still flagged.
     forced = dataclasses.replace(
         setup.config, results=C.ResultsConfig(target_quality=0.9, flops_source="xla")
@@ -266,7 +274,7 @@ def test_the_step_on_the_roofline(setup):
         "bandwidth_source": "a test",
     }
     record = run_record.build(
-        setup, _progress({}), cost, cross, peaks, "complete", _quality([True] * 4), None, 1.0, 9.0
+        _end(setup, _progress({}), cost, cross, peaks, "complete", _quality([True] * 4))
     )
     roof = record["roofline"]
     assert roof["arithmetic_intensity_flops_per_byte"] == pytest.approx(5.0)
@@ -304,8 +312,8 @@ def test_skipped_examples_join_this_segments_to_those_of_earlier_ones():
     )
     before_resume = Progress(run_id="r", skipped_examples={"train": [3, 40], "test": [1]})
     setup = SimpleNamespace(datasets=datasets)
-    assert run_record.skipped_examples(setup, before_resume) == {"train": [3, 12, 40], "test": [1]}
-    assert run_record.skipped_examples(setup, Progress(run_id="r")) == {"train": [3, 12]}
+    assert skipped_examples(setup, before_resume) == {"train": [3, 12, 40], "test": [1]}
+    assert skipped_examples(setup, Progress(run_id="r")) == {"train": [3, 12]}
 
 
 def test_the_typed_record_survives_json(setup):
@@ -316,11 +324,11 @@ def test_the_typed_record_survives_json(setup):
     progress.curve = _curve((32, 10.0, 0.85))
     args = (setup, progress, XlaCost(4e9 / DEVICES, 1e8, DEVICES), _cross(M * 1e9))
     peaks = {"measured_per_device": 1e9, "bandwidth_per_device": 1e8, "bandwidth_source": "x"}
-    rest = (peaks, "complete", _quality([True, False, True, True]), None, 1.0, 9.0)
-    typed = run_record.train_record(*args, *rest)
+    end = _end(*args, peaks, "complete", _quality([True, False, True, True]))
+    typed = run_record.train_record(end)
     assert isinstance(typed, records.TrainRecord) and typed.schema_version == 2
     text = json.dumps(records.to_dict(typed), default=lambda v: v.tolist())
     assert records.read(json.loads(text)) == typed
-    built, layout = run_record.build(*args, *rest), records.to_dict(typed)
+    built, layout = run_record.build(end), records.to_dict(typed)
     built.pop("provenance"), layout.pop("provenance")  # made a moment apart: another utc
     assert built == layout

@@ -1,4 +1,4 @@
-"""Guards of the score, on one tiny run of the real loop (`run.loop.train_and_evaluate`,
+"""Guards of the score, on one tiny run of the real loop (`run.trainer.train_and_evaluate`,
 regression MLP on Friedman #1, M = 4, 64 examples, 6 steps of 16 = 1.5 epochs, a checkpoint
 every 2 steps) on a fake clock.
 
@@ -31,11 +31,11 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
+from hpcai_jax.engine import compiled as step_module
 from hpcai_jax.engine import evaluate as evaluate_module
-from hpcai_jax.engine import step as step_module
 from hpcai_jax.flops import device_peaks
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, loop
+from hpcai_jax.run import evaluation, measured_step, trainer
 from hpcai_jax.run.checkpoint import Checkpointer
 
 M, B, N, STEPS = 4, 16, 64, 6  # 4 steps per epoch: the run crosses an epoch boundary
@@ -131,7 +131,7 @@ def run(tmp_path_factory):
         reliability=C.ReliabilityConfig(checkpoint_dir=str(tmp / "ckpt"), checkpoint_every=2),
     )
     clock, owed, saves, evaluated, eval_batches = FakeClock(), {}, [], [], []
-    real_compile, real_evaluate = loop.compile_step, evaluation.evaluate
+    real_compile, real_evaluate = measured_step.compile_step, evaluation.evaluate
     real_save, real_block = Checkpointer.save, jax.block_until_ready
 
     def compile_step(step_fn, *args):
@@ -166,7 +166,7 @@ def run(tmp_path_factory):
         shim = _TimeShim(clock)
         mp.setattr(run_clock, "time", shim)
         mp.setattr(step_module, "time", shim)
-        mp.setattr(loop, "compile_step", compile_step)
+        mp.setattr(measured_step, "compile_step", compile_step)
         mp.setattr(evaluation, "evaluate", evaluate)
         mp.setattr(
             device_peaks, "_MEASURED", {}
@@ -178,7 +178,7 @@ def run(tmp_path_factory):
         )
         mp.setattr(Checkpointer, "save", save)
         mp.setattr(jax, "block_until_ready", block_until_ready)
-        record, code = loop.train_and_evaluate(config)
+        record, code = trainer.train_and_evaluate(config)
     assert not owed, "a step's metrics were never waited for"
     return Run(record, code, clock.now, saves, evaluated, eval_batches)
 

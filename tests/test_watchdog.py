@@ -1,4 +1,4 @@
-"""The hang watchdog (run/watchdog.py): a step or a wait for the other processes far longer
+"""The hang watchdog (run/guards.py): a step or a wait for the other processes far longer
 than the median step, or a checkpoint save or an eval batch longer than --watchdog_min_s, ends
 the process with HUNG_EXIT_CODE and one line; stalls of a few seconds are left alone."""
 
@@ -12,9 +12,9 @@ import time
 import pytest
 from helpers import packs_and_passes_check, run_in_process
 
+from hpcai_jax.run import checkpoint_interval as interval_rule
 from hpcai_jax.run import hooks
-from hpcai_jax.run import interval as interval_rule
-from hpcai_jax.run.watchdog import HUNG_EXIT_CODE, Watchdog
+from hpcai_jax.run.guards import HUNG_EXIT_CODE, Watchdog
 
 
 def test_the_limit_is_the_factor_times_the_median_and_at_least_the_floor():

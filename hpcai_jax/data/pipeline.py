@@ -320,7 +320,9 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
-        """Stops the thread, then whatever make_batch holds (worker processes)."""
+        """Stops the thread, then whatever make_batch holds (worker processes); once."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join(timeout=5)
         close = getattr(self._make_batch, "close", None)

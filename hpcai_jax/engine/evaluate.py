@@ -15,19 +15,154 @@ import time
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
-from jax.sharding import NamedSharding
+from flax import struct
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-from hpcai_jax.axes import BATCH_SPEC
+from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC
 from hpcai_jax.data.pipeline import ReadCache, eval_batches, eval_layout
 from hpcai_jax.engine import sharded
+from hpcai_jax.engine.state import EnsembleState
+from hpcai_jax.engine.step import (
+    MEMBERS,
+    map_members,
+    member_model,
+    model_parallel_of,
+    step_specs,
+)
+from hpcai_jax.workloads.base import Workload
 
 PROGRESS_S = 10.0  # seconds between an evaluation's progress lines
 
 # Called before each eval batch with (batches done, batches in all): the run's hang watchdog
 # re-arms there (run/evaluation.py), so a hung device or peer is bounded in an evaluation too.
 OnBatch = Callable[[int, int], None]
+
+
+class EvalCounts(struct.PyTreeNode):
+    """One eval batch's counts: each member's on its own devices, the rest replicated."""
+
+    members: jax.Array  # [M, K] sharded over `ensemble`: each member's prediction, valid rows
+    ensemble: jax.Array  # [K]: of the voters' mean prediction, on rows with a voter
+    scored: jax.Array  # rows with at least one voter
+    votes: jax.Array  # votes cast on those rows (÷ scored: voters per example)
+
+
+def _voters_mean(local, votes: jax.Array):
+    """The voting members' mean of a tree of per-member arrays [m_local, e, ...] → [e, ...],
+    over every device of the ensemble axis (votes [m_local, e] are 1 or 0): the voters' sums and
+    their count in one reduction over `ensemble`, sized by the batch, never by M."""
+
+    def local_sum(x):
+        shape = votes.shape + (1,) * (x.ndim - 2)
+        # where(), not a product: a pruned member's predictions may be NaN.
+        return jnp.sum(jnp.where(votes.reshape(shape) > 0, x, 0.0), axis=0)
+
+    sums, voters = lax.psum((jax.tree.map(local_sum, local), jnp.sum(votes, axis=0)), ENSEMBLE)
+    voters = jnp.maximum(voters, 1.0)
+    return jax.tree.map(lambda s: s / voters.reshape(voters.shape + (1,) * (s.ndim - 1)), sums)
+
+
+def build_eval_step(
+    workload: Workload,
+    mesh: Mesh,
+    strategy: str,
+    state_specs: EnsembleState | None = None,
+    how: str = "scan",
+):
+    """(state, batch, valid, votes [M, E], split) → EvalCounts: the batch and its valid mask as
+    read (data/pipeline.EvalBatch, gathered by `gather_read_slices`), the members' counts sharded
+    over `ensemble` (a process reads its own members', engine/sharded.py), the rest replicated.
+
+    The ensemble predicts an example from the members that vote on it (votes 1): every kept
+    member on held-out data; on training data, the kept members that never trained on the
+    example (the out-of-bag estimate), combined by the workload's `eval_predictions(x,
+    apply_members, average)`: the mean of their predictions by default, a staged ensemble for a
+    detector (shared proposals). An example without a voter is not scored; padding rows (valid
+    false) have no votes and count for no member.
+    """
+    model = member_model(workload, None, model_parallel_of(mesh))
+
+    def local_eval(state, batch, valid, votes):
+        x = workload.inputs(batch)
+
+        def apply_members(fn, *stacked):
+            """fn(apply, *member_slices) for each local member, stacked [m_local, ...];
+            apply(*args, **kwargs) is model.apply with that member's variables."""
+
+            def one(s, *args):
+                variables = {"params": s.params, **s.model_state}
+                return fn(lambda *a, **kw: model.apply(variables, *a, **kw), *args)
+
+            return map_members(one, strategy, state, *stacked, how=how)
+
+        preds, ensemble = workload.eval_predictions(
+            x, apply_members, lambda t: _voters_mean(t, votes)
+        )
+        weight = valid.astype(jnp.float32)
+        m_local = votes.shape[0]
+        members = jnp.stack(
+            [
+                workload.counts(jax.tree.map(lambda p, i=i: p[i], preds), batch, weight)
+                for i in range(m_local)
+            ]
+        )
+        voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
+        scored = voters > 0
+        counts = workload.counts(ensemble, batch, scored.astype(jnp.float32))
+        # The members' counts stay on their members' devices (MEMBERS), so that a device's
+        # evaluation memory does not grow with M (docs/scale.md).
+        return EvalCounts(
+            lax.psum(members, DATA),
+            lax.psum(counts, DATA),
+            lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
+            lax.psum(jnp.sum(voters), DATA),
+        )
+
+    sharded = jax.shard_map(
+        local_eval,
+        mesh=mesh,
+        in_specs=(step_specs(state_specs)[0], EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
+        out_specs=EvalCounts(MEMBERS, P(), P(), P()),
+        check_vma=True,
+    )
+
+    def eval_step(state, batch, valid, votes, split):
+        batch, valid = gather_read_slices(mesh, split)((batch, valid))
+        return sharded(state, batch, valid, votes)
+
+    return jax.jit(eval_step, static_argnames="split")
+
+
+def gather_read_slices(mesh: Mesh, split: int):
+    """[ensemble, E / split] as read (data/pipeline.eval_batches: each device one slice of its
+    data block) → [E] over `data`, every member with its whole block: the block's `split` slices
+    come from the neighbouring members that read them, by split - 1 collective permutes, so no
+    device gathers more than its block whatever M is. The result is the same on every member of
+    a data block by construction, which shard_map cannot infer (check_vma off here only)."""
+
+    def gather(tree):
+        def one(x):
+            x = x[0]
+            if split == 1:
+                return x
+            n, e = mesh.shape[ENSEMBLE], lax.axis_index(ENSEMBLE)
+            parts = [x]  # parts[j]: the slice (own + j) % split of this group of `split`
+            for j in range(1, split):
+                source = [(i // split) * split + (i % split + j) % split for i in range(n)]
+                parts.append(lax.ppermute(x, ENSEMBLE, [(s, i) for i, s in enumerate(source)]))
+            ordered = jnp.roll(jnp.stack(parts), e % split, axis=0)  # slot k: slice k
+            return ordered.reshape(-1, *x.shape[1:])
+
+        return jax.tree.map(one, tree)
+
+    return jax.shard_map(
+        gather, mesh=mesh, in_specs=BATCH_SPEC, out_specs=EVAL_SPEC, check_vma=False
+    )
 
 
 @dataclasses.dataclass(frozen=True)

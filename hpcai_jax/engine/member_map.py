@@ -15,13 +15,6 @@ carried out:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import jax
-import jax.numpy as jnp
-
-from hpcai_jax.ops import member_conv
-
 MEMBER_MAPS = ("scan", "batched", "grouped")
 
 # --member_strategy=auto per backend, and why (docs/members.md).
@@ -96,18 +89,3 @@ def resolve_member_map(
         return requested, "--member_map"
     how, why = _default(MEMBER_MAP_DEFAULTS, backend)
     return how, f"auto for {backend}: {why}"
-
-
-def map_members(fn: Callable, strategy: str, *stacked, how: str = "scan"):
-    """fn applied to each local member's slices of `stacked`, results stacked [m_local, ...]:
-    under `vmap` mapped as `how` says (MEMBER_MAPS), under `unroll` a Python loop."""
-    if strategy == "vmap":
-        if how == "grouped":
-            return jax.vmap(fn)(*stacked)
-        with member_conv.formulation("loop"):
-            if how == "batched":
-                return jax.vmap(fn)(*stacked)
-            return member_conv.loop(fn, *stacked)
-    count = jax.tree.leaves(stacked)[0].shape[0]
-    outs = [fn(*jax.tree.map(lambda x, i=i: x[i], stacked)) for i in range(count)]
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)

@@ -18,10 +18,11 @@ from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
+from hpcai_jax.engine.evaluate import build_eval_step
 from hpcai_jax.engine.member_map import resolve_member_map, resolve_member_strategy
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import make_optimizer
-from hpcai_jax.engine.step import build_eval_step, build_train_step
+from hpcai_jax.engine.step import build_train_step
 from hpcai_jax.errors import UsageError
 from hpcai_jax.workloads import Workload, make_workload
 

@@ -14,8 +14,8 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.axes import MEMBER_SPEC, member_spec
-from hpcai_jax.engine.loss_scale import LossScale
 from hpcai_jax.engine.mesh import sharding
+from hpcai_jax.engine.optimizer import LossScale
 from hpcai_jax.errors import UsageError
 from hpcai_jax.workloads.base import Workload
 
@@ -25,7 +25,7 @@ class EnsembleState(struct.PyTreeNode):
     params: dict
     model_state: dict  # the model's other collections (BatchNorm's "batch_stats"); may be empty
     opt_state: optax.OptState
-    loss_scale: LossScale | None = None  # --dtype=float16 only (engine/loss_scale.py)
+    loss_scale: LossScale | None = None  # --dtype=float16 only (engine/optimizer.py)
 
 
 def member_keys(seed: int, ensemble_size: int) -> jax.Array:

@@ -10,8 +10,7 @@ mode are the ones the record names (docs/system_options.md).
 
 from __future__ import annotations
 
-import dataclasses
-import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,12 +20,9 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC, MEMBER_SPEC, MODEL
-from hpcai_jax.data.source import Fields
-from hpcai_jax.engine import loss_scale
+from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, MEMBER_SPEC, MODEL
+from hpcai_jax.engine import optimizer as loss_scale
 from hpcai_jax.engine.collectives import AllreducePlan, reduce_gradients
-from hpcai_jax.engine.member_map import map_members
-from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.ops import member_conv
 from hpcai_jax.workloads.base import Workload
@@ -35,7 +31,7 @@ from hpcai_jax.workloads.base import Workload
 class StepMetrics(struct.PyTreeNode):
     """Per-member figures of one step, sharded over `ensemble` like the members themselves: the
     step has no collective between two members, so no member waits for another (a process reads
-    its own members' shards: run/members.py)."""
+    its own members' shards: run/member_figures.py)."""
 
     loss: jax.Array  # [M]
     finite: jax.Array  # [M] bool: loss and updated parameters all finite
@@ -44,13 +40,19 @@ class StepMetrics(struct.PyTreeNode):
     input_finite: jax.Array | None = None  # [M] bool: the member's batch held no NaN/inf
 
 
-class EvalCounts(struct.PyTreeNode):
-    """One eval batch's counts: each member's on its own devices, the rest replicated."""
-
-    members: jax.Array  # [M, K] sharded over `ensemble`: each member's prediction, valid rows
-    ensemble: jax.Array  # [K]: of the voters' mean prediction, on rows with a voter
-    scored: jax.Array  # rows with at least one voter
-    votes: jax.Array  # votes cast on those rows (÷ scored: voters per example)
+def map_members(fn: Callable, strategy: str, *stacked, how: str = "scan"):
+    """fn applied to each local member's slices of `stacked`, results stacked [m_local, ...]:
+    under `vmap` mapped as `how` says (MEMBER_MAPS), under `unroll` a Python loop."""
+    if strategy == "vmap":
+        if how == "grouped":
+            return jax.vmap(fn)(*stacked)
+        with member_conv.formulation("loop"):
+            if how == "batched":
+                return jax.vmap(fn)(*stacked)
+            return member_conv.loop(fn, *stacked)
+    count = jax.tree.leaves(stacked)[0].shape[0]
+    outs = [fn(*jax.tree.map(lambda x, i=i: x[i], stacked)) for i in range(count)]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
 def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train: bool):
@@ -63,28 +65,22 @@ def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train:
 
 def member_model(workload: Workload, axis_name: str | None, model_parallel: int = 1):
     """The module one device runs for a member: the whole member, or its share of a member
-    split over `model` (--model_parallel, models/tensor_parallel.py)."""
+    split over `model` (--model_parallel, models/resnet.py)."""
     if model_parallel == 1:
         return workload.model(axis_name)
     return workload.split_model(axis_name, model_parallel)
 
 
-def member_gradients(
-    workload: Workload,
-    axis_name: str | None,
-    state: EnsembleState,
-    batch,
-    model_parallel: int = 1,
-):
+def member_gradients(workload: Workload, model, axis_name: str | None, state: EnsembleState, batch):
     """One member's (loss, gradient, model state, metrics) on its (local part of the) batch.
 
     With an axis name the parameters are cast device-varying over it first, so the gradient that
     comes back is this device's share of the global-batch gradient (the loss is pmean'ed), and
     its sum over the axis is left to `collectives.reduce_gradients`: the reduction is explicit,
     in the dtype and mode the plan names. Under --dtype=float16 the gradient is of the loss
-    times the member's loss scale (unscaled by `member_update`).
+    times the member's loss scale (unscaled by `member_update`). `model`: `member_model`'s,
+    built once with the step rather than inside its trace.
     """
-    model = member_model(workload, axis_name, model_parallel)
     mean = (lambda v: lax.pmean(v, axis_name)) if axis_name else (lambda v: v)
     x = workload.inputs(batch)
     scale = state.loss_scale.scale if state.loss_scale is not None else None
@@ -162,7 +158,8 @@ def member_train_step(
     """
     if axis_name is not None:
         raise ValueError("member_train_step is the one-device reference; see build_train_step")
-    loss, grads, model_state, metrics = member_gradients(workload, None, state, batch)
+    model = member_model(workload, None)
+    loss, grads, model_state, metrics = member_gradients(workload, model, None, state, batch)
     new_state, finite = member_update(tx, state, grads, model_state)
     return new_state, loss, metrics, finite & jnp.isfinite(loss)
 
@@ -191,7 +188,7 @@ def model_parallel_of(mesh: Mesh) -> int:
     return mesh.shape.get(MODEL, 1)
 
 
-def _specs(state_specs):
+def step_specs(state_specs):
     """(state, local gradients [M, P_degree, ...], model state) specs. Without a tree of
     per-leaf specs (no --model_parallel) one prefix spec shards every leaf's member axis."""
     if state_specs is None:
@@ -207,12 +204,12 @@ def _specs(state_specs):
 def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs, how="scan"):
     """shard_map: (state, batch) → (every device's local gradients [M, P_degree, ...], model
     state, loss [M], metrics {name: [M]}): the first half of the train step."""
-    pm = model_parallel_of(mesh)
-    state_spec, grads_spec, model_state_spec = _specs(state_specs)
+    state_spec, grads_spec, model_state_spec = step_specs(state_specs)
     data = _axis_if_spread(mesh, DATA)
+    model = member_model(workload, data, model_parallel_of(mesh))
 
     def local_gradients(state, batch):
-        step = lambda s, b: member_gradients(workload, data, s, b, pm)  # noqa: E731
+        step = lambda s, b: member_gradients(workload, model, data, s, b)  # noqa: E731
         # The gradient needs no optimizer state: a loop over members does not carry it.
         needed = state.replace(opt_state=None, step=None)
         with jax.named_scope(FORWARD_BACKWARD_SCOPE):
@@ -326,7 +323,7 @@ def _update(
     if pm > 1 and state_specs is None:
         raise ValueError("a mesh with a model axis needs the state's per-leaf specs")
     model_axis = MODEL if pm > 1 else None
-    state_spec, grads_spec, model_state_spec = _specs(state_specs)
+    state_spec, grads_spec, model_state_spec = step_specs(state_specs)
 
     def local_update(state, grads, model_state):
         with jax.named_scope(allreduce_scope(DATA)):
@@ -364,7 +361,7 @@ def build_gradient_step(
     under --dtype=float16). The same local-gradient shard_map and reduction code as
     `build_train_step`, without the update: the check of each all-reduce mode and dtype."""
     plan = plan or _default_plan(mesh)
-    _, grads_spec, _ = _specs(state_specs)
+    _, grads_spec, _ = step_specs(state_specs)
     gradients = _local_gradients(workload, mesh, strategy, state_specs, how)
     summed = jax.shard_map(
         lambda g: jax.tree.map(lambda x: x[:, None], _summed(plan, g)),
@@ -379,174 +376,3 @@ def build_gradient_step(
         return local, summed(local)
 
     return jax.jit(gradient_step)
-
-
-def _voters_mean(local, votes: jax.Array):
-    """The voting members' mean of a tree of per-member arrays [m_local, e, ...] → [e, ...],
-    over every device of the ensemble axis (votes [m_local, e] are 1 or 0): the voters' sums and
-    their count in one reduction over `ensemble`, sized by the batch, never by M."""
-
-    def local_sum(x):
-        shape = votes.shape + (1,) * (x.ndim - 2)
-        # where(), not a product: a pruned member's predictions may be NaN.
-        return jnp.sum(jnp.where(votes.reshape(shape) > 0, x, 0.0), axis=0)
-
-    sums, voters = lax.psum((jax.tree.map(local_sum, local), jnp.sum(votes, axis=0)), ENSEMBLE)
-    voters = jnp.maximum(voters, 1.0)
-    return jax.tree.map(lambda s: s / voters.reshape(voters.shape + (1,) * (s.ndim - 1)), sums)
-
-
-def build_eval_step(
-    workload: Workload,
-    mesh: Mesh,
-    strategy: str,
-    state_specs: EnsembleState | None = None,
-    how: str = "scan",
-):
-    """(state, batch, valid, votes [M, E], split) → EvalCounts: the batch and its valid mask as
-    read (data/pipeline.EvalBatch, gathered by `gather_read_slices`), the members' counts sharded
-    over `ensemble` (a process reads its own members', engine/sharded.py), the rest replicated.
-
-    The ensemble predicts an example from the members that vote on it (votes 1): every kept
-    member on held-out data; on training data, the kept members that never trained on the
-    example (the out-of-bag estimate), combined by the workload's `eval_predictions(x,
-    apply_members, average)`: the mean of their predictions by default, a staged ensemble for a
-    detector (shared proposals). An example without a voter is not scored; padding rows (valid
-    false) have no votes and count for no member.
-    """
-    model = member_model(workload, None, model_parallel_of(mesh))
-
-    def local_eval(state, batch, valid, votes):
-        x = workload.inputs(batch)
-
-        def apply_members(fn, *stacked):
-            """fn(apply, *member_slices) for each local member, stacked [m_local, ...];
-            apply(*args, **kwargs) is model.apply with that member's variables."""
-
-            def one(s, *args):
-                variables = {"params": s.params, **s.model_state}
-                return fn(lambda *a, **kw: model.apply(variables, *a, **kw), *args)
-
-            return map_members(one, strategy, state, *stacked, how=how)
-
-        preds, ensemble = workload.eval_predictions(
-            x, apply_members, lambda t: _voters_mean(t, votes)
-        )
-        weight = valid.astype(jnp.float32)
-        m_local = votes.shape[0]
-        members = jnp.stack(
-            [
-                workload.counts(jax.tree.map(lambda p, i=i: p[i], preds), batch, weight)
-                for i in range(m_local)
-            ]
-        )
-        voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
-        scored = voters > 0
-        counts = workload.counts(ensemble, batch, scored.astype(jnp.float32))
-        # The members' counts stay on their members' devices (MEMBERS), so that a device's
-        # evaluation memory does not grow with M (docs/scale.md).
-        return EvalCounts(
-            lax.psum(members, DATA),
-            lax.psum(counts, DATA),
-            lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
-            lax.psum(jnp.sum(voters), DATA),
-        )
-
-    sharded = jax.shard_map(
-        local_eval,
-        mesh=mesh,
-        in_specs=(_specs(state_specs)[0], EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
-        out_specs=EvalCounts(MEMBERS, P(), P(), P()),
-        check_vma=True,
-    )
-
-    def eval_step(state, batch, valid, votes, split):
-        batch, valid = gather_read_slices(mesh, split)((batch, valid))
-        return sharded(state, batch, valid, votes)
-
-    return jax.jit(eval_step, static_argnames="split")
-
-
-def gather_read_slices(mesh: Mesh, split: int):
-    """[ensemble, E / split] as read (data/pipeline.eval_batches: each device one slice of its
-    data block) → [E] over `data`, every member with its whole block: the block's `split` slices
-    come from the neighbouring members that read them, by split - 1 collective permutes, so no
-    device gathers more than its block whatever M is. The result is the same on every member of
-    a data block by construction, which shard_map cannot infer (check_vma off here only)."""
-
-    def gather(tree):
-        def one(x):
-            x = x[0]
-            if split == 1:
-                return x
-            n, e = mesh.shape[ENSEMBLE], lax.axis_index(ENSEMBLE)
-            parts = [x]  # parts[j]: the slice (own + j) % split of this group of `split`
-            for j in range(1, split):
-                source = [(i // split) * split + (i % split + j) % split for i in range(n)]
-                parts.append(lax.ppermute(x, ENSEMBLE, [(s, i) for i, s in enumerate(source)]))
-            ordered = jnp.roll(jnp.stack(parts), e % split, axis=0)  # slot k: slice k
-            return ordered.reshape(-1, *x.shape[1:])
-
-        return jax.tree.map(one, tree)
-
-    return jax.shard_map(
-        gather, mesh=mesh, in_specs=BATCH_SPEC, out_specs=EVAL_SPEC, check_vma=False
-    )
-
-
-def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fields) -> dict:
-    """The training batch's shapes, dtypes and shardings: [M, B, ...] per field."""
-    sh = jax.sharding.NamedSharding(mesh, BATCH_SPEC)
-    lead = (layout.ensemble_size, batch_size)
-    return {
-        name: jax.ShapeDtypeStruct((*lead, *shape), dtype, sharding=sh)
-        for name, (shape, dtype) in fields.items()
-    }
-
-
-@dataclasses.dataclass(frozen=True)
-class StepBuild:
-    """A compiled step, how long lowering and compiling took, and the lowered program (whose
-    FLOPs count where the compiled one calls libraries: flops/xla.py). `counted`: the same step
-    with its loops over members written out, lowered for cost analysis only (None: no loops)."""
-
-    compiled: jax.stages.Compiled
-    seconds: float
-    lowered: jax.stages.Lowered
-    counted: jax.stages.Lowered | None = None
-
-
-def compile_step(
-    step_fn,
-    state,
-    mesh: Mesh,
-    layout: MeshLayout,
-    batch_size: int,
-    fields: Fields,
-    compiler_options: dict | None = None,
-    count_fn=None,
-) -> StepBuild:
-    """Compiles ahead of timing; state may be concrete or abstract.
-    `compiler_options`: XLA options for this compile only (a setting measured against another).
-    `count_fn`: the step built again for cost analysis (RunSetup.count_step), lowered with its
-    members' loops written out; not part of the timed compile."""
-    batch = abstract_batch(mesh, layout, batch_size, fields)
-    start = time.perf_counter()
-    lowered = step_fn.lower(state, batch)
-    compiled = (
-        lowered.compile(compiler_options=compiler_options)
-        if compiler_options
-        else lowered.compile()
-    )
-    seconds = time.perf_counter() - start
-    counted = count_lowered(count_fn, state, mesh, layout, batch_size, fields)
-    return StepBuild(compiled, seconds, lowered, counted)
-
-
-def count_lowered(count_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int, fields):
-    """`count_fn` (RunSetup.count_step) lowered with its loops over members written out, for
-    XLA's cost analysis; None without one."""
-    if count_fn is None:
-        return None
-    with member_conv.counting():
-        return count_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))

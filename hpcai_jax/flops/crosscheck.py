@@ -19,9 +19,10 @@ from hpcai_jax import metrics
 from hpcai_jax.config import OptimConfig, RunConfig
 from hpcai_jax.data.datasets import data_spec
 from hpcai_jax.engine import state as ensemble
+from hpcai_jax.engine.compiled import abstract_batch
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import abstract_batch, member_train_step
+from hpcai_jax.engine.step import member_train_step
 from hpcai_jax.flops.analytic import FlopCount, count_fn
 from hpcai_jax.workloads import Workload, image_classifier, make_workload
 

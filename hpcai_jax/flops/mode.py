@@ -15,9 +15,9 @@ from jax.sharding import Mesh
 from hpcai_jax import results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.datasets import data_spec, resolved
+from hpcai_jax.engine.compiled import compile_step
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.engine.setup import build_setup
-from hpcai_jax.engine.step import compile_step
 from hpcai_jax.flops.crosscheck import (
     FlopFigures,
     ModelFlops,

@@ -3,7 +3,12 @@
 `bn_axis_name` names the mesh axis over which BatchNorm statistics are averaged inside one
 member (docs/design.md, fact 2); None for a model that sees its whole batch on one device.
 `model_parallel` > 1 builds this device's share of a tensor-parallel member
-(models/tensor_parallel.py); the parameter tree's names are the same, its last axes split.
+(below); the parameter tree's names are the same, its last axes split.
+
+Tensor parallelism inside one member (--model_parallel): Each layer keeps 1 / P_model of its output features on each `model` device and all-gathers the
+activation before the next layer, so the arithmetic is the unsplit model's and model-parallel
+training equals data-parallel training of the same members. The split, its collectives and what
+it costs: `docs/system_options.md`, Model parallelism.
 """
 
 from __future__ import annotations
@@ -13,12 +18,41 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+from jax import lax
 
-from hpcai_jax.models import tensor_parallel
+from hpcai_jax.axes import MODEL
 from hpcai_jax.ops import member_conv
 
 ModuleDef = Any
+
+
+# Tensor parallelism (the module docstring): a layer's output features split over `model`.
+
+
+def gather_features(x: jax.Array) -> jax.Array:
+    """This device's output features → all of them, the same on every `model` device."""
+    return lax.all_gather(x, MODEL, axis=x.ndim - 1, tiled=True, to="invarying")
+
+
+def split_features(module: type[nn.Module], parts: int, features: int, *args, **kwargs):
+    """`module(features / parts, ...)`: this device's share of a layer's output features."""
+    return module(features // parts, *args, **kwargs)
+
+
+class BatchNorm(nn.BatchNorm):
+    """BatchNorm of this device's channels, then every channel gathered over `model`."""
+
+    def __call__(self, x, *args, **kwargs):
+        return gather_features(super().__call__(x, *args, **kwargs))
+
+
+class Dense(nn.Dense):
+    """A dense layer holding this device's output features, then all of them gathered."""
+
+    def __call__(self, inputs):
+        return gather_features(super().__call__(inputs))
 
 
 class ResNetBlock(nn.Module):
@@ -81,9 +115,9 @@ class ResNet(nn.Module):
     def __call__(self, x, train: bool = True):
         split = self.model_parallel > 1
         # Under tensor parallelism every convolution is followed by its BatchNorm, which
-        # gathers the channels back (tensor_parallel.py).
+        # gathers the channels back (its tensor parallelism, above).
         conv = functools.partial(
-            tensor_parallel.split_features,
+            split_features,
             nn.Conv,
             self.model_parallel,
             use_bias=False,
@@ -91,13 +125,13 @@ class ResNet(nn.Module):
             conv_general_dilated=member_conv.conv_general_dilated,
         )
         dense = functools.partial(
-            tensor_parallel.split_features,
-            tensor_parallel.Dense if split else nn.Dense,
+            split_features,
+            Dense if split else nn.Dense,
             self.model_parallel,
             dtype=self.dtype,
         )
         norm = functools.partial(
-            tensor_parallel.BatchNorm if split else nn.BatchNorm,
+            BatchNorm if split else nn.BatchNorm,
             use_running_average=not train,
             momentum=0.9,
             epsilon=1e-5,

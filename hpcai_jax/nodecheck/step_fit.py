@@ -22,8 +22,8 @@ import jax
 from jax.extend import core as jcore
 
 from hpcai_jax import config as C
+from hpcai_jax.engine.compiled import StepBuild, compile_step
 from hpcai_jax.engine.setup import RunSetup, build_setup
-from hpcai_jax.engine.step import StepBuild, compile_step
 from hpcai_jax.nodecheck.memory import Room, capped_note
 from hpcai_jax.telemetry.memory import memory_analysis
 

@@ -28,7 +28,7 @@ from hpcai_jax.nodecheck.budget import Allotment, agree
 from hpcai_jax.nodecheck.memory import Room
 from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge, skipped
 from hpcai_jax.nodecheck.step_fit import DoesNotFit, Sizing, build_step
-from hpcai_jax.run import members
+from hpcai_jax.run import member_figures
 from hpcai_jax.stream.placement import device_memory_bytes
 from hpcai_jax.telemetry.energy import read_energy
 from hpcai_jax.telemetry.memory import memory_analysis
@@ -150,7 +150,7 @@ def run_steps(
 def _all_local(flags) -> bool:
     """Whether this process's members' flags are all true (the step leaves them sharded over
     `ensemble`: each process reads its own)."""
-    return all(bool(np.all(v)) for v in members.local(flags).values())
+    return all(bool(np.all(v)) for v in member_figures.local(flags).values())
 
 
 def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:

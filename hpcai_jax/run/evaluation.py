@@ -1,5 +1,11 @@
 """Evaluations of a training run: the members' and the ensemble's held-out quality now, its
-point on the quality curve and its MLLOG lines, timed on the run's clock (docs/score.md §5)."""
+point on the quality curve and its MLLOG lines, timed on the run's clock (docs/score.md §5).
+
+The quality curve and time to target: Time to target is MLPerf's measure: from run_start to the end of the first evaluation at which
+the ensemble reaches the target, on the run's one clock (the MLLOG's run_start and eval_stop
+lines carry the same readings). It is defined for an uninterrupted run only: a target first
+reached after a resume has no time to target.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,6 @@ import numpy as np
 from absl import logging
 
 from hpcai_jax.engine.evaluate import EnsembleQuality, evaluate, out_of_bag
-from hpcai_jax.run import curve
 from hpcai_jax.run.clock import RunClock
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.telemetry.mllog import MLLog
@@ -59,9 +64,7 @@ def evaluate_now(
         span.stop()
     if quality is not None:
         at_s = clock.since_start(span.end)
-        progress.curve.append(
-            curve.point(quality, progress.step, setup.sampler.steps_per_epoch, at_s)
-        )
+        progress.curve.append(point(quality, progress.step, setup.sampler.steps_per_epoch, at_s))
         mlog.evaluated(quality, span.start, span.end)
         logging.info(
             "evaluated at step %d in %.1f s: ensemble %s %.4f",
@@ -81,3 +84,45 @@ def with_oob(
     with clock.evaluating(training=False), _watched(dog, step) as on_batch:
         oob = out_of_bag(setup, state, np.asarray(quality.kept), on_batch)
     return dataclasses.replace(quality, oob=oob)
+
+
+def point(quality: EnsembleQuality, step: int, steps_per_epoch: int, wall_s: float) -> dict:
+    """A curve point: epochs trained, the step, seconds since run_start, and the qualities."""
+    return {
+        "epoch": step / steps_per_epoch,
+        "step": step,
+        "wall_s": wall_s,
+        "ensemble": quality.ensemble,
+        "member_mean": quality.member_mean,
+        "members": quality.members,
+    }
+
+
+def reached(quality: EnsembleQuality | None, target: float | None) -> bool:
+    return quality is not None and target is not None and quality.ensemble >= target
+
+
+def time_to_target(
+    curve: list[dict], target: float | None, resumes: list[dict], status: str
+) -> tuple[float | None, str | None]:
+    """(seconds, None), or (None, why)."""
+    if target is None:
+        return None, "no quality target (no held-out quality)"
+    if status == "invalid":
+        return None, "the run is invalid"
+    first = next((p for p in curve if p["ensemble"] >= target), None)
+    if first is None:
+        if not curve:
+            return None, "no evaluation"
+        best = max(p["ensemble"] for p in curve)
+        return None, (
+            f"the ensemble never reached the target {target:g}: best {best:.4f} in "
+            f"{len(curve)} evaluation(s)"
+        )
+    resumed = [r["at_step"] for r in resumes if r["at_step"] < first["step"]]
+    if resumed:
+        return None, (
+            f"the target was first reached at step {first['step']}, after a resume at step "
+            f"{resumed[0]}: time to target is defined for an uninterrupted run"
+        )
+    return first["wall_s"], None

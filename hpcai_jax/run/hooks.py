@@ -1,7 +1,8 @@
-"""What happens between training steps, one hook per concern, each on its own schedule: the
-divergence check, the progress line, the evaluation (and the stop at target), the preemption
-agreement and the checkpoint. The loop calls them in that order after every step; a hook that
-ends the run returns a `Stop`. Modelled on levanter's trainer hooks and big_vision's `itstime`.
+"""What happens between training steps, one hook per concern, each registered with its period
+(`Hooks.add(hook, every=N)`, levanter's `TrainerHooks.add_hook`; big_vision's `itstime`): the
+divergence check, the progress line, the evaluation (and the stop at target), the curves, the
+preemption agreement, the checkpoint and the profile window. The trainer runs them in the order
+they were added after every step; a hook that ends the run returns a `Stop`.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import dataclasses
 import enum
 from collections.abc import Callable
+from typing import TypeVar
 
 import jax
 import numpy as np
@@ -17,15 +19,20 @@ from absl import logging
 
 from hpcai_jax import distributed
 from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.engine.setup import RunSetup
+from hpcai_jax.engine.state import EnsembleState
+from hpcai_jax.run import checkpoint_interval as interval_rule
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import curve, evaluation, members
-from hpcai_jax.run import interval as interval_rule
-from hpcai_jax.run import record as run_record
+from hpcai_jax.run import evaluation, member_figures
 from hpcai_jax.run.checkpoint import Checkpointer
-from hpcai_jax.run.clock import RunClock
-from hpcai_jax.run.preemption import FAILED_EXIT_CODE, PREEMPTED_EXIT_CODE, PreemptionGuard
-from hpcai_jax.run.progress import DivergenceWatch, Progress
-from hpcai_jax.run.timing import format_duration
+from hpcai_jax.run.clock import RunClock, format_duration
+from hpcai_jax.run.guards import (
+    FAILED_EXIT_CODE,
+    PREEMPTED_EXIT_CODE,
+    PreemptionGuard,
+    Watchdog,
+)
+from hpcai_jax.run.progress import DivergenceWatch, Progress, skipped_examples
 from hpcai_jax.telemetry.mllog import MLLog
 
 
@@ -67,19 +74,56 @@ def due(done: int, period: int, total: int | None = None) -> bool:
     return bool(period) and (done % period == 0 or done == total)
 
 
+_H = TypeVar("_H")
+
+
+@dataclasses.dataclass(frozen=True)
+class Registered:
+    """A hook and its schedule: after every `every` steps (0: never), and after the last step
+    too where `at_last`."""
+
+    hook: Hook
+    every: int
+    at_last: bool = False
+
+
+class Hooks:
+    """The hooks between steps, in the order they run, each with its period."""
+
+    def __init__(self) -> None:
+        self._registered: list[Registered] = []
+
+    def add(self, hook: _H, every: int = 1, *, at_last: bool = False) -> _H:
+        """Registers `hook` to run after every `every` steps (and after the last: `at_last`)."""
+        self._registered.append(Registered(hook, every, at_last))
+        return hook
+
+    def run(self, ctx: Context, done: int) -> Stop | None:
+        """Runs the hooks due after `done` steps; the first Stop ends the round and the run."""
+        for r in self._registered:
+            due_now = due(done, r.every, ctx.total_steps if r.at_last else None)
+            if due_now and (stop := r.hook(ctx, done)):
+                return stop
+        return None
+
+    def find(self, kind: type[_H]) -> _H | None:
+        """The first registered hook of type `kind`, if any."""
+        return next((r.hook for r in self._registered if isinstance(r.hook, kind)), None)
+
+
 @dataclasses.dataclass
 class Context:
     """What the hooks act on: the run's live values (the loop replaces `state` every step)."""
 
-    setup: object
-    state: object
+    setup: RunSetup
+    state: EnsembleState
     progress: Progress
     clock: RunClock
     mlog: MLLog
     watch: DivergenceWatch
     ckpt: Checkpointer | None
     total_steps: int
-    dog: object = None  # run/watchdog.Watchdog: bounds steps, agreements, saves, eval batches
+    dog: Watchdog | None = None  # bounds steps, agreements, saves, eval batches
 
     def unwatched(self) -> None:
         """What follows may rightly take long (an evaluation, which re-arms the watchdog batch
@@ -118,7 +162,7 @@ class Context:
     def save(self, step: int) -> None:
         """A checkpoint of the run now: device state, and what its record will need."""
         self.clock.carry_run_time()
-        self.progress.skipped_examples = run_record.skipped_examples(self.setup, self.progress)
+        self.progress.skipped_examples = skipped_examples(self.setup, self.progress)
         self.progress.mllog_lines = self.mlog.line_count()
         self.ckpt.save(step, self.state, self.progress.to_meta())
 
@@ -128,14 +172,10 @@ Hook = Callable[[Context, int], Stop | None]
 
 @dataclasses.dataclass
 class DivergenceCheck:
-    """Reads the members' finite flags every `every` steps and after the last one; under
-    --on_divergence=stop a non-finite member ends the run."""
-
-    every: int
+    """Reads the members' finite flags (registered every --divergence_check_every steps and
+    after the last one); under --on_divergence=stop a non-finite member ends the run."""
 
     def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if not due(done, self.every, ctx.total_steps):
-            return None
         with ctx.clock.agreeing(jax.process_count() > 1):  # a gather of every process's flags
             why = ctx.watch.check(keep_last=True)
         return Stop(Status.INVALID, why) if why else None
@@ -174,8 +214,10 @@ class ProgressLine:
             "step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
             completed,
             ctx.total_steps,
-            members.local_mean(metrics.loss),
-            "  ".join(f"train {k} {members.local_mean(v):.3f}" for k, v in metrics.metrics.items()),
+            member_figures.local_mean(metrics.loss),
+            "  ".join(
+                f"train {k} {member_figures.local_mean(v):.3f}" for k, v in metrics.metrics.items()
+            ),
             f"{self.examples_per_step / median:.0f}" if median else "-",
             format_duration((ctx.total_steps - completed) * median),
         )
@@ -183,24 +225,21 @@ class ProgressLine:
 
 @dataclasses.dataclass
 class Evaluation:
-    """The ensemble evaluated every `every` steps (--eval_every_epochs); a diverged member votes
-    no more. With `target` (--stop_at_target) the run ends at the first evaluation that
-    reaches it. `last` is the latest evaluation: (step, quality)."""
+    """The ensemble evaluated (registered every --eval_every_epochs); a diverged member votes no
+    more. With `target` (--stop_at_target) the run ends at the first evaluation that reaches
+    it. `last` is the latest evaluation: (step, quality)."""
 
-    every: int
     target: float | None = None
     last: tuple[int, EnsembleQuality | None] | None = None
 
     def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if not due(done, self.every):
-            return None
         ctx.clock.flush()
         if why := ctx.watch.check(keep_last=False):
             return Stop(Status.INVALID, why)
         ctx.unwatched()  # what precedes the first batch (its setup) is not a step's
         quality = ctx.evaluate(oob=False, training=True)
         self.last = (done, quality)
-        if self.target is not None and curve.reached(quality, self.target):
+        if self.target is not None and evaluation.reached(quality, self.target):
             logging.info("the ensemble reached the target %g at step %d", self.target, done)
             return Stop(Status.COMPLETE, at_target=True)
         return None
@@ -230,7 +269,7 @@ class Checkpoint:
     """A save whenever the checkpointer is due (--checkpoint_every), inside the training time;
     the final save comes after the loop. Under --checkpoint_every=auto the first save is a probe
     at `probe_at`, waited for until it is on disk, and its times set the interval
-    (run/interval.py); `interval` is what the record says."""
+    (run/checkpoint_interval.py); `interval` is what the record says."""
 
     interval: interval_rule.Interval
     probe_at: int | None = None  # auto: the step of the probe save; None once decided
@@ -266,6 +305,50 @@ class Checkpoint:
         )
         ctx.ckpt.every, self.probe_at = self.interval.steps, None
         logging.info("checkpoint interval %s", self.interval.why)
+
+
+def checkpoint(setup: RunSetup, first: int) -> Checkpoint:
+    """Saves every --checkpoint_every steps, or under auto a probe save after the warm-up and
+    PROBE_STEPS timed steps of this segment, whose times set the interval."""
+    rc = setup.config.reliability
+    if not rc.checkpoint_dir:
+        return Checkpoint(interval_rule.Interval(None, "no --checkpoint_dir"))
+    if not rc.checkpoint_auto:
+        return Checkpoint(interval_rule.fixed(rc.checkpoint_steps))
+    probe_at = first + setup.config.train.timing_warmup_steps + interval_rule.PROBE_STEPS
+    mtbf_h, _ = interval_rule.mtbf_hours(rc.mtbf_hours, setup.layout.num_devices)
+    return Checkpoint(interval_rule.not_probed(probe_at, mtbf_h), probe_at)
+
+
+def settle(ctx: Context, stop: Stop | None) -> Outcome:
+    """The loop's end: every step's flags read (a preemption's too, so a member that went
+    non-finite just before the stop is dated or pruned as it would have been without it)."""
+    outcome = (
+        Outcome(Status.COMPLETE)
+        if stop is None
+        else Outcome(stop.status, stop.reason, stop.at_target)
+    )
+    if outcome.status is not Status.INVALID and (why := ctx.watch.check(keep_last=False)):
+        outcome = Outcome(Status.INVALID, why, outcome.stopped_at_target)
+    rc, m = ctx.setup.config.reliability, ctx.setup.layout.ensemble_size
+    if rc.on_divergence == "prune" and len(ctx.progress.diverged) == m:
+        outcome = Outcome(Status.INVALID, "every member diverged", outcome.stopped_at_target)
+    return outcome
+
+
+def final_quality(
+    ctx: Context, complete: bool, last_eval: tuple[int, EnsembleQuality | None] | None
+) -> EnsembleQuality | None:
+    """A complete run's quality: the last evaluation where it was taken at the final step (only
+    the out-of-bag estimate still to compute), else a final evaluation; None for a run that did
+    not complete."""
+    if not complete:
+        return None
+    if last_eval and last_eval[0] == ctx.progress.step and last_eval[1]:
+        return evaluation.with_oob(
+            ctx.setup, ctx.state, last_eval[1], ctx.clock, ctx.dog, ctx.progress.step
+        )
+    return ctx.evaluate(oob=True, training=False)
 
 
 def poison(state, member: int):

@@ -12,7 +12,7 @@ import os
 import jax
 
 from hpcai_jax.records import train
-from hpcai_jax.run import members
+from hpcai_jax.run import member_figures
 from hpcai_jax.run import record as run_record
 from hpcai_jax.telemetry.events import EventLog
 from hpcai_jax.telemetry.profile import Trace
@@ -46,7 +46,7 @@ class Curves:
         """The run clock booked `step` (run/clock.py `on_step`): its loss, and its rate if timed."""
         if self.log is None:
             return
-        self.log.scalar("train/loss", members.local_mean(metrics.loss), step + 1)
+        self.log.scalar("train/loss", member_figures.local_mean(metrics.loss), step + 1)
         if seconds:
             self.log.scalar("train/examples_per_s", self.examples_per_step / seconds, step + 1)
 

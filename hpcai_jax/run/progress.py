@@ -16,8 +16,9 @@ import jax
 import numpy as np
 from absl import logging
 
+from hpcai_jax.distributed import allgather
 from hpcai_jax.errors import DataError
-from hpcai_jax.run import members
+from hpcai_jax.run import member_figures
 
 
 @dataclasses.dataclass
@@ -34,7 +35,7 @@ class Progress:
     agree_s: float = 0.0  # waits in the processes' periodic agreements, kept out of step times
     eval_s: float = 0.0  # held-out evaluations, during training and at the end
     # Eq. 6: completed epochs ({index, first_step, steps, wall_s}), and the time booked so far
-    # to the open one (run/epochs.py).
+    # to the open one (run/clock.py).
     epochs: list[dict] = dataclasses.field(default_factory=list)
     epoch_open_s: float = 0.0
     # Run time since run_start, over every segment up to its last checkpoint (time lost to an
@@ -49,7 +50,7 @@ class Progress:
     # save (data/bad_examples.py): a resumed run's record still lists the earlier ones.
     skipped_examples: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     # Members a --resume_members=fit resume left behind: {"member", "step", "why"}, each with
-    # the step it stopped at (run/fit.py); their member-steps before it still count.
+    # the step it stopped at (run/resume.py); their member-steps before it still count.
     dropped: list[dict] = dataclasses.field(default_factory=list)
     # The MLLOG's lines at the last save (process 0's): a segment that died without its
     # segment_stop is cut back to them on resume (telemetry/mllog.py).
@@ -131,7 +132,7 @@ def _gathered(ready: list) -> list:
     if not ready:
         return []
     inputs = [i for _, _, i in ready if i is not None]
-    table = members.gather([f for _, f, _ in ready] + inputs)
+    table = member_figures.gather([f for _, f, _ in ready] + inputs)
     n = len(ready)
     return [
         (step, table[j], table[n + j] if inputs else None) for j, (step, _, _) in enumerate(ready)
@@ -180,3 +181,46 @@ class DivergenceWatch:
         return (
             f"member {member} diverged at step {diverged[member]} (non-finite loss or parameters)"
         )
+
+
+def skipped_examples(setup, progress: Progress) -> dict[str, list[int]]:
+    """Split → sorted indices of the records every process replaced so far (those of earlier
+    segments from `progress`), for the record and the checkpoint. A collective."""
+    found = {split: set(indices) for split, indices in progress.skipped_examples.items()}
+    sources = [] if setup.datasets is None else [setup.datasets.train, setup.datasets.eval]
+    tallies = [getattr(s, "bad_examples", None) for s in sources]
+    for tally in filter(None, tallies):
+        found.setdefault(tally.split, set()).update(tally.skipped())
+    out = {}
+    for split in sorted({t.split for t in filter(None, tallies)} | set(found)):
+        mine = np.asarray(sorted(found.get(split, ())), np.int64)
+        width = int(allgather(np.int64(len(mine))).max())
+        if width == 0:
+            continue
+        padded = np.full(width, -1, np.int64)
+        padded[: len(mine)] = mine
+        every = allgather(padded)
+        out[split] = sorted({int(i) for i in every.flat if i >= 0})
+    return {split: indices for split, indices in out.items() if indices}
+
+
+def bad_examples(setup, member: int, step: int) -> str:
+    """': --dataset=D, split 'train', examples [i, ...]': the examples of the member's batch at
+    that step with a non-finite value, re-read on the host ('' where the data is generated on
+    the devices or cannot be re-read)."""
+    source = getattr(setup.datasets, "train", None)
+    if source is None or not hasattr(source, "read"):
+        return ""
+    try:
+        indices = np.asarray(setup.sampler.step_indices(member, step))
+        fields = source.read(indices)
+    except Exception as e:  # naming the examples must not hide the fault itself
+        logging.warning("could not re-read member %d's batch at step %d: %s", member, step, e)
+        return ""
+    bad = np.zeros(len(indices), bool)
+    for x in fields.values():
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.inexact):
+            bad |= ~np.isfinite(x.reshape(len(indices), -1)).all(axis=1)
+    names = sorted({int(i) for i in indices[bad]})
+    return f": --dataset={setup.config.data.dataset}, split 'train', examples {names}"

@@ -1,5 +1,5 @@
 """The training run's record (`records.TrainRecord`; docs/record.md lists its fields), built
-section by section from what the run measured, and its human-readable summary. Every figure is
+section by section from what the run measured (its console summary: run/summary.py). Every figure is
 computed by `metrics` (docs/score.md); this module only gathers them."""
 
 from __future__ import annotations
@@ -10,53 +10,56 @@ import os
 import jax
 import numpy as np
 
-from hpcai_jax import metrics, records, results, rules, units
-from hpcai_jax.distributed import allgather
+from hpcai_jax import metrics, records, results, rules
 from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.engine.setup import RunSetup
+from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.flops.crosscheck import FlopFigures
 from hpcai_jax.flops.roofline import roofline
 from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.records import train
-from hpcai_jax.run import curve, members, processes, startup
-from hpcai_jax.run.interval import Interval
-from hpcai_jax.run.progress import Progress
-from hpcai_jax.run.timing import StepTimes
+from hpcai_jax.run import clock, evaluation, member_figures, startup
+from hpcai_jax.run.checkpoint_interval import Interval
+from hpcai_jax.run.clock import StepTimes
+from hpcai_jax.run.measured_step import MeasuredStep
+from hpcai_jax.run.progress import Progress, skipped_examples
 from hpcai_jax.telemetry.comm import CommVolume
 from hpcai_jax.telemetry.energy import EnergyReading, energy_record
 
 
-def build(*args, **kwargs) -> dict:
-    """`train_record(...)`'s JSON layout: what run/loop.py writes, hands the MLLOG and
-    summarises (same arguments)."""
-    return records.to_dict(train_record(*args, **kwargs))
+@dataclasses.dataclass(frozen=True)
+class RunEnd:
+    """What a training run's record is built from, gathered by the trainer at its end.
+
+    `status`: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
+    `step`: the compiled step's measurements; its `flops` (flops/crosscheck.py) hold the count
+    FLOPS uses, with its source and why beside it, its `peaks` the per-device peak FLOP/s."""
+
+    setup: RunSetup
+    progress: Progress
+    step: MeasuredStep
+    status: str
+    quality: EnsembleQuality | None
+    last_metrics: StepMetrics | None
+    total_wall_s: float
+    reason: str = ""
+    stopped_at_target: bool = False
+    energy: tuple[EnergyReading | None, EnergyReading] | None = None
+    per_process: list[train.ProcessTiming] | None = None
+    interval: Interval | None = None
+    observe: train.Observe | None = None
 
 
-def train_record(
-    setup,
-    progress: Progress,
-    cost: XlaCost,
-    cross: FlopFigures,
-    peaks: dict,
-    status: str,
-    quality: EnsembleQuality | None,
-    last_metrics,
-    eval_s: float,
-    total_wall_s: float,
-    reason: str = "",
-    *,
-    memory: dict | None = None,
-    comm: CommVolume | None = None,
-    energy: tuple[EnergyReading | None, EnergyReading] | None = None,
-    stopped_at_target: bool = False,
-    per_process: list[train.ProcessTiming] | None = None,
-    interval: Interval | None = None,
-    observe: train.Observe | None = None,
-) -> records.TrainRecord:
-    """status: complete | partial (preempted; resumable) | invalid (diverged: no FLOPS figure).
+def build(end: RunEnd) -> dict:
+    """`train_record(end)`'s JSON layout: what the trainer writes, hands the MLLOG and
+    summarises."""
+    return records.to_dict(train_record(end))
 
-    `cross` is telemetry.flop_count.crosscheck's figures: train_step_flops is what FLOPS uses (the
-    source and why are beside it). `peaks` holds the per-device peak FLOP/s figures.
-    """
+
+def train_record(end: RunEnd) -> records.TrainRecord:
+    """The record, section by section (docs/record.md)."""
+    setup, progress, status, quality = end.setup, end.progress, end.status, end.quality
+    cost, cross, peaks = end.step.cost, end.step.flops, end.step.peaks
     config, m = setup.config, setup.layout.ensemble_size
     valid = status != "invalid"
     per_member_step = cross.train_step_flops / m if cross.train_step_flops else None
@@ -65,7 +68,7 @@ def train_record(
     skipped = skipped_examples(setup, progress)
     submission = rules.of_setup(setup, skipped, len(progress.dropped))
     figures = _metrics(setup, progress, epochs, status, per_member_step, quality, target, peaks)
-    to_target, to_target_why = curve.time_to_target(
+    to_target, to_target_why = evaluation.time_to_target(
         progress.curve, target.target if target else None, progress.resumes, status
     )
     return results.envelope(
@@ -73,7 +76,7 @@ def train_record(
         progress.run_id,
         status,
         config,
-        reason,
+        end.reason,
         # The division a ranking reads first: closed, or open with one line per broken rule.
         submission=train.Submission(
             division=submission.division, violations=list(submission.violations)
@@ -82,28 +85,28 @@ def train_record(
         mesh=_mesh(setup),
         precision=_precision(setup),
         data=_data(setup, progress, quality, skipped),
-        timing=_timing(setup, progress, eval_s, total_wall_s, per_process),
+        timing=_timing(setup, progress, progress.eval_s, end.total_wall_s, end.per_process),
         resumes=[
             train.Resume(at_step=r["at_step"], utc=r["utc"], mesh=r.get("mesh", {}))
             for r in progress.resumes
         ],
         divergence=_divergence(config, progress),
         members=train.Members(dropped=[train.DroppedMember(**d) for d in progress.dropped]),
-        reliability=_reliability(interval),
+        reliability=_reliability(end.interval),
         flops=_flops(cost, cross, progress, m),
         # Eq. 6 per epoch (docs/score.md §5): what `metrics.flops_per_s` is computed from.
         epochs=epochs,
         metrics=figures,
         peak_flops=_peak_flops(peaks),
-        memory_per_device=train.Memory(**memory) if memory else None,
-        comm=_comm(comm),
+        memory_per_device=train.Memory(**end.step.memory) if end.step.memory else None,
+        comm=_comm(end.step.comm),
         roofline=_roofline(cost, peaks, figures.flops_per_s_per_device),
-        energy=_energy(energy, figures.flops_per_s_steady),
-        quality=_quality(setup, progress, quality, target, submission, stopped_at_target),
+        energy=_energy(end.energy, figures.flops_per_s_steady),
+        quality=_quality(setup, progress, quality, target, submission, end.stopped_at_target),
         time_to_target_s=to_target,
         time_to_target_why=to_target_why,
-        train=_final_step(last_metrics),
-        observe=observe,
+        train=_final_step(end.last_metrics),
+        observe=end.observe,
     )
 
 
@@ -374,141 +377,11 @@ def _energy(readings, flops: float | None) -> train.Energy:
     return train.Energy(**energy_record(start, end, flops))
 
 
-def skipped_examples(setup, progress: Progress) -> dict[str, list[int]]:
-    """Split → sorted indices of the records every process replaced so far (those of earlier
-    segments from `progress`), for the record and the checkpoint. A collective."""
-    found = {split: set(indices) for split, indices in progress.skipped_examples.items()}
-    sources = [] if setup.datasets is None else [setup.datasets.train, setup.datasets.eval]
-    tallies = [getattr(s, "bad_examples", None) for s in sources]
-    for tally in filter(None, tallies):
-        found.setdefault(tally.split, set()).update(tally.skipped())
-    out = {}
-    for split in sorted({t.split for t in filter(None, tallies)} | set(found)):
-        mine = np.asarray(sorted(found.get(split, ())), np.int64)
-        width = int(allgather(np.int64(len(mine))).max())
-        if width == 0:
-            continue
-        padded = np.full(width, -1, np.int64)
-        padded[: len(mine)] = mine
-        every = allgather(padded)
-        out[split] = sorted({int(i) for i in every.flat if i >= 0})
-    return {split: indices for split, indices in out.items() if indices}
-
-
 def _distinct_fractions(setup) -> list[float]:
     """Each member's distinct fraction as the first process that trains it derives it from its
     own sampler: a process whose samples differ from process 0's (another seed, another data set
     size) shows in the record instead of hiding behind process 0's figures. A collective."""
-    owner = processes.owners(setup.mesh, setup.layout.members_per_device)
+    owner = clock.owners(setup.mesh, setup.layout.members_per_device)
     me = jax.process_index()
     mine = {m: setup.sampler.distinct_fraction(m) for m, p in enumerate(owner) if p == me}
-    return [float(v) for v in members.gather_owned(mine, owner, me)]
-
-
-def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
-    """A short human-readable table of the record's headline figures; `path` is where it was
-    written (default: the "path" run/loop.py sets on the record it returns)."""
-    if path is None and isinstance(record, dict):
-        path = record.get("path")  # not a record field: run/loop.py's note of the file
-    r = records.read(record) if isinstance(record, dict) else record
-    m, q, t, mesh, f = r.metrics, r.quality, r.timing, r.mesh, r.flops
-    num = results.cell
-    rows = [
-        ("status", r.status + (f" ({r.reason})" if r.reason else "")),
-        ("division", str(r.submission.division)),
-        *(("  rule broken", v) for v in r.submission.violations),
-        (
-            "mesh (ensemble x data x model)",
-            f"{mesh.shape}  M={mesh.ensemble_size} P_degree={mesh.parallel_degree} "
-            f"P_model={mesh.model_parallel} strategy={mesh.member_strategy}",
-        ),
-        ("members per device", _members_per_device(r)),
-        ("steps", f"{t.steps} of {t.planned_steps} ({t.timed_steps} timed)"),
-        ("step time median [s]", num(t.step_s.median_s)),
-        ("compile / data wait [s]", f"{t.compile_s:.1f} / {t.data_wait_s:.2f}"),
-        (
-            "images/s (all / healthy members)",
-            f"{num(m.images_per_s, '{:.1f}')} / {num(m.useful_images_per_s, '{:.1f}')}",
-        ),
-        (
-            "FLOPS (Eq. 6, per epoch)",
-            f"{units.si(m.flops_per_s, 'FLOP/s')} over {len(r.epochs)} epoch(s)"
-            if m.flops_per_s is not None
-            else f"n/a ({m.flops_per_s_why})",
-        ),
-        (
-            "FLOPS steady",
-            f"{units.si(m.flops_per_s_steady, 'FLOP/s')} (from {f.source}; XLA/analytic "
-            f"{num(f.crosscheck.xla_over_analytic, '{:.3f}')}"
-            f"{'' if f.crosscheck_ok is not False else ': CROSS-CHECK FAILED'})",
-        ),
-        (
-            "MFU datasheet / measured",
-            f"{num(m.mfu_datasheet, '{:.3f}')} / {num(m.mfu_measured, '{:.3f}')}",
-        ),
-        (
-            f"member {q.metric}",
-            "n/a"
-            if q.members is None
-            else " ".join(
-                num(a, "{:.4f}") + ("" if i in (q.kept_members or []) else " (pruned)")
-                for i, a in enumerate(q.members)
-            ),
-        ),
-        ("member mean (kept members)", num(q.member_mean, "{:.4f}")),
-        (f"ensemble {q.metric}", num(q.ensemble, "{:.4f}")),
-        (f"out-of-bag {q.metric}", _oob(q)),
-        *_scored_rows(r),
-        ("energy", _energy_line(r.energy)),
-        ("record", str(path)),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
-def _members_per_device(r: records.TrainRecord) -> str:
-    """Resolved, and what the flags asked (auto: derived from M, P_degree and the devices)."""
-    asked = (r.config.get("mesh") or {}).get("members_per_device")
-    words = {0: "auto", None: "not recorded"}
-    return f"{r.mesh.members_per_device} (asked: {words.get(asked, asked)})"
-
-
-def _oob(q: train.Quality) -> str:
-    oob, num = q.oob, results.cell
-    if not oob:
-        return "n/a"
-    return (
-        f"{num(oob.quality, '{:.4f}')} ({oob.scored} of {oob.subset} training examples, "
-        f"{oob.mean_voters:.2f} members each)"
-    )
-
-
-def _scored_rows(r: records.TrainRecord) -> list[tuple[str, str]]:
-    """VFLOPS and time to target, for a run with a quality target."""
-    q, m, num = r.quality, r.metrics, results.cell
-    if q.target is None:
-        return []
-    official = "official" if q.target_is_official else "not official"
-    reached = (
-        f"{r.time_to_target_s:.1f} s after run_start"
-        + (" (stopped there)" if q.stopped_at_target else "")
-        if r.time_to_target_s is not None
-        else f"n/a ({r.time_to_target_why})"
-    )
-    return [
-        (
-            "VFLOPS",
-            f"{units.si(m.vflops_per_s, 'FLOP/s')} = FLOPS × {num(m.penalty, '{:.4f}')} "
-            f"(({num(q.ensemble, '{:.4f}')} / {q.target})^{q.exponent:g}; target {official})",
-        ),
-        ("time to target", reached),
-    ]
-
-
-def _energy_line(energy: train.Energy) -> str:
-    num = results.cell
-    if not energy.available:
-        return f"not available ({energy.why or 'not measured'})"
-    return (
-        f"{energy.joules:.4g} J, {num(energy.average_watts)} W, {num(energy.flops_per_watt)} FLOP/J"
-    )
+    return [float(v) for v in member_figures.gather_owned(mine, owner, me)]

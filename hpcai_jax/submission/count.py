@@ -42,8 +42,8 @@ def declared(config):
 
 
 def count(config, claims: list[float]) -> dict:
+    from hpcai_jax.engine.compiled import abstract_batch
     from hpcai_jax.engine.setup import build_setup
-    from hpcai_jax.engine.step import abstract_batch
     from hpcai_jax.flops.crosscheck import crosscheck
     from hpcai_jax.flops.xla import xla_cost
     from hpcai_jax.ops import member_conv

@@ -1,6 +1,6 @@
 """`pack RUN_RECORDS... --out=DIR [--with_weights]`: one folder holding each run's record, its
 MLLOG, its configuration as a flagfile, the system description and a README with the score
-table, and with --with_weights each run's final weights (run/weights.py), checked against the
+table, and with --with_weights each run's final weights (run/kept_weights.py), checked against the
 MLLOG's digest of them. The package is written into a temporary folder beside DIR and renamed
 into place: a failed pack leaves nothing."""
 
@@ -76,34 +76,34 @@ def _weights(path: Path, record: records.TrainRecord, log: Path) -> dict:
     """The run's final weights as numpy arrays, from where the run kept them (the MLLOG's
     `weights_digest` names the place), beside the record, or its final checkpoint; UsageError
     unless they are there and give the digest the log holds."""
-    from hpcai_jax.run import weights
+    from hpcai_jax.run import kept_weights
 
-    line = Log(log).one(weights.MLLOG_KEY)
+    line = Log(log).one(kept_weights.MLLOG_KEY)
     if line is None:
         raise UsageError(
-            f"{path}: its MLLOG {log} has no {weights.MLLOG_KEY}: the run kept no weights "
+            f"{path}: its MLLOG {log} has no {kept_weights.MLLOG_KEY}: the run kept no weights "
             "(--nokeep_weights, or not complete); pack it without --with_weights"
         )
     config = record.config or {}
     kept = (line.get("metadata") or {}).get("path")
     candidates = [
         *([Path(kept)] if kept else []),
-        path.parent / f"{record.run_id}{weights.SUFFIX}",
+        path.parent / f"{record.run_id}{kept_weights.SUFFIX}",
     ]
     checkpoints = (config.get("reliability") or {}).get("checkpoint_dir")
     if checkpoints and record.timing:
-        candidates.append(weights.in_checkpoint(checkpoints, record.timing.steps))
+        candidates.append(kept_weights.in_checkpoint(checkpoints, record.timing.steps))
     found = next((c for c in candidates if c.is_dir()), None)
     if found is None:
         raise UsageError(
             f"{path}: run {record.run_id}'s weights are in none of "
             f"{', '.join(map(str, candidates))}"
         )
-    tree = weights.load(found)
-    value, _ = weights.digest(tree)
+    tree = kept_weights.load(found)
+    value, _ = kept_weights.digest(tree)
     if value != line.get("value"):
         raise UsageError(
-            f"{found}: sha256 {value} != the {weights.MLLOG_KEY} of {log}: not the weights "
+            f"{found}: sha256 {value} != the {kept_weights.MLLOG_KEY} of {log}: not the weights "
             f"run {record.run_id} kept"
         )
     return tree
@@ -178,9 +178,9 @@ def pack(
             header = f"# run {run}: its configuration, rebuilt from the record's config section\n"
             (tmp / f"{run}{FLAGS}").write_text(header + "\n".join(lines) + "\n")
             if with_weights:
-                from hpcai_jax.run import weights
+                from hpcai_jax.run import kept_weights
 
-                weights.save(tmp / f"{run}{weights.SUFFIX}", _weights(path, record, log))
+                kept_weights.save(tmp / f"{run}{kept_weights.SUFFIX}", _weights(path, record, log))
         (tmp / SYSTEM).write_text(json.dumps(described, indent=2) + "\n")
         (tmp / README).write_text(readme(runs))
         if target.exists():

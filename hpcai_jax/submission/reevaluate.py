@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.run import weights
+from hpcai_jax.run import kept_weights
 from hpcai_jax.submission import recount
 from hpcai_jax.submission.layout import configure, fit
 
@@ -37,7 +37,7 @@ def tolerance(metric: str, examples: int) -> tuple[float, str]:
 
 
 def weights_folder(run) -> Path:
-    return run.flags.parent / f"{run.id}{weights.SUFFIX}"
+    return run.flags.parent / f"{run.id}{kept_weights.SUFFIX}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,19 +56,21 @@ def reevaluate(f, run, config, data_dir: str | None) -> str | None:
     (a note line), or None where nothing was. UsageError where --data_dir holds no held-out
     split."""
     folder, lg, rec = weights_folder(run), run.log.path.name, f"{run.id}.json"
-    logged = run.log.one(weights.MLLOG_KEY)
+    logged = run.log.one(kept_weights.MLLOG_KEY)
     if logged is None:
-        f.fail(f"{lg} has no {weights.MLLOG_KEY} line: {folder.name} cannot be tied to the run")
+        f.fail(
+            f"{lg} has no {kept_weights.MLLOG_KEY} line: {folder.name} cannot be tied to the run"
+        )
         return None
     try:
-        tree = weights.load(folder)
+        tree = kept_weights.load(folder)
     except UsageError as e:
         f.fail(f"{folder.name} cannot be read: {e}")
         return None
-    value, _ = weights.digest(tree)
+    value, _ = kept_weights.digest(tree)
     if value != logged.get("value"):
         f.fail(
-            f"{folder.name} sha256 {value} != {lg} {weights.MLLOG_KEY} {logged.get('value')}: "
+            f"{folder.name} sha256 {value} != {lg} {kept_weights.MLLOG_KEY} {logged.get('value')}: "
             "not the weights the run kept"
         )
         return None
@@ -177,8 +179,8 @@ def _state(setup, tree: dict):
     import jax.numpy as jnp
 
     abstract = setup.abstract_state
-    want = weights.named({"params": abstract.params, "model_state": abstract.model_state})
-    got = weights.named(tree)
+    want = kept_weights.named({"params": abstract.params, "model_state": abstract.model_state})
+    got = kept_weights.named(tree)
     shapes = {n: (tuple(a.shape), np.dtype(a.dtype).name) for n, a in got}
     for name, leaf in want:
         if shapes.get(name) != (tuple(leaf.shape), np.dtype(leaf.dtype).name):

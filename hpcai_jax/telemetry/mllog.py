@@ -67,8 +67,8 @@ class _KeptLines(logging.StreamHandler):
 
 class MLLog:
     """The run's MLLOG writer; every method is a no-op without --mllog and on processes other
-    than 0. Engine/loop.py makes one call per phase (`start`, `init_stop`, `run_start`,
-    `evaluated`, `run_stop`); run/epochs.py's EpochTimer calls `epoch` as each epoch closes.
+    than 0. The trainer (run/trainer.py) makes one call per phase (`start`, `init_stop`, `run_start`,
+    `evaluated`, `run_stop`); run/clock.py's EpochTimer calls `epoch` as each epoch closes.
     Instants come as readings of the run clock (run/clock.py), so that the log and the record time the run
     alike."""
 
@@ -269,7 +269,7 @@ class MLLog:
             self._line("start", "run_start", metadata=meta, time_ms=self._ms(at))
 
     def epoch(self, epoch: dict, start: float, end: float) -> None:
-        """A completed epoch (run/epochs.py's entry), booked between clock readings `start`
+        """A completed epoch (run/clock.py's entry), booked between clock readings `start`
         and `end`: its epoch_start and epoch_stop lines, at those readings."""
         if not self._mllogger:
             return
@@ -297,7 +297,7 @@ class MLLog:
         self._line("event", "eval_accuracy", float(quality.ensemble), about, self._ms(end))
 
     def weights_kept(self, digest: str, metadata: dict) -> None:
-        """The digest of the members' final weights (run/weights.py), so that a package's copy of
+        """The digest of the members' final weights (run/kept_weights.py), so that a package's copy of
         them can be told from another set (`submission check --reevaluate`)."""
         if self._mllogger:
             self._line("event", "weights_digest", digest, metadata)

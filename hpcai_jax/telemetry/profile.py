@@ -25,7 +25,7 @@ from hpcai_jax.engine.step import (
     allreduce_scope,
 )
 
-# Host-side phases: TraceAnnotations of the training loop (run/loop.py, run/evaluation.py).
+# Host-side phases: TraceAnnotations of the training loop (run/trainer.py, run/evaluation.py).
 STEP_ANNOTATION = "train_step"
 INPUT_WAIT = "input_wait"
 EVALUATION = "evaluation"

@@ -91,7 +91,7 @@ class Workload(abc.ABC):
 
     def split_model(self, axis_name: str | None, parts: int) -> nn.Module | None:
         """This device's share of a member whose layers are split `parts` ways over the `model`
-        axis (--model_parallel; models/tensor_parallel.py), with the same parameter tree as
+        axis (--model_parallel; models/resnet.py), with the same parameter tree as
         model(), every leaf's last axis split. None (the default): this workload's members
         cannot be split, so it runs with --model_parallel=1 only."""
         return None

@@ -109,7 +109,7 @@ def _brief(error: BaseException) -> str:
 
 
 def keep(ctx, complete: bool) -> None:
-    """After the final checkpoint (run/loop.py): a complete run's weights, saved beside the
+    """After the final checkpoint (run/trainer.py): a complete run's weights, saved beside the
     record unless the final checkpoint holds them, and their digest in the MLLOG."""
     config = ctx.setup.config
     if not (config.results.keep_weights and complete):

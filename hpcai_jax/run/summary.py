@@ -1,0 +1,116 @@
+"""The training record's console summary: a short table of its headline figures, read from the
+record itself (`records.read`), so that what is printed is what was written."""
+
+from __future__ import annotations
+
+from hpcai_jax import records, results, units
+from hpcai_jax.records import train
+
+
+def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
+    """A short human-readable table of the record's headline figures; `path` is where it was
+    written (default: the "path" the trainer sets on the record it returns)."""
+    if path is None and isinstance(record, dict):
+        path = record.get("path")  # not a record field: the trainer's note of the file
+    r = records.read(record) if isinstance(record, dict) else record
+    m, q, t, mesh, f = r.metrics, r.quality, r.timing, r.mesh, r.flops
+    num = results.cell
+    rows = [
+        ("status", r.status + (f" ({r.reason})" if r.reason else "")),
+        ("division", str(r.submission.division)),
+        *(("  rule broken", v) for v in r.submission.violations),
+        (
+            "mesh (ensemble x data x model)",
+            f"{mesh.shape}  M={mesh.ensemble_size} P_degree={mesh.parallel_degree} "
+            f"P_model={mesh.model_parallel} strategy={mesh.member_strategy}",
+        ),
+        ("members per device", _members_per_device(r)),
+        ("steps", f"{t.steps} of {t.planned_steps} ({t.timed_steps} timed)"),
+        ("step time median [s]", num(t.step_s.median_s)),
+        ("compile / data wait [s]", f"{t.compile_s:.1f} / {t.data_wait_s:.2f}"),
+        (
+            "images/s (all / healthy members)",
+            f"{num(m.images_per_s, '{:.1f}')} / {num(m.useful_images_per_s, '{:.1f}')}",
+        ),
+        (
+            "FLOPS (Eq. 6, per epoch)",
+            f"{units.si(m.flops_per_s, 'FLOP/s')} over {len(r.epochs)} epoch(s)"
+            if m.flops_per_s is not None
+            else f"n/a ({m.flops_per_s_why})",
+        ),
+        (
+            "FLOPS steady",
+            f"{units.si(m.flops_per_s_steady, 'FLOP/s')} (from {f.source}; XLA/analytic "
+            f"{num(f.crosscheck.xla_over_analytic, '{:.3f}')}"
+            f"{'' if f.crosscheck_ok is not False else ': CROSS-CHECK FAILED'})",
+        ),
+        (
+            "MFU datasheet / measured",
+            f"{num(m.mfu_datasheet, '{:.3f}')} / {num(m.mfu_measured, '{:.3f}')}",
+        ),
+        (
+            f"member {q.metric}",
+            "n/a"
+            if q.members is None
+            else " ".join(
+                num(a, "{:.4f}") + ("" if i in (q.kept_members or []) else " (pruned)")
+                for i, a in enumerate(q.members)
+            ),
+        ),
+        ("member mean (kept members)", num(q.member_mean, "{:.4f}")),
+        (f"ensemble {q.metric}", num(q.ensemble, "{:.4f}")),
+        (f"out-of-bag {q.metric}", _oob(q)),
+        *_scored_rows(r),
+        ("energy", _energy_line(r.energy)),
+        ("record", str(path)),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _members_per_device(r: records.TrainRecord) -> str:
+    """Resolved, and what the flags asked (auto: derived from M, P_degree and the devices)."""
+    asked = (r.config.get("mesh") or {}).get("members_per_device")
+    words = {0: "auto", None: "not recorded"}
+    return f"{r.mesh.members_per_device} (asked: {words.get(asked, asked)})"
+
+
+def _oob(q: train.Quality) -> str:
+    oob, num = q.oob, results.cell
+    if not oob:
+        return "n/a"
+    return (
+        f"{num(oob.quality, '{:.4f}')} ({oob.scored} of {oob.subset} training examples, "
+        f"{oob.mean_voters:.2f} members each)"
+    )
+
+
+def _scored_rows(r: records.TrainRecord) -> list[tuple[str, str]]:
+    """VFLOPS and time to target, for a run with a quality target."""
+    q, m, num = r.quality, r.metrics, results.cell
+    if q.target is None:
+        return []
+    official = "official" if q.target_is_official else "not official"
+    reached = (
+        f"{r.time_to_target_s:.1f} s after run_start"
+        + (" (stopped there)" if q.stopped_at_target else "")
+        if r.time_to_target_s is not None
+        else f"n/a ({r.time_to_target_why})"
+    )
+    return [
+        (
+            "VFLOPS",
+            f"{units.si(m.vflops_per_s, 'FLOP/s')} = FLOPS × {num(m.penalty, '{:.4f}')} "
+            f"(({num(q.ensemble, '{:.4f}')} / {q.target})^{q.exponent:g}; target {official})",
+        ),
+        ("time to target", reached),
+    ]
+
+
+def _energy_line(energy: train.Energy) -> str:
+    num = results.cell
+    if not energy.available:
+        return f"not available ({energy.why or 'not measured'})"
+    return (
+        f"{energy.joules:.4g} J, {num(energy.average_watts)} W, {num(energy.flops_per_watt)} FLOP/J"
+    )

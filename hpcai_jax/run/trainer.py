@@ -1,0 +1,365 @@
+"""`--mode=train`: the benchmark run as a trainer in five named stages, restore, compile, run
+steps, finish and record, with the hooks between steps registered with their periods
+(run/hooks.py) and everything the run holds released by one `contextlib.ExitStack`, newest
+first, on every path. Time is the run clock's (run/clock.py); docs/design.md has the method and
+the step's path, docs/score.md what each figure means.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+from absl import logging
+
+from hpcai_jax import results
+from hpcai_jax.config import RunConfig
+from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
+from hpcai_jax.distributed import barrier
+from hpcai_jax.engine.evaluate import EnsembleQuality
+from hpcai_jax.engine.setup import RunSetup, build_setup
+from hpcai_jax.engine.step import StepMetrics
+from hpcai_jax.errors import UsageError
+from hpcai_jax.flops.roofline import stream_bandwidth
+from hpcai_jax.records import train
+from hpcai_jax.run import (
+    checkpoint_interval,
+    hooks,
+    kept_weights,
+    observe,
+    resume,
+    startup,
+    summary,
+)
+from hpcai_jax.run import clock as run_clock
+from hpcai_jax.run import record as run_record
+from hpcai_jax.run.checkpoint import Checkpointer
+from hpcai_jax.run.guards import PreemptionGuard, Watchdog
+from hpcai_jax.run.hooks import Outcome, Status, Stop
+from hpcai_jax.run.measured_step import MeasuredStep, measure_step
+from hpcai_jax.run.member_figures import gather_tree
+from hpcai_jax.run.progress import DivergenceWatch, bad_examples
+from hpcai_jax.telemetry.mllog import MLLog
+from hpcai_jax.telemetry.profile import INPUT_WAIT, STEP_ANNOTATION
+
+
+def run_train(config: RunConfig) -> int:
+    """`--mode=train`: the benchmark run; prints the summary (process 0), returns the exit code."""
+    record, exit_code = train_and_evaluate(config)
+    if jax.process_index() == 0:
+        print(summary.summary(record))
+    return exit_code
+
+
+def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
+    """Runs the bagged-ensemble benchmark; returns its record (also written) and the exit code."""
+    wall_start = run_clock.read()
+    results.check_writable(config.results.results_dir)
+    # A --stream_record is read before any work, so that a bad one fails at once.
+    bandwidth = (
+        stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
+    )
+    # --resume_members=fit: the members that fit these devices (docs/reliability.md).
+    fitted = resume.fit(config, jax.device_count(), jax.local_device_count())
+    with startup.phase("setup"):
+        setup = build_setup(fitted.config)
+    ckpt = resume.checkpointer(config, setup, fitted)
+    _check_profile_window(setup)
+    # Everything that can be checked before any work is (the layout on these devices, the data,
+    # the results directory, a --stream_record): main's settings table may follow.
+    startup.valid()
+    return Trainer(setup, ckpt, wall_start, bandwidth, fitted.dropped).run()
+
+
+def _check_profile_window(setup: RunSetup) -> None:
+    """--profile_steps=A:B must end by the run's last step."""
+    window = setup.config.results.profile_range
+    if window and window[1] > setup.total_steps:
+        raise UsageError(
+            f"--profile_steps={setup.config.results.profile_steps}: the run has "
+            f"{setup.total_steps} steps; B may be at most {setup.total_steps}"
+        )
+
+
+class Trainer:
+    """One training run (or one segment of a resumed one): `run` goes through the stages."""
+
+    def __init__(
+        self,
+        setup: RunSetup,
+        ckpt: Checkpointer | None,
+        wall_start: float,
+        bandwidth: tuple[float, str] | None,
+        dropped: tuple[int, ...] = (),
+    ):
+        self.setup, self.ckpt, self.wall_start = setup, ckpt, wall_start
+        self.bandwidth, self.dropped = bandwidth, dropped
+        self.hooks = hooks.Hooks()
+        self.guard: PreemptionGuard | None = None
+        # Set by the stages, in their order.
+        self.start: resume.Start
+        self.mlog: MLLog
+        self.claimed: results.Claim
+        self.measured: MeasuredStep
+        self.batches: Prefetcher
+        self.ctx: hooks.Context
+
+    def run(self) -> tuple[dict, int]:
+        """The stages in order; returns the record (also written) and the exit code."""
+        with contextlib.ExitStack() as held:
+            if self.ckpt:  # waits for pending saves on every path, errors and divergence too
+                held.callback(self.ckpt.close)
+            self.restore()
+            self.compile()
+            stop = self.run_steps(held)
+            outcome = self.finish(stop)
+            record = self.record(outcome)
+            return self.write(record, outcome)
+
+    # The stages.
+
+    def restore(self) -> None:
+        """The newest checkpoint or a new run's start; the results and the MLLOG claimed for
+        its id before the state is initialised, so that a clash fails fast."""
+        setup, config = self.setup, self.setup.config
+        with startup.phase("state", "checkpoint"):  # finding and restoring one, if any
+            self.start = resume.start(setup, self.ckpt, self.dropped)
+        progress = self.start.progress
+        self.claimed = results.claim(
+            config.results.results_dir,
+            progress.run_id,
+            config.results.overwrite,
+            self.start.resuming,
+        )
+        # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
+        self.mlog = MLLog.start(
+            setup,
+            self.wall_start,
+            run_clock.read,
+            progress.run_id,
+            progress.step if self.start.resuming else None,
+            progress.mllog_lines,
+        )
+        if self.start.state is None:
+            with startup.phase("state", "initialised"):
+                self.start = self.start._replace(state=setup.init_state())
+
+    def compile(self) -> None:
+        """The step compiled ahead of timing and measured for the record (run/measured_step.py)."""
+        self.measured = measure_step(self.setup, self.start.state, self.bandwidth)
+        self.start.progress.compile_s.append(self.measured.compile_s)
+        startup.record("compile", self.measured.compile_s)
+        flops = self.measured.flops
+        self.mlog.init_stop(flops.train_step_flops, flops.train_step_flops_source)
+
+    def run_steps(self, held: contextlib.ExitStack) -> Stop | None:
+        """Every remaining step, the hooks after each; returns a hook's Stop, if one ended the
+        run. Registers in `held` the release of what the steps hold: the input pipeline, the
+        watchdog, the signal handlers and the trace (`finish` releases them in order on the
+        way out; each release may run twice)."""
+        self._context(held)
+        ctx, progress = self.ctx, self.ctx.progress
+        self.guard = PreemptionGuard()
+        held.callback(self.guard.restore)
+        self._register_hooks()
+        window = self.hooks.find(observe.ProfileWindow)
+        if window is not None:  # a run that ends inside the window still writes its trace
+            held.callback(window.close, ctx.clock)
+        with startup.phase("barrier"):
+            barrier("before-timing")
+        self.mlog.run_start(progress.step, ctx.clock.start())
+        logging.info(
+            "process %d: training steps %d to %d",
+            jax.process_index(),
+            progress.step,
+            ctx.total_steps,
+        )
+        injection = self.setup.config.reliability.nan_injection
+        for step in range(progress.step, ctx.total_steps):
+            # Named for a profiler trace (docs/observe.md); without one they cost a microsecond.
+            # The hooks run outside it: a profile window starts and stops between two steps.
+            with jax.profiler.StepTraceAnnotation(STEP_ANNOTATION, step_num=step):
+                ctx.dog.arm(f"step {step}", _recent_median(progress))
+                if injection and injection[1] == step:
+                    ctx.state = hooks.poison(ctx.state, injection[0])
+                metrics = self.step()
+                ctx.watch.add(step, metrics.finite, metrics.input_finite)
+                ctx.clock.dispatched(step, metrics)
+            if stop := self.hooks.run(ctx, step + 1):
+                return stop
+        return None
+
+    def step(self) -> StepMetrics:
+        """One training step, the start of the step's path (docs/design.md): the members' batch,
+        then the compiled ensemble step (engine/step.py), which returns the updated state."""
+        with jax.profiler.TraceAnnotation(INPUT_WAIT):
+            batch = self.batches.next()
+        self.ctx.state, metrics = self.measured.compiled(self.ctx.state, batch)
+        return metrics
+
+    def finish(self, stop: Stop | None) -> Outcome:
+        """The loop's end: the trace closed, every step's flags read, the input pipeline
+        stopped, the clock finished, the final checkpoint and the kept weights, then the signal
+        handlers restored."""
+        ctx = self.ctx
+        window = self.hooks.find(observe.ProfileWindow)
+        if window is not None:
+            window.close(ctx.clock)
+        ctx.dog.arm("the last step and the processes' final check", _recent_median(ctx.progress))
+        ctx.clock.flush()
+        outcome = hooks.settle(ctx, stop)
+        ctx.dog.disarm()
+        self.batches.close()
+        ctx.clock.finish()
+        _final_save(ctx, outcome)
+        with ctx.bounded("keeping the members' final weights"):
+            kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
+        self.guard.restore()
+        return outcome
+
+    def record(self, outcome: Outcome) -> dict:
+        """The run's record: its final quality, the members' last figures and every process's
+        timing (the end of the run: every process is here); an epoch lasts as long as its
+        slowest process took."""
+        ctx, setup = self.ctx, self.setup
+        progress, clock, dog = ctx.progress, ctx.clock, ctx.dog
+        evaluations = self.hooks.find(hooks.Evaluation)
+        complete = outcome.status is Status.COMPLETE
+        quality = hooks.final_quality(ctx, complete, evaluations.last)
+        dog.arm("the processes' end-of-run gather", _recent_median(progress))
+        final = None if clock.last_metrics is None else gather_tree(clock.last_metrics)
+        timings = run_clock.per_process(progress, setup.mesh, setup.layout.members_per_device)
+        dog.disarm()
+        run_clock.take_slowest_epochs(progress, timings)
+        end = run_record.RunEnd(
+            setup,
+            progress,
+            self.measured,
+            outcome.status.value,
+            quality,
+            final,
+            run_clock.read() - self.wall_start,
+            outcome.reason,
+            outcome.stopped_at_target,
+            energy=(clock.energy_start, clock.energy_end),
+            per_process=timings,
+            interval=self.hooks.find(hooks.Checkpoint).interval,
+            observe=self._observed(quality),
+        )
+        record = run_record.build(end)
+        dog.close()
+        return record
+
+    def write(self, record: dict, outcome: Outcome) -> tuple[dict, int]:
+        """Writes the record; only then may the MLLOG say success (a run that can resume ends
+        only a segment)."""
+        config, progress = self.setup.config, self.ctx.progress
+        path = results.write_record(config.results.results_dir, progress.run_id, record)
+        self.claimed.release()
+        resumable = outcome.status is Status.PARTIAL and self.ckpt is not None
+        self.mlog.run_stop(record, resumable=resumable)
+        barrier("exit")
+        record["path"] = str(path) if path else None
+        return record, outcome.exit_code
+
+    # What the stages share.
+
+    def _context(self, held: contextlib.ExitStack) -> None:
+        """The steps' input pipeline, and the hooks' view of the run: its clock (timing from the
+        first step after the warm-up), divergence watch and watchdog (closed with the run: an
+        armed one must not outlive it)."""
+        setup, progress = self.setup, self.start.progress
+        tc, rc = setup.config.train, setup.config.reliability
+        first = progress.step
+        self.batches = Prefetcher(
+            _batches(setup), first, setup.total_steps, setup.config.data.prefetch
+        )
+        held.callback(self.batches.close)
+        timed_from = first + min(tc.timing_warmup_steps, max(0, setup.total_steps - first - 1))
+        clock = run_clock.RunClock(
+            progress, timed_from, setup.sampler.steps_per_epoch, self.batches, self.mlog.epoch
+        )
+        watch = DivergenceWatch(
+            progress,
+            rc.on_divergence,
+            lambda member, step: bad_examples(setup, member, step),
+        )
+        dog = Watchdog(rc.watchdog_factor, rc.watchdog_min_s, jax.process_index())
+        held.callback(dog.close)
+        self.ctx = hooks.Context(
+            setup,
+            self.start.state,
+            progress,
+            clock,
+            self.mlog,
+            watch,
+            self.ckpt,
+            setup.total_steps,
+            dog,
+        )
+
+    def _register_hooks(self) -> None:
+        """The hooks in the order they run after each step; the profile window, if any, last
+        (it starts its trace after the step's other work)."""
+        setup, ctx = self.setup, self.ctx
+        config = setup.config
+        tc, rc = config.train, config.reliability
+        check_every = rc.divergence_check_every or tc.log_every
+        target = config.quality_target().target if config.scored and tc.stop_at_target else None
+        add = self.hooks.add
+        add(hooks.DivergenceCheck(), check_every, at_last=True)
+        add(hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size))
+        add(hooks.Evaluation(target), tc.eval_every_epochs * setup.sampler.steps_per_epoch)
+        flops = self.measured.flops.train_step_flops
+        add(observe.curves(setup, ctx.progress.run_id, flops, ctx.clock))
+        add(hooks.Preemption(self.guard, check_every))
+        add(hooks.checkpoint(setup, ctx.progress.step))
+        if config.results.profile_range:
+            add(
+                observe.profile_window(setup, ctx.progress.run_id, self.measured.compiled.as_text())
+            )
+
+    def _observed(self, quality: EnsembleQuality | None) -> train.Observe:
+        """The record's `observe` section: the curves closed with the final quality, the trace."""
+        curves = self.hooks.find(observe.Curves)
+        window = self.hooks.find(observe.ProfileWindow)
+        return train.Observe(
+            tensorboard=curves.finish(quality, self.ctx.progress.step),
+            profile=window.summary() if window else None,
+        )
+
+
+def _batches(setup: RunSetup):
+    """A function step → Batch (the Prefetcher closes its workers, if any)."""
+    tc = setup.config.train
+    if setup.datasets.synthetic:
+        batch = synthetic_batch(
+            setup.workload.synthetic, setup.mesh, setup.layout.ensemble_size, tc.batch_size, tc.seed
+        )
+        return lambda step: batch
+    return train_batches(
+        setup.datasets.train,
+        setup.sampler,
+        setup.mesh,
+        setup.layout.ensemble_size,
+        setup.total_steps,
+        setup.config.data.data_workers,
+        setup.config.data.worker_restarts,
+    )
+
+
+def _recent_median(progress) -> float | None:
+    """What the watchdog scales with: the median of the last 101 timed steps."""
+    return checkpoint_interval.median_step(progress.step_s)
+
+
+def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
+    """The checkpoint a complete or preempted run ends with. Still under the preemption guard:
+    a SIGTERM now is noted, not fatal, so the save is never cut short by it."""
+    if ctx.ckpt and outcome.status is not Status.INVALID:
+        step = ctx.progress.step
+        with ctx.bounded(f"the final checkpoint save of step {step}"), ctx.clock.checkpointing():
+            ctx.save(step)
+            ctx.ckpt.close()  # the record may only say "resumable" once the save is complete
+    elif outcome.status is Status.PARTIAL:
+        logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")

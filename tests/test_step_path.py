@@ -1,0 +1,98 @@
+"""One training step reads in eight files: docs/design.md names them on its line "The step's
+path:", and this checks the line against the code. The trainer's call of one step (`Trainer.step`:
+the batch, then the ensemble step, traced here as its first call would) is followed with a
+profile hook; every function of the package it runs must be in a named module, every named
+module must be on the path, and the modules stay within eight and 2,000 lines."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+
+import pytest
+from helpers import ROOT, tiny_config
+
+from hpcai_jax import config as C
+from hpcai_jax.data.pipeline import Prefetcher
+from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.run import trainer
+
+MAX_MODULES, MAX_LINES = 8, 2000  # flax's examples/imagenet: 5 files, 975 lines
+
+
+def step_path() -> list[str]:
+    """The modules docs/design.md's "The step's path:" line names, in its order."""
+    lines = [
+        line
+        for line in (ROOT / "docs" / "design.md").read_text().splitlines()
+        if line.startswith("The step's path:")
+    ]
+    assert len(lines) == 1, lines
+    named = lines[0].removeprefix("The step's path:").strip().rstrip(".")
+    return [re.sub(r"[`*]", "", p).strip() for p in named.split(",")]
+
+
+class _Traced:
+    """Stands for the compiled step: traces the jitted step for the state and batch it is
+    given (what a first call does before compiling), and hands the state back."""
+
+    def __init__(self, jitted):
+        self.jitted = jitted
+
+    def __call__(self, state, batch):
+        self.jitted.trace(state, batch)
+        return state, None
+
+
+def modules_on_the_path(setup) -> set[str]:
+    """The package's modules whose functions run, on the trainer's thread, from the trainer's
+    call of one step to the updated state."""
+    state = setup.init_state()
+    one = trainer.Trainer(setup, None, 0.0, None)
+    one.batches = Prefetcher(trainer._batches(setup), 0, setup.total_steps, 1)
+    one.measured = types.SimpleNamespace(compiled=_Traced(setup.train_step))
+    one.ctx = types.SimpleNamespace(state=state)
+    package = str(ROOT / "hpcai_jax") + "/"
+    seen: set[str] = set()
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == "call" and path.startswith(package):
+            seen.add("hpcai_jax/" + path.removeprefix(package))
+
+    sys.setprofile(profile)
+    try:
+        one.step()
+    finally:
+        sys.setprofile(None)
+        one.batches.close()
+    return seen
+
+
+def test_the_named_modules_exist_and_stay_within_eight_files_and_2000_lines():
+    path = step_path()
+    assert path[0] == "hpcai_jax/run/trainer.py"  # from the loop's call ...
+    assert "hpcai_jax/engine/step.py" in path  # ... through the step to the updated state
+    assert len(path) == len(set(path)) <= MAX_MODULES, path
+    missing = [p for p in path if not (ROOT / p).is_file()]
+    assert not missing, missing
+    lines = sum(len((ROOT / p).read_text().splitlines()) for p in path)
+    assert lines <= MAX_LINES, f"the step's path is {lines} lines"
+
+
+# One member per device (an unrolled step) and two (the members mapped by `lax.map`, their
+# convolutions in ops/member_conv.py's loop forms): the path of the quickstart's CPU run.
+LAYOUTS = {
+    "unroll": C.MeshConfig(ensemble_size=4, members_per_device=1, parallel_degree=2),
+    "vmap-scan": C.MeshConfig(ensemble_size=4, members_per_device=2, parallel_degree=4),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_step_runs_inside_the_named_modules_only(layout):
+    setup = build_setup(tiny_config(mesh=LAYOUTS[layout]))
+    seen = modules_on_the_path(setup)
+    path = set(step_path())
+    assert seen <= path, f"the step's path leaves the named modules: {sorted(seen - path)}"
+    assert seen == path, f"named but not on the path: {sorted(path - seen)}"
