@@ -224,18 +224,32 @@ def train_rows(
     cfg = run.config
     layout_devices = jax.device_count()
     m, b = cfg.mesh.ensemble_size, cfg.train.batch_size
-    kind, backend = jax.devices()[0].device_kind, jax.default_backend()
     cost = xla_cost(run.compiled, layout_devices, run.lowered)
     flops = crosscheck(cfg, cost.flops)
     median = run.median_s
     rate = m * b / median / layout_devices if median else None
     flop_rate = flops.train_step_flops / median / layout_devices if median else None
-    section = {
+    section = _train_section(run, flops, rate, flop_rate)
+    memory = memory_analysis(run.compiled)
+    section["memory"] = memory
+    rows = [
+        _rate_row(items[0], run, rate, cut),
+        _mfu_row(items[1], cfg.model.dtype, flop_rate),
+        _memory_row(items[2], memory),
+        _crosscheck_row(items[3], flops),
+    ]
+    return rows, section
+
+
+def _train_section(run: StepRun, flops, rate: float | None, flop_rate: float | None) -> dict:
+    """The record's section for the flagship step: its configuration and figures."""
+    cfg = run.config
+    return {
         "config": {
             "model": cfg.model.model,
             "dtype": cfg.model.dtype,
-            "ensemble_size": m,
-            "batch_size": b,
+            "ensemble_size": cfg.mesh.ensemble_size,
+            "batch_size": cfg.train.batch_size,
             "image_size": cfg.data.image_size,
         },
         "compile_s": run.compile_s,
@@ -249,29 +263,38 @@ def train_rows(
         "finite": run.finite,
         "joules": run.joules,
     }
-    rows = []
+
+
+def _rate_row(item: str, run: StepRun, rate: float | None, cut: str) -> Row:
+    """The step's examples per second per device: a FAIL where a loss went non-finite."""
+    cfg = run.config
+    m, b = cfg.mesh.ensemble_size, cfg.train.batch_size
     note = f"{cfg.model.model} {cfg.model.dtype}, {m} members x {b}, {len(run.step_s)} timed steps"
     note += f"; {cut}" if cut else ""
     if not run.finite:
-        rows.append(Row(items[0], FAIL, rate, None, "ex/s", "", note + "; NON-FINITE loss"))
-    elif rate is None:
-        rows.append(skipped(items[0], "no time left for a timed step after the compile"))
-    else:
-        rows.append(Row(items[0], PASS, rate, None, "ex/s", "", note))
-    peak, source = _peak(backend, kind, cfg.model.dtype)
-    rows.append(
-        judge(
-            items[1],
-            flop_rate,
-            peak,
-            unit="FLOP/s",
-            source=source,
-            pass_at=MFU_PASS,
-            warn_at=MFU_WARN,
-            note="ratio = MFU",
-        )
+        return Row(item, FAIL, rate, None, "ex/s", "", note + "; NON-FINITE loss")
+    if rate is None:
+        return skipped(item, "no time left for a timed step after the compile")
+    return Row(item, PASS, rate, None, "ex/s", "", note)
+
+
+def _mfu_row(item: str, dtype: str, flop_rate: float | None) -> Row:
+    """The step's FLOP/s per device over the backend's matmul peak in `dtype` (MFU)."""
+    peak, source = _peak(jax.default_backend(), jax.devices()[0].device_kind, dtype)
+    return judge(
+        item,
+        flop_rate,
+        peak,
+        unit="FLOP/s",
+        source=source,
+        pass_at=MFU_PASS,
+        warn_at=MFU_WARN,
+        note="ratio = MFU",
     )
-    memory = memory_analysis(run.compiled)
+
+
+def _memory_row(item: str, memory: dict | None) -> Row:
+    """The compiled step's bytes on a device (XLA's memory analysis) over the device's memory."""
     used = (
         memory["argument_bytes"]
         + memory["output_bytes"]
@@ -280,21 +303,16 @@ def train_rows(
         if memory
         else None
     )
-    section["memory"] = memory
-    rows.append(
-        judge(
-            items[2],
-            used,
-            device_memory_bytes(jax.local_devices()[0]),
-            unit="B",
-            source="device memory (allocator limit; CPU: host / devices)",
-            pass_at=MEMORY_PASS,
-            warn_at=MEMORY_WARN,
-            higher_is_better=False,
-        )
+    return judge(
+        item,
+        used,
+        device_memory_bytes(jax.local_devices()[0]),
+        unit="B",
+        source="device memory (allocator limit; CPU: host / devices)",
+        pass_at=MEMORY_PASS,
+        warn_at=MEMORY_WARN,
+        higher_is_better=False,
     )
-    rows.append(_crosscheck_row(items[3], flops))
-    return rows, section
 
 
 def _crosscheck_row(item: str, flops) -> Row:
