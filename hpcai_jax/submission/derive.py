@@ -72,12 +72,24 @@ def scores(f: Findings, record: TrainRecord, log, target, rec: str, lg: str) -> 
     per_step, m = record.flops.per_step, record.mesh.ensemble_size
     f.same(f"{lg} flops_per_step", log.value("flops_per_step"), per_step, f"(record {rec})")
     f.same(f"{lg} number_of_models", log.value("number_of_models"), m, f"(record {rec} M)")
+    flops, walls, log_walls = _epochs(f, record, log, rec, lg)
+    eq6 = metrics.over_epochs(flops, walls)
+    if eq6 is None:
+        f.fail(f"{rec} has no completed epoch: no Eq. 6 figure")
+        return
+    _flops_per_s(f, record, log, eq6, (flops, walls, log_walls), rec, lg)
+    _quality(f, record, log, target, eq6, rec, lg)
+
+
+def _epochs(f: Findings, record: TrainRecord, log, rec: str, lg: str):
+    """Each record epoch's FLOPs against its re-derivation and its times against its MLLOG
+    epoch; returns what Eq. 6 is re-derived from: (FLOPs, record wall times, logged wall times)."""
+    per_step, m = record.flops.per_step, record.mesh.ensemble_size
     log_epochs = log.epochs()
     flops, walls, log_walls = [], [], []
     for i, epoch in enumerate(record.epochs):
         at = f"{rec} epochs[{i}]"
-        first, steps = epoch.first_step, epoch.steps
-        amount = per_step / m * _healthy(record, first, steps)
+        amount = per_step / m * _healthy(record, epoch.first_step, epoch.steps)
         f.same(
             f"{at}.flops",
             epoch.flops,
@@ -96,37 +108,49 @@ def scores(f: Findings, record: TrainRecord, log, target, rec: str, lg: str) -> 
         if pair is None:
             f.fail(f"{lg} has no epoch_start/epoch_stop of epoch {epoch.index} ({at})")
             continue
-        start, stop = pair
-        meta = stop.get("metadata") or {}
-        f.same(
-            f"{lg} epoch_stop (epoch {epoch.index}) first_step",
-            meta.get("first_step"),
-            first,
-            f"({at})",
-        )
-        f.same(f"{lg} epoch_stop (epoch {epoch.index}) steps", meta.get("steps"), steps, f"({at})")
-        # An epoch a preemption cut in two has its earlier segments' time in epoch_stop.
-        wall = (stop["time_ms"] - start["time_ms"]) / 1e3 + meta.get("earlier_segments_s", 0.0)
-        log_walls.append(wall)
-        logged, slowest = _process_walls(record, i, epoch.wall_s)
-        f.same(
-            f"{at}.wall_s",
-            logged,
-            wall,
-            f"from {lg} epoch_stop − epoch_start (+ earlier_segments_s; ± 3 ms)"
-            + ("" if slowest is None else "; process 0's, timing.per_process[0]"),
-            rel=0,
-            abs_=MS_SLACK_S,
-        )
-        if slowest is not None:
-            f.same(f"{at}.wall_s", epoch.wall_s, slowest, "the slowest process's (timing)")
+        log_walls.append(_logged_epoch(f, record, i, pair, at, lg))
     for index in sorted(log_epochs):
         f.fail(f"{lg} epoch {index} is not in {rec} epochs")
-    eq6 = metrics.over_epochs(flops, walls)
+    return flops, walls, log_walls
+
+
+def _logged_epoch(f: Findings, record: TrainRecord, i: int, pair, at: str, lg: str) -> float:
+    """Checks record epoch `i` against its MLLOG epoch_start/epoch_stop `pair`; returns the
+    logged wall time."""
+    epoch = record.epochs[i]
+    start, stop = pair
+    meta = stop.get("metadata") or {}
+    f.same(
+        f"{lg} epoch_stop (epoch {epoch.index}) first_step",
+        meta.get("first_step"),
+        epoch.first_step,
+        f"({at})",
+    )
+    f.same(
+        f"{lg} epoch_stop (epoch {epoch.index}) steps", meta.get("steps"), epoch.steps, f"({at})"
+    )
+    # An epoch a preemption cut in two has its earlier segments' time in epoch_stop.
+    wall = (stop["time_ms"] - start["time_ms"]) / 1e3 + meta.get("earlier_segments_s", 0.0)
+    logged, slowest = _process_walls(record, i, epoch.wall_s)
+    f.same(
+        f"{at}.wall_s",
+        logged,
+        wall,
+        f"from {lg} epoch_stop − epoch_start (+ earlier_segments_s; ± 3 ms)"
+        + ("" if slowest is None else "; process 0's, timing.per_process[0]"),
+        rel=0,
+        abs_=MS_SLACK_S,
+    )
+    if slowest is not None:
+        f.same(f"{at}.wall_s", epoch.wall_s, slowest, "the slowest process's (timing)")
+    return wall
+
+
+def _flops_per_s(f: Findings, record: TrainRecord, log, eq6: float, epochs, rec: str, lg: str):
+    """The record's and the MLLOG's FLOPS against Eq. 6 re-derived from the record's epochs,
+    and against the MLLOG's epoch times; `epochs` is what `_epochs` returned."""
+    flops, walls, log_walls = epochs
     got = record.metrics.flops_per_s
-    if eq6 is None:
-        f.fail(f"{rec} has no completed epoch: no Eq. 6 figure")
-        return
     f.same(
         f"{rec} metrics.flops_per_s",
         got,
@@ -159,13 +183,14 @@ def scores(f: Findings, record: TrainRecord, log, target, rec: str, lg: str) -> 
     f.same(
         f"{lg} flops_per_s per_step",
         (line.get("metadata") or {}).get("per_step"),
-        per_step,
+        record.flops.per_step,
         f"({rec} flops.per_step)",
     )
-    _quality(f, record, log, target, eq6, rec, lg)
 
 
 def _quality(f: Findings, record: TrainRecord, log, target, eq6: float, rec: str, lg: str) -> None:
+    """The record's target and quality against the packed flagfile and the MLLOG's
+    evaluations, then what follows from them: VFLOPS and time to target."""
     q = record.quality
     if target is None:
         f.same(
@@ -200,10 +225,16 @@ def _quality(f: Findings, record: TrainRecord, log, target, eq6: float, rec: str
         [a["value"] for _, a in evals],
         f"(the eval_accuracy lines of {lg})",
     )
-    achieved = q.ensemble
-    if not isinstance(achieved, (int, float)):
+    if not isinstance(q.ensemble, (int, float)):
         return
-    penalty = metrics.penalty(achieved, target.target, target.exponent)
+    _vflops(f, record, log, target, eq6, rec, lg)
+    _time_to_target(f, record, log, evals, target.target, rec, lg)
+
+
+def _vflops(f: Findings, record: TrainRecord, log, target, eq6: float, rec: str, lg: str) -> None:
+    """The penalty and VFLOPS (Eq. 8) of the record and the MLLOG, re-derived from the record's
+    quality, the packed target and Eq. 6."""
+    penalty = metrics.penalty(record.quality.ensemble, target.target, target.exponent)
     f.same(
         f"{rec} metrics.penalty",
         record.metrics.penalty,
@@ -233,7 +264,6 @@ def _quality(f: Findings, record: TrainRecord, log, target, eq6: float, rec: str
         "re-derived (Eq. 6 FLOPS × penalty)",
     )
     f.same(f"{lg} vflops_per_s", vline.get("value"), vflops, "re-derived (Eq. 6 FLOPS × penalty)")
-    _time_to_target(f, record, log, evals, target.target, rec, lg)
 
 
 def _time_to_target(f: Findings, record: TrainRecord, log, evals, target: float, rec: str, lg: str):
