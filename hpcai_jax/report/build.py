@@ -31,25 +31,51 @@ def _title(collection: Collection) -> str:
 def render(collection: Collection, folder: Path) -> str:
     """Draws the plots into `folder` and returns the markdown that shows them."""
     train, parts = collection.train, [markdown.header(collection)]
-    parts += [markdown.heading(markdown.SECTIONS[0]), markdown.runs(collection)]
+    metric = series.quality_metric(train) or "quality"
+    trade = series.tradeoff(train)
+    bodies = [
+        [markdown.runs(collection)],
+        [_scalability(collection, folder)],
+        _tradeoff(trade, metric, folder),
+        [_quality_against_m(trade, metric, folder)],
+        _quality_curves(train, metric, folder),
+        [_mfu(train, folder)],
+        [_roofline(train, folder)],
+        [markdown.communication(series.communication(train))],
+        [markdown.machine(series.machine(train))],
+        [_stream(collection, folder)],
+        [_repeats(train, metric)],
+        [markdown.skipped(collection.skipped)],
+    ]
+    for heading, body in zip(markdown.SECTIONS, bodies, strict=True):
+        parts += [markdown.heading(heading), *body]
+    return "\n\n".join(parts) + "\n"
 
-    scale = series.scalability(train)
+
+def _scalability(collection: Collection, folder: Path) -> str:
+    scale = series.scalability(collection.train)
     png = None
     if scale:
         png = "scalability.png"
         plots.scalability(scale, folder / png, _title(collection))
-    parts += [markdown.heading(markdown.SECTIONS[1]), markdown.scalability(scale, png)]
+    return markdown.scalability(scale, png)
 
-    trade = series.tradeoff(train)
+
+def _tradeoff(trade: dict, metric: str, folder: Path) -> list[str]:
+    """The trade-off section's parts: a plot for each Sys_scale with two points to draw."""
     drawn = {s: series.plottable(points) for s, points in trade.items()}
     drawn = {s: points for s, points in drawn.items() if len(points) >= 2}
-    metric = series.quality_metric(train) or "quality"
-    parts += [markdown.heading(markdown.SECTIONS[2]), markdown.tradeoff_intro(len(drawn))]
+    parts = [markdown.tradeoff_intro(len(drawn))]
     for s, points in drawn.items():
         png = f"tradeoff_sys{s}.png"
         plots.tradeoff(points, s, metric, folder / png)
         parts.append(markdown.tradeoff(s, trade[s], metric, png, len(points)))
+    return parts
 
+
+def _quality_against_m(trade: dict, metric: str, folder: Path) -> str:
+    """Drawn where a Sys_scale has evaluated runs at several M, or a P_degree at several
+    Sys_scale."""
     quality = [p for points in trade.values() for p in points if p.ensemble is not None]
     at_scale = {s: pts for s, pts in trade.items() if len({p.m for p in pts if p.ensemble}) > 1}
     at_scale = {s: [p for p in pts if p.ensemble is not None] for s, pts in at_scale.items()}
@@ -59,44 +85,43 @@ def render(collection: Collection, folder: Path) -> str:
     if at_scale or by_p:
         png = "quality_against_m.png"
         plots.quality_against_m(at_scale, by_p, metric, folder / png)
-    parts += [
-        markdown.heading(markdown.SECTIONS[3]),
-        markdown.quality_against_m(quality, metric, png),
-    ]
+    return markdown.quality_against_m(quality, metric, png)
 
+
+def _quality_curves(train: list, metric: str, folder: Path) -> list[str]:
+    """The quality curves' section, with the links to the runs' observed files after them."""
     curves = series.quality_curves(train)
     png = members_png = None
     if curves:
         png, members_png = "quality_curve.png", "quality_per_member.png"
         plots.quality_curves(curves, metric, folder / png)
         plots.member_curves(curves, metric, folder / members_png)
-    parts += [
-        markdown.heading(markdown.SECTIONS[4]),
-        markdown.quality_curves(curves, metric, png, members_png),
-    ]
+    parts = [markdown.quality_curves(curves, metric, png, members_png)]
     # The report's folder is a sibling of `folder` (output.staged): the same relative links.
     links = markdown.observed(series.observed(train), lambda p: os.path.relpath(p, folder))
-    parts += [links] if links else []
+    return parts + ([links] if links else [])
 
+
+def _mfu(train: list, folder: Path) -> str:
     rows = series.mfu(train)
     png = None
     if any(r.measured is not None or r.datasheet is not None for r in rows):
         png = "mfu.png"
         plots.mfu(rows, folder / png)
-    parts += [markdown.heading(markdown.SECTIONS[5]), markdown.mfu(rows, png)]
+    return markdown.mfu(rows, png)
 
+
+def _roofline(train: list, folder: Path) -> str:
     roofs = series.roofline(train)
     png = None
     if roofs:
         png = "roofline.png"
         plots.roofline(roofs, folder / png)
-    parts += [markdown.heading(markdown.SECTIONS[6]), markdown.roofline(roofs, png)]
-    parts += [
-        markdown.heading(markdown.SECTIONS[7]),
-        markdown.communication(series.communication(train)),
-    ]
-    parts += [markdown.heading(markdown.SECTIONS[8]), markdown.machine(series.machine(train))]
+    return markdown.roofline(roofs, png)
 
+
+def _stream(collection: Collection, folder: Path) -> str:
+    """The STREAM plot of every run, and one per run of several processes."""
     runs = series.stream(collection.stream)
     png, per_process = None, {}
     if any(k.gb_per_s is not None for r in runs for k in r.kernels):
@@ -107,16 +132,13 @@ def render(collection: Collection, folder: Path) -> str:
             safe = re.sub(r"[^A-Za-z0-9._-]", "_", r.run_id)  # a plain link target
             per_process[r.run_id] = f"stream_{safe}_per_process.png"
             plots.stream_per_process(r, folder / per_process[r.run_id])
-    parts += [markdown.heading(markdown.SECTIONS[9]), markdown.stream(runs, png, per_process)]
+    return markdown.stream(runs, png, per_process)
 
+
+def _repeats(train: list, metric: str) -> str:
     found = repeats.groups(train)
     summarised = repeats.repeated(found)
-    parts += [
-        markdown.heading(markdown.SECTIONS[10]),
-        markdown.repeats(summarised, len(found) - len(summarised), metric),
-    ]
-    parts += [markdown.heading(markdown.SECTIONS[11]), markdown.skipped(collection.skipped)]
-    return "\n\n".join(parts) + "\n"
+    return markdown.repeats(summarised, len(found) - len(summarised), metric)
 
 
 def write_report(paths: list[str], out: str | Path | None = None) -> Path:

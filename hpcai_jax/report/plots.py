@@ -114,51 +114,8 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
             color=f"C{j}",
             label=f"FLOPS, P_degree = {p_degree}",
         )
-        ideal = sorted({(p.sys_scale, p.ideal_flops) for p in have if p.ideal_flops})
-        if len(ideal) >= 2:
-            ax.plot(
-                [s for s, _ in ideal],
-                [v / scale for _, v in ideal],
-                ":",
-                color=f"C{j}",
-                label=f"ideal FLOPS: linear from Sys_scale = {ideal[0][0]}",
-            )
-        ideal_v = sorted({(p.sys_scale, p.ideal_vflops) for p in have if p.ideal_vflops})
-        if len(ideal_v) >= 2:
-            ax.plot(
-                [s for s, _ in ideal_v],
-                [v / scale for _, v in ideal_v],
-                "-.",
-                color=f"C{j}",
-                alpha=0.7,
-                label=f"ideal VFLOPS: linear from Sys_scale = {ideal_v[0][0]}",
-            )
-        both = _merged([p for p in have if p.vflops is not None], lambda p: p.sys_scale)
-        if both:
-            x = [g[0].sys_scale for g in both]
-            f = [_mean(g, lambda p: p.flops / scale)[0] for g in both]
-            v = [_mean(g, lambda p: p.vflops / scale) for g in both]
-            _errorbar(
-                ax,
-                x,
-                [m for m, _ in v],
-                [e for _, e in v],
-                "s--",
-                color=f"C{j}",
-                mfc="none",
-                label=f"VFLOPS, P_degree = {p_degree}",
-            )
-            band = "what the penalty takes (FLOPS - VFLOPS)" if j == 0 else None
-            ax.fill_between(x, [m for m, _ in v], f, color=f"C{j}", alpha=0.08, label=band)
-            for s, fm, (vm, _) in zip(x, f, v, strict=True):
-                ax.annotate(
-                    f"× {vm / fm:.2g}",
-                    (s, vm),
-                    textcoords="offset points",
-                    xytext=(6, -12),
-                    fontsize="small",
-                    color=f"C{j}",
-                )
+        _ideals(ax, j, have, scale)
+        _vflops(ax, j, p_degree, have, scale)
     _sys_scale_axis(ax, [p.sys_scale for p in points], sys_scale_label(points))
     if log:
         ax.set_yscale("log")
@@ -175,6 +132,58 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle(title, fontsize="medium")
     _save(fig, path)
+
+
+def _ideals(ax, j: int, have: list[ScalePoint], scale: float) -> None:
+    """Series `j`'s ideal FLOPS and VFLOPS lines, where it has two Sys_scales to draw them at."""
+    ideal = sorted({(p.sys_scale, p.ideal_flops) for p in have if p.ideal_flops})
+    _ideal(ax, ideal, scale, ":", f"C{j}", "ideal FLOPS")
+    ideal_v = sorted({(p.sys_scale, p.ideal_vflops) for p in have if p.ideal_vflops})
+    _ideal(ax, ideal_v, scale, "-.", f"C{j}", "ideal VFLOPS", alpha=0.7)
+
+
+def _ideal(ax, ideal: list[tuple], scale: float, fmt: str, color: str, name: str, **style) -> None:
+    if len(ideal) >= 2:
+        ax.plot(
+            [s for s, _ in ideal],
+            [v / scale for _, v in ideal],
+            fmt,
+            color=color,
+            label=f"{name}: linear from Sys_scale = {ideal[0][0]}",
+            **style,
+        )
+
+
+def _vflops(ax, j: int, p_degree: int, have: list[ScalePoint], scale: float) -> None:
+    """Series `j`'s VFLOPS line, the band down from its FLOPS that the penalty takes, and the
+    penalty written at each point."""
+    both = _merged([p for p in have if p.vflops is not None], lambda p: p.sys_scale)
+    if not both:
+        return
+    x = [g[0].sys_scale for g in both]
+    f = [_mean(g, lambda p: p.flops / scale)[0] for g in both]
+    v = [_mean(g, lambda p: p.vflops / scale) for g in both]
+    _errorbar(
+        ax,
+        x,
+        [m for m, _ in v],
+        [e for _, e in v],
+        "s--",
+        color=f"C{j}",
+        mfc="none",
+        label=f"VFLOPS, P_degree = {p_degree}",
+    )
+    band = "what the penalty takes (FLOPS - VFLOPS)" if j == 0 else None
+    ax.fill_between(x, [m for m, _ in v], f, color=f"C{j}", alpha=0.08, label=band)
+    for s, fm, (vm, _) in zip(x, f, v, strict=True):
+        ax.annotate(
+            f"× {vm / fm:.2g}",
+            (s, vm),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize="small",
+            color=f"C{j}",
+        )
 
 
 def _target(ax, points) -> None:
