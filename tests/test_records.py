@@ -17,7 +17,7 @@ from helpers import ROOT
 
 from hpcai_jax import records
 from hpcai_jax.records import doc, v1
-from hpcai_jax.records.schema import hints, unwrap
+from hpcai_jax.records.fields import extra, meaning
 
 EXAMPLES = sorted((ROOT / "docs" / "example_report" / "records").glob("*.json"))
 
@@ -174,9 +174,11 @@ def _sections():
         if cls in seen:
             return
         seen.append(cls)
-        for f in dataclasses.fields(cls):
-            _, tp = unwrap(hints(cls)[f.name])
-            for t in (tp, *typing.get_args(tp)):
+        for tp in typing.get_type_hints(cls).values():
+            for t in (
+                tp,
+                *(a for arg in typing.get_args(tp) for a in (arg, *typing.get_args(arg))),
+            ):
                 if dataclasses.is_dataclass(t):
                     walk(t)
 
@@ -189,8 +191,8 @@ def test_every_field_has_a_meaning_and_every_one_is_on_the_page():
     page = (ROOT / "docs" / "record.md").read_text()
     for cls in _sections():
         for f in dataclasses.fields(cls):
-            assert f.metadata.get("meaning", "").strip(), f"{cls.__name__}.{f.name}"
-            assert "unit" in f.metadata, f"{cls.__name__}.{f.name}"
+            assert meaning(f).strip(), f"{cls.__name__}.{f.name}"
+            assert "unit" in extra(f), f"{cls.__name__}.{f.name}"
     paths = {row[0] for cls in records.KINDS.values() for row in doc.rows(cls)}
     assert {"timing.step_s.median_s", "epochs[].wall_s", "kernels.*.gb_per_s"} <= paths
     assert "check.rows[].status" in paths and "flops.train_step_flops" in paths

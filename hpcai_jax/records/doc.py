@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import types
-import typing
 
 from hpcai_jax.records import v1
 from hpcai_jax.records.envelope import SCHEMA_VERSION, Record
-from hpcai_jax.records.fields import MEANING, UNIT
 from hpcai_jax.records.read import KINDS
-from hpcai_jax.records.schema import hints, unwrap
+from hpcai_jax.records.schema import adapter
 
 TITLES = {
     "train": ("Training record", "`--mode=train`, built by `hpcai_jax/run/record.py`"),
@@ -50,43 +47,54 @@ converter (`hpcai_jax/records/v1.py`):
 """
 
 
-def _type(tp) -> str:
-    optional, tp = unwrap(tp)
-    origin = typing.get_origin(tp) or tp
-    if dataclasses.is_dataclass(tp):
-        name = "object"
-    elif origin is list:
-        name = "list"
-    elif origin is dict:
-        name = "mapping"
-    elif origin in (typing.Union, types.UnionType):
-        name = " or ".join(_type(a) for a in typing.get_args(tp))
-    else:
-        name = {bool: "bool", int: "integer", float: "number", str: "string"}.get(tp, "any")
-    return f"{name} or null" if optional else name
+_TYPES = {"integer": "integer", "number": "number", "string": "string", "boolean": "bool"}
+
+
+def _type(schema: dict) -> str:
+    """A field's type in the page's words, from its JSON schema."""
+    if "anyOf" in schema:
+        kinds = [_type(s) for s in schema["anyOf"] if s.get("type") != "null"]
+        return " or ".join(kinds) + (" or null" if len(kinds) < len(schema["anyOf"]) else "")
+    if "$ref" in schema:
+        return "object"
+    kind = schema.get("type")
+    if kind == "object":
+        return "mapping"
+    return "list" if kind == "array" else _TYPES.get(kind, "any")
 
 
 def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def _inner(schema: dict) -> tuple[str, str] | None:
+    """(path suffix, $ref) of the section a field holds, itself or in a list or mapping."""
+    for option in schema.get("anyOf", [schema]):
+        for suffix, inner in (
+            ("", option),
+            ("[]", option.get("items", {})),
+            (".*", option.get("additionalProperties") or {}),
+        ):
+            if isinstance(inner, dict) and "$ref" in inner:
+                return suffix, inner["$ref"].rsplit("/", 1)[-1]
+    return None
+
+
 def rows(cls, prefix: str = "", skip: tuple[str, ...] = ()) -> list[tuple[str, str, str, str]]:
-    """(path, type, unit, meaning) of every field of `cls`, depth first."""
+    """(path, type, unit, meaning) of every field of `cls`, depth first, from its JSON schema."""
+    schema = adapter(cls).json_schema()
+    return _rows(schema, schema.get("$defs", {}), prefix, skip)
+
+
+def _rows(schema: dict, defs: dict, prefix: str, skip=()) -> list[tuple[str, str, str, str]]:
     out = []
-    types_ = hints(cls)
-    for f in dataclasses.fields(cls):
-        if f.name in skip:
+    for name, field in schema["properties"].items():
+        if name in skip:
             continue
-        path, tp = f"{prefix}{f.name}", types_[f.name]
-        out.append((path, _type(tp), f.metadata[UNIT], f.metadata[MEANING]))
-        _, inner = unwrap(tp)
-        origin, args = typing.get_origin(inner), typing.get_args(inner)
-        if dataclasses.is_dataclass(inner):
-            out += rows(inner, f"{path}.")
-        elif origin is list and args and dataclasses.is_dataclass(args[0]):
-            out += rows(args[0], f"{path}[].")
-        elif origin is dict and args and dataclasses.is_dataclass(args[1]):
-            out += rows(args[1], f"{path}.*.")
+        path = f"{prefix}{name}"
+        out.append((path, _type(field), field["unit"], field["description"]))
+        if inner := _inner(field):
+            out += _rows(defs[inner[1]], defs, f"{path}{inner[0]}.")
     return out
 
 

@@ -1,5 +1,5 @@
-"""Records as frozen dataclasses and back: `to_dict` writes one as the JSON layout, `build` reads
-a JSON object into one by the fields' type annotations. docs/record.md says what each field is.
+"""Records as frozen dataclasses, written (`to_dict`) and read (`build`) by pydantic from the
+fields' type annotations. docs/record.md says what each field is.
 
 Reading is lenient the way the readers always were: a field the data lacks (an older record,
 a section a run did not reach) reads as None, a missing section as one whose figures are all
@@ -12,12 +12,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import types
 import typing
 
-from hpcai_jax.records.fields import NONE_AS, OMIT_NONE
+import pydantic
 
-_ABSENT = object()
+from hpcai_jax.records.fields import NONE_AS, extra
 
 
 class RecordError(ValueError):
@@ -27,88 +26,83 @@ class RecordError(ValueError):
 
 def section(cls):
     """The decorator every part of a record carries: frozen (a record is a fact), keyword-only
-    (builders name every figure they give)."""
+    (builders name every figure they give), and read and written by pydantic with the record's
+    two leniencies (`_present`, `_absent`) and its written-as values (`_written`)."""
+    cls._present = pydantic.model_validator(mode="before")(_present)
+    cls._absent = pydantic.field_validator("*", mode="wrap")(_absent)
+    cls._written = pydantic.model_serializer(mode="wrap")(_written)
     return dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
 
+@functools.cache
+def adapter(cls) -> pydantic.TypeAdapter:
+    return pydantic.TypeAdapter(cls)
+
+
 def to_dict(obj):
-    """The JSON layout of a record or section (lists for tuples; other leaves as they are)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {}
-        omitted = obj.omitted() if hasattr(obj, "omitted") else ()
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if f.name in omitted or (value is None and f.metadata.get(OMIT_NONE)):
-                continue
-            if value is None and NONE_AS in f.metadata:
-                value = copy.deepcopy(f.metadata[NONE_AS])
-            out[f.name] = to_dict(value)
-        return out
-    if isinstance(obj, list | tuple):
-        return [to_dict(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_dict(v) for k, v in obj.items()}
-    return obj
+    """The JSON layout of a record or section."""
+    return adapter(type(obj)).dump_python(obj, warnings=False)
+
+
+def build(cls, data: dict):
+    """`cls` from a JSON object (see the module docstring for what a missing field becomes)."""
+    try:
+        return adapter(cls).validate_python(data)
+    except pydantic.ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in first["loc"])
+        wanted = {"list_type": "a list"}.get(first["type"], "an object")
+        if not first["type"].endswith(("dataclass_type", "dict_type", "list_type")):
+            wanted = first["msg"].lower().removeprefix("input should be ")
+        found = type(first["input"]).__name__
+        raise RecordError(f"{where.lstrip('.')}: expected {wanted}, found {found}") from None
+
+
+@classmethod
+def _present(cls, data):
+    """Every field's key, None where the data lacks it or holds its written-as-None value."""
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for f in dataclasses.fields(cls):
+        value = data.get(f.name)
+        out[f.name] = None if NONE_AS in extra(f) and value == extra(f)[NONE_AS] else value
+    return out
+
+
+@classmethod
+def _absent(cls, value, handler, info):
+    """None for a field is None where its type allows it or it is a figure; a section of Nones,
+    an empty list or mapping otherwise. An integer where a number is declared stays as written."""
+    if value is None:
+        empty = _empties(cls)[info.field_name]
+        return None if empty is None else handler(empty)
+    out = handler(value)
+    return value if type(value) is int and type(out) is float else out
 
 
 @functools.cache
-def hints(cls) -> dict[str, object]:
-    """A dataclass's fields' types, resolved (the modules use postponed annotations)."""
-    return typing.get_type_hints(cls)
+def _empties(cls) -> dict[str, object]:
+    """Field → what a missing value is validated as: {} (a section, a mapping), [] or None."""
+    out = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        origin = typing.get_origin(tp) or tp
+        if type(None) in typing.get_args(tp):
+            out[name] = None
+        elif dataclasses.is_dataclass(tp) or origin is dict:
+            out[name] = {}
+        else:
+            out[name] = [] if origin is list else None
+    return out
 
 
-def unwrap(tp) -> tuple[bool, object]:
-    """(whether None is allowed, the type without None): `Mesh | None` -> (True, Mesh)."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        optional = len(args) < len(typing.get_args(tp))
-        return optional, args[0] if len(args) == 1 else typing.Union[tuple(args)]  # noqa: UP007
-    return False, tp
-
-
-def build(cls, data: dict, where: str = ""):
-    """`cls` from a JSON object (see the module docstring for what a missing field becomes)."""
-    types_ = hints(cls)
-    values = {}
-    for f in dataclasses.fields(cls):
-        raw = data.get(f.name, _ABSENT)
-        if NONE_AS in f.metadata and raw == f.metadata[NONE_AS]:
-            raw = None
-        values[f.name] = _value(types_[f.name], raw, f"{where}.{f.name}" if where else f.name)
-    return cls(**values)
-
-
-def _value(tp, raw, where: str):
-    optional, tp = unwrap(tp)
-    if raw is _ABSENT or raw is None:
-        return None if optional else _empty(tp)
-    origin = typing.get_origin(tp) or tp
-    if dataclasses.is_dataclass(tp):
-        return build(tp, _expect(raw, dict, where), where)
-    if origin is list:
-        (item,) = typing.get_args(tp) or (object,)
-        return [_value(item, x, f"{where}[]") for x in _expect(raw, list, where)]
-    if origin is dict:
-        item = (typing.get_args(tp) or (str, object))[1]
-        return {k: _value(item, v, f"{where}.{k}") for k, v in _expect(raw, dict, where).items()}
-    return raw
-
-
-def _expect(raw, kind: type, where: str):
-    if not isinstance(raw, kind):
-        wanted = "an object" if kind is dict else "a list"
-        raise RecordError(f"{where}: expected {wanted}, found {type(raw).__name__}")
-    return raw
-
-
-def _empty(tp):
-    """What a missing field of type `tp` reads as: a section of Nones, an empty list or
-    mapping, else None."""
-    if dataclasses.is_dataclass(tp):
-        return build(tp, {})
-    origin = typing.get_origin(tp) or tp
-    if origin is list:
-        return []
-    if origin is dict:
-        return {}
-    return None
+def _written(self, handler):
+    """The layout's own exceptions: fields a section's `omitted()` leaves out, and None
+    written as a field's `none_as` value."""
+    out = handler(self)
+    for name in self.omitted() if hasattr(self, "omitted") else ():
+        out.pop(name, None)
+    for f in dataclasses.fields(self):
+        if NONE_AS in extra(f) and out.get(f.name, 0) is None:
+            out[f.name] = copy.deepcopy(extra(f)[NONE_AS])
+    return out
