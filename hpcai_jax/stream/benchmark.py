@@ -126,44 +126,15 @@ def measure_bandwidth(
     """
     with _x64(config.precision):
         placement = make_placement(config.devices) if placement is None else placement
-        size = resolve_array_size(
-            config, placement.num_devices, device_memory_bytes(placement.devices[0])
-        )
-        if size.note:
-            logging.info("STREAM: %s", size.note)
+        size, size_check = _sized(config, placement, remedy)
         nbytes = itemsize(config.precision)
-        size_check = check_size(
-            size.elements // placement.num_devices * nbytes,
-            devices_per_cache(placement),
-            largest_cache(placement.platform, placement.device_kind),
-            remedy,
-        )
-        if not size_check.ok:
-            if config.strict_size:
-                raise UsageError(f"--strict_size: {size_check.message}")
-            logging.warning(
-                "STREAM: arrays too small, this measures a cache: %s", size_check.message
-            )
         dtype = jnp_dtype(config.precision)
         kernel_specs = KERNELS if kernel_specs is None else kernel_specs
-        start = time.perf_counter()
-        kernels = tuple(
-            compile_kernel(kernel_specs[key], placement, size.elements, dtype)
-            for key in RUN_ORDERS[config.kernels]
+        kernels, barrier, compile_s = _compiled(
+            config, kernel_specs, placement, size.elements, dtype
         )
-        barrier = call_barrier(placement)
-        compile_s = time.perf_counter() - start
-        start = time.perf_counter()
-        arrays = init_arrays(placement, size.elements, dtype)
-        jax.block_until_ready(arrays)
-        init_s = time.perf_counter() - start
-        burst = resolve_burst(config, placement.platform)
-        run = run_kernels(kernels, arrays, config.num_times, barrier, burst)
-        del arrays
-        # Nstream is the one kernel a burst applies more than once (runner.py).
-        replays = config.num_times * (burst if config.kernels == "nstream" else 1)
-        validation = validate(
-            run.arrays, run.dot_sum, config.kernels, replays, config.precision, placement
+        run, validation, init_s, burst = _run_and_validate(
+            config, placement, kernels, barrier, size.elements, dtype
         )
     figures = [
         report.kernel_figures(
@@ -191,6 +162,57 @@ def measure_bandwidth(
         init_s=init_s,
         burst=burst,
     )
+
+
+def _sized(config: StreamConfig, placement: Placement, remedy: str) -> tuple[ArraySize, SizeCheck]:
+    """The arrays' size on `placement`, and whether each device's share passes the 4x-cache
+    rule: a warning where it does not, a UsageError under --strict_size."""
+    size = resolve_array_size(
+        config, placement.num_devices, device_memory_bytes(placement.devices[0])
+    )
+    if size.note:
+        logging.info("STREAM: %s", size.note)
+    size_check = check_size(
+        size.elements // placement.num_devices * itemsize(config.precision),
+        devices_per_cache(placement),
+        largest_cache(placement.platform, placement.device_kind),
+        remedy,
+    )
+    if not size_check.ok:
+        if config.strict_size:
+            raise UsageError(f"--strict_size: {size_check.message}")
+        logging.warning("STREAM: arrays too small, this measures a cache: %s", size_check.message)
+    return size, size_check
+
+
+def _compiled(config: StreamConfig, kernel_specs, placement, elements: int, dtype):
+    """The run order's kernels compiled for `placement` and the barrier that starts each call;
+    (kernels, barrier, the seconds both took)."""
+    start = time.perf_counter()
+    kernels = tuple(
+        compile_kernel(kernel_specs[key], placement, elements, dtype)
+        for key in RUN_ORDERS[config.kernels]
+    )
+    barrier = call_barrier(placement)
+    return kernels, barrier, time.perf_counter() - start
+
+
+def _run_and_validate(config: StreamConfig, placement, kernels, barrier, elements: int, dtype):
+    """Initialises the arrays, runs the compiled kernels num_times and checks the arrays they
+    leave against the gold values; (the run, its validation, init seconds, the burst)."""
+    start = time.perf_counter()
+    arrays = init_arrays(placement, elements, dtype)
+    jax.block_until_ready(arrays)
+    init_s = time.perf_counter() - start
+    burst = resolve_burst(config, placement.platform)
+    run = run_kernels(kernels, arrays, config.num_times, barrier, burst)
+    del arrays
+    # Nstream is the one kernel a burst applies more than once (runner.py).
+    replays = config.num_times * (burst if config.kernels == "nstream" else 1)
+    validation = validate(
+        run.arrays, run.dot_sum, config.kernels, replays, config.precision, placement
+    )
+    return run, validation, init_s, burst
 
 
 def measure_each(
@@ -426,33 +448,39 @@ def stream_record(
         timing=stream_records.StreamTiming(compile_s=result.compile_s, init_s=result.init_s),
         kernels=report.figures_record(figures),
         figure_of_merit=stream_records.FigureOfMerit(kernel=fom.key, gb_per_s=fom.gb_per_s),
-        allocation={
-            k.spec.key: stream_records.Allocation(
-                donated=k.spec.writes,
-                output_bytes=k.allocation.output_bytes,
-                alias_bytes=k.allocation.alias_bytes,
-                temp_bytes=k.allocation.temp_bytes,
-                buffer_reused=result.buffer_reused.get(k.spec.key),
-                note=k.allocation.note,
-            )
-            for k in result.kernels
-        },
+        allocation=_allocation(result),
         byte_weight_mismatches=result.byte_weight_mismatches(),
         validation=validation,
         per_process_gb_per_s=per_process,
-        per_device=None
-        if devices is None
-        else [
-            stream_records.DeviceRun(
-                device_id=d.device_id,
-                process_index=d.process_index,
-                validation_passed=d.passed,
-                kernels=report.figures_record(d.figures),
-            )
-            for d in devices
-        ],
+        per_device=None if devices is None else _per_device(devices),
         metrics=metrics,
     )
+
+
+def _allocation(result: StreamResult) -> dict[str, stream_records.Allocation]:
+    return {
+        k.spec.key: stream_records.Allocation(
+            donated=k.spec.writes,
+            output_bytes=k.allocation.output_bytes,
+            alias_bytes=k.allocation.alias_bytes,
+            temp_bytes=k.allocation.temp_bytes,
+            buffer_reused=result.buffer_reused.get(k.spec.key),
+            note=k.allocation.note,
+        )
+        for k in result.kernels
+    }
+
+
+def _per_device(devices: list[report.DeviceFigures]) -> list[stream_records.DeviceRun]:
+    return [
+        stream_records.DeviceRun(
+            device_id=d.device_id,
+            process_index=d.process_index,
+            validation_passed=d.passed,
+            kernels=report.figures_record(d.figures),
+        )
+        for d in devices
+    ]
 
 
 def _validation(
