@@ -248,6 +248,46 @@ def convert(
         raise UsageError(f"--out_dir={out_dir}: {final.name} exists but is incomplete; delete it")
     paths = {split: raw_files(raw_dir, split) for split in SPLITS}
     image_shape = (height, grid[1] // factor, NUM_CHANNELS)
+    units, splits = _plan(paths, grid, factor, log)
+    partial = out_dir / f".{final.name}.partial"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        done = _start(partial, _fingerprint(paths, height, grid), log)
+        for split, (n, boxes, classes) in splits.items():
+            _prepare_split(partial / split, n, image_shape, boxes, classes)
+    except OSError as e:
+        raise UsageError(f"--out_dir={out_dir}: cannot write there ({e})") from None
+    _convert_units(units, done, partial, factor, workers, log)
+    _write_stats(partial, raw_dir, image_shape, {s: (splits[s][0], paths[s]) for s in SPLITS})
+    for name in (_PLAN, _DONE_LOG):
+        (partial / name).unlink()
+    os.rename(partial, final)
+    return final
+
+
+def _write_stats(partial: Path, raw_dir: Path, image_shape, splits: dict) -> None:
+    """Each split's stats.json, its examples and sources (`splits`: split → (examples, raw
+    files)) with the training split's mean and std, which both splits normalise with."""
+    mean, std = channel_stats(np.load(partial / "train" / "images.npy", mmap_mode="r"))
+    _check_stats(f"--raw_dir={raw_dir}: training statistics", mean, std)
+    for split, (examples, paths) in splits.items():
+        meta = {
+            "height": image_shape[0],
+            "width": image_shape[1],
+            "channels": list(CHANNELS),
+            "units": list(UNITS),
+            "mean": list(mean),
+            "std": list(std),
+            "stats_from": "train",
+            "examples": examples,
+            "sources": [{"file": str(p), "bytes": p.stat().st_size} for p in paths],
+        }
+        (partial / split / "stats.json").write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def _plan(paths: dict[str, list[Path]], grid, factor: int, log: Callable[[str], None]):
+    """Every split's files read for their layouts and boxes: (the units of all splits in order,
+    each split's (samples, boxes at the output size, classes))."""
     units, splits = [], {}
     for split in SPLITS:
         layouts, raw_boxes = _layouts(paths[split], grid)
@@ -258,14 +298,12 @@ def convert(
         for layout, row in zip(layouts, first[:-1], strict=True):
             units += plan_units(layout, split, int(row), factor)
         splits[split] = (int(first[-1]), scale_boxes(boxes, factor), classes)
-    partial = out_dir / f".{final.name}.partial"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        done = _start(partial, _fingerprint(paths, height, grid), log)
-        for split, (n, boxes, classes) in splits.items():
-            _prepare_split(partial / split, n, image_shape, boxes, classes)
-    except OSError as e:
-        raise UsageError(f"--out_dir={out_dir}: cannot write there ({e})") from None
+    return units, splits
+
+
+def _convert_units(units: list[Unit], done: set[int], partial: Path, factor, workers, log) -> None:
+    """Converts the units not `done` yet, logging each one to the done log as it finishes (what
+    a resumed conversion skips) and the progress with its rate and ETA."""
     todo = [i for i in range(len(units)) if i not in done]
     total = sum(u.stop - u.start for u in units)
     progress = {"samples": sum(units[i].stop - units[i].start for i in done), "new": 0}
@@ -286,25 +324,6 @@ def convert(
             )
 
         _run_units(units, todo, partial, factor, workers, on_done)
-    mean, std = channel_stats(np.load(partial / "train" / "images.npy", mmap_mode="r"))
-    _check_stats(f"--raw_dir={raw_dir}: training statistics", mean, std)
-    for split in SPLITS:
-        meta = {
-            "height": height,
-            "width": image_shape[1],
-            "channels": list(CHANNELS),
-            "units": list(UNITS),
-            "mean": list(mean),
-            "std": list(std),
-            "stats_from": "train",
-            "examples": splits[split][0],
-            "sources": [{"file": str(p), "bytes": p.stat().st_size} for p in paths[split]],
-        }
-        (partial / split / "stats.json").write_text(json.dumps(meta, indent=1) + "\n")
-    for name in (_PLAN, _DONE_LOG):
-        (partial / name).unlink()
-    os.rename(partial, final)
-    return final
 
 
 PROG = "hpcai_jax.data.climate_convert"
