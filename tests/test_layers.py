@@ -179,3 +179,17 @@ def test_the_report_and_the_records_never_reach_jax():
     graph["hpcai_jax.records.read"] = graph["hpcai_jax.records.read"] | {"hpcai_jax.engine.mesh"}
     assert "hpcai_jax.engine.mesh" in jax_importers(graph, third, ("records",))
     assert ("hpcai_jax.records.read", "hpcai_jax.engine.mesh") in records_problems(graph, third)
+
+
+def test_the_engine_holds_only_what_a_training_run_uses():
+    """Nothing in engine/ that only a benchmark or a mode uses: every engine module is reached
+    from the trainer's imports (a measurement helper of a benchmark lives in telemetry/, a
+    mode's own code in its mode's package)."""
+    graph = _imports()
+    reached = _reaches(graph, ["hpcai_jax.run.trainer"])
+    engine = sorted(m for m in graph if _package(m) == "engine" and m != "hpcai_jax.engine")
+    assert len(engine) > 8
+    assert [m for m in engine if m not in reached] == []
+    # It can fail: a module only a benchmark imports is not reached.
+    graph["hpcai_jax.engine.only_a_benchmark"] = set()
+    assert "hpcai_jax.engine.only_a_benchmark" not in _reaches(graph, ["hpcai_jax.run.trainer"])

@@ -88,27 +88,15 @@ def build_eval_step(
     model = member_model(workload, None, model_parallel_of(mesh))
 
     def local_eval(state, batch, valid, votes):
-        x = workload.inputs(batch)
-
-        def apply_members(fn, *stacked):
-            """fn(apply, *member_slices) for each local member, stacked [m_local, ...];
-            apply(*args, **kwargs) is model.apply with that member's variables."""
-
-            def one(s, *args):
-                variables = {"params": s.params, **s.model_state}
-                return fn(lambda *a, **kw: model.apply(variables, *a, **kw), *args)
-
-            return map_members(one, strategy, state, *stacked, how=how)
-
+        apply_members = _members_applied(model, strategy, how, state)
         preds, ensemble = workload.eval_predictions(
-            x, apply_members, lambda t: _voters_mean(t, votes)
+            workload.inputs(batch), apply_members, lambda t: _voters_mean(t, votes)
         )
         weight = valid.astype(jnp.float32)
-        m_local = votes.shape[0]
         members = jnp.stack(
             [
                 workload.counts(jax.tree.map(lambda p, i=i: p[i], preds), batch, weight)
-                for i in range(m_local)
+                for i in range(votes.shape[0])
             ]
         )
         voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
@@ -136,6 +124,21 @@ def build_eval_step(
         return sharded(state, batch, valid, votes)
 
     return jax.jit(eval_step, static_argnames="split")
+
+
+def _members_applied(model, strategy: str, how: str, state: EnsembleState):
+    """The workload's `apply_members(fn, *stacked)` for the local members of `state`: fn(apply,
+    *member_slices) for each member, stacked [m_local, ...], where apply(*args, **kwargs) is
+    model.apply with that member's variables."""
+
+    def apply_members(fn, *stacked):
+        def one(s, *args):
+            variables = {"params": s.params, **s.model_state}
+            return fn(lambda *a, **kw: model.apply(variables, *a, **kw), *args)
+
+        return map_members(one, strategy, state, *stacked, how=how)
+
+    return apply_members
 
 
 def gather_read_slices(mesh: Mesh, split: int):

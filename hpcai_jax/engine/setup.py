@@ -108,16 +108,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     spec = datasets.spec if datasets else data_spec(config.data)
     # The run's configuration from here on states the data set's own values (its classes).
     config = dataclasses.replace(config, data=resolved(config.data, spec))
-    if datasets is None or datasets.synthetic:  # only compiling, or synthetic data
-        size = _TRAIN_SIZES.get(config.data.dataset)
-        num_examples = config.data.train_examples or size or SYNTHETIC_EPOCH_EXAMPLES
-        num_examples = min(num_examples, size) if size else num_examples
-    else:
-        num_examples = len(datasets.train)
-    if num_examples < tc.batch_size:
-        raise UsageError(
-            f"--batch_size={tc.batch_size} exceeds the {num_examples} training examples"
-        )
+    num_examples = _training_examples(config, datasets)
     sampler = BootstrapSampler(tc.bootstrap, num_examples, tc.batch_size, tc.seed)
     total_steps = tc.steps or max(1, math.ceil(tc.epochs * sampler.steps_per_epoch))
     workload = make_workload(config, spec)
@@ -130,17 +121,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         model_axis=MODEL if pm > 1 else None,
     )
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
-    strategy, why = resolve_member_strategy(
-        config.mesh.member_strategy,
-        jax.default_backend(),
-        layout.members_per_device,
-        config.check.record,
-    )
-    how, how_why = resolve_member_map(
-        config.mesh.member_map, jax.default_backend(), config.model.dtype, layout.model_parallel
-    )
-    if strategy == "vmap":
-        why = f"{why}; members mapped as {how}: {how_why}"
+    strategy, why, how = _member_strategy(config, layout)
     return RunSetup(
         config=config,
         layout=layout,
@@ -158,3 +139,36 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         eval_step=build_eval_step(workload, mesh, strategy, specs, how),
         member_map=how,
     )
+
+
+def _training_examples(config: RunConfig, datasets: Datasets | None) -> int:
+    """The training set's size, refused below one batch: the opened set's, else (only
+    compiling, or synthetic data) the built-in set's or --train_examples, at most the set."""
+    tc = config.train
+    if datasets is None or datasets.synthetic:  # only compiling, or synthetic data
+        size = _TRAIN_SIZES.get(config.data.dataset)
+        num_examples = config.data.train_examples or size or SYNTHETIC_EPOCH_EXAMPLES
+        num_examples = min(num_examples, size) if size else num_examples
+    else:
+        num_examples = len(datasets.train)
+    if num_examples < tc.batch_size:
+        raise UsageError(
+            f"--batch_size={tc.batch_size} exceeds the {num_examples} training examples"
+        )
+    return num_examples
+
+
+def _member_strategy(config: RunConfig, layout: MeshLayout) -> tuple[str, str, str]:
+    """(strategy, why, how vmap maps the members) on this backend (engine/member_map.py)."""
+    strategy, why = resolve_member_strategy(
+        config.mesh.member_strategy,
+        jax.default_backend(),
+        layout.members_per_device,
+        config.check.record,
+    )
+    how, how_why = resolve_member_map(
+        config.mesh.member_map, jax.default_backend(), config.model.dtype, layout.model_parallel
+    )
+    if strategy == "vmap":
+        why = f"{why}; members mapped as {how}: {how_why}"
+    return strategy, why, how
