@@ -110,37 +110,36 @@ class MeshConfig(Checked):
     model_parallel, members_per_device from the other numbers.
     """
 
-    ensemble_size: int = _field(4, "M: number of bagged base models.", at_least=1)
-    members_per_device: int = _field(
+    ensemble_size: int = _field(4, "M: number of bagged base models.", ge=1)
+    members_per_device: int | None = _field(
         1,
-        "Members held by one device (>1: members share devices). auto (or 0): derive it from M, "
+        "Members held by one device (>1: members share devices). auto: derive it from M, "
         "P_degree and the device count; otherwise Eq. 5 must hold as given.",
-        at_least=1,
-        allow=(0,),
+        ge=1,
+        auto=0,
         note="or auto",
-        words={"auto": 0},
     )
-    parallel_degree: int = _field(
-        0,
-        "P_degree: devices that data-parallel-train one member. 0: the local device count "
+    parallel_degree: int | None = _field(
+        None,
+        "P_degree: devices that data-parallel-train one member. auto: the local device count "
         "(the paper's acc_num) over --model_parallel.",
-        at_least=1,
-        allow=(0,),
-        note="or 0 for the local device count",
+        ge=1,
+        auto=0,
+        note="or auto for the local device count",
     )
     model_parallel: int = _field(
         1,
         "P_model: devices that share one member's layers (tensor parallel: every convolution's "
         "and dense layer's output features split over them). Eq. 5 becomes (M / "
         "members_per_device) × P_degree × P_model = devices.",
-        at_least=1,
+        ge=1,
     )
     pipeline_stages: int = _field(
         1,
         "Pipeline stages per member. Only 1: pipeline parallelism is not offered "
         "(docs/system_options.md says why).",
-        at_least=1,
-        at_most=1,
+        ge=1,
+        le=1,
         message=_PIPELINE_REFUSAL,
     )
     member_strategy: str = _field(
@@ -164,15 +163,16 @@ class MeshConfig(Checked):
         "2d_torus (the same over the data axis factored into two sides).",
         choices=ALLREDUCE_MODES,
     )
-    allreduce_group_size: int = _field(
-        0,
+    allreduce_group_size: int | None = _field(
+        None,
         "Devices in the inner group of --allreduce=hierarchical (a node) or 2d_torus (the first "
-        "side). 0: devices per process (hierarchical), the squarest factoring (2d_torus).",
-        at_least=2,
+        "side). auto: devices per process (hierarchical), the squarest factoring (2d_torus).",
+        ge=2,
         # 1 passes here, as it always has: --allreduce=flat ignores the size and the grouped
         # modes refuse 1 with their own message (engine/collectives.py: resolve_plan).
-        allow=(0, 1),
-        note="or 0 to derive",
+        allow=(1,),
+        auto=0,
+        note="or auto to derive",
     )
     grad_allreduce_dtype: str = _field(
         "float32",
@@ -201,22 +201,20 @@ class DataConfig(Checked):
         "Data directory. Default: /usr/share/datasets/fashion-mnist for fashion_mnist, "
         "~/tensorflow_datasets for tfds data sets.",
     )
-    train_examples: int = _field(0, "Use the first N training examples (0: all).", at_least=0)
-    eval_examples: int = _field(
-        0, "Evaluate on the first N held-out examples (0: all).", at_least=0
-    )
+    train_examples: int = _field(0, "Use the first N training examples (0: all).", ge=0)
+    eval_examples: int = _field(0, "Evaluate on the first N held-out examples (0: all).", ge=0)
     oob_examples: int = _field(
         10_000,
         "Out-of-bag estimate on the first N training examples: each is predicted by the members "
         "that never trained on it (0: no estimate).",
-        at_least=0,
+        ge=0,
     )
     image_size: int = _field(
         0,
         "Image size: the square side for tfds and synthetic images (default 224); the height of "
         "the climate grid for extremeweather and synthetic_climate, a divisor of 768 with the "
         "width 1.5 × the height (default 768 and 96). 0: the data set's default.",
-        at_least=8,
+        ge=8,
         allow=(0,),
         note="or 0 for the data set's default",
     )
@@ -226,7 +224,7 @@ class DataConfig(Checked):
         0,
         "Number of classes: of synthetic data (0: 1000); a real data set has its own, which "
         "another value contradicts (0: the data set's).",
-        at_least=2,
+        ge=2,
         allow=(0,),
         note="or 0 for the data set's",
     )
@@ -243,12 +241,12 @@ class DataConfig(Checked):
         "their new hemisphere's Coriolis force turns them (docs/detection.md). Off by default: "
         "the reference trains without augmentation.",
     )
-    prefetch: int = _field(2, "Batches prepared ahead on the devices.", at_least=1)
+    prefetch: int = _field(2, "Batches prepared ahead on the devices.", ge=1)
     eval_cache_mib: float = _field(
         1024.0,
         "Held-out examples a process has read and decoded are kept in host memory up to this "
         "many MiB, so that later evaluations do not read them again (0: none).",
-        at_least=0,
+        ge=0,
         unit="MiB",
     )
     data_workers: int = _field(
@@ -256,7 +254,7 @@ class DataConfig(Checked):
         "Worker processes that read and augment training examples of tfds sets and of "
         "extremeweather (-1: one per core this process may use, less one, at most 16 per local "
         "device; for synthetic_climate, held in memory, none; 0: none, in the training process).",
-        at_least=0,
+        ge=0,
         allow=(-1,),
         note="or -1 for one per core",
     )
@@ -264,7 +262,7 @@ class DataConfig(Checked):
         3,
         "Times a dead data worker process is restarted, at the element it owed, so the run "
         "reads what it would have; one more death ends the run naming the worker and signal.",
-        at_least=0,
+        ge=0,
     )
     bad_example_policy: str = _field(
         "fail",
@@ -317,30 +315,30 @@ class OptimConfig(Checked):
         choices=OPTIMIZERS,
     )
     learning_rate: float = _field(
-        0.1, "Base learning rate at --lr_reference_batch (linear scaling rule).", above=0
+        0.1, "Base learning rate at --lr_reference_batch (linear scaling rule).", gt=0
     )
     lr_reference_batch: int = _field(
-        256, "Batch size at which --learning_rate applies unscaled.", at_least=1
+        256, "Batch size at which --learning_rate applies unscaled.", ge=1
     )
-    momentum: float = _field(0.9, "Momentum of sgd and lars.", at_least=0, below=1)
+    momentum: float = _field(0.9, "Momentum of sgd and lars.", ge=0, lt=1)
     nesterov: bool = _field(False, "Nesterov momentum for sgd and lars.")
     weight_decay: float = _field(
         5e-5,
         "Weight decay on kernels only (never biases or normalisation parameters): added to the "
         "gradient before momentum for sgd and lars, after the adaptive scaling (decoupled) for "
         "adam, adagrad and lamb.",
-        at_least=0,
+        ge=0,
     )
-    adam_b1: float = _field(0.9, "First-moment decay of adam and lamb.", at_least=0, below=1)
-    adam_b2: float = _field(0.999, "Second-moment decay of adam and lamb.", at_least=0, below=1)
-    adam_eps: float = _field(1e-8, "Denominator epsilon of adam and lamb.", above=0)
+    adam_b1: float = _field(0.9, "First-moment decay of adam and lamb.", ge=0, lt=1)
+    adam_b2: float = _field(0.999, "Second-moment decay of adam and lamb.", ge=0, lt=1)
+    adam_eps: float = _field(1e-8, "Denominator epsilon of adam and lamb.", gt=0)
     adagrad_initial_accumulator: float = _field(
-        0.1, "Starting value of adagrad's sum of squared gradients.", at_least=0
+        0.1, "Starting value of adagrad's sum of squared gradients.", ge=0
     )
     lars_trust_coefficient: float = _field(
         0.001,
         "LARS's eta: a layer's step is eta × ‖w‖ / ‖g + wd·w‖ times the learning rate.",
-        above=0,
+        gt=0,
     )
     lr_schedule: str = _field(
         "warmup_cosine",
@@ -349,16 +347,14 @@ class OptimConfig(Checked):
         "--lr_end_value) or step (× --lr_step_factor at each of --lr_step_epochs).",
         choices=LR_SCHEDULES,
     )
-    warmup_epochs: float = _field(
-        0.0, "Linear warm-up length in epochs (every schedule).", at_least=0
-    )
+    warmup_epochs: float = _field(0.0, "Linear warm-up length in epochs (every schedule).", ge=0)
     lr_end_value: float = _field(
         0.0,
         "Learning rate at the last step of warmup_cosine and warmup_polynomial (absolute, not "
         "scaled by the batch size).",
-        at_least=0,
+        ge=0,
     )
-    lr_decay_power: float = _field(2.0, "Power of the warmup_polynomial decay.", above=0)
+    lr_decay_power: float = _field(2.0, "Power of the warmup_polynomial decay.", gt=0)
     lr_step_epochs: str = _field(
         "30,60,80",
         "Epochs, counted from the start, at which the step schedule multiplies the learning rate "
@@ -366,15 +362,13 @@ class OptimConfig(Checked):
         valid=_increasing_epochs,
         message="expected comma-separated epochs > 0 in increasing order, e.g. 30,60,80",
     )
-    lr_step_factor: float = _field(
-        0.1, "Factor of each step of the step schedule.", above=0, below=1
-    )
+    lr_step_factor: float = _field(0.1, "Factor of each step of the step schedule.", gt=0, lt=1)
     label_smoothing: float = _field(
         0.0,
         "Label smoothing of the classification loss: the target puts 1 − s on the true class "
         "and s / classes on every class (0: hard labels).",
-        at_least=0,
-        below=1,
+        ge=0,
+        lt=1,
     )
 
     @property
@@ -385,15 +379,15 @@ class OptimConfig(Checked):
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(Checked):
-    batch_size: int = _field(128, "|B|: batch size of one member.", at_least=1)
+    batch_size: int = _field(128, "|B|: batch size of one member.", ge=1)
     epochs: float = _field(1.0, "Training epochs (fractions allowed).")
-    steps: int = _field(0, "Training steps; overrides --epochs when > 0.", at_least=0)
+    steps: int = _field(0, "Training steps; overrides --epochs when > 0.", ge=0)
     # The seed becomes a uint32 (the members' keys) and numpy's bootstrap seed.
     seed: int = _field(
         0,
         "Run seed: members' keys and bootstrap samples.",
-        at_least=0,
-        below=2**32,
+        ge=0,
+        lt=2**32,
         message="expected an integer in [0, 2^32)",
     )
     bootstrap: str = _field(
@@ -402,20 +396,20 @@ class TrainConfig(Checked):
         "(plain shuffling, for ablations).",
         choices=BOOTSTRAP_METHODS,
     )
-    eval_batch_size: int = _field(1000, "Held-out examples per eval step.", at_least=1)
-    log_every: int = _field(50, "Steps between progress lines.", at_least=1)
+    eval_batch_size: int = _field(1000, "Held-out examples per eval step.", ge=1)
+    log_every: int = _field(50, "Steps between progress lines.", ge=1)
     timing_warmup_steps: int = _field(
         1,
         "First steps trained but excluded from the steady-state step-time statistics "
         "(flops_per_s_steady); Eq. 6's per-epoch FLOPS counts them.",
-        at_least=0,
+        ge=0,
     )
     eval_every_epochs: int = _field(
         0,
         "Evaluate members and ensemble on the held-out set every K epochs during training, "
         "timed apart from training (the record's quality.curve and time to target). 0: only "
         "once, at the end.",
-        at_least=0,
+        ge=0,
         note="0: only at the end",
     )
     stop_at_target: bool = _field(
@@ -454,22 +448,22 @@ class ResultsConfig(Checked):
     overwrite: bool = _field(
         False, "Replace an existing record of the same run id instead of refusing to start."
     )
-    target_quality: float = _field(
-        0.0,
-        "Target quality for VFLOPS. 0: the official target of (workload, model, data set), "
+    target_quality: float | None = _field(
+        None,
+        "Target quality for VFLOPS. auto: the official target of (workload, model, data set), "
         "e.g. 0.763 for ResNet-50 on imagenet2012; any other run must set it.",
-        above=0,
-        at_most=1,
-        allow=(0,),
-        note="0: the official target",
+        gt=0,
+        le=1,
+        auto=0.0,
+        note="auto: the official target",
     )
-    quality_exponent: float = _field(
-        -1.0,
-        "n of the VFLOPS penalty (Eq. 8). -1: the workload's (5 for image classification); "
+    quality_exponent: float | None = _field(
+        None,
+        "n of the VFLOPS penalty (Eq. 8). auto: the workload's (5 for image classification); "
         "0 means 0 (no penalty).",
-        at_least=0,
-        allow=(-1,),
-        note="-1: the workload's n",
+        ge=0,
+        auto=-1.0,
+        note="auto: the workload's n",
     )
     # Applied by flops/crosscheck.py: choose_flops.
     flops_source: str = _field(
@@ -567,16 +561,16 @@ class ReliabilityConfig(Checked):
         valid=lambda v: v == "auto" or str(v).isdigit(),
         message="expected a number of steps >= 0, or auto",
     )
-    mtbf_hours: float = _field(
-        -1.0,
-        "The job's mean time between failures, for --checkpoint_every=auto (-1: from the device "
-        "count at 2e-5 interruptions per device-hour, docs/reliability.md).",
-        above=0,
-        allow=(-1.0,),
+    mtbf_hours: float | None = _field(
+        None,
+        "The job's mean time between failures, for --checkpoint_every=auto (auto: from the "
+        "device count at 2e-5 interruptions per device-hour, docs/reliability.md).",
+        gt=0,
+        auto=-1.0,
         unit="hours",
-        note="or -1 to derive it from the device count",
+        note="or auto to derive it from the device count",
     )
-    keep_checkpoints: int = _field(2, "Checkpoints kept.", at_least=1)
+    keep_checkpoints: int = _field(2, "Checkpoints kept.", ge=1)
     resume_members: str = _field(
         "all",
         "A resume on fewer devices than its checkpoint's members need: all refuses it (Eq. 5); "
@@ -590,22 +584,23 @@ class ReliabilityConfig(Checked):
         "prune it from the ensemble and go on.",
         choices=ON_DIVERGENCE,
     )
-    divergence_check_every: int = _field(
-        0,
-        "Steps between host checks of the on-device divergence flags (0: --log_every).",
-        at_least=0,
+    divergence_check_every: int | None = _field(
+        None,
+        "Steps between host checks of the on-device divergence flags (auto: --log_every).",
+        ge=1,
+        auto=0,
     )
     watchdog_factor: float = _field(
         100.0,
         "Hang watchdog: a step, or a wait for the other processes, longer than this many "
         "median steps (and than --watchdog_min_s) ends the process with the hung exit code.",
-        above=1,
+        gt=1,
     )
     watchdog_min_s: float = _field(
         600.0,
         "Hang watchdog: the shortest wait it ends (seconds; leaves stalls of a few seconds and "
         "slow first steps alone), and the longest a checkpoint save or one eval batch may take.",
-        above=0,
+        gt=0,
         unit="s",
     )
     inject_nan: str = _field(
@@ -721,4 +716,4 @@ class RunConfig:
         return self
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return fields.as_dict(self)

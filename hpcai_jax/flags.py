@@ -22,6 +22,7 @@ from typing import Any
 from absl import flags
 
 from hpcai_jax import config as cfg
+from hpcai_jax import fields
 from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
 
@@ -88,9 +89,8 @@ def _define_flags() -> dict[str, tuple[str, ...]]:
         help_text = " ".join(t for t in (meta["help"], accepts and accepts.help_text()) if t)
         if "choices" in meta:
             flags.DEFINE_enum(name, default, meta["choices"], help_text)
-        elif "words" in meta:  # a number or one of its words: read as text, converted below
-            words = {v: w for w, v in meta["words"].items()}
-            flags.DEFINE_string(name, words.get(default, str(default)), help_text)
+        elif "auto" in meta:  # a number or auto: read as text, converted below
+            flags.DEFINE_string(name, "auto" if default is None else str(default), help_text)
         else:
             kind = typing.get_type_hints(cls)[field.name]
             if kind not in _DEFINE_BY_TYPE:
@@ -102,11 +102,10 @@ def _define_flags() -> dict[str, tuple[str, ...]]:
 
 # Flag name -> path of the field it sets, e.g. "stream_kernels" -> ("stream", "kernels").
 FLAG_FIELDS: dict[str, tuple[str, ...]] = _define_flags()
-# Flags that take words too, value -> word (--members_per_device=auto, not 0).
-_WORDY = {
-    name: {v: w for w, v in words.items()}
+# Flag name -> (the config part holding its setting by default, the setting's field).
+_OWNERS = {
+    name: (owner, field)
     for name, (_, owner, field) in zip(FLAG_FIELDS, _settings(_DEFAULTS), strict=True)
-    if (words := field_metadata(type(owner), field).get("words"))
 }
 
 FLAGS = flags.FLAGS
@@ -121,31 +120,27 @@ def _replaced(config: Any, settings: Mapping[tuple[str, ...], Any], path: tuple[
     return dataclasses.replace(config, **changes)
 
 
-def _from_words(name: str, value: Any) -> Any:
-    """A flag that takes words as well as numbers (fields.field's `words`): its value as the
-    field's type; a value that is neither is one line naming the flag."""
-    path = FLAG_FIELDS[name]
-    owner = _DEFAULTS
-    for part in path[:-1]:
-        owner = getattr(owner, part)
-    field = next(f for f in dataclasses.fields(owner) if f.name == path[-1])
-    words = field_metadata(type(owner), field).get("words")
-    if not words or not isinstance(value, str):
+def _from_text(name: str, value: Any) -> Any:
+    """A setting that may be derived (fields.field's `auto`): auto, or its former number (a
+    deprecated spelling, kept for existing flagfiles), is None; another value is the number;
+    one that is neither is one line naming the flag."""
+    owner, field = _OWNERS[name]
+    if "auto" not in field.metadata or not isinstance(value, str):
         return value
-    if value in words:
-        return words[value]
+    if value == "auto":
+        return None
     try:
-        return type(getattr(owner, field.name))(value)
+        number = fields.kind(type(owner), field)(value)
     except ValueError:
-        allowed = " or ".join(words)
-        raise UsageError(f"--{name}={value}: expected a number or {allowed}") from None
+        raise UsageError(f"--{name}={value}: expected a number or auto") from None
+    return None if number == field.metadata["auto"] else number
 
 
 def build_config(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
     """The run configuration the parsed flags give, not yet validated."""
     return _replaced(
         _DEFAULTS,
-        {path: _from_words(name, getattr(values, name)) for name, path in FLAG_FIELDS.items()},
+        {path: _from_text(name, getattr(values, name)) for name, path in FLAG_FIELDS.items()},
         (),
     )
 
@@ -164,7 +159,7 @@ def changed_settings(config: cfg.RunConfig) -> list[tuple[str, Any]]:
 
 
 def _shown(name: str, value: Any) -> str:
-    shown = str(_WORDY.get(name, {}).get(value, value))
+    shown = "auto" if value is None and "auto" in _OWNERS[name][1].metadata else str(value)
     return shown or '""'
 
 

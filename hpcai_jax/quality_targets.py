@@ -64,12 +64,12 @@ def official_target(workload: str, model: str, dataset: str) -> OfficialTarget |
 def resolve_target(
     workload: str, model: str, dataset: str, target_quality: float, quality_exponent: float
 ) -> QualityTarget:
-    """target_quality 0 means the official target; quality_exponent < 0 the workload's n.
+    """target_quality None means the official target; quality_exponent None the workload's n.
 
     Raises UsageError when no official target exists for the run and none was given.
     """
     official = official_target(workload, model, dataset)
-    if target_quality <= 0 and official is None:
+    if target_quality is None and official is None:
         known = (
             "; ".join(
                 f"{m} on {d}: {t.quality}"
@@ -83,9 +83,9 @@ def resolve_target(
             f"--model={model} --dataset={dataset} (official: {known}); give "
             f"--target_quality explicitly"
         )
-    target = target_quality if target_quality > 0 else official.quality
+    target = official.quality if target_quality is None else target_quality
     n = QUALITY_EXPONENTS[workload]
-    exponent = quality_exponent if quality_exponent >= 0 else n
+    exponent = n if quality_exponent is None else quality_exponent
     return QualityTarget(
         metric=QUALITY_METRICS[workload],
         target=target,

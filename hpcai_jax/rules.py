@@ -92,7 +92,7 @@ def _official_target(run: _Run) -> str | None:
 
 def _target(run: _Run) -> str | None:
     given, target = run.config.results.target_quality, run.target
-    if target is not None and given > 0 and given != target.quality:
+    if target is not None and given is not None and given != target.quality:
         return (
             f"--target_quality={given:g}: the closed division scores against the official "
             f"target ({target.quality:g} {target.metric})"
@@ -102,7 +102,7 @@ def _target(run: _Run) -> str | None:
 
 def _exponent(run: _Run) -> str | None:
     given, n = run.config.results.quality_exponent, QUALITY_EXPONENTS[run.config.model.workload]
-    if given >= 0 and given != n:
+    if given is not None and given != n:
         return f"--quality_exponent={given:g}: the closed division uses the workload's n ({n:g})"
     return None
 

@@ -56,7 +56,7 @@ def resolve_layout(config: MeshConfig, num_devices: int, local_device_count: int
     product = f"--ensemble_size={m} × --parallel_degree={p}" + (
         f" × --model_parallel={pm}" if pm > 1 else ""
     )
-    if mpd == 0:
+    if mpd is None:
         if replicas % num_devices or replicas < num_devices:
             raise UsageError(
                 f"{product} = {replicas} member-replicas cannot be spread evenly over "

@@ -19,7 +19,7 @@ class CheckConfig(Checked):
         "Seconds the whole --mode=check command may take, compilation included (it ends within "
         "this plus two minutes); items are cut down or skipped (a WARN row) to fit.",
         flag="check_budget_s",
-        above=0,
+        gt=0,
         unit="seconds",
     )
     record: str = _field(

@@ -18,9 +18,9 @@ PROBE_STEPS = 5
 
 
 def mtbf_hours(configured: float, devices: int) -> tuple[float, str]:
-    """The job's MTBF in hours and where it comes from: --mtbf_hours, or (-1) the devices at
+    """The job's MTBF in hours and where it comes from: --mtbf_hours, or (None: auto) the devices at
     INTERRUPTIONS_PER_DEVICE_HOUR each."""
-    if configured > 0:
+    if configured is not None:
         return configured, "--mtbf_hours"
     return 1.0 / (INTERRUPTIONS_PER_DEVICE_HOUR * devices), (
         f"{devices} devices at {INTERRUPTIONS_PER_DEVICE_HOUR:g} interruptions per device-hour"

@@ -29,22 +29,22 @@ class StreamConfig(Checked):
     in stream mode, so a flagfile of another mode never trips on them.
     """
 
-    array_size: int = _field(
-        0,
-        "STREAM: elements per array.",
-        at_least=1,
-        allow=(0,),
+    array_size: int | None = _field(
+        None,
+        "STREAM: elements per array (auto: 2^25 unless a size below is given).",
+        ge=1,
+        auto=0,
         unit="elements per array",
-        note="or 0 for the default 2^25",
+        note="or auto for the default 2^25",
     )
     array_mib: float = _field(
-        0.0, "STREAM: MiB per array.", above=0, allow=(0,), unit="MiB per array", note=_UNSET
+        0.0, "STREAM: MiB per array.", gt=0, allow=(0,), unit="MiB per array", note=_UNSET
     )
     array_fraction: float = _field(
         0.0,
         "STREAM: fraction of one device's memory for the three arrays.",
-        above=0,
-        below=1,
+        gt=0,
+        lt=1,
         allow=(0,),
         unit="of one device's memory for the three arrays",
         note=_UNSET,
@@ -53,17 +53,18 @@ class StreamConfig(Checked):
     num_times: int = _field(
         100,
         "STREAM: repetitions of each kernel.",
-        at_least=2,
+        ge=2,
         note="the first iteration is excluded from the statistics",
     )
-    burst: int = _field(
-        0,
-        "STREAM: calls of a kernel back to back per timed sample, one synchronisation at its end.",
+    burst: int | None = _field(
+        None,
+        "STREAM: calls of a kernel back to back per timed sample, one synchronisation at its end "
+        "(auto: the platform's).",
         flag="stream_burst",
-        at_least=1,
-        allow=(0,),
+        ge=1,
+        auto=0,
         unit="calls",
-        note="or 0 for the platform's: 1 on CPUs, 8 on accelerators (docs/stream.md)",
+        note="or auto for the platform's: 1 on CPUs, 8 on accelerators (docs/stream.md)",
     )
     precision: str = _field(
         "float64", "STREAM: float64, float32 or bfloat16.", choices=PRECISIONS, enum=False
@@ -108,7 +109,7 @@ class StreamConfig(Checked):
         )
 
 
-# Calls per timed sample when --stream_burst=0. A JAX call on a GPU costs about 0.1 ms of
+# Calls per timed sample under --stream_burst=auto. A JAX call on a GPU costs about 0.1 ms of
 # dispatch and synchronisation beyond its kernel: at 1 GiB per array that is 10-20 % of a Copy
 # (the first H200 run: 3.4 TB/s per call, 4.1 TB/s back to back, 4.2 TB/s for CuPy's kernel
 # timed with CUDA events). Back to back, each dispatch overlaps the previous call's kernel.
