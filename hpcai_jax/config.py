@@ -3,22 +3,23 @@
 No module but `flags.py` reads absl FLAGS; everything else takes these objects. Every setting is
 described once, on its field (`_field`, hpcai_jax/fields.py): its help, its flag and the values
 it accepts; `flags.py` derives each command-line flag from it and `validate` checks each value
-against it. The rules between settings are the only checks written out here. A mode's own
-settings live beside the mode (`stream/config.py`, `nodecheck/config.py`).
+against it. The rules between settings are the only checks written out here.
+
+This module holds the training run's settings, which the engine reads, and imports no mode: a
+mode's own settings live beside the mode (`stream/config.py`, `nodecheck/config.py`, the
+distributed start-up's in `distributed.py`), and `settings.py`, above them all, composes them
+with these into the one configuration `main` runs (`Settings`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from hpcai_jax import fields, gpu_settings
-from hpcai_jax.distributed import DistributedConfig
+from hpcai_jax import fields
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
 from hpcai_jax.fields import field as _field
-from hpcai_jax.nodecheck.config import CheckConfig
 from hpcai_jax.quality_targets import QualityTarget, resolve_target
-from hpcai_jax.stream.config import StreamConfig
 
 MODES = ("train", "flops", "stream", "check")
 RESUME_MEMBERS = ("all", "fit")  # --resume_members: docs/reliability.md
@@ -629,6 +630,20 @@ class ReliabilityConfig(Checked):
 
 
 @dataclasses.dataclass(frozen=True)
+class CheckRecordConfig(Checked):
+    """The one setting of the node check that a training run reads: the record whose measured
+    member strategy --member_strategy=auto takes (engine/member_map.py). The node check's own
+    settings extend it beside the mode (`nodecheck/config.py`)."""
+
+    record: str = _field(
+        "",
+        "A --mode=check record: --member_strategy=auto takes the strategy it measured on this "
+        "backend. Empty: the per-backend default.",
+        flag="check_record",
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     mode: str = _field(
         "train",
@@ -649,9 +664,7 @@ class RunConfig:
     train: TrainConfig = TrainConfig()
     results: ResultsConfig = ResultsConfig()
     reliability: ReliabilityConfig = ReliabilityConfig()
-    distributed: DistributedConfig = DistributedConfig()
-    stream: StreamConfig = StreamConfig()
-    check: CheckConfig = CheckConfig()
+    check: CheckRecordConfig = CheckRecordConfig()
 
     @property
     def scored(self) -> bool:
@@ -668,12 +681,10 @@ class RunConfig:
             self.results.quality_exponent,
         )
 
-    def validate(self) -> RunConfig:
-        """Each part's declared checks and own rules, then the rules between parts; STREAM's
-        settings (but for finiteness) only in stream mode, so other modes never trip on them."""
-        fields.check(self)
-        gpu_settings.select(self.gpu_settings)
-        parts = (
+    def parts(self) -> tuple:
+        """The sections whose own rules `validate` applies (a composed configuration adds its
+        modes': settings.Settings)."""
+        return (
             self.mesh,
             self.data,
             self.model,
@@ -681,13 +692,15 @@ class RunConfig:
             self.train,
             self.results,
             self.reliability,
-            self.distributed,
             self.check,
         )
-        # Every float a user can type is finite, STREAM's too in the other modes.
-        for part in (*parts, self.stream):
+
+    def validate(self) -> RunConfig:
+        """Each part's declared checks and own rules, then the rules between parts."""
+        fields.check(self)
+        for part in self.parts():
             fields.check_finite(part)
-        for part in parts:
+        for part in self.parts():
             part.validate()
         serves = BUILTIN_DATASETS.get(self.data.dataset, "image_classification")
         _require(
@@ -711,8 +724,6 @@ class RunConfig:
         )
         if self.scored:
             self.quality_target()
-        if self.mode == "stream":
-            self.stream.validate()
         return self
 
     def to_dict(self) -> dict:

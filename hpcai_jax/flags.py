@@ -1,9 +1,9 @@
 """Every command-line flag, derived from the config dataclasses, and their one-time conversion
-into a `RunConfig`.
+into `settings.Settings` (the training run's `config.RunConfig` and every mode's own settings).
 
-Each setting of `config.RunConfig` (recursively through its parts) is one flag, defined here from
+Each setting of `Settings` (recursively through its parts) is one flag, defined here from
 the field: its name (the field's, or metadata "flag" where they differ), its default (the field's
-value in `RunConfig()`), its help (metadata "help", with the range the field accepts where it
+value in `Settings()`), its help (metadata "help", with the range the field accepts where it
 declares one) and its kind: an enum of metadata "choices" where there are some, else by the
 field's type (bool, int, float, str). So a new field is a new flag, and its description lives
 once, on the field (`config._field`, hpcai_jax/fields.py).
@@ -21,10 +21,10 @@ from typing import Any
 
 from absl import flags
 
-from hpcai_jax import config as cfg
 from hpcai_jax import fields
 from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
+from hpcai_jax.settings import Settings
 
 # DistributedConfig lives in distributed.py, which knows nothing of flags: its fields' metadata
 # (what `config._field` puts on the others) is here.
@@ -54,7 +54,7 @@ _DEFINE_BY_TYPE = {
     str: flags.DEFINE_string,
 }
 
-_DEFAULTS = cfg.RunConfig()
+_DEFAULTS = Settings()
 
 
 def field_metadata(owner: type, field: dataclasses.Field) -> Mapping[str, Any]:
@@ -136,7 +136,7 @@ def _from_text(name: str, value: Any) -> Any:
     return None if number == field.metadata["auto"] else number
 
 
-def build_config(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
+def build_config(values: flags.FlagValues = FLAGS) -> Settings:
     """The run configuration the parsed flags give, not yet validated."""
     return _replaced(
         _DEFAULTS,
@@ -145,7 +145,7 @@ def build_config(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
     )
 
 
-def changed_settings(config: cfg.RunConfig) -> list[tuple[str, Any]]:
+def changed_settings(config: Settings) -> list[tuple[str, Any]]:
     """(flag, value) of every setting of `config` that is not its default, in field order: the
     start-up line's short account of a run (the whole configuration is in the record)."""
     out = []
@@ -163,7 +163,7 @@ def _shown(name: str, value: Any) -> str:
     return shown or '""'
 
 
-def settings_table(config: cfg.RunConfig) -> str:
+def settings_table(config: Settings) -> str:
     """The start-up account of a run: a heading, then a row of flag, value and default for each
     setting that is not its default (the record holds the whole configuration)."""
     changed = changed_settings(config)
@@ -183,6 +183,6 @@ def _default(name: str) -> Any:
     return functools.reduce(getattr, FLAG_FIELDS[name], _DEFAULTS)
 
 
-def config_from_flags(values: flags.FlagValues = FLAGS) -> cfg.RunConfig:
+def config_from_flags(values: flags.FlagValues = FLAGS) -> Settings:
     """Builds and validates the run configuration; raises UsageError on bad values."""
     return build_config(values).validate()

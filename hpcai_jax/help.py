@@ -1,7 +1,7 @@
 """`python -m hpcai_jax.main --help`: the flags grouped by mode, the ones a run is usually
 configured with first, each with its help and default; `--helpfull` is absl's whole list.
 
-Every flag belongs to the sections of the configuration (`config.RunConfig`) its mode reads;
+Every flag belongs to the sections of the configuration (`settings.Settings`) its mode reads;
 the key flags are named here, the rest of each mode's flags are listed by name.
 """
 

@@ -15,6 +15,7 @@ from hpcai_jax import fields
 from hpcai_jax import flags as hflags
 from hpcai_jax.errors import UsageError
 from hpcai_jax.nodecheck.config import CheckConfig
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream.config import StreamConfig
 
 FLAGFILES = sorted((ROOT / "configs").glob("*.flags"))
@@ -55,7 +56,7 @@ def test_command_line_overrides_flagfile(parse, monkeypatch):
 
 
 def _scored(dataset="imagenet2012", model="resnet50", **results):
-    return C.RunConfig(
+    return Settings(
         data=C.DataConfig(dataset=dataset),
         model=C.ModelConfig(model=model),
         results=C.ResultsConfig(**results),
@@ -89,9 +90,9 @@ def test_any_other_run_must_name_its_target(dataset, model):
 
 
 def test_unscored_runs_need_no_target():
-    C.RunConfig(data=C.DataConfig(dataset="synthetic")).validate()
-    C.RunConfig(mode="flops").validate()
-    C.RunConfig(mode="stream").validate()
+    Settings(data=C.DataConfig(dataset="synthetic")).validate()
+    Settings(mode="flops").validate()
+    Settings(mode="stream").validate()
 
 
 def test_quality_exponent_zero_means_zero():
@@ -131,7 +132,7 @@ def test_quality_exponent_zero_means_zero():
 )
 def test_validation_messages(kwargs, message):
     with pytest.raises(UsageError, match=message):
-        C.RunConfig(**kwargs).validate()
+        Settings(**kwargs).validate()
 
 
 def test_a_negative_seed_is_a_one_line_error():
@@ -144,11 +145,11 @@ def test_a_negative_seed_is_a_one_line_error():
 # a bound added to a field is tested without a new line here.
 
 # Validates as it stands in every mode's checks: unscored (no target), STREAM's part checked.
-BASE = C.RunConfig(mode="stream", data=C.DataConfig(dataset="synthetic"))
+BASE = Settings(mode="stream", data=C.DataConfig(dataset="synthetic"))
 
 
 def _leaves(config=BASE, path=()):
-    """(path, owner, field) of every setting of RunConfig, depth first."""
+    """(path, owner, field) of every setting of Settings, depth first."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if dataclasses.is_dataclass(value):
@@ -316,3 +317,35 @@ def test_the_configuration_imports_without_jax():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+MODE_PACKAGES = ("nodecheck", "stream", "distributed", "gpu_settings", "acceptance", "settings")
+
+
+def _hpcai_imports(path) -> set[str]:
+    """The hpcai_jax modules `path` imports, at any depth of its code."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hpcai_jax"):
+            names |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names if a.name.startswith("hpcai_jax")}
+    return names
+
+
+def test_the_training_configuration_imports_no_mode():
+    """config.py holds what the engine reads; each mode's settings live beside the mode and
+    are composed above it (settings.py), so the engine never reaches a mode's package."""
+    from helpers import ROOT
+
+    imported = _hpcai_imports(ROOT / "hpcai_jax" / "config.py")
+    assert imported and not [
+        m for m in imported for p in MODE_PACKAGES if m.startswith(f"hpcai_jax.{p}")
+    ], sorted(imported)
+    # The composition holds every mode's section, and the flags are derived from it.
+    composed = _hpcai_imports(ROOT / "hpcai_jax" / "settings.py")
+    assert {"hpcai_jax.nodecheck.config", "hpcai_jax.stream.config"} <= composed
+    assert {f.name for f in dataclasses.fields(Settings)} >= {"stream", "check", "distributed"}
+    assert not {"stream", "distributed"} & {f.name for f in dataclasses.fields(C.RunConfig)}

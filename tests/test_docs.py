@@ -318,8 +318,14 @@ def test_docs_never_cite_the_shared_folder():
 def _main_flags_from_config() -> dict[str, str]:
     """hpcai_jax.main's config flags and their fields' types, read from the source as flags.py
     derives them."""
-    # config.py, and the modules of the parts it imports (a mode's settings live beside it).
-    modules = ("config.py", "distributed.py", "stream/config.py", "nodecheck/config.py")
+    # settings.py, and the modules of the parts it composes (a mode's settings live beside it).
+    modules = (
+        "settings.py",
+        "config.py",
+        "distributed.py",
+        "stream/config.py",
+        "nodecheck/config.py",
+    )
     classes = {
         node.name: node
         for module in modules
@@ -337,6 +343,9 @@ def _main_flags_from_config() -> dict[str, str]:
                             renamed[key.value] = v.value
 
     def leaves(cls: ast.ClassDef):
+        for base in cls.bases:  # a subclass's settings are its bases' and its own
+            if isinstance(base, ast.Name) and base.id in classes:
+                yield from leaves(classes[base.id])
         for item in cls.body:
             if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
                 continue
@@ -351,7 +360,7 @@ def _main_flags_from_config() -> dict[str, str]:
                         name = keyword.value.value
             yield name, kind
 
-    return dict(leaves(classes["RunConfig"]))
+    return dict(leaves(classes["Settings"]))
 
 
 @functools.cache

@@ -12,7 +12,9 @@ from absl import flags
 
 from hpcai_jax import config as C
 from hpcai_jax import flags as hflags
+from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream.config import StreamConfig
 
 FLAGS = hflags.FLAGS
@@ -47,8 +49,8 @@ ENUMS = {
 FLAG_TYPE = {bool: "bool", int: "int", float: "float", str: "string"}
 
 
-def settings(cls=C.RunConfig, path=()):
-    """(path, owning class, field) of every leaf field of RunConfig, recursively."""
+def settings(cls=Settings, path=()):
+    """(path, owning class, field) of every leaf field of Settings, recursively."""
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
         if dataclasses.is_dataclass(hints[field.name]):
@@ -71,7 +73,7 @@ def rendered_help() -> str:
 
 
 def default_of(path):
-    value = C.RunConfig()
+    value = Settings()
     for name in path:
         value = getattr(value, name)
     return value
@@ -183,12 +185,12 @@ def test_stream_settings_stay_string_flags():
 
 def test_default_flags_give_the_default_config(parse):
     parse()
-    assert hflags.build_config() == C.RunConfig()
+    assert hflags.build_config() == Settings()
     # The default is a scored run on fashion_mnist, which has no official target.
     with pytest.raises(UsageError, match="--target_quality"):
         hflags.config_from_flags()
     parse("--target_quality=0.9")
-    expected = C.RunConfig(results=C.ResultsConfig(target_quality=0.9))
+    expected = Settings(results=C.ResultsConfig(target_quality=0.9))
     assert hflags.config_from_flags() == expected
 
 
@@ -215,7 +217,7 @@ def test_a_records_config_section_gives_back_every_flag(parse):
     """A record's `config` (RunConfig.to_dict, through JSON) holds every flag's value: flags
     rebuilt from it through FLAG_FIELDS give the same configuration, so a record needs no
     separate flag list to be rerun."""
-    config = C.RunConfig(
+    config = Settings(
         mesh=C.MeshConfig(ensemble_size=8, allreduce="2d_torus"),
         data=C.DataConfig(dataset="imagenet2012", augment=False, image_size=160),
         optim=C.OptimConfig(weight_decay=1e-4, lr_step_epochs="10,20", nesterov=True),
@@ -223,7 +225,7 @@ def test_a_records_config_section_gives_back_every_flag(parse):
             target_quality=0.7, mllog="logs/a b.mllog", submission_org="ACME Labs, Inc."
         ),
         stream=StreamConfig(kernels="triad", csv=True),
-        distributed=C.DistributedConfig(timeout_s=7),
+        distributed=DistributedConfig(timeout_s=7),
     )
     section = json.loads(json.dumps(config.to_dict()))
     argv = []
@@ -235,7 +237,7 @@ def test_a_records_config_section_gives_back_every_flag(parse):
 
 
 def test_the_start_up_table_names_only_the_settings_that_differ_from_the_defaults():
-    config = C.RunConfig(
+    config = Settings(
         mesh=C.MeshConfig(ensemble_size=8), train=C.TrainConfig(batch_size=32, log_every=5)
     )
     assert hflags.changed_settings(config) == [
@@ -250,6 +252,6 @@ def test_the_start_up_table_names_only_the_settings_that_differ_from_the_default
         "  --batch_size     32     128",
         "  --log_every      5      50",
     ]
-    assert hflags.settings_table(C.RunConfig()) == "hpcai_jax train: all settings at their defaults"
-    shared = hflags.settings_table(C.RunConfig(mesh=C.MeshConfig(members_per_device=None)))
+    assert hflags.settings_table(Settings()) == "hpcai_jax train: all settings at their defaults"
+    shared = hflags.settings_table(Settings(mesh=C.MeshConfig(members_per_device=None)))
     assert shared.splitlines()[-1].split() == ["--members_per_device", "auto", "1"]

@@ -93,6 +93,8 @@ def test_the_engine_layers_import_only_downward():
         for dep in deps:
             assert _package(dep) not in later + ABOVE_THE_ENGINE, (module, dep)
             assert dep not in MODES_INSIDE_A_LAYER, (module, dep)
+            # The engine reads the training settings (config.py), never the modes' composed.
+            assert not dep.startswith("hpcai_jax.settings"), (module, dep)
 
 
 def test_no_engine_module_imports_a_concrete_workload_or_model():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 
 import pytest
 
@@ -15,10 +14,11 @@ from hpcai_jax import config as C
 from hpcai_jax.nodecheck import compute, memory, runner, step_fit, training
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.rows import PASS, WARN, Row
+from hpcai_jax.settings import Settings
 
 
 def _config(results_dir) -> C.RunConfig:
-    return C.RunConfig(
+    return Settings(
         mode="check",
         model=C.ModelConfig(workload="regression", model="mlp"),
         data=C.DataConfig(dataset="friedman1"),
@@ -79,7 +79,7 @@ def small_host(monkeypatch):
 
 def test_an_item_that_does_not_fit_the_room_is_cut_and_says_so(small_host):
     # STREAM's 128 MiB arrays need 4 x 16 MiB per device; 1.5 MB each fits 2 MiB arrays.
-    allotment = Allotment("stream", 5.0, time.perf_counter(), time.perf_counter)
+    allotment = Allotment("stream", 5.0, 0.0, lambda: 0.0)  # a stopped clock
     (row,) = compute.stream_rows("cpu", allotment, small_host)
     assert row.note.startswith("2 MiB per array over 8 devices")
     assert " -> 2 by memory: " in row.note and "MiB per array capped " in row.note
@@ -104,9 +104,10 @@ def test_the_next_batch_follows_xla_s_figures_down():
     assert step_fit.next_batch([(2, 2000)], 100, room, 1) == 0  # not one example fits
 
 
+@pytest.mark.slow
 def test_a_step_that_does_not_fit_is_cut_before_it_allocates(monkeypatch):
     config = training.step_config(
-        C.RunConfig(
+        Settings(
             mode="check",
             model=C.ModelConfig(workload="regression", model="mlp"),
             data=C.DataConfig(dataset="friedman1"),

@@ -15,6 +15,7 @@ from hpcai_jax.nodecheck import collectives, compute, data, inputs, runner, trai
 from hpcai_jax.nodecheck.budget import Budget
 from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge
 from hpcai_jax.nodecheck.step_fit import Sizing
+from hpcai_jax.settings import Settings
 
 # docs/node_check.md's shares, in the order the items run.
 SHARES = {
@@ -50,7 +51,7 @@ STEP = {
 
 
 def _config() -> C.RunConfig:
-    return C.RunConfig(
+    return Settings(
         mode="check",
         model=C.ModelConfig(workload="regression", model="mlp"),
         data=C.DataConfig(dataset="friedman1"),

@@ -10,6 +10,8 @@ import sys
 import pytest
 from helpers import ROOT, run_main
 
+pytestmark = pytest.mark.slow  # each runs the CLI in a process
+
 
 def _error_line(proc: subprocess.CompletedProcess) -> str:
     assert proc.returncode == 2, proc.stderr
@@ -23,7 +25,7 @@ def _error_line(proc: subprocess.CompletedProcess) -> str:
     [
         (
             ["--array_size=-8"],
-            "--array_size=-8: expected >= 1 elements per array (or 0 for the default 2^25)",
+            "--array_size=-8: expected >= 1 elements per array (or auto for the default 2^25)",
         ),
         (
             ["--precision=float16"],

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcai_jax.config import RunConfig
 from hpcai_jax.errors import UsageError
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream.cache import CacheInfo, check_size, cpu_cache
 from hpcai_jax.stream.config import DEFAULT_ARRAY_SIZE, StreamConfig, resolve_array_size
 
@@ -42,9 +42,9 @@ def test_bad_values_are_one_line_errors_naming_the_flag(change, flag):
 
 def test_run_config_validates_stream_settings_only_in_stream_mode():
     bad = StreamConfig(precision="float16")
-    RunConfig(mode="flops", stream=bad).validate()
+    Settings(mode="flops", stream=bad).validate()
     with pytest.raises(UsageError, match="--precision"):
-        RunConfig(mode="stream", stream=bad).validate()
+        Settings(mode="stream", stream=bad).validate()
 
 
 def test_default_size_is_babelstreams_2_to_the_25():

@@ -9,7 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hpcai_jax.config import ResultsConfig, RunConfig
+from hpcai_jax.config import ResultsConfig
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream import report
 from hpcai_jax.stream.benchmark import (
     StreamMeasurement,
@@ -23,8 +24,8 @@ N = 1 << 13
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory) -> RunConfig:
-    return RunConfig(
+def config(tmp_path_factory) -> Settings:
+    return Settings(
         mode="stream",
         stream=StreamConfig(array_size=N, num_times=3, kernels="triad", precision="float32"),
         results=ResultsConfig(results_dir=str(tmp_path_factory.mktemp("stream"))),

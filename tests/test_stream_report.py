@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from hpcai_jax import records
-from hpcai_jax.config import ResultsConfig, RunConfig
+from hpcai_jax.config import ResultsConfig
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream import report, run_stream
 from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.kernels import KERNELS
@@ -48,8 +49,8 @@ def test_table_and_csv_follow_babelstream():
     )
 
 
-def _config(tmp_path, **stream) -> RunConfig:
-    return RunConfig(
+def _config(tmp_path, **stream) -> Settings:
+    return Settings(
         mode="stream",
         stream=StreamConfig(**{"array_size": N, "num_times": 3, **stream}),
         results=ResultsConfig(results_dir=str(tmp_path)),

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import jax
 
-from hpcai_jax import config as C
 from hpcai_jax import gpu_settings
 from hpcai_jax.acceptance.items import FAIL, PASS, WARN, Item, from_row
 from hpcai_jax.acceptance.sizes import Sizes
@@ -24,6 +23,7 @@ from hpcai_jax.nodecheck import compute, expectations, inputs, system, training
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.rows import skipped
 from hpcai_jax.nodecheck.runner import measure_collectives
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.cache import largest_cache
 from hpcai_jax.stream.config import StreamConfig
@@ -42,7 +42,7 @@ class Context:
     measured (the flagship step's rate feeds the input item, its build time the estimates)."""
 
     sizes: Sizes
-    base: C.RunConfig
+    base: Settings
     accelerator: bool  # a real run: an accelerator is expected
     backend: str
     step_rate: float | None = None  # images/s per device of the 1-member step
@@ -53,9 +53,9 @@ class Context:
         return self.build_s or BUILD_GUESS_S.get(self.backend, 60.0)
 
 
-def base_config(sizes: Sizes, results_dir: str) -> C.RunConfig:
+def base_config(sizes: Sizes, results_dir: str) -> Settings:
     """The flagship classifier on generated data, checked like any configuration."""
-    c = C.RunConfig()
+    c = Settings()
     return dataclasses.replace(
         c,
         mode="check",

@@ -1,16 +1,17 @@
-"""The settings of `--mode=check` (`CheckConfig`, the `check` part of `config.RunConfig`): beside
-the mode, and free of JAX, so that the configuration imports without it."""
+"""The settings of `--mode=check` (`CheckConfig`, the `check` part of `settings.Settings`): beside
+the mode, and free of JAX, so that the configuration imports without it. The one setting a
+training run reads too, the record, is the core's (`config.CheckRecordConfig`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from hpcai_jax.fields import Checked
+from hpcai_jax.config import CheckRecordConfig
 from hpcai_jax.fields import field as _field
 
 
 @dataclasses.dataclass(frozen=True)
-class CheckConfig(Checked):
+class CheckConfig(CheckRecordConfig):
     """`--mode=check` (hpcai_jax/nodecheck/, docs/node_check.md), and the record it leaves for the
     training modes."""
 
@@ -21,10 +22,4 @@ class CheckConfig(Checked):
         flag="check_budget_s",
         gt=0,
         unit="seconds",
-    )
-    record: str = _field(
-        "",
-        "A --mode=check record: --member_strategy=auto takes the strategy it measured on this "
-        "backend. Empty: the per-backend default.",
-        flag="check_record",
     )

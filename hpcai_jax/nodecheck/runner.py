@@ -24,7 +24,6 @@ from collections.abc import Callable
 import jax
 
 from hpcai_jax import results
-from hpcai_jax.config import RunConfig
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.nodecheck import (
     collective_rows,
@@ -42,6 +41,7 @@ from hpcai_jax.nodecheck.budget import Allotment, Budget
 from hpcai_jax.nodecheck.rows import FAIL, WARN, Row, exit_code, skipped, table
 from hpcai_jax.nodecheck.step_fit import Sizing
 from hpcai_jax.records import nodecheck as checks
+from hpcai_jax.settings import Settings
 
 # A first guess of building the flagship step (set-up, initial state, compile), before one is
 # timed in this run; later items estimate from that one.
@@ -114,7 +114,7 @@ class Context:
     measured that later ones need (the step's section: its rate and its build time; the matmul
     rates and the step's seconds per example, which size the later steps)."""
 
-    config: RunConfig
+    config: Settings
     info: dict
     estimate_s: float  # a build of a step and a few steps: guessed, then the flagship step's
     points: list[collectives.Point] = dataclasses.field(default_factory=list)
@@ -323,7 +323,7 @@ def render_check(result: CheckResult) -> str:
 
 
 def check_record(
-    config: RunConfig,
+    config: Settings,
     run_id: str,
     result: CheckResult,
     status: str = "complete",
@@ -356,7 +356,7 @@ class Progress:
     out-of-memory killer, a scheduler's time limit) leaves every row before it. Writes are
     atomic (results.write_record: a temporary file renamed over the last one)."""
 
-    def __init__(self, config: RunConfig, run_id: str):
+    def __init__(self, config: Settings, run_id: str):
         self.config, self.run_id = config, run_id
         self._base: checks.CheckRecord | None = None
 
@@ -388,7 +388,7 @@ class Progress:
         self._write(result, f"stopped in item {item}: {type(error).__name__}: {first}")
 
 
-def measure_check(config: RunConfig, started: float, progress: Progress | None = None):
+def measure_check(config: Settings, started: float, progress: Progress | None = None):
     """The system's facts and rows, then `ITEMS` within --check_budget_s; prints nothing itself
     (`progress` prints and writes as items finish). `started`: the command's start
     (perf_counter), from which its wall time counts. Returns a CheckResult."""
@@ -429,7 +429,7 @@ def measure_check(config: RunConfig, started: float, progress: Progress | None =
     return result()
 
 
-def run_check(config: RunConfig) -> int:
+def run_check(config: Settings) -> int:
     """Runs the check, printing each item's rows as it finishes and rewriting the record
     (partial) each time; then the complete record, the verdict and the exit code."""
     started = time.perf_counter()

@@ -64,7 +64,7 @@ class Record:
         "why the run is partial or invalid, or (check) which rows failed; empty otherwise"
     )
     config: dict = field(
-        "the whole configuration as `RunConfig.to_dict()` gives it: every flag of hpcai_jax.main "
+        "the whole configuration as `Settings.to_dict()` gives it: every flag of hpcai_jax.main "
         "by section, with the data set's own values where a flag's 0 defers to it "
         "(`data.num_classes`, `data.image_size`); `hpcai_jax/config.py` documents each field "
         "(`--help` prints it)"

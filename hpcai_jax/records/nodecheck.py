@@ -109,7 +109,7 @@ class CheckRow:
 @section
 class Budget:
     budget_s: float = field("`--check_budget_s`", "s")
-    used_s: float = field("what the items used", "s")
+    used_s: dict[str, float] = field("what each item used, by item", "s")
     wall_s: float = field("the check's wall time", "s")
 
 

@@ -20,13 +20,13 @@ import numpy as np
 from absl import logging
 
 from hpcai_jax import results
-from hpcai_jax.config import RunConfig
 from hpcai_jax.distributed import allgather
 from hpcai_jax.dtypes import dtype as jnp_dtype
 from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records import stream as stream_records
 from hpcai_jax.records.stream import StreamRecord
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream import report
 from hpcai_jax.stream.cache import SizeCheck, check_size, largest_cache
 from hpcai_jax.stream.config import ArraySize, StreamConfig, resolve_array_size, resolve_burst
@@ -329,7 +329,7 @@ def render_stream(measured: StreamMeasurement) -> StreamText:
     return StreamText(text, failures, fom, merit_to_stderr=cfg.csv)
 
 
-def run_stream(config: RunConfig) -> int:
+def run_stream(config: Settings) -> int:
     """`--mode=stream`: measure, write the record, print BabelStream's output (process 0).
 
     Returns the process exit code: 0, or 1 when validation failed (BabelStream's non-zero exit).
@@ -411,7 +411,7 @@ def _per_process_best(result: StreamResult) -> list[dict[str, float]]:
 
 
 def stream_record(
-    config: RunConfig,
+    config: Settings,
     run_id: str,
     result: StreamResult,
     per_process: list[dict[str, float]] | None,

@@ -1,6 +1,6 @@
-"""STREAM's settings (`StreamConfig`, the `stream` part of `config.RunConfig`), and its array
+"""STREAM's settings (`StreamConfig`, the `stream` part of `settings.Settings`), and its array
 size, resolved once the placement (device count, device memory) is known. The checks that need
-no device are `StreamConfig.validate()`; `RunConfig.validate` calls it in stream mode only.
+no device are `StreamConfig.validate()`; `Settings.validate` calls it in stream mode only.
 """
 
 from __future__ import annotations
