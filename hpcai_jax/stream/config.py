@@ -157,29 +157,7 @@ def resolve_array_size(
             f"(--stream_devices={config.devices}); use a multiple of {num_devices}",
         )
     elif config.array_mib or config.array_fraction:
-        if config.array_mib:
-            exact = config.array_mib * MIB / size
-            source, flag = "array_mib", f"--array_mib={config.array_mib}"
-        else:
-            _require(
-                device_memory_bytes is not None,
-                f"--array_fraction={config.array_fraction}: "
-                "this backend does not report its device memory; use --array_size or --array_mib",
-            )
-            # The fraction is of one device's memory for its shards of all three arrays.
-            exact = config.array_fraction * device_memory_bytes * num_devices / (3 * size)
-            source, flag = "array_fraction", f"--array_fraction={config.array_fraction}"
-        elements = int(exact) // num_devices * num_devices
-        _require(
-            elements >= num_devices,
-            f"{flag}: gives {int(exact)} elements per array, fewer than the {num_devices} devices",
-        )
-        note = (
-            f"{flag} gives {exact:.1f} elements per array; rounded down to {elements}, a "
-            f"multiple of {num_devices} devices"
-            if elements != exact
-            else ""
-        )
+        elements, source, note = _derived_size(config, num_devices, device_memory_bytes, size)
     else:
         elements, source, note = DEFAULT_ARRAY_SIZE, "default", ""
         _require(
@@ -195,6 +173,37 @@ def resolve_array_size(
             f"more than its {device_memory_bytes / MIB:.1f} MiB of memory",
         )
     return ArraySize(elements=elements, source=source, note=note)
+
+
+def _derived_size(
+    config: StreamConfig, num_devices: int, device_memory_bytes: int | None, size: int
+) -> tuple[int, str, str]:
+    """(elements, source, note) of a size given in MiB or as a fraction of device memory:
+    rounded down to a multiple of the device count, the rounding said in the note."""
+    if config.array_mib:
+        exact = config.array_mib * MIB / size
+        source, flag = "array_mib", f"--array_mib={config.array_mib}"
+    else:
+        _require(
+            device_memory_bytes is not None,
+            f"--array_fraction={config.array_fraction}: "
+            "this backend does not report its device memory; use --array_size or --array_mib",
+        )
+        # The fraction is of one device's memory for its shards of all three arrays.
+        exact = config.array_fraction * device_memory_bytes * num_devices / (3 * size)
+        source, flag = "array_fraction", f"--array_fraction={config.array_fraction}"
+    elements = int(exact) // num_devices * num_devices
+    _require(
+        elements >= num_devices,
+        f"{flag}: gives {int(exact)} elements per array, fewer than the {num_devices} devices",
+    )
+    note = (
+        f"{flag} gives {exact:.1f} elements per array; rounded down to {elements}, a "
+        f"multiple of {num_devices} devices"
+        if elements != exact
+        else ""
+    )
+    return elements, source, note
 
 
 def _flag_of(config: StreamConfig, source: str) -> str:
