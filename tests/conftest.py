@@ -132,6 +132,78 @@ LONGEST_FIRST = [
 ]
 
 
+# The tiers (CONTRIBUTING.md, Tests): the inner loop, `pytest -m "not slow and not
+# multiprocess"`, starts no Python or shell process and compiles no whole model. A test that
+# does is marked in its file (`slow`, or `multiprocess` for a job of several JAX processes); a
+# test that reads the shared CLI run (`tiny_run`, directly or through a fixture) is `slow` here.
+TIERS = ("slow", "multiprocess")
+SHELLS = {"bash", "sh", "dash", "zsh"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tiny_run" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within
+
+
+def starts_a_process(args) -> str | None:
+    """The program of a command if it is a Python or shell process (the CLI, a tool of ours, a
+    launch or benchmark script), else None: other programs (git, nvidia-smi, ps) cost little."""
+    import shlex
+    import sys
+
+    argv = shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
+    if not argv:
+        return None
+    program = os.path.basename(argv[0])
+    if (
+        argv[0] == sys.executable
+        or program.startswith("python")
+        or program in SHELLS
+        or program.endswith((".sh", ".sbatch", ".py"))
+    ):
+        return program
+    try:  # a script run by its #! line (a fake tool the test wrote)
+        with open(argv[0], "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return None
+    interpreter = first[2:].split()[:2] if first.startswith(b"#!") else []
+    if any(os.path.basename(w.decode()).startswith(("python", *SHELLS)) for w in interpreter):
+        return program
+    return None
+
+
+def process_guard(item):
+    """Patches subprocess.Popen so that an unmarked test (its fixtures included) fails at the
+    moment it would start a Python or shell process, naming it; returns the undo."""
+    import subprocess
+
+    if any(item.get_closest_marker(name) for name in TIERS):
+        return lambda: None
+    execute = subprocess.Popen._execute_child
+
+    def guarded(popen, args, *rest, **kw):
+        program = starts_a_process(args)
+        if program is not None:
+            pytest.fail(
+                f"{item.nodeid} starts a process ({program}) but is not marked "
+                f"{' or '.join(TIERS)} (tests/conftest.py, CONTRIBUTING.md)",
+                pytrace=False,
+            )
+        return execute(popen, args, *rest, **kw)
+
+    subprocess.Popen._execute_child = guarded
+    return lambda: setattr(subprocess.Popen, "_execute_child", execute)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    undo = process_guard(item)  # over the test's setup (its fixtures), call and teardown
+    try:
+        yield
+    finally:
+        undo()

@@ -66,6 +66,7 @@ def smoke(tmp_path_factory):
     return proc, out, doc
 
 
+@pytest.mark.slow
 def test_the_smoke_run_passes_with_every_group_and_ends_in_time(smoke):
     proc, out, doc = smoke
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -98,6 +99,7 @@ def test_the_smoke_run_passes_with_every_group_and_ends_in_time(smoke):
         assert expected in names, (expected, sorted(names))
 
 
+@pytest.mark.slow
 def test_every_item_has_the_documented_fields_and_a_figure_where_it_passes(smoke):
     _, out, doc = smoke
     assert doc["schema_version"] == 1 and doc["run"]["smoke"] is True
@@ -125,12 +127,14 @@ def proc_summary_tail(doc: dict) -> str:
     return f"({counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL) in {doc['wall_s']} s"
 
 
+@pytest.mark.slow
 def test_the_summary_is_printed_last(smoke):
     proc, _, doc = smoke
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith(f"acceptance: {doc['verdict']} ("), last
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, fragment",
     [
@@ -151,6 +155,7 @@ def test_bad_arguments_end_in_one_line_and_exit_2(tmp_path, args, fragment):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_the_python_entry_point_refuses_bad_values_in_one_line(tmp_path):
     for args, fragment in (
         ([str(tmp_path), "--budget_s=-3"], "--budget_s=-3"),
@@ -168,6 +173,7 @@ def test_the_python_entry_point_refuses_bad_values_in_one_line(tmp_path):
         assert proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_groups_run_only_the_named_groups_and_a_bad_name_leaves_nothing(tmp_path):
     proc = _run(str(tmp_path / "o"), "--smoke", "--groups=settings,environment")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -206,6 +212,7 @@ exec {python} "$@"
 """
 
 
+@pytest.mark.slow
 def test_a_group_that_kills_its_process_is_reported_and_the_rest_still_runs(tmp_path):
     fake = tmp_path / "python"
     fake.write_text(CRASHING_PYTHON.format(python=sys.executable))
@@ -223,6 +230,7 @@ def test_a_group_that_kills_its_process_is_reported_and_the_rest_still_runs(tmp_
     assert "the measuring process ended with exit 139" in proc.stdout
 
 
+@pytest.mark.slow
 def test_render_finishes_a_run_whose_process_was_cut(tmp_path):
     journal = Journal(tmp_path)
     journal.note(run={"command": "acceptance.sh x", "budget_s": 10, "started_unix_s": 0})

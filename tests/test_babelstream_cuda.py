@@ -200,6 +200,7 @@ exit 1
 """
 
 
+@pytest.mark.slow
 def test_a_failed_build_is_one_row_with_nvccs_first_error(no_nvcc, tmp_path, monkeypatch):
     fake = tmp_path / "empty-bin" / "nvcc"
     fake.write_text(FAKE_NVCC)
@@ -241,6 +242,7 @@ def _fake_cuda_stream(tmp_path, fail=""):
     return fake
 
 
+@pytest.mark.slow
 def test_a_prebuilt_cuda_stream_runs_beside_the_engine_in_interleaved_rounds(
     no_nvcc, tmp_path, monkeypatch
 ):
@@ -269,6 +271,7 @@ def test_a_prebuilt_cuda_stream_runs_beside_the_engine_in_interleaved_rounds(
     assert (files / "comparison.txt").read_text().startswith("babelstream: engine / BabelStream")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "stderr, verdict",
     [
@@ -287,6 +290,7 @@ def test_a_cuda_stream_that_fails_is_a_row_with_its_first_line(
     assert run.note == f"cuda-stream exit 1: {stderr}"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on this machine")
 def test_the_vendored_source_builds_with_nvcc(tmp_path, monkeypatch, capsys):
     """A real check that the vendored source compiles and links (for sm_90; it runs only on a

@@ -193,6 +193,7 @@ def whole(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_a_resume_falls_back_to_the_newest_intact_step_and_ends_as_the_whole_run(whole, tmp_path):
     """Step 6 truncated, step 4 without orbax's metadata: the resume falls back to step 2 (one
     line for each, naming it and where it falls back to), trains steps 3 to 6, moves both aside

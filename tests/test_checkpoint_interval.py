@@ -32,6 +32,7 @@ def test_mtbf_follows_the_device_count_unless_given():
     assert interval.mtbf_hours(12.5, 10_000) == (12.5, "--mtbf_hours")
 
 
+@pytest.mark.slow
 def test_auto_probes_a_save_and_saves_at_the_interval_it_chose(tmp_path):
     """A tiny MTBF makes the interval a few steps: the probe save after the warm-up and
     PROBE_STEPS timed steps, then saves every N steps, the record saying N and why."""

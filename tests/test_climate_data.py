@@ -369,6 +369,7 @@ def test_bad_files_name_the_file(tmp_path):
         extremeweather.open_extremeweather(tmp_path / "nowhere", HEIGHT, grid=GRID)
 
 
+@pytest.mark.slow
 def test_cli_bad_input_is_one_line(tmp_path, capsys):
     assert climate_convert.main([f"--raw_dir={tmp_path}", "--image_size=224"]) == 2
     assert capsys.readouterr().err == (

@@ -229,6 +229,7 @@ def test_tfds_source_reads_and_resizes(tiny_tfds):
     np.testing.assert_array_equal(images[1], images[2])
 
 
+@pytest.mark.slow
 def test_main_trains_on_a_tfds_set(tiny_tfds, tmp_path):
     """A fresh process finds the set from its files alone (no builder class registered); the
     corrupt held-out record is replaced and listed in the record."""

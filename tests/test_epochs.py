@@ -105,6 +105,7 @@ def run(tmp_path_factory):
     return record, tmp / "run.mllog", saved
 
 
+@pytest.mark.slow
 def test_epoch_and_steady_windows_on_the_fake_clock(run):
     record, _, _ = run
     epochs, timing = record["epochs"], record["timing"]
@@ -130,6 +131,7 @@ def test_epoch_and_steady_windows_on_the_fake_clock(run):
     assert m["vflops_per_s_steady"] == pytest.approx(m["flops_per_s_steady"] * m["penalty"])
 
 
+@pytest.mark.slow
 def test_stopped_at_target_with_its_curve_and_time_to_target(run):
     record, _, _ = run
     q, epoch = record["quality"], 8 * (WAIT + STEP)
@@ -148,6 +150,7 @@ def test_stopped_at_target_with_its_curve_and_time_to_target(run):
     assert len(curve[1]["members"]) == 4 and curve[1]["member_mean"] == q["member_mean"]
 
 
+@pytest.mark.slow
 def test_the_runs_mllog_passes_the_checker(run, tmp_path):
     record, log, _ = run
     lines = [json.loads(line.removeprefix(":::MLLOG ")) for line in log.read_text().splitlines()]
@@ -175,6 +178,7 @@ def test_the_runs_mllog_passes_the_checker(run, tmp_path):
     assert "SUCCESS" in proc.stderr and "WARNING" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_checkpoints_carry_the_completed_epochs_and_the_open_ones_time(run):
     record, _, saved = run
     assert sorted(saved) == [6, 12, 16]

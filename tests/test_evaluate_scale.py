@@ -8,6 +8,7 @@ import math
 
 import jax
 import numpy as np
+import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -26,6 +27,7 @@ def _detector_eval_memory(m: int) -> int:
     return eval_step_memory(setup).step_bytes
 
 
+@pytest.mark.slow
 def test_detector_eval_memory_per_device_does_not_grow_with_members():
     """Gathering the members' counts [M, K] (K = 327,684 for the detector) onto every device, as
     the step did, grew with M (41 MiB at M = 8, 191 MiB at M = 64 with 8 members per device);

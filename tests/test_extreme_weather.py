@@ -65,6 +65,7 @@ def trained():
 HEAD = ("cls_score", "bbox_pred", "box_features")
 
 
+@pytest.mark.slow
 def test_ensemble_matches_members_trained_alone(trained):
     setup, state = trained
     for m in range(2):
@@ -126,6 +127,7 @@ def _restack(state, order, sharding):
     return jax.tree.map(lambda x: jax.device_put(np.asarray(x)[list(order)], sharding), state)
 
 
+@pytest.mark.slow
 def test_identical_members_ensemble_equals_one_member(trained):
     setup, state = trained
     sharding = jax.tree.map(lambda x: x.sharding, state)
@@ -164,6 +166,7 @@ def test_mean_of_identical_members_is_exact_at_two_and_within_an_ulp_at_three():
             assert 0.1 < (mean != x).mean() < 0.6, (mean != x).mean()
 
 
+@pytest.mark.slow
 def test_ensemble_does_not_depend_on_member_order(trained):
     setup, state = trained
     sharding = jax.tree.map(lambda x: x.sharding, state)
@@ -199,6 +202,7 @@ def cli_run(tmp_path_factory):
     return json.loads((out / "ew.json").read_text()), proc
 
 
+@pytest.mark.slow
 def test_cli_run_records_detection_quality(cli_run):
     record, proc = cli_run
     q = record["quality"]
@@ -212,6 +216,7 @@ def test_cli_run_records_detection_quality(cli_run):
     assert "ensemble map_iou50" in proc.stdout
 
 
+@pytest.mark.slow
 def test_cli_run_states_the_detector_stages_share_of_flops(cli_run):
     record, _ = cli_run
     cross = record["flops"]["crosscheck"]

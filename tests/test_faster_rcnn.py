@@ -13,6 +13,8 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.models import faster_rcnn
 from hpcai_jax.models.faster_rcnn import FasterRCNN, make_detector
 
+pytestmark = pytest.mark.slow  # every test compiles the detector or shares one that did
+
 H, W = 32, 48
 BOX = [8.0, 12.0, 24.0, 36.0]
 

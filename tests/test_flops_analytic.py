@@ -158,6 +158,7 @@ class _BottleneckV1(BottleneckResNetBlock):
         return self.act(residual + y)
 
 
+@pytest.mark.slow
 def test_resnet50_forward_macs_match_published_figure():
     mf = count_model("resnet50", (224, 224, 3), 1000, PAPER_RESNET50_BATCH)
     gmac = mf.forward.macs / mf.batch / 1e9
@@ -165,6 +166,7 @@ def test_resnet50_forward_macs_match_published_figure():
     assert abs(gmac / PUBLISHED_RESNET50_GMAC - 1) < 0.01
 
 
+@pytest.mark.slow
 def test_resnet50_apc_against_the_paper():
     """The paper's 11,776 GFLOPs is 3 × 2 × He et al.'s ResNet-50 v1 forward MACs × 512."""
     b = PAPER_RESNET50_BATCH

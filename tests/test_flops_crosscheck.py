@@ -64,6 +64,7 @@ def _check_train_step_ratio(model: str):
     assert abs(check.xla_over_table3 - explained) < 0.02, message
 
 
+@pytest.mark.slow
 def test_resnet18_train_step_xla_matches_analytic():
     _check_train_step_ratio("resnet18")
 
@@ -73,6 +74,7 @@ def test_resnet50_train_step_xla_matches_analytic():
     _check_train_step_ratio("resnet50")
 
 
+@pytest.mark.slow
 def test_sharded_ensemble_counts_m_times_one_member():
     """Mesh 2×4 on 8 devices: vmapping (or looping over) members must not change the count."""
     batch = 16
@@ -156,6 +158,7 @@ def test_flops_come_from_before_optimisation_when_libraries_do_the_work():
     assert plain.flops == 2.0e9 and "before optimisation" not in plain.note
 
 
+@pytest.mark.slow
 def test_the_lowered_step_counts_per_device_like_the_compiled_one():
     # The figure the GPU path reads is per device, as the compiled one is: shard_map bodies
     # have local shapes before optimisation too (here within 2 %, on a 2 x 2 mesh).

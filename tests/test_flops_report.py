@@ -44,6 +44,7 @@ def test_tables_list_every_counted_operator_and_shares_add_up():
         assert table.splitlines()[-1].startswith("total")
 
 
+@pytest.mark.slow
 def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
     # The shipped ResNet-50 flagfile, shrunk to resnet_small so that it compiles in seconds.
     result = run_main(

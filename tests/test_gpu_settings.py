@@ -75,6 +75,7 @@ def test_the_installed_jaxlib_carries_every_flag_of_the_table_and_no_invented_on
     assert known == {**dict.fromkeys(flags, True), "xla_gpu_no_such_flag_at_all": False}
 
 
+@pytest.mark.slow
 def test_xla_starts_with_every_flag_the_table_applies():
     """XLA aborts a process on a flag it does not know: the flags apply builds start a backend."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}

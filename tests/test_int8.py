@@ -57,6 +57,7 @@ def _products(hlo):
     return found
 
 
+@pytest.mark.slow
 def test_every_convolution_and_dot_is_int8_with_int32_accumulation(trained):
     products = _products(trained[0])
     assert all(p[1:] == ("s32", "s8", "s8") for p in products), products
@@ -68,6 +69,7 @@ def test_every_convolution_and_dot_is_int8_with_int32_accumulation(trained):
     assert len(optimized) == len(products) and {p[1] for p in optimized} == {"s32"}, optimized
 
 
+@pytest.mark.slow
 def test_int8_keeps_float32_master_weights_and_trains(trained):
     *_, state, losses = trained
     assert {leaf.dtype for leaf in jax.tree.leaves(state.params)} == {jnp.dtype(jnp.float32)}
@@ -76,6 +78,7 @@ def test_int8_keeps_float32_master_weights_and_trains(trained):
     assert np.all(np.diff(losses, axis=0) < 0) and np.all(losses[-1] < losses[0] - 0.02), losses
 
 
+@pytest.mark.slow
 def test_a_quantized_dense_is_within_int8_rounding_of_the_float_one():
     """Per-row (activation) and per-column (weight) absmax scales s = max|·| / 127.5: each operand
     is off by at most s/2, so |int8 − float| ≤ Σ_k (|x_k| s_w + |w_k| s_x) / 2 + K s_x s_w / 4."""
@@ -90,6 +93,7 @@ def test_a_quantized_dense_is_within_int8_rounding_of_the_float_one():
     assert np.all(error <= bound) and error.max() > 1e-4, (error, bound)  # quantized, not float
 
 
+@pytest.mark.slow
 def test_a_vmapped_dense_whose_input_has_its_kernel_shape_still_quantizes():
     """qwix 0.1.8 alone takes both operands for weights here (the detector's FC head, members
     under vmap) and asserts; the wrapper's dense still runs int8 with gradients."""

@@ -136,6 +136,7 @@ def test_a_missing_libjpeg_turbo_3_is_logged(jpeg_dir, monkeypatch, caplog):
     assert message.startswith("tiny_jpeg: no libjpeg-turbo 3") and "PIL" in message
 
 
+@pytest.mark.slow
 def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):
     shm_before = shm_blocks()
     make = _batches(data, workers=2)
@@ -160,6 +161,7 @@ def test_workers_give_exactly_the_in_process_batches_and_stop(data, in_process):
             np.testing.assert_array_equal(a[name], b[name], err_msg=f"step {step} {name}")
 
 
+@pytest.mark.slow
 def test_a_pipeline_started_mid_epoch_reads_what_an_uninterrupted_one_read(data, in_process):
     make = _batches(data, workers=1)
     try:
@@ -185,6 +187,7 @@ def test_data_workers_flag_is_checked():
         C.DataConfig(data_workers=-2).validate()
 
 
+@pytest.mark.slow
 def test_main_trains_a_jpeg_set_through_the_workers(jpeg_dir, tmp_path):
     proc = run_in_process(
         "--dataset=tiny_jpeg",

@@ -67,6 +67,7 @@ def assert_gone(pid: int) -> None:
         os.kill(pid, 0)
 
 
+@pytest.mark.slow
 def test_every_line_is_prefixed_and_whole():
     # Each child writes a long line in pieces, with pauses, on both streams: the relayed lines
     # must each come out whole, behind their process's prefix, never mixed with the other's.
@@ -87,6 +88,7 @@ def test_every_line_is_prefixed_and_whole():
     assert len(result.stderr.splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_appends_the_distributed_flags_and_forces_cpu_devices():
     script = """
         import json
@@ -114,6 +116,7 @@ def test_appends_the_distributed_flags_and_forces_cpu_devices():
         assert platforms == "cpu"
 
 
+@pytest.mark.slow
 def test_chooses_one_free_port_for_all_processes():
     result = launch("--num_processes=2", command=child("print(sys.argv[1])"))
     assert result.returncode == 0, result.stderr
@@ -121,6 +124,7 @@ def test_chooses_one_free_port_for_all_processes():
     assert len(ports) == 1 and 1024 <= int(ports.pop()) < 65536
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("options", "expected"),
     [
@@ -137,12 +141,14 @@ def test_processes_per_node_names_each_process_node(options, expected):
     assert [nodes[str(i)] for i in range(4)] == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("codes", "expected"), [((0, 0), 0), ((75, 75), 75), ((0, 5), 5)])
 def test_exit_code_follows_the_children(codes, expected):
     result = launch("--num_processes=2", command=child(f"sys.exit({list(codes)}[I])"))
     assert result.returncode == expected, result.stderr
 
 
+@pytest.mark.slow
 def test_a_failure_stops_the_others_at_once(tmp_path):
     script = """
         if I == 1:
@@ -160,6 +166,7 @@ def test_a_failure_stops_the_others_at_once(tmp_path):
         assert_gone(pid)
 
 
+@pytest.mark.slow
 def test_a_sibling_that_ignores_sigterm_is_killed_after_grace(tmp_path):
     script = """
         if I == 1:
@@ -178,6 +185,7 @@ def test_a_sibling_that_ignores_sigterm_is_killed_after_grace(tmp_path):
         assert_gone(pid)
 
 
+@pytest.mark.slow
 def test_a_child_killed_by_a_signal():
     script = """
         if I == 1:
@@ -190,6 +198,7 @@ def test_a_child_killed_by_a_signal():
     assert "process 1 exited with SIGKILL (-9); stopping the other 1 process(es)" in result.stderr
 
 
+@pytest.mark.slow
 def test_sigint_to_the_launcher_stops_every_child(tmp_path):
     launcher = start_launcher(
         "--num_processes=2", command=child(write_pid(tmp_path), "time.sleep(1000)")
@@ -203,6 +212,7 @@ def test_sigint_to_the_launcher_stops_every_child(tmp_path):
         assert_gone(pid)
 
 
+@pytest.mark.slow
 def test_sigterm_with_children_that_checkpoint_exits_75(tmp_path):
     # The children behave like hpcai_jax.main on preemption: save, then exit 75.
     script = """
@@ -218,6 +228,7 @@ def test_sigterm_with_children_that_checkpoint_exits_75(tmp_path):
     assert "[p0] checkpoint saved" in stdout and "[p1] checkpoint saved" in stdout
 
 
+@pytest.mark.slow
 def test_timeout_stops_everything_and_exits_124(tmp_path):
     command = child(write_pid(tmp_path), "time.sleep(1000)")
     result = launch("--num_processes=2", "--timeout_s=1", command=command)
@@ -227,12 +238,14 @@ def test_timeout_stops_everything_and_exits_124(tmp_path):
         assert_gone(pid)
 
 
+@pytest.mark.slow
 def test_a_command_that_does_not_exist():
     result = launch("--num_processes=2", command=["/nonexistent/program"])
     assert result.returncode == 127
     assert "cannot start '/nonexistent/program'" in result.stderr
 
 
+@pytest.mark.slow
 def test_no_command_is_a_usage_error():
     result = subprocess.run(
         [sys.executable, str(LAUNCHER), "--num_processes=2"], capture_output=True, text=True
@@ -275,6 +288,7 @@ def test_two_jax_processes_make_one_eight_device_job():
         assert any(line.endswith("result 2 8 [0, 1]") for line in lines), result.stdout
 
 
+@pytest.mark.slow
 def test_gloo_connection_lines_are_dropped_unless_verbose():
     script = """
         print(f"[Gloo] Rank {I} is connected to 1 peer ranks. Expected number of connected peer ranks is : 1", flush=True)

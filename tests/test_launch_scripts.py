@@ -97,6 +97,7 @@ def recorded(env: dict[str, str], name: str) -> list[str] | None:
     return path.read_text().splitlines() if path.exists() else None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SHELL_SCRIPTS)
 def test_bash_parses_every_script(script):
     subprocess.run(["bash", "-n", str(REPO / script)], check=True)
@@ -110,6 +111,7 @@ def test_scripts_are_shellcheck_clean():
     assert result.returncode == 0, result.stdout
 
 
+@pytest.mark.slow
 def test_gpu_sbatch_runs_one_task_per_gpu_with_the_contract(cluster):
     result = run("launch/slurm/gpu.sbatch", cluster, SLURM_NTASKS_PER_NODE="4")
     assert result.returncode == 0, result.stderr
@@ -135,6 +137,7 @@ def test_gpu_sbatch_runs_one_task_per_gpu_with_the_contract(cluster):
     assert "port 61665" in result.stdout  # 4321 % 4096 + 61440, JAX's SLURM rule
 
 
+@pytest.mark.slow
 def test_gpu_node_sbatch_gives_the_task_all_local_gpus(cluster):
     result = run("launch/slurm/gpu_node.sbatch", cluster, SLURM_NTASKS_PER_NODE="1")
     assert result.returncode == 0, result.stderr
@@ -143,6 +146,7 @@ def test_gpu_node_sbatch_gives_the_task_all_local_gpus(cluster):
     assert srun_args[-3:] == ["--local_device_ids=all", "--epochs=1", "--seed=3"]
 
 
+@pytest.mark.slow
 def test_gpu_node_sbatch_without_extra_flags(cluster):
     result = run(
         "launch/slurm/gpu_node.sbatch", cluster, EXTRA_FLAGS=None, SLURM_NTASKS_PER_NODE="1(x2)"
@@ -151,12 +155,14 @@ def test_gpu_node_sbatch_without_extra_flags(cluster):
     assert recorded(cluster, "srun")[-2:] == ["--gpu_settings=default", "--local_device_ids=all"]
 
 
+@pytest.mark.slow
 def test_gpu_settings_reach_every_task(cluster):
     result = run("launch/slurm/gpu.sbatch", cluster, GPU_SETTINGS="none", SLURM_NTASKS_PER_NODE="4")
     assert result.returncode == 0, result.stderr
     assert "--gpu_settings=none" in recorded(cluster, "srun")
 
 
+@pytest.mark.slow
 def test_output_directories_can_be_moved(cluster, tmp_path):
     dirs = {
         name: str(tmp_path / name.lower()) for name in ("CHECKPOINT_DIR", "RESULTS_DIR", "LOG_DIR")
@@ -169,6 +175,7 @@ def test_output_directories_can_be_moved(cluster, tmp_path):
     assert f"--results_dir={dirs['RESULTS_DIR']}" in srun_args
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SBATCH)
 def test_a_preempted_step_requeues_the_job(cluster, script):
     result = run(script, cluster, STUB_SRUN_RC="75")
@@ -177,6 +184,7 @@ def test_a_preempted_step_requeues_the_job(cluster, script):
     assert "requeueing job 4321" in result.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SBATCH)
 @pytest.mark.parametrize("code", ["69", "137"])  # lost or hung; a task killed (128 + SIGKILL)
 def test_a_lost_or_hung_step_is_requeued_up_to_max_requeues(cluster, script, code):
@@ -189,6 +197,7 @@ def test_a_lost_or_hung_step_is_requeued_up_to_max_requeues(cluster, script, cod
     assert result.returncode == int(code) and recorded(cluster, "scontrol") is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SBATCH)
 @pytest.mark.parametrize("code", ["1", "2", "65"])  # invalid run, usage error, bad data
 def test_a_failed_step_is_not_requeued(cluster, script, code):
@@ -198,6 +207,7 @@ def test_a_failed_step_is_not_requeued(cluster, script, code):
     assert f"step failed with exit code {code}" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SBATCH)
 @pytest.mark.parametrize(
     ("changes", "message"),
@@ -221,6 +231,7 @@ def test_a_broken_contract_fails_before_srun(cluster, script, changes, message):
     assert recorded(cluster, "srun") is None
 
 
+@pytest.mark.slow
 def test_gpu_sbatch_wants_one_task_per_gpu(cluster):
     result = run("launch/slurm/gpu.sbatch", cluster, SLURM_NTASKS_PER_NODE="2")
     assert result.returncode == 2
@@ -229,12 +240,14 @@ def test_gpu_sbatch_wants_one_task_per_gpu(cluster):
     assert result.returncode == 2 and "--gpus-per-task" in result.stderr
 
 
+@pytest.mark.slow
 def test_gpu_node_sbatch_wants_one_task_per_node(cluster):
     result = run("launch/slurm/gpu_node.sbatch", cluster, SLURM_NTASKS_PER_NODE="4")
     assert result.returncode == 2
     assert "one task per node" in result.stderr
 
 
+@pytest.mark.slow
 def test_the_container_replaces_the_venv(cluster, tmp_path):
     image = tmp_path / "hpcai_jax.sif"
     image.touch()
@@ -263,6 +276,7 @@ def tpu(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_tpu_pod_run_dry_run_prints_one_command_for_all_workers():
     result = tpu("--dry-run", "run", "--epochs=2", TPU_NAME="pod", ZONE="us-west4-a")
     assert result.returncode == 0, result.stderr
@@ -273,6 +287,7 @@ def test_tpu_pod_run_dry_run_prints_one_command_for_all_workers():
     )
 
 
+@pytest.mark.slow
 def test_tpu_pod_install_dry_run_ships_the_commit_and_pip_installs_tpu():
     result = tpu("install", "--dry-run", TPU_NAME="pod", ZONE="z", PROJECT="proj")
     assert result.returncode == 0, result.stderr
@@ -283,6 +298,7 @@ def test_tpu_pod_install_dry_run_ships_the_commit_and_pip_installs_tpu():
     assert 'pip install -q -e ".[tpu]"' in lines[2]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "env", "message"),
     [
@@ -341,6 +357,7 @@ def srun_calls(env: dict[str, str]) -> list[list[str]]:
     return calls
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SBATCH)
 def test_stage_dir_stages_once_per_node_then_trains_from_the_copy(staging, script, tmp_path):
     source, local = tmp_path / "tfds", tmp_path / "local" / "tfds"
@@ -372,6 +389,7 @@ def test_stage_dir_stages_once_per_node_then_trains_from_the_copy(staging, scrip
     assert f"staging {source} to {local} on each of 2 node(s)" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_data_directory_to_stage_comes_from_the_flagfile_unless_extra_flags_give_one(
     staging, tmp_path
 ):
@@ -400,6 +418,7 @@ def test_the_data_directory_to_stage_comes_from_the_flagfile_unless_extra_flags_
     )
 
 
+@pytest.mark.slow
 def test_stage_dir_without_a_data_directory_fails_before_srun(staging, tmp_path):
     result = run(
         "launch/slurm/gpu.sbatch",
@@ -415,6 +434,7 @@ def test_stage_dir_without_a_data_directory_fails_before_srun(staging, tmp_path)
     assert srun_calls(staging) == []
 
 
+@pytest.mark.slow
 def test_without_stage_dir_nothing_is_staged(staging):
     result = run("launch/slurm/gpu_node.sbatch", staging)
     assert result.returncode == 0, result.stderr
@@ -422,6 +442,7 @@ def test_without_stage_dir_nothing_is_staged(staging):
     assert not any(arg.startswith("--data_dir") for arg in train)
 
 
+@pytest.mark.slow
 def test_the_container_stages_with_its_own_python(staging, tmp_path):
     image = tmp_path / "hpcai_jax.sif"
     image.touch()

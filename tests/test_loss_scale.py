@@ -42,6 +42,7 @@ def float16_resnet():
     return setup, start
 
 
+@pytest.mark.slow
 def test_float16_keeps_float32_master_weights_and_trains(float16_resnet):
     setup, start = float16_resnet
     state = start()
@@ -102,6 +103,7 @@ def test_nan_also_counts_as_overflow():
     np.testing.assert_array_equal(new.params["w"], [1.0, 2.0])
 
 
+@pytest.mark.slow
 def test_one_members_overflow_skips_only_that_members_step(float16_resnet):
     """The sharded step decides per member. M = 4, two per device (mesh ensemble 2 × data 4),
     resnet_small on Fashion-MNIST (BatchNorm statistics in the member state): member 1's loss

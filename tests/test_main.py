@@ -210,6 +210,7 @@ def test_unwritable_results_dir(tmp_path):
     assert blocker.read_text() == "not a directory"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, fragment",
     [
@@ -237,6 +238,7 @@ def test_the_backend_probe_stays_quiet_but_its_warnings_do_not():
     assert probe.isEnabledFor(std_logging.WARNING)
 
 
+@pytest.mark.slow
 def test_help_groups_the_flags_by_mode_with_the_key_ones_first():
     """--help: each mode's key flags with help and default, then the rest of its flags by name
     (every flag appears); --helpfull stays absl's whole list."""
@@ -269,6 +271,7 @@ def test_help_groups_the_flags_by_mode_with_the_key_ones_first():
     assert len(out.splitlines()) < 200
 
 
+@pytest.mark.slow
 def test_help_into_a_closed_pipe_ends_quietly():
     """`--help | head -3`: the reader goes before the help is written; no traceback, exit 0."""
     import subprocess

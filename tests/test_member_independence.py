@@ -26,6 +26,7 @@ def _config(mesh: C.MeshConfig, model: str = "resnet_small", dtype: str = "float
     ).validate()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mesh, dtype",
     [
@@ -76,6 +77,7 @@ def test_each_process_reads_its_own_members_and_gather_combines_them():
     assert member_figures.gather([flags])[0].tolist() == (values > 3).tolist()
 
 
+@pytest.mark.slow
 def test_a_member_on_one_device_runs_a_step_without_any_collective():
     # XLA keeps an all-reduce of one-device groups, and a multi-process run waits in it for the
     # other processes' steps; with P_degree = 1 the step must hold none at all.

@@ -49,6 +49,7 @@ def _conv_grads(formulation: str | None, mapping, dtype, case):
     return jax.jit(run)(w, x)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CONVS, ids=[f"k{c[3]}s{c[4]}c{c[1]}" for c in CONVS])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_member_convolutions_equal_lax_in_every_form(case, dtype):
@@ -123,6 +124,7 @@ def _trained(dtype: str, mesh: C.MeshConfig):
     return setup, jax.tree.map(np.asarray, (state.params, state.model_state, state.loss_scale))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_mapped_members_train_as_unrolled_and_alone(dtype):
     """ResNet members (BatchNorm over `data` inside each member, P_degree 4, two members per
@@ -157,6 +159,7 @@ def _step_flops(mesh: C.MeshConfig):
     return build, cost, crosscheck(config, cost.flops)
 
 
+@pytest.mark.slow
 def test_every_strategy_counts_the_same_flops():
     """The analytic walk of the step is the same for every strategy; XLA's count of a mapped
     step comes from its loops written out (a loop's body is counted once otherwise) and agrees
@@ -189,6 +192,7 @@ def _program_size(members_per_device: int, strategy: str) -> int:
     return len(setup.train_step.lower(setup.abstract_state, batch).as_text(debug_info=False))
 
 
+@pytest.mark.slow
 def test_the_mapped_program_does_not_grow_with_the_members():
     """The compile-time claim without a clock: the scan step's program at 16 members per device
     is the size of its program at 2, where unroll's grows with the members."""

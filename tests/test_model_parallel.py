@@ -53,6 +53,7 @@ def whole():
     return _train(model_parallel=1, devices=4)  # the same members on ensemble 2 × data 2
 
 
+@pytest.mark.slow
 def test_split_members_equal_data_parallel_members(split, whole):
     (_, a, _), (_, b, _) = split, whole
     for part in ("params", "model_state", "opt_state"):
@@ -65,6 +66,7 @@ def test_split_members_equal_data_parallel_members(split, whole):
         )
 
 
+@pytest.mark.slow
 def test_layers_are_split_over_the_model_axis(split):
     setup, state, _ = split
     assert dict(setup.mesh.shape) == {"ensemble": 2, "data": 2, "model": 2}
@@ -76,6 +78,7 @@ def test_layers_are_split_over_the_model_axis(split):
     assert state.step.sharding.spec == P("ensemble")
 
 
+@pytest.mark.slow
 def test_the_step_moves_activations_over_model_and_nothing_over_ensemble(split, whole):
     setup, _, compiled = split
     volume = comm_volume(compiled.as_text(), setup.mesh).payload_bytes
@@ -131,6 +134,7 @@ def test_unsupported_options_fail_in_one_line(mesh, model, message):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_record_names_the_split_and_its_traffic(tmp_path):
     proc = run_in_process(
         "--ensemble_size=2",

@@ -41,6 +41,7 @@ def run_limited(code: str, soft: int, hard: int) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_soft_limit_is_raised_for_the_process_and_what_it_starts():
     result = run_limited(
         """
@@ -77,6 +78,7 @@ def test_the_soft_limit_is_raised_for_the_process_and_what_it_starts():
     assert child == 1600  # the data workers inherit it
 
 
+@pytest.mark.slow
 def test_a_hard_limit_too_low_ends_in_one_line():
     result = run_limited(
         """

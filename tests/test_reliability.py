@@ -121,6 +121,7 @@ def _resumable(interrupted, tmp_path):
     return partial, first_log, stopped_at
 
 
+@pytest.mark.slow
 def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(
     whole, interrupted, tmp_path
 ):
@@ -202,6 +203,7 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_resume_on_fewer_devices_goes_on_with_the_members_that_fit(whole, interrupted, tmp_path):
     """--resume_members=fit: the 4-member checkpoint resumed on 3 devices (one member each,
     P_degree 1) goes on with members 0-2, which end at the uninterrupted run's parameters;
@@ -257,6 +259,7 @@ def _leaves(tree):
         yield np.asarray(tree).ravel()
 
 
+@pytest.mark.slow
 def test_checkpoint_of_another_configuration_is_refused(whole, tmp_path, monkeypatch):
     shutil.copytree(whole / "ck", tmp_path / "ck")
     ck = f"--checkpoint_dir={tmp_path}/ck"
@@ -328,6 +331,7 @@ def test_saving_a_step_already_on_disk_keeps_it(tmp_path):
     np.testing.assert_array_equal(np.asarray(restored["w"]), [0.0, 1.0, 2.0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["stop", "prune"])
 def test_diverged_member(tmp_path, policy):
     """The flags are read every 2 steps. (Flags still pending at a preemption:
@@ -361,6 +365,7 @@ def test_diverged_member(tmp_path, policy):
         assert record["flops"]["useful_member_steps"] == 5 * 3 + 1
 
 
+@pytest.mark.slow
 def test_a_resume_under_another_run_name_is_refused(whole, tmp_path):
     before = sorted(p.name for p in (whole / "ck").iterdir())
     again = run_in_process(
@@ -375,6 +380,7 @@ def test_a_resume_under_another_run_name_is_refused(whole, tmp_path):
     assert not list(tmp_path.glob("*.json"))
 
 
+@pytest.mark.slow
 def test_existing_record_is_not_overwritten(tmp_path):
     # Another run's finished record (its fields beyond these do not matter to the check).
     original = json.dumps({"run_id": "same", "mode": "train", "status": "complete"})
@@ -416,6 +422,7 @@ def _json_meta_writer():
     return json_checkpoint_handler.JsonCheckpointHandler
 
 
+@pytest.mark.slow
 def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeypatch):
     """SIGTERM arrives while each checkpoint is being written (the periodic one of step 2, and
     the final one: a second SIGTERM, as a scheduler may send). The first stops the run at the
@@ -518,6 +525,7 @@ def test_two_runs_given_the_same_checkpoint_directory(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_nan_in_the_input_is_bad_input_not_divergence(tmp_path, monkeypatch):
     """A NaN that comes with the data is caught by the step's on-device input flag and named as
     bad input (data set, split, the examples of that batch holding it), not dated as a member's

@@ -154,6 +154,7 @@ def column(table: list[dict], name: str) -> tuple[str, float]:
     return header, unit(header)
 
 
+@pytest.mark.slow
 def test_report_has_every_section_and_valid_pngs(report):
     path, md = report
     for title in SECTIONS:
@@ -477,6 +478,7 @@ def assert_one_line_error(proc, *fragments):
         assert fragment in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_cli_writes_the_report_under_the_first_results_directory(results, tmp_path):
     folder = write(tmp_path / "r", {"s.json": json.loads((results / "s-M1.json").read_text())})
     proc = python_m(str(folder))
@@ -509,6 +511,7 @@ def test_bad_input_is_one_line_and_exit_2(results, tmp_path):
     assert_one_line_error(cli("--compare", record, str(results / "foreign.json")), "foreign")
 
 
+@pytest.mark.slow
 def test_api_raises_usage_error_and_rewrites_in_place(results, tmp_path):
     with pytest.raises(UsageError, match="no such file"):
         write_report([str(tmp_path / "missing")])
@@ -548,6 +551,7 @@ def help_entries(text: str) -> dict[str, str]:
     return {k: " ".join(v.split()) for k, v in entries.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["hpcai_jax.report", "hpcai_jax.sweep"])
 def test_help_shows_every_option_with_its_help_and_default(module):
     """Every option the parser defines is in `python -m MODULE --help` with its help and its

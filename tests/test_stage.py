@@ -72,6 +72,7 @@ def copied(output: str) -> int:
     return int(count)
 
 
+@pytest.mark.slow
 def test_stage_copies_the_prepared_sets_byte_for_byte_and_then_nothing(tmp_path):
     files = make_tree(tmp_path / "src")
     dst = tmp_path / "node" / "tfds"
@@ -134,6 +135,7 @@ def test_a_copy_whose_checksum_differs_is_made_again_then_fails(tmp_path, monkey
     assert tree_of(tmp_path / "again") == {}  # no file that looks complete, no partial one
 
 
+@pytest.mark.slow
 def test_concurrent_stages_on_one_node_copy_once(tmp_path):
     """Both start while a third holds DST's lock (so both wait); when it is released, exactly
     one copies and the other finds the copy complete. Without the lock both would copy."""
@@ -162,6 +164,7 @@ def test_concurrent_stages_on_one_node_copy_once(tmp_path):
     assert tree_of(dst) == files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("make", "src", "dst", "message"),
     [

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from helpers import ROOT, subprocess_env
 
 from hpcai_jax.run import startup
@@ -28,6 +29,7 @@ def test_phases_add_up_and_the_process_age_is_the_os_s():
     assert startup.total_s() >= phases["python"] + 1.52
 
 
+@pytest.mark.slow
 def test_a_fresh_process_reads_its_own_start():
     code = "from hpcai_jax.run import startup; startup.begin(); print(startup.phases()['python'])"
     out = subprocess.run(

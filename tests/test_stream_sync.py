@@ -10,10 +10,12 @@ import sys
 import pytest
 from helpers import ROOT
 
-from hpcai_jax.config import ResultsConfig, RunConfig
+from hpcai_jax.config import ResultsConfig, Settings
 from hpcai_jax.stream import run_stream
 from hpcai_jax.stream.benchmark import measure_each
 from hpcai_jax.stream.config import StreamConfig
+
+pytestmark = pytest.mark.slow  # each compiles and times STREAM on 8 devices or 2 processes
 
 JOIN_S = 300  # a loaded 2-core machine can take minutes to import JAX and join
 SLEEP_CALL, SLEEP_S = 2, 2.0
@@ -107,8 +109,8 @@ def test_a_sleeping_process_delays_the_others_start_of_that_call(tmp_path):
     assert synced["times"] == p1["synced"]["times"]
 
 
-def _config(tmp_path, **stream) -> RunConfig:
-    return RunConfig(
+def _config(tmp_path, **stream) -> Settings:
+    return Settings(
         mode="stream",
         stream=StreamConfig(**{"array_size": 1 << 12, "num_times": 2, **stream}),
         results=ResultsConfig(results_dir=str(tmp_path)),

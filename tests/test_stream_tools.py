@@ -82,6 +82,7 @@ def test_a_path_that_is_neither_binary_nor_source_tree_is_refused(tmp_path, caps
     assert "expected an executable or a BabelStream source tree" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
     """A stand-in binary that prints BabelStream's CSV: the JAX CLI really runs, both are parsed,
     and the ratio is JAX's rate over the stand-in's."""

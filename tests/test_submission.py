@@ -157,6 +157,7 @@ def test_a_closed_claim_for_an_open_configuration(package, tmp_path, capsys):
     _fails(capsys, copy, f"{RUN}.json submission.division 'closed' != 'open'", "rules.judge")
 
 
+@pytest.mark.slow
 def test_recount(package, tiny_run, tmp_path, capsys):
     """The real run and a copy whose FLOPs per step were scaled consistently everywhere (so
     that everything but the recount passes): one --mode=flops subprocess counts both."""
@@ -192,6 +193,7 @@ def test_recount(package, tiny_run, tmp_path, capsys):
     ]
 
 
+@pytest.mark.slow
 def test_recount_of_a_closed_imagenet_package_needs_no_imagenet(
     package, tmp_path, monkeypatch, capsys
 ):

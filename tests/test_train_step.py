@@ -33,6 +33,7 @@ def workload(request):
     return request.param, overrides, [train_alone(setup, m, STEPS) for m in range(4)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mesh_config",
     [
@@ -69,6 +70,7 @@ def test_ensemble_matches_members_trained_alone(mesh_config, workload):
     assert not np.allclose(first[0], first[1])
 
 
+@pytest.mark.slow
 def test_state_is_sharded_over_the_ensemble_axis():
     setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4)))
     state = setup.init_state()
@@ -87,6 +89,7 @@ def test_one_member_per_device_needs_no_strategy():
     assert resolve_member_strategy("vmap", "gpu", 2) == ("vmap", "--member_strategy")
 
 
+@pytest.mark.slow
 def test_eval_step_averages_the_voting_members_probabilities():
     """An example's prediction is the argmax of the mean softmax of the members voting on it (all
     kept members on held-out data, the out-of-bag members on training data); an example without
@@ -121,6 +124,7 @@ def test_eval_step_averages_the_voting_members_probabilities():
     assert float(counts.votes) == votes.sum()
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_runs():
     setup = build_setup(dataclasses.replace(tiny_config(), model=C.ModelConfig(dtype="bfloat16")))
     state = setup.init_state()
@@ -130,6 +134,7 @@ def test_bfloat16_compute_runs():
     assert state.params["conv_init"]["kernel"].dtype == jnp.float32
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     # The products' result type: int8 × int8 accumulates in int32 (tests/test_int8.py reads
     # the operands).

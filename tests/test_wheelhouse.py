@@ -154,6 +154,7 @@ def test_every_imported_module_is_declared_in_pyproject(modules):
     assert not undeclared, "imported but not declared in pyproject.toml: " + "; ".join(undeclared)
 
 
+@pytest.mark.slow
 def test_third_party_imports_only_the_standard_library():
     proc = _run(
         sys.executable,
@@ -228,6 +229,7 @@ def test_guards_are_read_from_the_ast(tmp_path):
     assert found["numpy"].distribution == "numpy"
 
 
+@pytest.mark.slow
 def test_third_party_cli_names_missing_modules(tmp_path):
     """Hidden modules (a failing package first on PYTHONPATH): exit 1, each named with its error
     and the files that import it; jax hidden also fails what imports jax, and costs less."""
@@ -437,6 +439,7 @@ def cp312(tmp_path_factory):
     return SimpleNamespace(proc=proc, out=out, manifest=manifest)
 
 
+@pytest.mark.slow
 def test_cp312_wheelhouse_fits_the_target(cp312):
     wheels = sorted(cp312.out.glob("*.whl"))
     assert [w.name for w in wheels] == sorted(w["file"] for w in cp312.manifest["wheels"])
@@ -467,6 +470,7 @@ def test_cp312_wheelhouse_fits_the_target(cp312):
         assert w["required_by"] and w["size"] == (cp312.out / w["file"]).stat().st_size
 
 
+@pytest.mark.slow
 def test_cp312_wheelhouse_size_and_sdist_build(cp312):
     total = sum(w.stat().st_size for w in cp312.out.glob("*.whl"))
     assert total == cp312.manifest["total_size"]
@@ -514,6 +518,7 @@ def cp311(tmp_path_factory):
     return SimpleNamespace(tmp=tmp, out=out, python=python, env=env, install=install)
 
 
+@pytest.mark.slow
 def test_install_imports_from_the_target(cp311):
     proc = cp311.install
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -550,6 +555,7 @@ def test_install_imports_from_the_target(cp311):
             assert str(site_dir) in line, line
 
 
+@pytest.mark.slow
 def test_install_names_every_missing_module(cp311, tmp_path):
     """Into the venv itself (--target=none), with jax and h5py hidden: exit 1, both named."""
     env = dict(cp311.env, PYTHONPATH=str(_shadow(tmp_path, "jax", "h5py")))
@@ -564,6 +570,7 @@ def test_install_names_every_missing_module(cp311, tmp_path):
 # -- (d) bad arguments ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, fragments",
     [
@@ -582,6 +589,7 @@ def test_wheelhouse_bad_arguments(tmp_path, args, fragments):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_wheelhouse_refuses_a_folder_not_its_own(tmp_path):
     mine = tmp_path / "notes.txt"
     mine.write_text("mine")
@@ -590,6 +598,7 @@ def test_wheelhouse_refuses_a_folder_not_its_own(tmp_path):
     assert mine.read_text() == "mine" and sorted(tmp_path.iterdir()) == [mine]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, fragments",
     [
@@ -604,6 +613,7 @@ def test_install_bad_arguments(tmp_path, args, fragments):
     _one_line_error(_run("bash", INSTALL_SH, *args), "install.sh", *fragments)
 
 
+@pytest.mark.slow
 def test_install_refuses_a_wheelhouse_for_another_python(tmp_path):
     other = f"3.{sys.version_info[1] + 1}"
     (tmp_path / "wheelhouse.json").write_text(json.dumps({"target": {"python": other}}))

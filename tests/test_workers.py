@@ -22,6 +22,7 @@ from hpcai_jax.data.pipeline import train_batches
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.data.workers import BlockStream, WorkerDied
 
+pytestmark = pytest.mark.slow  # each starts a trainer or worker processes
 STEPS = 6  # three epochs of 2 steps; the corrupt record is read at steps 1, 2 and 4
 
 
