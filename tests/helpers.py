@@ -81,6 +81,23 @@ def train_alone(setup, member: int, steps: int):
     return state
 
 
+class FakeClock:
+    """A clock only the test moves. Call it where code takes a clock function, or put it where
+    code reads the `time` module (monkeypatch `module.time`): its `perf_counter` and
+    `monotonic` read it too."""
+
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    perf_counter = monotonic = __call__
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def subprocess_env(devices: int = 8, **extra: str) -> dict[str, str]:
     """The environment of a JAX subprocess: the suite's compile flags and cache (conftest), with
     `devices` forced CPU devices."""

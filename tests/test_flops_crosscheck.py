@@ -190,9 +190,17 @@ def test_the_host_counts_the_lowered_program_when_the_plugin_cannot():
     assert cost.flops is None and "host's analysis of it failed" in cost.note
 
 
-def test_crosscheck_is_cached():
+def test_crosscheck_is_cached(monkeypatch):
+    """A second call for the same configuration traces nothing: no count is taken again (a
+    clock-free check; a trace of the step would call `count_fn`)."""
+    from hpcai_jax.flops import crosscheck as module
+
     config = _config("resnet_small", 28, 16, C.MeshConfig(ensemble_size=2, parallel_degree=4))
-    crosscheck(config, 1.0)
-    start = time.perf_counter()
-    crosscheck(config, 2.0)
-    assert time.perf_counter() - start < 0.05
+    first = crosscheck(config, 1.0)
+
+    def traced(*args, **kwargs):
+        raise AssertionError("the cached crosscheck traced the step again")
+
+    monkeypatch.setattr(module, "count_fn", traced)
+    again = crosscheck(config, 2.0)
+    assert again.analytic == first.analytic and again.xla_train_step_flops == 2.0

@@ -5,28 +5,30 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
-from helpers import ROOT, subprocess_env
+from helpers import ROOT, FakeClock, subprocess_env
 
 from hpcai_jax.run import startup
 
 
-def test_phases_add_up_and_the_process_age_is_the_os_s():
+def test_phases_add_up_and_the_process_age_is_the_os_s(monkeypatch):
+    fake = FakeClock(50.0)  # stands for the `time` module in run/startup.py
+    monkeypatch.setattr(startup, "time", fake)
     startup.begin()
     age = startup.process_age_s()
     assert age is not None and 0 < age < 24 * 3600
     with startup.phase("setup"):
-        time.sleep(0.01)
+        fake.advance(0.25)
+    fake.advance(100)  # between the phases: in none
     with startup.phase("setup"):  # a phase run twice adds up
-        time.sleep(0.01)
+        fake.advance(0.5)
     startup.record("compile", 1.5)
     phases = startup.phases()
     assert list(phases) == list(startup.PHASES)
-    assert phases["setup"] >= 0.02 and phases["compile"] == 1.5
+    assert phases["setup"] == 0.75 and phases["compile"] == 1.5
     assert phases["distributed"] is None  # not reached
-    assert startup.total_s() >= phases["python"] + 1.52
+    assert startup.total_s() == pytest.approx(phases["python"] + 2.25)
 
 
 @pytest.mark.slow

@@ -5,15 +5,17 @@ the process with HUNG_EXIT_CODE and one line; stalls of a few seconds are left a
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import threading
 import time
 
 import pytest
-from helpers import packs_and_passes_check, run_in_process
+from helpers import FakeClock, packs_and_passes_check, run_in_process
 
 from hpcai_jax.run import checkpoint_interval as interval_rule
-from hpcai_jax.run import hooks
+from hpcai_jax.run import guards, hooks
 from hpcai_jax.run.guards import HUNG_EXIT_CODE, Watchdog
 
 
@@ -25,17 +27,48 @@ def test_the_limit_is_the_factor_times_the_median_and_at_least_the_floor():
         dog.close()
 
 
-def test_an_armed_deadline_that_passes_ends_the_process_and_a_disarmed_one_does_not(capfd):
-    exits = []
-    dog = Watchdog(factor=10, min_s=0.2, process=3, exit=exits.append)
+# The unit tests below run the watchdog's thread on a fake clock: `time` in run/guards.py is
+# replaced by one whose monotonic() only the test moves. A floor of FLOOR_FAKE_S keeps the
+# thread re-reading it every few hundredths of a real second while armed, so a deadline passed on
+# the fake clock ends the "process" at once; one never passed cannot, whatever the machine's load.
+FLOOR_FAKE_S = 0.05
+# How long a disarmed watchdog is given to fire wrongly: many of its polls at FLOOR_FAKE_S.
+SILENT_S = 0.3
+# A bound for a deadline passed on the fake clock to be acted on (met in a few ms).
+FIRES_WITHIN_S = 30
+
+
+@pytest.fixture
+def fake_time(monkeypatch):
+    fake = FakeClock()  # stands for the `time` module in run/guards.py
+    monkeypatch.setattr(guards, "time", fake)
+    return fake
+
+
+def _dog(process: int):
+    """A watchdog at the fake floor whose `exit` records the code and says so."""
+    exits, fired = [], threading.Event()
+
+    def exit(code):
+        exits.append(code)
+        fired.set()
+
+    return Watchdog(factor=10, min_s=FLOOR_FAKE_S, process=process, exit=exit), exits, fired
+
+
+def test_an_armed_deadline_that_passes_ends_the_process_and_a_disarmed_one_does_not(
+    capfd, fake_time
+):
+    dog, exits, fired = _dog(3)
     try:
-        dog.arm("step 7", 0.001)
-        time.sleep(0.1)
+        dog.arm("step 7", 0.001)  # the floor: 10 x 1 ms is less
+        fake_time.advance(0.04)
         dog.disarm()  # finished in time
-        time.sleep(0.3)
-        assert exits == []
+        fake_time.advance(1000)
+        assert not fired.wait(SILENT_S) and exits == []
         dog.arm("step 8", 0.001)
-        time.sleep(0.6)
+        fake_time.advance(0.06)
+        assert fired.wait(FIRES_WITHIN_S)
         assert exits == [HUNG_EXIT_CODE]
     finally:
         dog.close()
@@ -55,21 +88,27 @@ class _Checkpointer:
         return step % 2 == 0
 
 
-def test_a_checkpoint_save_is_bounded_by_the_floor(capfd, monkeypatch):
+def test_a_checkpoint_save_is_bounded_by_the_floor(capfd, monkeypatch, fake_time):
     """A save that never returns (a hung file system, a peer stopped inside orbax's barriers)
     ends the process with the hung code at --watchdog_min_s, however short the steps; one that
     returns leaves the watchdog disarmed for the next step to arm."""
-    exits, save_s = [], [0.05]
-    monkeypatch.setattr(hooks.Context, "save", lambda ctx, step: time.sleep(save_s[0]))
-    dog = Watchdog(factor=10, min_s=0.3, process=1, exit=exits.append)
+    dog, exits, fired = _dog(1)
+    save_s = [0.04]
+
+    def save(ctx, step):  # takes save_s on the fake clock; one past the floor hangs
+        fake_time.advance(save_s[0])
+        if save_s[0] > FLOOR_FAKE_S:
+            fired.wait(FIRES_WITHIN_S)
+
+    monkeypatch.setattr(hooks.Context, "save", save)
     ctx = hooks.Context(None, None, None, _Clock(), None, None, _Checkpointer(), 10, dog)
-    save = hooks.Checkpoint(interval_rule.fixed(2))
+    checkpoint = hooks.Checkpoint(interval_rule.fixed(2))
     try:
-        save(ctx, 2)  # in time
-        time.sleep(0.5)
-        assert exits == []
-        save_s[0] = 0.8  # past the floor
-        save(ctx, 4)
+        checkpoint(ctx, 2)  # in time
+        fake_time.advance(1000)
+        assert not fired.wait(SILENT_S) and exits == []
+        save_s[0] = 1.0  # past the floor
+        checkpoint(ctx, 4)
         assert exits == [HUNG_EXIT_CODE]
     finally:
         dog.close()
@@ -78,23 +117,23 @@ def test_a_checkpoint_save_is_bounded_by_the_floor(capfd, monkeypatch):
     assert "(--watchdog_min_s); exit 69" in err
 
 
-def test_an_eval_batch_is_bounded_by_the_floor_and_the_end_disarms(capfd):
+def test_an_eval_batch_is_bounded_by_the_floor_and_the_end_disarms(capfd, fake_time):
     """run/evaluation._watched: each batch re-arms the watchdog at its floor (an evaluation of
     many batches may take long, one batch may not); the evaluation's end disarms it."""
     from hpcai_jax.run import evaluation
 
-    exits = []
-    dog = Watchdog(factor=10, min_s=0.3, process=2, exit=exits.append)
+    dog, exits, fired = _dog(2)
     try:
         with evaluation._watched(dog, step=7) as on_batch:
-            for done in range(3):  # 0.6 s in all, 0.2 s a batch
+            for done in range(3):  # 0.12 s in all, each batch within the floor
                 on_batch(done, 4)
-                time.sleep(0.2)
-        time.sleep(0.5)  # ended: disarmed
-        assert exits == []
+                fake_time.advance(0.04)
+        fake_time.advance(1000)  # ended: disarmed
+        assert not fired.wait(SILENT_S) and exits == []
         with evaluation._watched(dog, step=7) as on_batch:
             on_batch(3, 4)
-            time.sleep(0.8)
+            fake_time.advance(1.0)
+            assert fired.wait(FIRES_WITHIN_S)
         assert exits == [HUNG_EXIT_CODE]
     finally:
         dog.close()
@@ -182,5 +221,8 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
     # Resumed on one process of 8 devices (P_degree 2: another machine shape).
     resumed = run_in_process(*run, "--parallel_degree=2")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"from step {saved[-1]} of 2000" in resumed.stderr
-    assert packs_and_passes_check(next((tmp_path / "r").glob("*.json")), tmp_path)
+    (path,) = (tmp_path / "r").glob("*.json")
+    record = json.loads(path.read_text())  # resumed from its newest checkpoint, of 2000 steps
+    assert [r["at_step"] for r in record["resumes"]] == [saved[-1]]
+    assert record["timing"]["planned_steps"] == 2000
+    assert packs_and_passes_check(path, tmp_path)
