@@ -151,11 +151,13 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(
         devices=4,
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "on another mesh" in resumed.stderr
     record = _record(tmp_path / "r")
     assert record["status"] == "complete" and record["run_id"] == "interrupted"
     assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
-    assert record["resumes"][0]["mesh"]["num_devices"] == 4
+    # On another mesh: 4 devices, one member each, where the checkpoint was saved on 8 with 2.
+    resumed_on = record["resumes"][0]["mesh"]
+    assert (resumed_on["num_devices"], resumed_on["members_per_device"]) == (4, 1)
+    assert resumed_on["parallel_degree"] == 1
     assert (record["mesh"]["parallel_degree"], record["mesh"]["members_per_device"]) == (1, 1)
     # Timed steps: both segments, each without its first (warm-up) step.
     assert record["timing"]["timed_steps"] == STEPS - 2
@@ -224,9 +226,9 @@ def test_a_resume_on_fewer_devices_goes_on_with_the_members_that_fit(whole, inte
     assert_one_line_error(refused, "Eq. 5 fails", "--ensemble_size=4")
     resumed = run_main(*args, "--resume_members=fit", devices=3)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "resumed with the members that fit: 3 of 4" in resumed.stderr
-    record = _record(tmp_path / "r")
+    record = _record(tmp_path / "r")  # the members that fit: 3 of 4
     assert record["status"] == "complete" and record["mesh"]["ensemble_size"] == 3
+    assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
     assert record["members"]["dropped"] == [
         {"member": 3, "step": stopped_at, "why": "--resume_members=fit on 3 devices"}
     ]
@@ -353,7 +355,6 @@ def test_diverged_member(tmp_path, policy):
         assert (
             record["metrics"]["flops_per_s"] is None and record["metrics"]["vflops_per_s"] is None
         )
-        assert "member 1 diverged" in proc.stderr
     else:
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert record["status"] == "complete"
