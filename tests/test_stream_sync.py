@@ -10,7 +10,8 @@ import sys
 import pytest
 from helpers import ROOT
 
-from hpcai_jax.config import ResultsConfig, Settings
+from hpcai_jax.config import ResultsConfig
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream import run_stream
 from hpcai_jax.stream.benchmark import measure_each
 from hpcai_jax.stream.config import StreamConfig
