@@ -73,7 +73,7 @@ def run(tmp_path_factory):
             target_quality=TARGET, results_dir=str(tmp / "r"), mllog=str(tmp / "run.mllog")
         ),
         reliability=C.ReliabilityConfig(
-            checkpoint_dir=str(tmp / "ck"), checkpoint_every=CHECKPOINT_EVERY
+            checkpoint_dir=str(tmp / "ck"), checkpoint_every=str(CHECKPOINT_EVERY)
         ),
     )
     clock, saved = FakeClock(), {}

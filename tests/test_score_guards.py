@@ -128,7 +128,7 @@ def run(tmp_path_factory):
             target_quality=0.5,
             stream_record=str(stream),
         ),
-        reliability=C.ReliabilityConfig(checkpoint_dir=str(tmp / "ckpt"), checkpoint_every=2),
+        reliability=C.ReliabilityConfig(checkpoint_dir=str(tmp / "ckpt"), checkpoint_every="2"),
     )
     clock, owed, saves, evaluated, eval_batches = FakeClock(), {}, [], [], []
     real_compile, real_evaluate = measured_step.compile_step, evaluation.evaluate
