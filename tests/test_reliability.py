@@ -394,12 +394,14 @@ def test_existing_record_is_not_overwritten(tmp_path):
     )
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert (tmp_path / "same.json").read_text() != original
-    # 2 steps of an epoch of 8: no Eq. 6 figure, hence no VFLOPS; the summary says why. One
+    # 2 steps of an epoch of 8: no Eq. 6 figure, hence no VFLOPS; the record says why. One
     # evaluation, at the end, below the target 0.9: no time to target, and why.
     record = json.loads((tmp_path / "same.json").read_text())
     assert record["epochs"] == [] and record["metrics"]["flops_per_s"] is None
     assert record["metrics"]["vflops_per_s"] is None and record["metrics"]["flops_per_s_steady"]
-    assert "n/a (no completed epoch (2 steps of 8 per epoch)" in forced.stdout
+    why = record["metrics"]["flops_per_s_why"]
+    assert why.startswith("no completed epoch (2 steps of 8 per epoch): Eq. 6 is per epoch"), why
+    assert f"n/a ({why}" in forced.stdout  # the summary gives the record's reason
     (point,) = record["quality"]["curve"]
     assert (point["step"], point["ensemble"]) == (2, record["quality"]["ensemble"])
     assert record["time_to_target_s"] is None
