@@ -28,7 +28,7 @@ from hpcai_jax.telemetry.events import EventLog
 
 def _config(args, results_dir: str, name: str, tensorboard: bool) -> C.RunConfig:
     return C.RunConfig(
-        mesh=C.MeshConfig(ensemble_size=args.members, members_per_device=0),
+        mesh=C.MeshConfig(ensemble_size=args.members, members_per_device=None),
         data=C.DataConfig(
             dataset=args.dataset, train_examples=args.batch_size * args.steps, eval_examples=256
         ),

@@ -23,7 +23,7 @@ import time
 @dataclasses.dataclass(frozen=True)
 class Option:
     allreduce: str = "flat"
-    group: int = 0
+    group: int | None = None  # None: derived (--allreduce_group_size=auto)
     comm: str = "float32"
     dtype: str = "float32"
     model_parallel: int = 1

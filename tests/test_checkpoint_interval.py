@@ -27,7 +27,7 @@ def test_young_daly_is_the_square_root_of_twice_save_time_times_mtbf():
 
 
 def test_mtbf_follows_the_device_count_unless_given():
-    hours, why = interval.mtbf_hours(-1.0, 10_000)
+    hours, why = interval.mtbf_hours(None, 10_000)
     assert hours == pytest.approx(5.0) and why.startswith("10000 devices at 2e-05")
     assert interval.mtbf_hours(12.5, 10_000) == (12.5, "--mtbf_hours")
 

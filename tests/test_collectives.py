@@ -32,13 +32,13 @@ REGRESSION = dict(
 )
 # (allreduce, group size, dtype): mesh ensemble 2 × data 4, so P_degree = 4.
 OPTIONS = [
-    ("flat", 0, "float32"),
-    ("flat", 0, "bfloat16"),
-    ("flat", 0, "float16"),
-    ("flat", 0, "int8"),
+    ("flat", None, "float32"),
+    ("flat", None, "bfloat16"),
+    ("flat", None, "float16"),
+    ("flat", None, "int8"),
     ("hierarchical", 2, "float32"),
     ("hierarchical", 2, "bfloat16"),
-    ("2d_torus", 0, "float32"),
+    ("2d_torus", None, "float32"),
 ]
 UNIT_ROUNDOFF = {  # u = eps / 2: a rounding to nearest errs by at most u relative
     "float32": 2.0**-24,
@@ -48,7 +48,7 @@ UNIT_ROUNDOFF = {  # u = eps / 2: a rounding to nearest errs by at most u relati
 SUBNORMAL_HALF = {"float32": 2.0**-150, "bfloat16": 2.0**-134, "float16": 2.0**-25}
 
 
-def _setup(allreduce="flat", group=0, dtype="float32"):
+def _setup(allreduce="flat", group=None, dtype="float32"):
     mesh = C.MeshConfig(
         2, 1, 4, allreduce=allreduce, allreduce_group_size=group, grad_allreduce_dtype=dtype
     )
@@ -192,12 +192,12 @@ def test_torus_and_hierarchical_group_p8_differently_in_the_hlo():
 # (allreduce, group size, dtype, model dtype): every option that casts or quantizes, and int8
 # under float16 training, where a non-finite gradient must skip the step instead.
 NAN_OPTIONS = [
-    ("flat", 0, "int8", "float32"),
-    ("flat", 0, "bfloat16", "float32"),
-    ("flat", 0, "float16", "float32"),
+    ("flat", None, "int8", "float32"),
+    ("flat", None, "bfloat16", "float32"),
+    ("flat", None, "float16", "float32"),
     ("hierarchical", 2, "float32", "float32"),
-    ("2d_torus", 0, "bfloat16", "float32"),
-    ("flat", 0, "int8", "float16"),
+    ("2d_torus", None, "bfloat16", "float32"),
+    ("flat", None, "int8", "float16"),
 ]
 
 

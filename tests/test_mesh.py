@@ -14,9 +14,9 @@ from hpcai_jax.errors import UsageError
     [
         (4, 1, 2, (4, 1, 2)),
         (4, 2, 4, (4, 2, 4)),
-        (8, 0, 0, (8, 8, 8)),  # P_degree = local device count, members per device derived
-        (2, 0, 4, (2, 1, 4)),
-        (16, 0, 1, (16, 2, 1)),
+        (8, None, None, (8, 8, 8)),  # P_degree = local device count, members per device derived
+        (2, None, 4, (2, 1, 4)),
+        (16, None, 1, (16, 2, 1)),
     ],
 )
 def test_resolve_layout(m, mpd, p, expected):
@@ -36,14 +36,14 @@ def test_resolve_layout(m, mpd, p, expected):
         ),
         (
             3,
-            0,
+            None,
             2,
             r"--ensemble_size=3 × --parallel_degree=2 = 6 member-replicas cannot be spread evenly over 8 devices",
         ),
         (4, 3, 2, r"--members_per_device=3 must divide --ensemble_size=4"),
         (
             4,
-            0,
+            None,
             7,  # auto once derived 28 members per device and blamed that on M
             r"^--parallel_degree=7: each member spans 7 devices, which must divide the 8 devices; "
             r"--parallel_degree can be 1, 2, 4 or 8 here$",
@@ -58,13 +58,15 @@ def test_mismatch_shows_the_arithmetic(m, mpd, p, message):
 
 def test_a_member_wider_than_the_devices_says_so_in_their_numbers():
     with pytest.raises(UsageError) as refused:
-        resolve_layout(MeshConfig(4, 0, 7), num_devices=1, local_device_count=1)
+        resolve_layout(MeshConfig(4, None, 7), num_devices=1, local_device_count=1)
     assert str(refused.value) == (
         "--parallel_degree=7: each member spans 7 devices, which must divide the 1 device; "
         "--parallel_degree can be 1 here"
     )
     with pytest.raises(UsageError, match=r"^--parallel_degree=3 × --model_parallel=2: each "):
-        resolve_layout(MeshConfig(4, 0, 3, model_parallel=2), num_devices=8, local_device_count=8)
+        resolve_layout(
+            MeshConfig(4, None, 3, model_parallel=2), num_devices=8, local_device_count=8
+        )
 
 
 def test_mesh_axes_and_order():
@@ -78,12 +80,12 @@ def test_mesh_axes_and_order():
     "m,mpd,p,pm,expected",
     [
         (2, 1, 2, 2, (2, 1, 2)),  # ensemble 2 × data 2 × model 2
-        (4, 0, 0, 2, (4, 1, 4)),  # P_degree = local devices / P_model = 4; 4 × 4 × 2 = 32 / 1
-        (2, 0, 1, 4, (2, 1, 1)),
+        (4, None, None, 2, (4, 1, 4)),  # P_degree = local devices / P_model = 4; 4 × 4 × 2 = 32 / 1
+        (2, None, 1, 4, (2, 1, 1)),
     ],
 )
 def test_model_parallel_enters_eq_5(m, mpd, p, pm, expected):
-    devices = 32 if (m, p, pm) == (4, 0, 2) else 8
+    devices = 32 if (m, p, pm) == (4, None, 2) else 8
     layout = resolve_layout(MeshConfig(m, mpd, p, model_parallel=pm), devices, 8)
     assert (layout.ensemble_size, layout.members_per_device, layout.parallel_degree) == expected
     assert layout.ensemble_axis_size * layout.parallel_degree * pm == devices
@@ -107,7 +109,7 @@ def test_a_layout_that_does_not_fill_the_devices_names_eq5_and_the_flags_that_fi
         "but there are 8 devices; to fit: --members_per_device=2 (or auto: members share "
         "devices), or --parallel_degree=2, or --ensemble_size=2"
     )
-    shared = resolve_layout(MeshConfig(4, 0, 4), num_devices=8, local_device_count=8)  # auto
+    shared = resolve_layout(MeshConfig(4, None, 4), num_devices=8, local_device_count=8)  # auto
     assert (shared.members_per_device, shared.ensemble_axis_size) == (2, 2)
     with pytest.raises(UsageError, match="--members_per_device=3 \\(or auto"):
         resolve_layout(MeshConfig(3), num_devices=8, local_device_count=8)  # P_degree 8
@@ -118,7 +120,7 @@ def test_members_per_device_takes_a_number_or_auto():
 
     hflags.FLAGS(["prog", "--members_per_device=auto"])
     try:
-        assert hflags.build_config().mesh.members_per_device == 0
+        assert hflags.build_config().mesh.members_per_device is None
         hflags.FLAGS(["prog", "--members_per_device=some"])
         with pytest.raises(
             UsageError, match=r"^--members_per_device=some: expected a number or auto$"

@@ -100,6 +100,8 @@ def _written(self, handler):
     """The layout's own exceptions: fields a section's `omitted()` leaves out, and None
     written as a field's `none_as` value."""
     out = handler(self)
+    if not dataclasses.is_dataclass(self):  # a plain mapping given where a section belongs
+        return out
     for name in self.omitted() if hasattr(self, "omitted") else ():
         out.pop(name, None)
     for f in dataclasses.fields(self):
