@@ -313,8 +313,12 @@ def measure(
                 oop, ip = ((*measured[op, p], wrong[op, p]) for p in (False, True))
                 raw.append((axis, op, n, count, oop, ip))
             last_s = time.perf_counter() - size_start
-    if not raw:
-        return [], cut
+    return (_points(raw) if raw else []), cut
+
+
+def _points(raw: list[tuple[str, str, int, int, tuple, tuple]]) -> list[Point]:
+    """The measured sizes as points: each time the slowest process's, each count of wrong
+    values the sum over the processes (one all-gather of each, where the processes meet)."""
     times = np.asarray([[r[4][1], r[5][1]] for r in raw], np.float64)
     wrongs = np.asarray([[r[4][2], r[5][2]] for r in raw], np.float64)
     slowest, wrong = allgather(times).max(axis=0), allgather(wrongs).sum(axis=0)
@@ -342,7 +346,7 @@ def measure(
                 in_place_wrong=int(w[1]),
             )
         )
-    return points, cut
+    return points
 
 
 def human_size(size: int) -> str:

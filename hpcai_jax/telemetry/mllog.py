@@ -119,20 +119,8 @@ class MLLog:
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
         spare = Path(config.reliability.checkpoint_dir or ".") / f"{run_id or 'run'}.mllog"
-        lost = False  # the segment resumed died without its segment_stop (a SIGKILL, a node)
-        if resumed_at is not None:
-            _recover(Path(path), spare, (run_id, resumed_at))
-            lost = _cut_to_save(Path(path), (run_id, resumed_at), lines_at_save)
-        append = resumed_at is not None and (
-            lost or _open_segment(Path(path)) == (run_id, resumed_at)
-        )
-        if not append:
-            _keep_earlier(Path(path), config.results.overwrite, resumed_at)
-        try:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            stream = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
-        except OSError as e:
-            raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
+        append, lost = _continued(config, Path(path), spare, run_id, resumed_at, lines_at_save)
+        stream = _opened(path, append)
         handler = _KeptLines(stream)  # flushes every line, keeps it
         logger = logging.Logger(
             "hpcai_jax.telemetry.mllog"
@@ -445,6 +433,31 @@ def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
         resumed_at,
         aside,
     )
+
+
+def _continued(
+    config, path: Path, spare: Path, run_id: str, resumed_at: int | None, lines_at_save: int
+) -> tuple[bool, bool]:
+    """(append, lost) for the log at `path`: a resumed segment appends to its own log, cut back
+    to its checkpoint where it died without its segment_stop (`lost`: a SIGKILL, a node); any
+    other run keeps or refuses the earlier log (`_keep_earlier`) and writes a new one."""
+    lost = False
+    if resumed_at is not None:
+        _recover(path, spare, (run_id, resumed_at))
+        lost = _cut_to_save(path, (run_id, resumed_at), lines_at_save)
+    append = resumed_at is not None and (lost or _open_segment(path) == (run_id, resumed_at))
+    if not append:
+        _keep_earlier(path, config.results.overwrite, resumed_at)
+    return append, lost
+
+
+def _opened(path: str, append: bool):
+    """The log file opened for the run (one line on stderr and exit 2 where it cannot be)."""
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
+    except OSError as e:
+        raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
 
 
 def _recover(path: Path, spare: Path, segment: tuple[str, int]) -> None:
