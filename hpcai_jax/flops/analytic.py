@@ -381,14 +381,12 @@ def _window_elements(eqn) -> int:
     return math.prod(eqn.params["window_dimensions"])
 
 
-def _count_eqn(eqn) -> OperatorCount | None:
-    """The count of one first-order equation; None for a primitive with no rule here."""
-    name = eqn.primitive.name
-    n = _out_size(eqn)
-    if name == "conv_general_dilated":
-        return _conv(eqn)
-    if name == "dot_general":
-        return _dot(eqn)
+# Primitives of a few FLOPs per output element (`_per_element`).
+_PER_ELEMENT = _ELEMENTWISE | {"select_n", "integer_pow", "exp2", "convert_element_type"}
+
+
+def _per_element(eqn, name: str, n: int) -> OperatorCount:
+    """The count of an equation of `_PER_ELEMENT` with `n` output elements."""
     if name in _TRANSCENDENTAL:
         return OperatorCount("elementwise", ops=1, table3=n, table3_2mac=n, transcendentals=n)
     if name in _ELEMENTWISE:
@@ -408,8 +406,19 @@ def _count_eqn(eqn) -> OperatorCount | None:
         return OperatorCount(
             "elementwise", ops=1, table3=n, table3_2mac=n, xla=n, transcendentals=n
         )
-    if name == "convert_element_type":
-        return OperatorCount("conversion", ops=1, xla=n)
+    return OperatorCount("conversion", ops=1, xla=n)  # convert_element_type
+
+
+def _count_eqn(eqn) -> OperatorCount | None:
+    """The count of one first-order equation; None for a primitive with no rule here."""
+    name = eqn.primitive.name
+    n = _out_size(eqn)
+    if name == "conv_general_dilated":
+        return _conv(eqn)
+    if name == "dot_general":
+        return _dot(eqn)
+    if name in _PER_ELEMENT:
+        return _per_element(eqn, name, n)
     if name in _REDUCTION:
         return OperatorCount("reduction", ops=1, xla=_size(eqn.invars[0].aval) - n)
     if name == "cumsum":  # associative scan: about one add per element
