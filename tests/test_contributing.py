@@ -9,7 +9,7 @@ import subprocess
 from helpers import ROOT
 
 MAX_SUBJECT = 72
-MAX_FUNCTION_LINES = 120
+MAX_FUNCTION_LINES = 60
 
 
 def _git(*args: str) -> str:
@@ -52,9 +52,9 @@ def long_functions(limit: int = MAX_FUNCTION_LINES) -> list[str]:
     return out
 
 
-def test_no_function_is_longer_than_120_lines():
+def test_no_function_is_longer_than_60_lines():
     assert long_functions() == []
 
 
 def test_the_length_rule_sees_long_functions():
-    assert long_functions(limit=60), "no function over 60 lines: the scan reads nothing"
+    assert long_functions(limit=40), "no function over 40 lines: the scan reads nothing"
