@@ -72,3 +72,19 @@ def count_lowered(count_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: i
         return None
     with member_conv.counting():
         return count_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))
+
+
+def compile_abstract_step(setup, compiler_options: dict | None = None, count: bool = False):
+    """`setup`'s train step (engine/setup.RunSetup) compiled for its abstract state, without
+    initialising any (FLOP accounting, the node check's fit); with `count`, also lowered with
+    its members' loops written out."""
+    return compile_step(
+        setup.train_step,
+        setup.abstract_state,
+        setup.mesh,
+        setup.layout,
+        setup.config.train.batch_size,
+        setup.workload.spec.fields,
+        compiler_options,
+        setup.count_step if count else None,
+    )

@@ -76,7 +76,7 @@ class RunSetup:
     def count_step(self):
         """The train step with its loops over members written out, for XLA's cost analysis
         (which counts a loop body once), or None where the step has no such loop. A separate
-        jit, lowered only, never compiled (engine/step.compile_step)."""
+        jit, lowered only, never compiled (engine/compiled.compile_step)."""
         if self.member_strategy != "vmap" or self.member_map == "grouped":
             return None
         return build_train_step(

@@ -15,7 +15,7 @@ from jax.sharding import Mesh
 from hpcai_jax import results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.datasets import data_spec, resolved
-from hpcai_jax.engine.compiled import compile_step
+from hpcai_jax.engine.compiled import compile_abstract_step
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.flops.crosscheck import (
@@ -55,15 +55,7 @@ def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
     """The whole-ensemble training step for `config`, compiled without initialising any state
     (for FLOP accounting)."""
     setup = build_setup(config, devices=devices, open_data=False)
-    build = compile_step(
-        setup.train_step,
-        setup.abstract_state,
-        setup.mesh,
-        setup.layout,
-        config.train.batch_size,
-        setup.workload.spec.fields,
-        count_fn=setup.count_step,
-    )
+    build = compile_abstract_step(setup, count=True)
     return CompiledTrainStep(
         compiled=build.compiled,
         lowered=build.lowered,

@@ -22,7 +22,7 @@ import jax
 from jax.extend import core as jcore
 
 from hpcai_jax import config as C
-from hpcai_jax.engine.compiled import StepBuild, compile_step
+from hpcai_jax.engine.compiled import StepBuild, compile_abstract_step
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.nodecheck.memory import Room, capped_note
 from hpcai_jax.telemetry.memory import memory_analysis
@@ -159,15 +159,7 @@ def build_step(
             setup = build_setup(config, devices=devices, open_data=False)
     measured: list[tuple[int, int]] = []  # (batch, XLA's bytes per device) of each compile
     for attempt in range(MAX_BUILDS):
-        build = compile_step(
-            setup.train_step,
-            setup.abstract_state,
-            setup.mesh,
-            setup.layout,
-            config.train.batch_size,
-            setup.workload.spec.fields,
-            compiler_options,
-        )
+        build = compile_abstract_step(setup, compiler_options)
         need = step_bytes(build.compiled)
         if room is None or need is None or room.fits(need, using):
             took = time.perf_counter() - start
