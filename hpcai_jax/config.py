@@ -115,7 +115,8 @@ class MeshConfig(Checked):
     members_per_device: int | None = _field(
         1,
         "Members held by one device (>1: members share devices). auto: derive it from M, "
-        "P_degree and the device count; otherwise Eq. 5 must hold as given.",
+        "P_degree and the device count (--mode=flops' default); otherwise Eq. 5 must hold as "
+        "given.",
         ge=1,
         auto=0,
         note="or auto",

@@ -136,11 +136,23 @@ def _from_text(name: str, value: Any) -> Any:
     return None if number == field.metadata["auto"] else number
 
 
+# A mode's own default for a flag it is run without: the FLOP accounting compiles the step on
+# whatever devices exist, so its members share them unless told otherwise (with the training
+# default of one member per device, M = 4 fits no machine with P_degree = the device count).
+MODE_DEFAULTS: dict[str, dict[str, str]] = {"flops": {"members_per_device": "auto"}}
+
+
+def _given(values: flags.FlagValues, name: str) -> Any:
+    """The flag's value, or its mode's own default where the command line did not set it."""
+    mode_default = MODE_DEFAULTS.get(values.mode, {}).get(name)
+    return getattr(values, name) if mode_default is None or values[name].present else mode_default
+
+
 def build_config(values: flags.FlagValues = FLAGS) -> Settings:
     """The run configuration the parsed flags give, not yet validated."""
     return _replaced(
         _DEFAULTS,
-        {path: _from_text(name, getattr(values, name)) for name, path in FLAG_FIELDS.items()},
+        {path: _from_text(name, _given(values, name)) for name, path in FLAG_FIELDS.items()},
         (),
     )
 

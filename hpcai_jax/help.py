@@ -87,7 +87,9 @@ def text() -> str:
         "",
         "Common: --mode (default: train) selects one of the modes below; --flagfile=FILE reads",
         "flags from a file (configs/ holds the shipped ones); --helpfull lists every flag with",
-        "its help, absl's own included. A first run (minutes on a CPU; README.md):",
+        "its help, absl's own included; --dry_run prints the plan of a run (its settings, mesh",
+        "and target) and exits without compiling anything. A first run (minutes on a CPU;",
+        "README.md):",
         "  python -m hpcai_jax.main --flagfile=configs/quickstart.flags",
     ]
     for mode, (what, sections, key) in MODES.items():

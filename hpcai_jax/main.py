@@ -24,7 +24,18 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+DRY_RUN = flags.DEFINE_boolean(
+    "dry_run",
+    False,
+    "Parse and validate the flags, resolve the mesh on these devices and the quality target, "
+    "print the plan and exit 0: nothing compiled, trained or written.",
+)
+QUICKSTART = "python -m hpcai_jax.main --flagfile=configs/quickstart.flags"
+
+
 def _parse(argv: list[str]) -> list[str]:
+    if len(argv) == 1:  # no flag at all: the defaults name no data set with a target
+        _fail(f"no flags given; the first run is the quickstart: {QUICKSTART} (--help: the flags)")
     if help_text.wants_help(argv):  # grouped by mode; --helpfull stays absl's whole list
         try:
             print(help_text.text(), flush=True)
@@ -79,6 +90,8 @@ def main(argv: list[str]) -> None:
         _fail(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a --flag")
     try:
         config = hflags.config_from_flags()
+        if DRY_RUN.value:
+            _dry_run(config)
         # Before JAX starts its backend: XLA and the GPU client read these once, at start.
         applied = gpu_settings.apply(gpu_settings.select(config.gpu_settings))
         # Errors before tables: the phase lines and the settings wait until the mode has checked
@@ -101,6 +114,14 @@ def main(argv: list[str]) -> None:
         _lost(why)
     finally:  # a refused run logs nothing it held
         startup.drop()
+
+
+def _dry_run(config) -> None:
+    """--dry_run: the plan on stdout, exit 0 (a setting the run would refuse: its one line)."""
+    from hpcai_jax import dry_run
+
+    print("\n".join(dry_run.plan(config)), flush=True)
+    sys.exit(0)
 
 
 def _check_layout(config) -> None:

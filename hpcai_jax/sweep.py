@@ -204,11 +204,11 @@ examples:
   # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\
       --launcher='python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --' \\
-      -- --workload=regression --model=mlp --dataset=friedman1 --steps=2
+      -- --workload=regression --model=mlp --dataset=friedman1 --target_quality=0.9 --steps=2
   # an ensemble ablation on one CPU device: M = 1, 2, 4, 8, 16 members mapped on it
   # (docs/members.md):
-  python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=1 \
-      --ensemble_sizes=1,2,4,8,16 --members_per_device=0 --results_dir=results/ablation \
+  python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=1 \\
+      --ensemble_sizes=1,2,4,8,16 --members_per_device=0 --results_dir=results/ablation \\
       -- --flagfile=configs/ensemble_ablation.flags
   # inside a SLURM allocation, 3 repeats of each point:
   python -m hpcai_jax.sweep --experiment=scalability --parallel_degree=8 --max_ensemble=8 \\
@@ -305,7 +305,7 @@ def _sweep(argv: list[str]) -> int:
         raise UsageError(str(e)) from None
     mllog = mllog_path(main_args)
     seed = base_seed(main_args) if args.repeats > 1 else 0
-    runs, written, failed = [], [], 0
+    runs, written, failed = [], [], []
     for job in jobs(points, args.repeats, args.name, args.experiment, seed):
         cmd = command(
             job.point,
@@ -325,14 +325,22 @@ def _sweep(argv: list[str]) -> int:
         if path.exists() and (returncode == 0 or not older):
             written.append(str(path))  # a failed run's invalid or partial record included
         if returncode != 0:
-            failed += 1
+            failed.append(f"{job.run_name} (exit {returncode})")
             continue
         runs.append(records.read(path))
     if runs:
         print(table(runs))
-    if written and not _report(written, Path(args.results_dir) / "report"):
-        failed += 1
-    return 1 if failed else 0
+    reported = not written or _report(written, Path(args.results_dir) / "report")
+    if not args.dry_run:
+        print(summary(len(runs) + len(failed), failed), flush=True)
+    return 1 if failed or not reported else 0
+
+
+def summary(total: int, failed: list[str]) -> str:
+    """The sweep's last line: how many of its runs completed, and which failed (a failed
+    point ends neither the sweep nor its summary)."""
+    line = f"sweep: {total - len(failed)} of {total} run(s) completed"
+    return line + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
 def _report(paths: list[str], out: Path) -> bool:

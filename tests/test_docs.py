@@ -118,6 +118,8 @@ FOREIGN_FLAGS = {
 }
 # absl's own flags (and its logging's --verbosity), which every absl program (hpcai_jax.main) takes.
 ABSL_FLAGS = {"flagfile", "help", "helpfull", "helpshort", "undefok", "verbosity"}
+# hpcai_jax.main's own flags that are no setting of a run (hpcai_jax/main.py).
+COMMAND_FLAGS = {"dry_run"}
 SEPARATORS = {"&&", "||", ";", "|"}
 PATH_CHARS = re.compile(r"[\w\-./*{},]+")
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][\w-]*)")
@@ -367,7 +369,7 @@ def _main_flags_from_config() -> dict[str, str]:
 def main_flags() -> frozenset[str]:
     declared = _main_flags_from_config()
     negated = {f"no{name}" for name, kind in declared.items() if kind == "bool"}  # absl's --noX
-    return frozenset(declared.keys() | negated | ABSL_FLAGS)
+    return frozenset(declared.keys() | negated | ABSL_FLAGS | COMMAND_FLAGS)
 
 
 def script_flags(path: Path) -> set[str]:

@@ -225,3 +225,22 @@ def _check_report(results_dir):
     for name in pngs:
         data = (report.parent / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000, name
+
+
+def test_a_failed_point_still_ends_in_the_summary_naming_it(capsys, monkeypatch, tmp_path):
+    """A point whose run exits non-zero: the sweep goes on to the next, then prints its summary
+    line naming the failed point, and exits 1."""
+    codes = iter([2, 2])
+    monkeypatch.setattr(
+        "hpcai_jax.sweep.subprocess.run",
+        lambda cmd: subprocess.CompletedProcess(cmd, next(codes)),
+    )
+    code, out, _ = sweep(
+        capsys, "--experiment=tradeoff", "--sys_scale=2", f"--results_dir={tmp_path}"
+    )
+    assert code == 1
+    assert out.count("+ ") == 2, out
+    assert out.splitlines()[-1] == (
+        "sweep: 0 of 2 run(s) completed; failed: sweep-tradeoff-M2-P1 (exit 2), "
+        "sweep-tradeoff-M1-P2 (exit 2)"
+    )
