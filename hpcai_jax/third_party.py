@@ -16,6 +16,7 @@ import importlib.metadata
 import json
 import re
 import sys
+import tomllib
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +73,7 @@ class Module:
     files: tuple[str, ...]
     optional: bool
     distribution: str | None
+    extra: str = ""  # the extras that install it ("coco"), where no plain install does
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:
@@ -237,21 +239,65 @@ def distribution_of(module: str) -> str | None:
     return candidates[0] if candidates else None
 
 
+def _requirements(package_dir: Path) -> list[str]:
+    """The project's requirements as Requires-Dist lines (`name...; extra == "x"`): from the
+    pyproject.toml of a source checkout, else from the installed distribution's metadata."""
+    pyproject = package_dir.parent / "pyproject.toml"
+    if pyproject.is_file():
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+        extras = project.get("optional-dependencies", {})
+        return [*project.get("dependencies", [])] + [
+            f'{r}; extra == "{extra}"' for extra, reqs in extras.items() for r in reqs
+        ]
+    try:
+        return importlib.metadata.requires(package_dir.name) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []
+
+
+def extras_of(package_dir: Path = PACKAGE_DIR) -> dict[str, tuple[str, ...]]:
+    """Distribution (PEP 503 name) → the extras that install it, for each distribution that only
+    an extra installs; the `test` extra is named only where no other one holds it."""
+    core, extras = set(), {}
+    for line in _requirements(package_dir):
+        name = normalize(re.match(r"[A-Za-z0-9._-]+", line.strip()).group(0))
+        extra = re.search(r"extra\s*==\s*[\"']([^\"']+)", line)
+        if extra is None:
+            core.add(name)
+        else:
+            extras.setdefault(name, []).append(extra.group(1))
+    return {
+        name: tuple([e for e in found if e != "test"] or found)
+        for name, found in extras.items()
+        if name not in core
+    }
+
+
 def third_party_modules(package_dir: Path = PACKAGE_DIR) -> dict[str, Module]:
     """Each third-party top-level module with the files that import it, whether it is optional
-    (every import guarded) and its distribution."""
+    (every import guarded, or only an extra installs it) and its distribution."""
     by_module: dict[str, list[Site]] = {}
     for site in import_sites(package_dir):
         by_module.setdefault(site.module, []).append(site)
-    return {
-        name: Module(
+    extras = extras_of(package_dir)
+    modules = {}
+    for name, sites in sorted(by_module.items(), key=lambda kv: kv[0].lower()):
+        distribution = distribution_of(name)
+        extra = " or ".join(extras.get(distribution or "", ()))
+        modules[name] = Module(
             name,
             tuple(sorted({s.file for s in sites})),
-            all(s.guarded for s in sites),
-            distribution_of(name),
+            bool(extra) or all(s.guarded for s in sites),
+            distribution,
+            extra,
         )
-        for name, sites in sorted(by_module.items(), key=lambda kv: kv[0].lower())
-    }
+    return modules
+
+
+def install_hint(extra: str) -> str:
+    """Where a missing module comes from: its extra, as the README installs the project."""
+    first = extra.split(" or ")[0]
+    return f"extra {extra}: pip install -e '.[{first}]'" if extra else ""
 
 
 def _first_line(error: BaseException) -> str:
@@ -267,6 +313,7 @@ def check(modules: dict[str, Module]) -> list[dict]:
             "module": module.name,
             "distribution": module.distribution,
             "optional": module.optional,
+            "extra": module.extra,
             "files": list(module.files),
             "ok": False,
             "version": None,
@@ -299,7 +346,10 @@ def _line(r: dict) -> str:
         dist += f" {r['version']}" if r["version"] else ""
         return f"ok       {name:<30} {dist:<32} {r['location']}"
     status = "missing" if r["optional"] else "MISSING"
-    return f"{status:<8} {name:<30} {dist:<32} {r['error']}; imported by {', '.join(r['files'])}"
+    hint = f" ({install_hint(r['extra'])})" if r.get("extra") else ""
+    return (
+        f"{status:<8} {name:<30} {dist:<32} {r['error']}{hint}; imported by {', '.join(r['files'])}"
+    )
 
 
 class _Parser(argparse.ArgumentParser):

@@ -176,11 +176,16 @@ def device_items(accelerator: bool) -> list[Item]:
 
 def import_items() -> list[Item]:
     """Every third-party module the code imports, imported here: a missing required one FAILs
-    (the items that need it would WARN or crash), a missing optional one WARNs."""
+    (the items that need it would WARN or crash), a missing optional one WARNs, naming the
+    extra that installs it where one does (pyproject.toml's optional-dependencies)."""
     results = third_party.check(third_party.third_party_modules())
     missing = [r for r in results if not r["ok"] and not r["optional"]]
     optional = [r for r in results if not r["ok"] and r["optional"]]
-    note = "; ".join(f"{r['module']}: {r['error']}" for r in missing + optional)
+    note = "; ".join(
+        f"{r['module']}: "
+        + (f"not installed ({third_party.install_hint(r['extra'])})" if r["extra"] else r["error"])
+        for r in missing + optional
+    )
     verdict = FAIL if missing else WARN if optional else PASS
     return [
         Item(
