@@ -5,6 +5,7 @@ the budget's shares, one in-process check run at a tiny budget with one collecti
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -147,6 +148,15 @@ def test_check_prints_one_row_per_item_and_writes_them(check_run):
         assert any(line.startswith(item) for line in proc.stdout.splitlines()), item
     assert all(r["status"] != PASS for r in rows if r["measured"] is None)
     assert "# all_reduce on intra_node, n = 8 per group" in proc.stdout
+    # nccl-tests' header before the tables: its parameters and one line per rank.
+    assert re.search(
+        r"^# nThread 1 nGpus 8 minBytes 1024 maxBytes \d+ step: 2\(factor\) warmup iters: 5 "
+        r"iters: 20 agg iters: 1 validation: 1 graph: 0$",
+        proc.stdout,
+        re.M,
+    )
+    assert sum(line.startswith("#  Rank ") for line in proc.stdout.splitlines()) == 8
+    assert "# broadcast on intra_node" in proc.stdout and "# sendrecv on intra_node" in proc.stdout
     assert "host cores per device" in items  # not judged on a CPU: n/a, not PASS
     assert next(r for r in rows if r["item"] == "host cores per device")["status"] == NA
     typed = records.read(record)  # the typed record is the file's JSON, field for field
@@ -157,18 +167,25 @@ def test_check_prints_one_row_per_item_and_writes_them(check_run):
 def test_a_degraded_or_corrupting_collective_fails_its_rows_and_the_exit_code(check_run):
     proc, record = check_run
     rows = {r["item"]: r for r in record["check"]["rows"]}
-    assert rows[f"{SLOW} busbw intra_node"]["status"] == FAIL
+    # 4 s measure 1 KiB only: a bandwidth there proves nothing, so even the link made 1000x
+    # slow is not judged (test_nodecheck_tables fails it on a plateau); never PASS, no FAIL.
+    slow = rows[f"{SLOW} busbw intra_node"]
+    assert slow["status"] == WARN and slow["note"].startswith("not judged: ")
+    assert all(
+        r["status"] == WARN and "not judged" in r["note"]
+        for r in rows.values()
+        if " busbw " in r["item"] and r["item"] != f"{CORRUPT} busbw intra_node"
+    )
     assert rows[f"{CORRUPT} busbw intra_node"]["status"] == FAIL
     assert rows[f"{CORRUPT} busbw intra_node"]["note"].startswith("data check: wrong 1 at 1 KiB")
-    assert rows["all_reduce busbw intra_node"]["status"] != FAIL
     assert proc.returncode == 1
-    assert record["reason"] == f"FAIL: {CORRUPT} busbw intra_node, {SLOW} busbw intra_node"
-    assert "verdict: FAIL (2 FAIL)" in proc.stdout
+    assert record["reason"] == f"FAIL: {CORRUPT} busbw intra_node"
+    assert "verdict: FAIL (1 FAIL)" in proc.stdout
     # nccl-tests' table: the in-place #wrong column and the out-of-bounds line say it too.
     table = proc.stdout[proc.stdout.index(f"# {CORRUPT} on intra_node") :]
     first = next(line for line in table.splitlines() if not line.startswith("#"))
-    assert first.split()[:4] == ["1024", "256", "float", "none"]
-    assert first.split()[7] == "0" and first.split()[-1] == "1"  # out of place, in place
+    assert first.split()[:5] == ["1024", "256", "float", "none", "-1"]
+    assert first.split()[8] == "0" and first.split()[-1] == "1"  # out of place, in place
     assert "# Out of bounds values : " in table and " FAILED" in table.split("\n\n")[0]
 
 
@@ -181,6 +198,25 @@ def test_the_collective_table_is_nccl_tests(check_run):
         factor = collectives.bus_factor(p["op"], p["n"])
         assert p["algbw"] == pytest.approx(p["size_bytes"] / p["time_s"])
         assert p["busbw"] == pytest.approx(p["algbw"] * factor)
+
+
+def test_the_data_check_knows_broadcast_alltoall_and_sendrecv():
+    """Each new collective's result matches its analytic value on every rank, out of place and
+    in place; one collective's result read as another's (a wrong peer, a wrong block) does not."""
+    import jax
+
+    layout = collectives.node_layout(jax.devices())
+    count, ops = 64, ("broadcast", "alltoall", "sendrecv")
+    fill = collectives.filler(layout, "intra_node", count, False)
+    outs = {
+        (op, p): collectives._program(op, layout, "intra_node", count, p)(fill())
+        for op in ops
+        for p in (False, True)
+    }
+    assert set(collectives.count_wrong(layout, "intra_node", count, outs).values()) == {0}
+    swapped = {(op, False): outs[ops[(i + 1) % 3], False] for i, op in enumerate(ops)}
+    wrong = collectives.count_wrong(layout, "intra_node", count, swapped)
+    assert all(w > 0 for w in wrong.values()), wrong
 
 
 def test_items_the_budget_leaves_out_warn_saying_so(check_run):

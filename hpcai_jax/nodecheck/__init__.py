@@ -3,7 +3,7 @@
 Modules, one job each: rows (a verdict: measured, expected, source, ratio, PASS/WARN/FAIL/n/a),
 budget (shares of --check_budget_s), memory (the memory room an item may take), step_fit (the
 batch a training step fits the time and the room at), expectations (what rows are judged
-against: datasheets, and figures measured on the CPU machine class), system (devices, host,
+against: datasheets, and a reference machine's figures on CPUs), system (devices, host,
 energy counters), compute (STREAM Triad, matmul peaks), collectives (nccl-tests-like bandwidth
 per mesh axis, out of place and in place, with the data check), nccl_table (their tables),
 collective_rows (their rows, judged on the plateau), training (the step, the member strategy, the

@@ -1,8 +1,9 @@
-"""Collective bandwidth like nccl-tests: all-reduce, all-gather and reduce-scatter on each mesh
-axis of the node layout, over message sizes doubling from 1 KiB, each out of place and in place,
-with nccl-tests' algorithm and bus bandwidths (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md)
-and its data check (#wrong: elements of the result that differ from the analytic value).
-docs/node_check.md specifies it; nccl_table.py prints it, collective_rows.py judges it.
+"""Collective bandwidth like nccl-tests: all-reduce, all-gather, reduce-scatter, broadcast,
+alltoall and sendrecv on each mesh axis of the node layout, over message sizes doubling from 1 KiB,
+each out of place and in place, with nccl-tests' algorithm and bus bandwidths
+(github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md) and its data check (#wrong: elements of the
+result that differ from the analytic value). docs/node_check.md specifies it; nccl_table.py
+prints it, collective_rows.py judges it.
 
 The devices are laid out as a (node, local) mesh (hpcai_jax/nodes.py: a node is a host), and
 each axis is measured with every group at once, as training runs them:
@@ -16,18 +17,20 @@ One node has no inter_node axis, and its world is its intra_node, so only intra_
 measured; nodes of one device each have only inter_node. Nodes with different device counts have
 no (node, local) mesh: world only.
 
-S, the size of a row, is nccl-tests': the bytes of the whole array (the all-reduce's buffer,
-the all-gather's output, the reduce-scatter's input), float32. algbw = S / t, t the average
-time of one call; busbw = algbw × 2(n−1)/n for all-reduce and × (n−1)/n for the other two,
-n the devices in one group, so that busbw is comparable with a link's bandwidth whatever n.
-Calls are issued back to back and waited for once (nccl-tests' timed loop), after one warm-up
-call that also compiles and whose result is checked; with several processes a row's time is the
-slowest process's. The data is made on the devices (`filler`), never on the host.
+S, the size of a row, is nccl-tests': the bytes of the whole array (the all-reduce's,
+broadcast's, alltoall's and sendrecv's buffer per rank, the all-gather's output, the
+reduce-scatter's input), float32. algbw = S / t, t the average time of one call; busbw = algbw ×
+`bus_factor` (n the devices in one group), so that busbw is comparable with a link's bandwidth
+whatever n. Calls are issued back to back and waited for once (nccl-tests' timed loop), after
+WARMUP_ITERS warm-up calls, the first of which also compiles and whose result is checked; with
+several processes a row's time is the slowest process's. The data is made on the devices
+(`filler`), never on the host.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 
@@ -42,23 +45,27 @@ from hpcai_jax import nodes
 from hpcai_jax.distributed import allgather
 from hpcai_jax.nodecheck.budget import Allotment, agree
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "alltoall", "sendrecv")
+ROOT = 0  # broadcast's root rank in its group; nccl-tests prints -1 for collectives without one
 NODE, LOCAL = "node", "local"
 AXES = {"intra_node": LOCAL, "inter_node": NODE, "world": (NODE, LOCAL)}
 MIN_BYTES = 1 << 10
 ITEMSIZE = 4  # float32
 MAX_ITERS = 20  # nccl-tests' default -n
-# Memory per device for a message of S bytes, in units of S: the first result of each of the six
-# (collective, placement) pairs, kept for the data check, and the buffers of the calls timed.
-MEMORY_PER_BYTE = 9
+WARMUP_ITERS = 5  # nccl-tests' default -w
+# Memory per device for a message of S bytes, in units of S: the first result of each of the
+# twelve (collective, placement) pairs, kept for the data check, and the buffers of the calls timed.
+MEMORY_PER_BYTE = 15
 
 
 def bus_factor(op: str, n: int) -> float:
     """nccl-tests' correction from algorithm to bus bandwidth for n ranks."""
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter"):
+    if op in ("all_gather", "reduce_scatter", "alltoall"):
         return (n - 1) / n
+    if op in ("broadcast", "sendrecv"):
+        return 1.0
     raise ValueError(f"unknown collective {op!r}")
 
 
@@ -123,6 +130,58 @@ def node_layout(devices=None) -> Layout:
     return Layout(Mesh(grid, (NODE, LOCAL)), axes)
 
 
+@dataclasses.dataclass(frozen=True)
+class Rank:
+    """One device as nccl-tests' "Using devices" list names it."""
+
+    rank: int  # its position in the world group
+    pid: int  # its process's
+    host: str  # its node's name
+    device: int  # its index on its host (the CUDA ordinal on a GPU)
+    bus_id: str  # its PCI bus id where the runtime offers one, else "-"
+    kind: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """nccl-tests' parameter header of one measurement: one thread per process drives its local
+    devices (nThread 1, nGpus the local devices), sizes from min_bytes doubling to max_bytes,
+    warmup_iters warm-up calls, at most `iters` timed calls per size."""
+
+    local_devices: int
+    min_bytes: int
+    max_bytes: int
+    warmup_iters: int
+    iters: int
+    ranks: tuple[Rank, ...]
+
+
+def describe_run(layout: Layout, max_bytes: int) -> Run:
+    """The header of a measurement over `layout` up to `max_bytes`. A collective (every
+    process's pid and node name are gathered)."""
+    pids = allgather(np.asarray([os.getpid()], np.int64)).reshape(-1)
+    hosts = nodes.process_nodes()
+    ranks = tuple(
+        Rank(
+            rank=i,
+            pid=int(pids[d.process_index]),
+            host=hosts[d.process_index],
+            device=int(d.local_hardware_id if d.local_hardware_id is not None else d.id),
+            bus_id=str(getattr(d, "pci_bus_id", None) or "-"),
+            kind=d.device_kind,
+        )
+        for i, d in enumerate(layout.mesh.devices.flat)
+    )
+    return Run(
+        jax.local_device_count(),
+        MIN_BYTES,
+        max(max_bytes, MIN_BYTES),
+        WARMUP_ITERS,
+        MAX_ITERS,
+        ranks,
+    )
+
+
 def _rank(names):
     """This device's position in its group (inside shard_map)."""
     return lax.axis_index(names)
@@ -145,43 +204,68 @@ def filler(layout: Layout, axis: str, count: int, block: bool) -> Callable[[], j
     return jax.jit(jax.shard_map(fill, mesh=layout.mesh, in_specs=(), out_specs=spec))
 
 
+def _broadcast(names, backend: str) -> Callable:
+    """ROOT's buffer to every rank of the group: XLA's collective-broadcast where JAX lowers it
+    (GPU: `lax.pbroadcast`, NCCL's broadcast), elsewhere its definition, a sum of the root's
+    buffer and zeros (an all-reduce's traffic: the row's note says so)."""
+    if backend == "gpu":
+        return lambda x: lax.pbroadcast(x, names, ROOT)
+    return lambda x: lax.psum(jnp.where(_rank(names) == ROOT, x, jnp.zeros_like(x)), names)
+
+
+def _collective(op: str, names, n: int, block: int, in_place: bool, backend: str) -> Callable:
+    """One device's side of `op` on its [1, 1, elements] buffer."""
+
+    def own(buf):
+        return lax.dynamic_slice_in_dim(buf, _rank(names) * block, block, axis=2)
+
+    if op == "all_reduce":
+        return lambda x: lax.psum(x, names)
+    if op == "all_gather":
+        gather = lambda x: lax.all_gather(x, names, axis=2, tiled=True)  # noqa: E731
+        return (lambda buf: gather(own(buf))) if in_place else gather
+    if op == "reduce_scatter":
+        scatter = lambda x: lax.psum_scatter(x, names, scatter_dimension=2, tiled=True)  # noqa: E731
+        if not in_place:
+            return scatter
+        return lambda buf: lax.dynamic_update_slice_in_dim(
+            buf, scatter(buf), _rank(names) * block, axis=2
+        )
+    if op == "broadcast":
+        return _broadcast(names, backend)
+    if op == "alltoall":
+        return lambda x: lax.all_to_all(x, names, 2, 2, tiled=True)
+    if op == "sendrecv":  # nccl-tests': each rank sends to the next and receives from the last
+        return lambda x: lax.ppermute(x, names, [(r, (r + 1) % n) for r in range(n)])
+    raise ValueError(f"unknown collective {op!r}")
+
+
 def _program(op: str, layout: Layout, axis: str, count: int, in_place: bool) -> Callable:
     """The jitted collective on [nodes, local, elements], one block per device. In place,
     nccl-tests' layout: the result lands in the input's buffer (the input is donated, so XLA
     may write over it): all-gather's input is its own block of the output buffer, reduce-scatter
     writes its block back at its place in the input."""
     names, n = AXES[axis], layout.group_size(axis)
-    block = count // n
-
-    def own(buf):
-        return lax.dynamic_slice_in_dim(buf, _rank(names) * block, block, axis=2)
-
-    if op == "all_reduce":
-        fn = lambda x: lax.psum(x, names)  # noqa: E731
-    elif op == "all_gather":
-        gather = lambda x: lax.all_gather(x, names, axis=2, tiled=True)  # noqa: E731
-        fn = (lambda buf: gather(own(buf))) if in_place else gather
-    else:
-        scatter = lambda x: lax.psum_scatter(x, names, scatter_dimension=2, tiled=True)  # noqa: E731
-        fn = (
-            (
-                lambda buf: lax.dynamic_update_slice_in_dim(
-                    buf, scatter(buf), _rank(names) * block, axis=2
-                )
-            )
-            if in_place
-            else scatter
-        )
+    backend = layout.mesh.devices.flat[0].platform
+    fn = _collective(op, names, n, count // n, in_place, backend)
     spec = P(NODE, LOCAL, None)
     mapped = jax.shard_map(fn, mesh=layout.mesh, in_specs=spec, out_specs=spec, check_vma=False)
     return jax.jit(mapped, donate_argnums=(0,) if in_place else ())
 
 
-def expected_value(op: str, g, n: int, block: int):
-    """The analytic result at element g of the whole array (`_fill`'s data): a sum over the
-    ranks for the reductions, the owner's value for all-gather."""
+def expected_value(op: str, g, n: int, block: int, rank=0):
+    """The analytic result at element g of the whole array on group rank `rank` (`filler`'s
+    data): a sum over the ranks for the reductions, the owner's value for all-gather, the
+    root's for broadcast, block j of rank j's rank-th block for alltoall, the previous rank's
+    for sendrecv."""
     if op == "all_gather":
         return g // block + 1 + g % 5
+    if op == "broadcast":
+        return ROOT + 1 + g % 5
+    if op == "alltoall":
+        return g // block + 1 + (rank * block + g % block) % 5
+    if op == "sendrecv":
+        return (rank - 1) % n + 1 + g % 5
     return n * (n + 1) // 2 + n * (g % 5)
 
 
@@ -203,7 +287,7 @@ def count_wrong(
             g = rank * block + lax.broadcasted_iota(jnp.int32, y.shape, 2)
         else:
             g = lax.broadcasted_iota(jnp.int32, y.shape, 2)
-        bad = y != expected_value(op, g, n, block).astype(jnp.float32)
+        bad = y != expected_value(op, g, n, block, rank).astype(jnp.float32)
         return jnp.sum(bad, dtype=jnp.int32)
 
     def wrong(*ys):
@@ -263,13 +347,14 @@ def _measure_op(
     op: str, layout: Layout, axis: str, count: int, share: float, in_place: bool, fill
 ) -> tuple[int, float, jax.Array]:
     """(calls timed, seconds per call, the first call's result for the data check) of one
-    collective at one size: a first call (which compiles), a probe call, then as many calls as
-    2 % of the axis's share allows, up to MAX_ITERS. In place, the first result is kept and the
-    timed calls start from fresh data (each takes the last one's result: its buffer)."""
+    collective at one size: WARMUP_ITERS warm-up calls (the first compiles, and its result is
+    kept; the others' time is the probe), then as many calls as 2 % of the axis's share allows,
+    up to MAX_ITERS. In place, the first result is kept and the later calls start from fresh
+    data (each takes the last one's result: its buffer)."""
     run = _program(op, layout, axis, count, in_place)
     _, first = _timed(op, run, fill(), 1, in_place)
     x = fill()
-    probe, out = _timed(op, run, x, 1, in_place)
+    probe, out = _timed(op, run, x, max(1, WARMUP_ITERS - 1), in_place)
     x = out if in_place else x
     # The same count everywhere: a process with more calls would wait alone.
     iters = int(agree(min(MAX_ITERS, max(1, 0.02 * share / max(probe, 1e-9)))))

@@ -51,14 +51,16 @@ SYSTEM = "system"  # the rows before the items: devices, host, energy counters
 
 def measure_collectives(
     allotment, kind: str, backend: str, room: memory.Room | None = None
-) -> tuple[list[Row], list[collectives.Point]]:
-    """The collective rows and the points measured (none, and a WARN row, on one device). The
-    largest message is cut so that its buffers fit `room` (None: not checked)."""
+) -> tuple[list[Row], list[collectives.Point], collectives.Run | None]:
+    """The collective rows, the points measured and nccl-tests' header of the measurement (none,
+    and a WARN row, on one device). The largest message is cut so that its buffers fit `room`
+    (None: not checked)."""
     if jax.device_count() == 1:
-        return [skipped("collectives", "one device: nothing to communicate with")], []
+        return [skipped("collectives", "one device: nothing to communicate with")], [], None
     layout = collectives.node_layout()
     largest = collectives.max_message_bytes(jax.devices()[0])
     sizes = collectives.message_sizes(largest)
+    cap = ""
     if room is not None:
         fitting = (
             memory.largest_fitting(sizes, lambda s: collectives.MEMORY_PER_BYTE * s, room)
@@ -73,11 +75,11 @@ def measure_collectives(
                 room,
             )
             largest = fitting[-1]
-            points, cut = collectives.measure(layout, allotment, largest)
-            cut = {a: "; ".join(n for n in (cut.get(a, ""), cap) if n) for a in layout.axes}
-            return collective_rows.collective_rows(points, kind, backend, cut), points
+    run = collectives.describe_run(layout, largest)
     points, cut = collectives.measure(layout, allotment, largest)
-    return collective_rows.collective_rows(points, kind, backend, cut), points
+    if cap:
+        cut = {a: "; ".join(n for n in (cut.get(a, ""), cap) if n) for a in layout.axes}
+    return collective_rows.collective_rows(points, kind, backend, cut), points, run
 
 
 def check_section(section: dict) -> checks.CheckSection:
@@ -118,6 +120,7 @@ class Context:
     info: dict
     estimate_s: float  # a build of a step and a few steps: guessed, then the flagship step's
     points: list[collectives.Point] = dataclasses.field(default_factory=list)
+    nccl_run: collectives.Run | None = None  # the collectives' nccl-tests header
     train_step: dict | None = None
     member_strategy: dict | None = None
     sizing: Sizing = dataclasses.field(default_factory=Sizing)
@@ -172,7 +175,7 @@ def _matmul(ctx: Context, allotment: Allotment) -> list[Row]:
 
 def _collectives(ctx: Context, allotment: Allotment) -> list[Row]:
     kind = ctx.info["device_kind"]
-    rows, ctx.points = measure_collectives(allotment, kind, ctx.backend, ctx.room)
+    rows, ctx.points, ctx.nccl_run = measure_collectives(allotment, kind, ctx.backend, ctx.room)
     return rows
 
 
@@ -269,6 +272,7 @@ class CheckResult:
     budget_s: float
     used_s: dict[str, float]  # per item
     wall_s: float
+    nccl_run: collectives.Run | None = None  # the collectives' nccl-tests header
 
     @property
     def rows(self) -> tuple[Row, ...]:
@@ -295,14 +299,19 @@ def render_header(info: dict, budget_s: float) -> str:
     )
 
 
-def render_item(name: str, rows: list[Row], points: list[collectives.Point]) -> str | None:
+def render_item(
+    name: str,
+    rows: list[Row],
+    points: list[collectives.Point],
+    run: collectives.Run | None = None,
+) -> str | None:
     """One item's text as it finishes: the system's rows under the rows' header; the
-    collectives' nccl-tests tables, then the header again and their rows; other items' rows
-    alone. None when an item has nothing to print."""
+    collectives' nccl-tests header and tables, then the rows' header again and their rows; other
+    items' rows alone. None when an item has nothing to print."""
     if name == SYSTEM:
         return "\n" + table(rows)
     if name == "collectives" and points:
-        return "\n" + nccl_table.tables(points) + "\n\n" + table(rows)
+        return "\n" + nccl_table.tables(points, run) + "\n\n" + table(rows)
     return table(rows, header=False) if rows else None
 
 
@@ -315,7 +324,7 @@ def render_check(result: CheckResult) -> str:
     it finished (the collective tables with theirs), the verdict."""
     pieces = [render_header(result.info, result.budget_s)]
     for name, rows in result.items:
-        text = render_item(name, list(rows), list(result.points))
+        text = render_item(name, list(rows), list(result.points), result.nccl_run)
         if text is not None:
             pieces.append(text)
     pieces.append(render_verdict(result))
@@ -378,7 +387,7 @@ class Progress:
 
     def finished(self, result: CheckResult, following: str | None) -> None:
         name, rows = result.items[-1]
-        self._print(render_item(name, list(rows), list(result.points)))
+        self._print(render_item(name, list(rows), list(result.points), result.nccl_run))
         if following is not None:
             done = len(result.items) - 1
             self._write(result, f"running: {done} items finished, item {following} started")
@@ -408,6 +417,7 @@ def measure_check(config: Settings, started: float, progress: Progress | None = 
             budget_s=config.check.budget_s,
             used_s=dict(budget.used_s),
             wall_s=time.perf_counter() - started,
+            nccl_run=ctx.nccl_run,
         )
 
     names = [item.name for item in items]
