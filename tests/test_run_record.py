@@ -110,6 +110,8 @@ def test_flops_mfu_vflops_from_the_clock(setup):
     text = summary.summary(record)
     assert "out-of-bag top1_accuracy" in text and "not official" in text and "FAILED" not in text
     assert "n/a (no completed epoch" in text
+    # No Eq. 6 figure, so no VFLOPS: its why, and no arithmetic with n/a in it.
+    assert re.search(r"^VFLOPS +n/a \(", text, re.M) and "× n/a" not in text, text
 
 
 def test_a_pruned_member_counts_only_while_healthy(setup):
@@ -225,6 +227,13 @@ def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
         "the ensemble never reached the target 0.9: best 0.8500 in 1 evaluation(s)"
     )
     assert "n/a (the ensemble never reached" in summary.summary(record)
+    # The record is complete, its MLLOG's run_stop aborted: the summary says both.
+    assert re.search(
+        r"^status +complete, target not reached \(MLLOG run_stop: aborted, target 0.9 not "
+        r"reached: ensemble 0.86\)$",
+        summary.summary(record),
+        re.M,
+    ), summary.summary(record)
 
 
 def test_exponent_zero_means_no_penalty(setup):

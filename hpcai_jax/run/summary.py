@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hpcai_jax import records, results, units
 from hpcai_jax.records import train
+from hpcai_jax.telemetry import mllog
 
 
 def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
@@ -16,7 +17,7 @@ def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
     m, q, t, mesh, f = r.metrics, r.quality, r.timing, r.mesh, r.flops
     num = results.cell
     rows = [
-        ("status", r.status + (f" ({r.reason})" if r.reason else "")),
+        ("status", _status(r)),
         ("division", str(r.submission.division)),
         *(("  rule broken", v) for v in r.submission.violations),
         (
@@ -68,6 +69,19 @@ def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _status(r: records.TrainRecord) -> str:
+    """The record's status, in the MLLOG's words too where they differ: a complete run that
+    missed its target is scored, and its run_stop says aborted (telemetry/mllog.py)."""
+    if r.status != "complete":
+        return r.status + (f" ({r.reason})" if r.reason else "")
+    stop = mllog.outcome(r)
+    if stop["status"] == "success":
+        return "complete, target reached"
+    why = stop["reason"]
+    words = "target not reached" if "not reached" in why else why
+    return f"complete, {words} (MLLOG run_stop: aborted, {why})"
+
+
 def _members_per_device(r: records.TrainRecord) -> str:
     """Resolved, and what the flags asked (auto: derived from M, P_degree and the devices)."""
     asked = (r.config.get("mesh") or {}).get("members_per_device")
@@ -97,12 +111,14 @@ def _scored_rows(r: records.TrainRecord) -> list[tuple[str, str]]:
         if r.time_to_target_s is not None
         else f"n/a ({r.time_to_target_why})"
     )
+    vflops = (
+        f"{units.si(m.vflops_per_s, 'FLOP/s')} = FLOPS × {num(m.penalty, '{:.4f}')} "
+        f"(({num(q.ensemble, '{:.4f}')} / {q.target})^{q.exponent:g}; target {official})"
+        if m.vflops_per_s is not None and m.penalty is not None and q.ensemble is not None
+        else f"n/a ({m.vflops_per_s_why or 'no penalty'}; target {q.target}, {official})"
+    )
     return [
-        (
-            "VFLOPS",
-            f"{units.si(m.vflops_per_s, 'FLOP/s')} = FLOPS × {num(m.penalty, '{:.4f}')} "
-            f"(({num(q.ensemble, '{:.4f}')} / {q.target})^{q.exponent:g}; target {official})",
-        ),
+        ("VFLOPS", vflops),
         ("time to target", reached),
     ]
 
