@@ -182,3 +182,26 @@ def test_bare_main_names_the_quickstart():
         f"hpcai_jax: error: no flags given; the first run is the quickstart: {QUICKSTART} "
         "(--help: the flags)\n"
     )
+
+
+def test_help_texts_are_whole():
+    """Each tool's --help starts with its description, a whole sentence (before: submission's
+    began with a backtick and stopped mid-sentence)."""
+    from hpcai_jax.data import climate_convert, stage
+
+    for name, text in [
+        ("submission", submission_cli.parser().format_help()),
+        ("report", report_cli.parser().format_help()),
+        ("sweep", sweep.parser().format_help()),
+        ("stage", _help_of(stage.main)),
+        ("climate_convert", _help_of(climate_convert.main)),
+    ]:
+        description = " ".join(text.split("\n\n")[1].split())
+        assert not description.startswith("`") and description.endswith("."), (name, text)
+
+
+def _help_of(tool_main) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        tool_main(["--help"])
+    return out.getvalue()

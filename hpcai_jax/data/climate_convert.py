@@ -337,7 +337,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     """`python -m hpcai_jax.data.climate_convert --raw_dir=D --image_size=192 [--out_dir=O]
     [--workers=K]`."""
-    p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p = _Parser(prog=f"python -m {PROG}", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--raw_dir", required=True, help="directory with train/ and test/ climo_*.h5")
     p.add_argument(
         "--out_dir",

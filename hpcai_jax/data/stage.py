@@ -403,7 +403,7 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m hpcai_jax.data.stage SRC DST [--threads=K] [--progress_s=S]`."""
-    p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p = _Parser(prog=f"python -m {PROG}", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("src", metavar="SRC", help="a tfds data directory, or one data set's")
     p.add_argument("dst", metavar="DST", help="the node-local copy, to train with --data_dir=DST")
     p.add_argument(

@@ -13,6 +13,14 @@ import sys
 from hpcai_jax.errors import UsageError, tool_main
 
 PROG = "hpcai_jax.submission"
+EPILOG = """\
+check prints what a re-evaluation or a re-run measured (`measured: ...` lines), then PASS
+(exit 0) or one line per failure (exit 1); bad input is one line on stderr and exit 2.
+
+examples:
+  python -m hpcai_jax.submission pack results/quickstart.json --out=submission
+  python -m hpcai_jax.submission check submission --recount
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -21,7 +29,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=f"python -m {PROG}", description=__doc__.split("\n")[0])
+    p = _Parser(
+        prog=f"python -m {PROG}",
+        description="Gather training records into a submission package (pack), and re-derive\n"
+        "and check a package's figures (check): docs/submission.md.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     pack = commands.add_parser("pack", help="gather training records into a package")
     pack.add_argument("records", nargs="+", metavar="RUN_RECORDS", help="record files or folders")
