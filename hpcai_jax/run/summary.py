@@ -62,11 +62,20 @@ def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
         (f"ensemble {q.metric}", num(q.ensemble, "{:.4f}")),
         (f"out-of-bag {q.metric}", _oob(q)),
         *_scored_rows(r),
+        ("roofline bandwidth", _bandwidth(r.roofline)),
         ("energy", _energy_line(r.energy)),
         ("record", str(path)),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _bandwidth(roofline: train.Roofline | None) -> str:
+    """The roofline's bandwidth and its source: where STREAM measured a cache at start, the
+    source says so here, once per run, rather than in a warning."""
+    if roofline is None:
+        return "n/a (no bandwidth figure)"
+    return f"{units.si(roofline.bandwidth_bytes_per_s, 'B/s')} ({roofline.bandwidth_source})"
 
 
 def _status(r: records.TrainRecord) -> str:

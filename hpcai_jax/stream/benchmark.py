@@ -110,6 +110,7 @@ def measure_bandwidth(
     kernel_specs: Mapping[str, KernelSpec] | None = None,
     placement: Placement | None = None,
     remedy: str = "--array_size, --array_mib",
+    warn: bool = True,
 ) -> StreamResult:
     """Sizes, places, compiles, runs and validates one STREAM run; prints nothing.
 
@@ -119,6 +120,8 @@ def measure_bandwidth(
         see validation fail.
       placement: where to run (default: `config.devices`, which must then be one or all).
       remedy: what the warning for arrays smaller than 4x the cache tells the user to change.
+      warn: log that warning; False where the caller reports `size_check` itself (a training
+        run's roofline, whose summary states it, rather than a warning on every run).
 
     Raises:
       UsageError: a size that does not fit the devices, or (with strict_size) one that is
@@ -126,7 +129,7 @@ def measure_bandwidth(
     """
     with _x64(config.precision):
         placement = make_placement(config.devices) if placement is None else placement
-        size, size_check = _sized(config, placement, remedy)
+        size, size_check = _sized(config, placement, remedy, warn)
         nbytes = itemsize(config.precision)
         dtype = jnp_dtype(config.precision)
         kernel_specs = KERNELS if kernel_specs is None else kernel_specs
@@ -164,7 +167,9 @@ def measure_bandwidth(
     )
 
 
-def _sized(config: StreamConfig, placement: Placement, remedy: str) -> tuple[ArraySize, SizeCheck]:
+def _sized(
+    config: StreamConfig, placement: Placement, remedy: str, warn: bool = True
+) -> tuple[ArraySize, SizeCheck]:
     """The arrays' size on `placement`, and whether each device's share passes the 4x-cache
     rule: a warning where it does not, a UsageError under --strict_size."""
     size = resolve_array_size(
@@ -181,7 +186,10 @@ def _sized(config: StreamConfig, placement: Placement, remedy: str) -> tuple[Arr
     if not size_check.ok:
         if config.strict_size:
             raise UsageError(f"--strict_size: {size_check.message}")
-        logging.warning("STREAM: arrays too small, this measures a cache: %s", size_check.message)
+        if warn:
+            logging.warning(
+                "STREAM: arrays too small, this measures a cache: %s", size_check.message
+            )
     return size, size_check
 
 
