@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -75,6 +76,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="keep the Gloo connection lines every process prints at start (default: dropped)",
     )
     parser.add_argument(
+        "--result",
+        default="",
+        help="write the job's outcome as JSON here (which process ended it, how, every code)",
+    )
+    parser.add_argument(
         "command", nargs=argparse.REMAINDER, help="what each process runs, after --"
     )
     args = parser.parse_args(argv)
@@ -128,6 +134,27 @@ def describe(returncode: int) -> str:
 def as_exit_code(returncode: int) -> int:
     """The job's code for a process's own: LOST for one a signal ended, else its code."""
     return LOST if returncode < 0 else returncode
+
+
+def cause_rank(returncode: int) -> int:
+    """How likely an exit is to be the job's cause rather than a consequence of another's:
+    0 a signal the launcher did not send (killed, crashed), 1 an error code of its own, 2 an
+    abort (JAX's coordination client aborts a process whose peer is gone), 3 the lost-peer code
+    (the process saw another go)."""
+    if returncode == LOST:
+        return 3
+    if returncode == -signal.SIGABRT:
+        return 2
+    return 0 if returncode < 0 else 1
+
+
+def first_cause(failed: dict[int, int]) -> int:
+    """The process whose exit ended the job, of `failed` (index -> returncode, every process
+    found ended with a non-zero code by one poll of all): a cause before its consequences, then
+    the lower index. A consequence never exits before its cause, so one poll of every process
+    after a failure was seen holds the cause: the choice does not depend on the order in which
+    the others abort, nor on how late the launcher looked."""
+    return min(failed, key=lambda i: (cause_rank(failed[i]), i))
 
 
 class Job:
@@ -214,9 +241,83 @@ def all_preempted(job: Job) -> bool:
     return all(p.returncode == PREEMPTED for p in job.procs)
 
 
+def failed_now(job: Job) -> dict[int, int]:
+    """Every process that has ended with a non-zero code, by one poll of each."""
+    job.running()  # polls each process
+    return {i: p.returncode for i, p in enumerate(job.procs) if p.returncode not in (None, 0)}
+
+
+def write_result(path: str, job: Job, code: int, reason: str, first: int | None) -> None:
+    """The job's outcome for a program to read (tests, a wrapper script): which process ended
+    it and how, and every process's own exit; written whole (a temporary name, then renamed)."""
+    if not path:
+        return
+
+    def entry(i: int) -> dict:
+        rc = job.procs[i].returncode
+        name = signal.Signals(-rc).name if rc is not None and rc < 0 else None
+        return {"process": i, "returncode": rc, "signal": name}
+
+    outcome = {
+        "exit_code": code,
+        "reason": reason,
+        "first": None if first is None else entry(first),
+        "processes": [entry(i) for i in range(len(job.procs))],
+    }
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(outcome, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def watch(job: Job, args: argparse.Namespace, received: list[int]) -> tuple[int, str, int | None]:
+    """Waits for the job's end: (exit code, reason, the process that ended it, if one did)."""
+    deadline = None if args.timeout_s is None else time.monotonic() + args.timeout_s
+    forwarded_at = None  # when the first received signal was forwarded to the processes
+    while running := job.running():
+        if received and forwarded_at is None:
+            forwarded_at = time.monotonic()
+            job.send(received[0])
+        elif forwarded_at is not None:
+            if len(received) > 1 or time.monotonic() > forwarded_at + args.grace_s:
+                job.send(signal.SIGKILL)  # a second Ctrl-C, or the grace period is over
+        elif failed_now(job):
+            failed = failed_now(job)  # a second poll: the cause of any failure seen is in it
+            first = first_cause(failed)
+            code = job.procs[first].returncode
+            job.say(
+                f"process {first} exited with {describe(code)}; "
+                f"stopping the other {len(job.running())} process(es)"
+            )
+            job.stop(args.grace_s)
+            return (PREEMPTED if all_preempted(job) else as_exit_code(code)), "failed", first
+        elif deadline is not None and time.monotonic() > deadline:
+            job.say(f"timeout after {args.timeout_s:g} s; stopping {len(running)} process(es)")
+            job.stop(args.grace_s)
+            return TIMED_OUT, "timeout", None
+        time.sleep(POLL_S)
+    return ended(job, received)
+
+
+def ended(job: Job, received: list[int]) -> tuple[int, str, int | None]:
+    """The outcome of a job whose processes all ended before the launcher acted."""
+    if all_preempted(job):
+        return PREEMPTED, "preempted", None
+    if received:
+        job.say(f"stopped by {signal.Signals(received[0]).name}")
+        return 128 + received[0], "signal", None  # as a shell reports what its signal ended
+    if failed := failed_now(job):  # noticed only once every process had ended
+        first = first_cause(failed)
+        code = job.procs[first].returncode
+        job.say(f"process {first} exited with {describe(code)}")
+        return as_exit_code(code), "failed", first
+    return 0, "complete", None
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    received: list[int] = []  # signals the launcher got; the loop below acts on them
+    received: list[int] = []  # signals the launcher got; the loop in watch() acts on them
 
     def on_signal(signum, _frame):
         received.append(signum)
@@ -229,42 +330,12 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         print(f"launch/local.py: cannot start {args.command[0]!r}: {e.strerror}", file=sys.stderr)
         return 127  # as a shell's "command not found"
-    deadline = None if args.timeout_s is None else time.monotonic() + args.timeout_s
-    forwarded_at = None  # when the first received signal was forwarded to the processes
     try:
-        while running := job.running():
-            if received and forwarded_at is None:
-                forwarded_at = time.monotonic()
-                job.send(received[0])
-            elif forwarded_at is not None:
-                if len(received) > 1 or time.monotonic() > forwarded_at + args.grace_s:
-                    job.send(signal.SIGKILL)  # a second Ctrl-C, or the grace period is over
-            elif failed := [i for i, p in enumerate(job.procs) if p.returncode not in (None, 0)]:
-                code = job.procs[failed[0]].returncode
-                job.say(
-                    f"process {failed[0]} exited with {describe(code)}; "
-                    f"stopping the other {len(running)} process(es)"
-                )
-                job.stop(args.grace_s)
-                return PREEMPTED if all_preempted(job) else as_exit_code(code)
-            elif deadline is not None and time.monotonic() > deadline:
-                job.say(f"timeout after {args.timeout_s:g} s; stopping {len(running)} process(es)")
-                job.stop(args.grace_s)
-                return TIMED_OUT
-            time.sleep(POLL_S)
+        code, reason, first = watch(job, args, received)
     finally:
         job.stop(0.0)  # reaps; on an unexpected error, leaves no child behind
-    if all_preempted(job):
-        return PREEMPTED
-    if received:
-        job.say(f"stopped by {signal.Signals(received[0]).name}")
-        return 128 + received[0]  # as a shell reports a command its signal ended
-    failed = [i for i, p in enumerate(job.procs) if p.returncode != 0]
-    if failed:  # noticed only once every process had ended
-        code = job.procs[failed[0]].returncode
-        job.say(f"process {failed[0]} exited with {describe(code)}")
-        return as_exit_code(code)
-    return 0
+    write_result(args.result, job, code, reason, first)
+    return code
 
 
 if __name__ == "__main__":
