@@ -82,6 +82,14 @@ def _quiet_libraries() -> None:
         logging.get_absl_logger().addFilter(_NoLibraryInfo("orbax"))
 
 
+def _quiet_other_processes() -> None:
+    """Process 0's log is the job's: the others log only their warnings and errors (before:
+    each repeated the settings table, the mesh, the compile and the evaluation), unless
+    --verbosity=1 or more asks for everything. Their start-up line is already written."""
+    if _process_index() != 0 and logging.get_verbosity() < logging.DEBUG:
+        logging.set_verbosity(logging.WARNING)
+
+
 def main(argv: list[str]) -> None:
     startup.begin()
     _quiet_backend_probe()
@@ -100,6 +108,7 @@ def main(argv: list[str]) -> None:
         with startup.phase("distributed"):
             distributed.initialize(config.distributed)
         startup.quiet(_process_index() != 0)
+        _quiet_other_processes()
         with startup.phase("imports"):
             run_mode = _MODES[config.mode]()
         if config.mode not in _SELF_CHECKED:

@@ -291,3 +291,25 @@ def test_help_into_a_closed_pipe_ends_quietly():
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.parametrize(
+    "process, verbosity, after",
+    [(1, "info", "warning"), (0, "info", "info"), (1, "debug", "debug")],
+)
+def test_processes_other_than_0_log_only_warnings(monkeypatch, process, verbosity, after):
+    """A 2-process run's process 1 repeated process 0's settings table, mesh, compile and
+    evaluation lines: it now logs its warnings and errors only, unless --verbosity=1 asks."""
+    from absl import logging
+
+    from hpcai_jax import main as cli
+
+    levels = {"info": logging.INFO, "debug": logging.DEBUG, "warning": logging.WARNING}
+    before = logging.get_verbosity()
+    monkeypatch.setattr(cli, "_process_index", lambda: process)
+    try:
+        logging.set_verbosity(levels[verbosity])
+        cli._quiet_other_processes()
+        assert logging.get_verbosity() == levels[after]
+    finally:
+        logging.set_verbosity(before)
