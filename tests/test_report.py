@@ -617,3 +617,26 @@ def test_plots_tell_overlapping_runs_apart_and_caveat_shared_cores(real, monkeyp
     plots.scalability(scalability(records), tmp_path / "s.png", "t")
     labels = [line.get_label() for line in figures[-1].axes[0].lines]
     assert any(label.startswith("ideal VFLOPS") for label in labels), labels
+
+
+def test_a_tie_plots_the_newest_configuration_and_says_so_first(tmp_path):
+    """Two shipped records of different configurations, one each: the newer (by provenance.utc)
+    is plotted, whichever file is listed first, and the report's first lines say so; --run
+    picks the other, by run id or file name."""
+    import shutil
+
+    src = ROOT / "docs" / "example_report" / "records"
+    for name in ("cpu-M1-P1.json", "cpu-M2-P1-b64.json"):  # utc 16:11 and 16:24 the same day
+        shutil.copy(src / name, tmp_path / name)
+    collection = collect([str(tmp_path)])
+    assert [r.run_id for r in collection.train] == ["cpu-M2-P1-b64"]
+    assert collection.notes == [
+        "train: a tie: 2 configurations have 1 record(s) each, the newest record's is plotted "
+        "(cpu-M2-P1-b64); the others are listed as skipped (--run picks one)"
+    ]
+    assert [r.run_id for r in collect([str(tmp_path)], ("cpu-M1-P1",)).train] == ["cpu-M1-P1"]
+    out = tmp_path / "report"
+    assert report_main([str(tmp_path), f"--out={out}"]) == 0
+    assert (out / "report.md").read_text().splitlines()[2].startswith("Note: train: a tie")
+    with pytest.raises(UsageError, match="--run=nope: no record with that run id"):
+        collect([str(tmp_path)], ("nope",))

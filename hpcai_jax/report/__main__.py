@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import output
-from hpcai_jax.report.build import write_report
+from hpcai_jax.report.build import build_report
 from hpcai_jax.report.cli import Parser
 from hpcai_jax.report.compare import compare, read
 
@@ -50,6 +50,14 @@ def parser() -> argparse.ArgumentParser:
         "none: the comparison is printed only)",
     )
     p.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="RUN",
+        help="report only this run, by its run id or record file name (repeatable; default: "
+        "every record under RESULTS)",
+    )
+    p.add_argument(
         "--compare",
         nargs=2,
         metavar=("A", "B"),
@@ -73,7 +81,9 @@ def run(argv: list[str]) -> int:
         return 0
     if not args.results:
         raise UsageError("give RESULTS (record files or directories), or --compare A B")
-    path = write_report(args.results, args.out)
+    path, notes = build_report(args.results, args.out, tuple(args.run))
+    for note in notes:  # what was chosen for the reader, before anything else
+        print(f"note: {note}")
     print(f"report: {path}")
     return 0
 

@@ -148,7 +148,15 @@ def write_report(paths: list[str], out: str | Path | None = None) -> Path:
     Raises hpcai_jax.errors.UsageError (one line naming the path or --out) for a missing path,
     no records, or a directory it cannot write; nothing is left half-written.
     """
-    collection = collect([str(p) for p in paths])
+    return build_report(paths, out)[0]
+
+
+def build_report(
+    paths: list[str], out: str | Path | None = None, runs: tuple[str, ...] = ()
+) -> tuple[Path, list[str]]:
+    """`write_report` of the records `runs` names (all: none named), and the notes the report
+    opens with (a tie between configurations)."""
+    collection = collect([str(p) for p in paths], runs)
     out = Path(out) if out else default_out([str(p) for p in paths])
     before = _images(out / REPORT)
     with output.staged(out) as folder:
@@ -156,7 +164,7 @@ def write_report(paths: list[str], out: str | Path | None = None) -> Path:
         (folder / REPORT).write_text(text)
     for name in before - _images(out / REPORT):  # the previous report's plots, now unused
         (out / name).unlink(missing_ok=True)
-    return out / REPORT
+    return out / REPORT, collection.notes
 
 
 def _images(report: Path) -> set[str]:

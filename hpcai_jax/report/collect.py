@@ -93,6 +93,7 @@ class Collection:
     used: dict[str, list[Record]]
     skipped: list[Skipped]
     majority: dict[str, dict]  # mode -> the shared comparison fields of its plotted records
+    notes: list[str] = dataclasses.field(default_factory=list)  # a tie, said first
 
     @property
     def train(self) -> list[Record]:
@@ -197,9 +198,21 @@ def differences(fields: dict, majority: dict) -> str:
     return text + (f"; and {more} more" if more > 0 else "")
 
 
+def _written(r: Record) -> tuple[str, float]:
+    """When a record was written: its provenance's UTC time, then its file's modification time
+    (a record without the former, or two of the same second)."""
+    utc = getattr(getattr(r.record, "provenance", None), "utc", None)
+    try:
+        mtime = Path(r.path).stat().st_mtime
+    except OSError:
+        mtime = 0.0
+    return str(utc or ""), mtime
+
+
 def _majority(group: list[Record]) -> tuple[dict, list[Record], list[Record], int]:
-    """The largest group of records sharing comparison fields (ties: the first record's), and
-    how many groups are that large (more than 1: a tie, which the report states).
+    """The largest group of records sharing comparison fields (ties: the one holding the newest
+    record, `_written`), and how many groups are that large (more than 1: a tie,
+    which the report states).
 
     Only fields every record has are compared: a field added to the configuration by a newer
     version of hpcai_jax is not a difference between two runs' setups."""
@@ -209,15 +222,17 @@ def _majority(group: list[Record]) -> tuple[dict, list[Record], list[Record], in
     for i, f in enumerate(fields):
         key = json.dumps({k: f[k] for k in shared}, sort_keys=True, default=str)
         groups.setdefault(key, []).append(i)
-    best = max(groups.values(), key=len)  # max keeps the first of equal lengths
+    newest = {key: max(_written(group[i]) for i in g) for key, g in groups.items()}
+    best = groups[max(groups, key=lambda key: (len(groups[key]), newest[key]))]
     majority = {k: fields[best[0]][k] for k in sorted(shared)}
     others = [r for i, r in enumerate(group) if i not in best]
     tied = sum(len(g) == len(best) for g in groups.values())
     return majority, [group[i] for i in best], others, tied
 
 
-def collect(paths: list[str]) -> Collection:
-    """Loads every record under `paths` and decides which ones the report plots.
+def collect(paths: list[str], runs: tuple[str, ...] = ()) -> Collection:
+    """Loads every record under `paths` and decides which ones the report plots; `runs`, run
+    ids or file names (--run), keeps only those records.
 
     Raises UsageError for a missing path, no JSON file at all, or no hpcai_jax record among them.
     """
@@ -232,7 +247,9 @@ def collect(paths: list[str]) -> Collection:
             continue
         found += 1
         record = Record(path, read)
-        if read.status != "complete":
+        if runs and not {record.run_id, Path(path).stem} & set(runs):
+            skipped.append(Skipped(path, record.run_id, f"not one of --run={','.join(runs)}"))
+        elif read.status != "complete":
             reason = read.reason or "no reason given"
             skipped.append(Skipped(path, record.run_id, f"status {read.status}: {reason}"))
         elif record.mode not in PLOTTED:
@@ -247,15 +264,21 @@ def collect(paths: list[str]) -> Collection:
             f"no hpcai_jax records in {', '.join(paths)}: "
             f'{len(files)} JSON file(s), none with a known "mode"'
         )
-    used, majority = {}, {}
+    _check_selected(runs, skipped, candidates, paths)
+    used, majority, notes = {}, {}, []
     for mode, group in candidates.items():
         majority[mode], used[mode], others, tied = _majority(group)
         tie = (
-            f"; a tie: {tied} configurations have {len(used[mode])} record(s) each, the first "
-            "record's is plotted"
+            f"; a tie: {tied} configurations have {len(used[mode])} record(s) each, the newest "
+            f"record's is plotted ({', '.join(r.run_id for r in used[mode])})"
             if tied > 1
             else ""
         )
+        if tie:
+            notes.append(
+                f"{mode}: {tie.removeprefix('; ')}; the others are listed as skipped (--run "
+                "picks one)"
+            )
         for r in others:
             why = differences(comparison_fields(r.record), majority[mode])
             skipped.append(
@@ -266,4 +289,17 @@ def collect(paths: list[str]) -> Collection:
                     f"({len(used[mode])} plotted{tie}): {why}",
                 )
             )
-    return Collection(list(paths), used, skipped, majority)
+    return Collection(list(paths), used, skipped, majority, notes)
+
+
+def _check_selected(runs, skipped: list[Skipped], candidates: dict, paths: list[str]) -> None:
+    """Every --run names a record under `paths`: one line naming those that do not."""
+    found = {r.run_id for group in candidates.values() for r in group}
+    found |= {s.run_id for s in skipped} | {Path(s.path).stem for s in skipped}
+    found |= {Path(r.path).stem for group in candidates.values() for r in group}
+    missing = [run for run in runs if run not in found]
+    if missing:
+        raise UsageError(
+            f"--run={','.join(missing)}: no record with that run id or file name in "
+            f"{', '.join(paths)}"
+        )

@@ -572,6 +572,8 @@ def header(collection: Collection) -> str:
     lines = [
         "# hpcai_jax report",
         "",
+        *(f"Note: {note}" for note in collection.notes),
+        *([""] if collection.notes else []),
         f"Records read from {_inputs(collection.inputs)}: "
         f"{used} used ({counts or 'none'}), {len(collection.skipped)} skipped.",
     ]
