@@ -11,11 +11,12 @@ import dataclasses
 import logging as std_logging
 import os
 import re
+import sys
 
 import numpy as np
 from absl import logging
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import LOST_EXIT_CODE, UsageError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,6 +212,25 @@ def lost_peer(error: BaseException) -> str | None:
     if not _LOST_PEER.search(text):
         return None
     return f"{type(error).__name__}: {text.strip().splitlines()[0][:300]}"
+
+
+def exit_if_lost(error: BaseException) -> None:
+    """Ends this process at once with the lost-peer code when `error` says another process of
+    the job is gone: one line, no clean-up. A clean-up would wait on the dead peer (a checkpoint
+    save's barrier, JAX's shutdown barrier) or be aborted by JAX's coordination client midway,
+    and the launcher would then read an abort instead of the loss (launch/README.md, Local)."""
+    if (why := lost_peer(error)) is None:
+        return
+    import jax
+
+    print(
+        f"hpcai_jax: error: process {jax.process_index()} lost a peer ({why}); the job can "
+        f"resume from its last checkpoint; exit {LOST_EXIT_CODE}",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(LOST_EXIT_CODE)
 
 
 def from_process_zero(text: str, size: int = 256) -> str:

@@ -2,16 +2,16 @@
 
 import gzip
 import io
+import itertools
 import json
 import struct
 import threading
-import time
 
 import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-from helpers import colour_image, run_main, three_class_image_info, tiny_config
+from helpers import FakeClock, colour_image, run_main, three_class_image_info, tiny_config
 from PIL import Image
 
 from hpcai_jax import config as C
@@ -144,35 +144,36 @@ def test_read_split_divides_the_block_and_the_ensemble(block, ensemble, split):
 
 
 def test_prefetcher_counts_waits_and_propagates_errors():
+    # A fake clock that the producer moves: each batch is made only once the consumer has
+    # started waiting for it (a permit per clock reading that starts a wait), and takes 0.1 s of
+    # that clock. The wait is then exactly the producer's time, whatever the machine's load.
+    clock, permits, reads = FakeClock(), threading.Semaphore(0), itertools.count()
+
+    def read():
+        now = clock()
+        if next(reads) % 2 == 0:  # next() reads the clock twice: before and after its wait
+            permits.release()  # after the reading: the batch's time falls inside the wait
+        return now
+
     def slow(step):
-        time.sleep(0.1)
+        assert permits.acquire(timeout=10)
+        clock.advance(0.1)
         return step * 10
 
-    prefetch = Prefetcher(slow, 0, 3, depth=4)
+    prefetch = Prefetcher(slow, 0, 3, depth=4, clock=read)
     assert [prefetch.next() for _ in range(3)] == [0, 10, 20]
     with pytest.raises(StopIteration):
         prefetch.next()
     prefetch.close()
-    slow_wait = prefetch.wait_s
-    # Asking at once for each batch, the consumer waited ~0.1 s for every one; a lower bound only,
-    # since the consumer's own moments between asks let the producer get ahead.
-    assert slow_wait >= 0.2
+    assert prefetch.wait_s == pytest.approx(0.3)
 
-    made = threading.Event()
-
-    def fast(step):
-        if step == 2:
-            made.set()
-        return step * 10
-
-    prefetch = Prefetcher(fast, 0, 3, depth=4)  # room for every batch and the end marker
-    assert made.wait(timeout=10)
-    time.sleep(0.2)  # busy elsewhere while the last batch and the end marker go in
+    # A producer that takes none of the consumer's time: batches already made cost no wait.
+    prefetch = Prefetcher(lambda step: step * 10, 0, 3, depth=4, clock=FakeClock())
     assert [prefetch.next() for _ in range(3)] == [0, 10, 20]
     with pytest.raises(StopIteration):
         prefetch.next()
     prefetch.close()
-    assert prefetch.wait_s < slow_wait / 3  # batches already queued cost (almost) no wait
+    assert prefetch.wait_s == 0
 
     def fail(step):
         raise OSError("disk gone")

@@ -21,11 +21,15 @@ pytestmark = pytest.mark.slow  # each compiles and times STREAM on 8 devices or 
 JOIN_S = 300  # a loaded 2-core machine can take minutes to import JAX and join
 SLEEP_CALL, SLEEP_S = 2, 2.0
 
-# Process 1 sleeps before its call SLEEP_CALL, outside the timing, once without the barrier and
-# once with it; both processes write their call start times (perf_counter: CLOCK_MONOTONIC, the
-# same clock for every process of this host) and when the sleeper woke.
+# Process 1 is late for its call SLEEP_CALL, outside the timing, once without the barrier and
+# once with it. Without it, process 1 waits until process 0 has finished that call (process 0
+# leaves a file when it reaches the next one): an event, so that the order asserted holds on any
+# load. With it, process 1 sleeps SLEEP_S (a stand-in for a late process: the barrier must hold
+# process 0 however long; the length only makes a missing barrier obvious). Both processes
+# write when they arrived at each call and when its timing started (perf_counter:
+# CLOCK_MONOTONIC, the same clock for every process of this host) and when the late one woke.
 WORKER = f"""
-import json, sys, time
+import json, os, sys, time
 args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[2:])
 import jax
 jax.distributed.initialize(
@@ -45,13 +49,22 @@ kernel = compile_kernel(KERNELS["triad"], placement, 4096, jnp.float32)
 barrier = call_barrier(placement)
 me, out = jax.process_index(), {{}}
 for name, sync in (("unsynced", None), ("synced", barrier)):
-    calls, woke = [0], []
+    calls, woke, arrived = [0], [], []
+    passed = f"{{sys.argv[1]}}/p0-passed-{{name}}"
 
     def before():
+        if me == 0 and calls[0] == {SLEEP_CALL} + 1:
+            open(passed, "w").close()  # process 0 has finished the call process 1 is late for
         if me == 1 and calls[0] == {SLEEP_CALL}:
-            time.sleep({SLEEP_S})
+            if sync is None:  # a poll: the file is process 0's only sign (deadline: JOIN_S)
+                deadline = time.monotonic() + {JOIN_S}
+                while not os.path.exists(passed) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            else:
+                time.sleep({SLEEP_S})
             woke.append(time.perf_counter())
         calls[0] += 1
+        arrived.append(time.perf_counter())
         if sync is not None:
             sync()
 
@@ -62,6 +75,7 @@ for name, sync in (("unsynced", None), ("synced", barrier)):
         "starts": run.starts_s["triad"].tolist(),
         "times": run.times_s["triad"].tolist(),
         "woke": woke[0] if woke else None,
+        "arrived": arrived,
     }}
 with open(f"{{sys.argv[1]}}/p{{me}}.json", "w") as f:
     json.dump(out, f)
@@ -94,19 +108,19 @@ def test_a_sleeping_process_delays_the_others_start_of_that_call(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     p0, p1 = (json.loads((tmp_path / f"p{i}.json").read_text()) for i in (0, 1))
 
-    # Without the barrier, process 0 ran the call long before process 1 woke: the calls did
-    # not overlap, yet an "aggregate" would have added them up.
-    loose = p0["unsynced"]["starts"][SLEEP_CALL]
-    assert loose < p1["unsynced"]["woke"] - SLEEP_S / 2
+    # Without the barrier, process 0 ran the call before process 1 woke: the calls did not
+    # overlap, yet an "aggregate" would have added them up.
+    assert p0["unsynced"]["starts"][SLEEP_CALL] < p1["unsynced"]["woke"]
 
     synced, woke = p0["synced"], p1["synced"]["woke"]
-    # With it, process 0 started that call only after process 1 woke ...
+    # With it, process 0 started that call only after process 1 woke: the wait is before the
+    # call's timing starts, so not in its time ...
     assert synced["starts"][SLEEP_CALL] >= woke
-    # ... every call started together on both processes ...
+    # ... and every call started, on both processes, only once both had arrived at it ...
     for k in range(4):
-        assert abs(synced["starts"][k] - p1["synced"]["starts"][k]) < SLEEP_S / 4, k
-    # ... and the wait is not in the call's time (the job's time: the slowest process's).
-    assert synced["times"][SLEEP_CALL] < SLEEP_S / 4
+        arrived = max(synced["arrived"][k], p1["synced"]["arrived"][k])
+        assert arrived <= min(synced["starts"][k], p1["synced"]["starts"][k]), k
+    # ... and a call's time is the job's: the slowest process's, the same on both.
     assert synced["times"] == p1["synced"]["times"]
 
 

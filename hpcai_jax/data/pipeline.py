@@ -282,10 +282,11 @@ class Prefetcher:
 
     _DONE = object()
 
-    def __init__(self, make_batch, first: int, last: int, depth: int):
+    def __init__(self, make_batch, first: int, last: int, depth: int, clock=time.perf_counter):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._make_batch = make_batch
+        self._clock = clock  # a test's fake one makes the wait exact
         self.wait_s = 0.0
         self._thread = threading.Thread(
             target=self._run, args=(make_batch, first, last), name="prefetch", daemon=True
@@ -310,9 +311,9 @@ class Prefetcher:
         self._queue.put(self._DONE)
 
     def next(self) -> Batch:
-        start = time.perf_counter()
+        start = self._clock()
         item = self._queue.get()
-        self.wait_s += time.perf_counter() - start
+        self.wait_s += self._clock() - start
         if isinstance(item, BaseException):
             raise item
         if item is self._DONE:
