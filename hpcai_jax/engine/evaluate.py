@@ -11,6 +11,7 @@ estimates the ensemble's generalisation without touching the held-out set.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable
 
@@ -24,8 +25,9 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC
+from hpcai_jax.bits import pack_bits
 from hpcai_jax.data.pipeline import ReadCache, eval_batches, eval_layout
-from hpcai_jax.engine import sharded
+from hpcai_jax.engine import sharded, subsets
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import (
     MEMBERS,
@@ -50,6 +52,14 @@ class EvalCounts(struct.PyTreeNode):
     ensemble: jax.Array  # [K]: of the voters' mean prediction, on rows with a voter
     scored: jax.Array  # rows with at least one voter
     votes: jax.Array  # votes cast on those rows (÷ scored: voters per example)
+    # [S, K]: each sub-ensemble's counts (engine/subsets.py); None without a plan.
+    subsets: jax.Array | None = None
+    # Per example of this batch (not summed: `_score` keeps them per batch), for workloads with
+    # `example_hits`: each member's verdict [M, E] over `ensemble`, the ensemble's [E] and the
+    # examples' keys [E], replicated.
+    member_hits: jax.Array | None = None
+    ensemble_hits: jax.Array | None = None
+    keys: jax.Array | None = None
 
 
 def _voters_mean(local, votes: jax.Array):
@@ -73,6 +83,7 @@ def build_eval_step(
     strategy: str,
     state_specs: EnsembleState | None = None,
     how: str = "scan",
+    masks: np.ndarray | None = None,
 ):
     """(state, batch, valid, votes [M, E], split) → EvalCounts: the batch and its valid mask as
     read (data/pipeline.EvalBatch, gathered by `gather_read_slices`), the members' counts sharded
@@ -83,9 +94,9 @@ def build_eval_step(
     example (the out-of-bag estimate), combined by the workload's `eval_predictions(x,
     apply_members, average)`: the mean of their predictions by default, a staged ensemble for a
     detector (shared proposals). An example without a voter is not scored; padding rows (valid
-    false) have no votes and count for no member.
-    """
-    model = member_model(workload, None, model_parallel_of(mesh))
+    false) have no votes and count for no member. `masks` [S, M]: sub-ensembles scored too
+    (engine/subsets.py); with `example_hits`, each example's verdicts (`_example_hits`)."""
+    model, hits = member_model(workload, None, model_parallel_of(mesh)), has_example_hits(workload)
 
     def local_eval(state, batch, valid, votes):
         apply_members = _members_applied(model, strategy, how, state)
@@ -94,28 +105,30 @@ def build_eval_step(
         )
         weight = valid.astype(jnp.float32)
         members = jnp.stack(
-            [
-                workload.counts(jax.tree.map(lambda p, i=i: p[i], preds), batch, weight)
-                for i in range(votes.shape[0])
-            ]
+            [workload.counts(_member(preds, i), batch, weight) for i in range(votes.shape[0])]
         )
         voters = lax.psum(jnp.sum(votes, axis=0), ENSEMBLE)
         scored = voters > 0
         counts = workload.counts(ensemble, batch, scored.astype(jnp.float32))
-        # The members' counts stay on their members' devices (MEMBERS), so that a device's
-        # evaluation memory does not grow with M (docs/scale.md).
-        return EvalCounts(
+        # The members' counts stay on their members' devices (MEMBERS): a device's evaluation
+        # memory does not grow with M (docs/scale.md; sub-ensembles aside, subsets.MAX_MEMBERS).
+        out = EvalCounts(
             lax.psum(members, DATA),
             lax.psum(counts, DATA),
             lax.psum(jnp.sum(scored, dtype=jnp.int32), DATA),
             lax.psum(jnp.sum(voters), DATA),
         )
+        if masks is not None:
+            out = out.replace(subsets=_subset_counts(workload, masks, preds, votes, batch))
+        if hits:
+            out = out.replace(**_example_hits(workload, preds, ensemble, scored, batch))
+        return out
 
     sharded = jax.shard_map(
         local_eval,
         mesh=mesh,
         in_specs=(step_specs(state_specs)[0], EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
-        out_specs=EvalCounts(MEMBERS, P(), P(), P()),
+        out_specs=_out_specs(masks is not None, hits),
         check_vma=True,
     )
 
@@ -124,6 +137,79 @@ def build_eval_step(
         return sharded(state, batch, valid, votes)
 
     return jax.jit(eval_step, static_argnames="split")
+
+
+def _out_specs(subsets: bool, hits: bool) -> EvalCounts:
+    """The members' counts and verdicts over `ensemble`, the rest replicated; None: not made."""
+    row = P() if hits else None
+    return EvalCounts(
+        MEMBERS, P(), P(), P(), P() if subsets else None, MEMBERS if hits else None, row, row
+    )
+
+
+def has_example_hits(workload: Workload) -> bool:
+    return type(workload).example_hits is not Workload.example_hits
+
+
+def subset_plan(workload: Workload, m: int, seed: int) -> subsets.SubsetPlan | None:
+    """The sub-ensembles scored in every evaluation (engine/subsets.py): None for a workload
+    whose ensemble is not the mean of its members' finished predictions (a detector's shared
+    proposals would need a staged pass per subset), and above subsets.MAX_MEMBERS."""
+    if type(workload).eval_predictions is not Workload.eval_predictions:
+        return None
+    return subsets.plan(m, seed)
+
+
+def _subset_counts(workload: Workload, masks: np.ndarray, preds, votes, batch) -> jax.Array:
+    """[S, K]: the counts of each sub-ensemble's prediction, the mean over the voting members of
+    each row of `masks`, from every member's predictions gathered over `ensemble` (M × the
+    batch: why subsets.MAX_MEMBERS bounds M). Subsets are scored 16 at a time."""
+    every = jax.tree.map(lambda x: _gathered(x, ENSEMBLE), preds)
+    every_votes = _gathered(votes, ENSEMBLE)  # [M, e]
+
+    def one(mask):
+        w = mask[:, None] * every_votes
+        voters = jnp.sum(w, axis=0)
+
+        def mean(x):
+            shape = w.shape + (1,) * (x.ndim - 2)
+            total = jnp.sum(jnp.where(w.reshape(shape) > 0, x, 0.0), axis=0)
+            return total / jnp.maximum(voters, 1.0).reshape(voters.shape + shape[2:])
+
+        prediction = jax.tree.map(mean, every)
+        return workload.counts(prediction, batch, (voters > 0).astype(jnp.float32))
+
+    return lax.psum(lax.map(one, jnp.asarray(masks), batch_size=16), DATA)
+
+
+def _example_hits(workload: Workload, preds, ensemble, scored, batch) -> dict:
+    """Each local member's and the ensemble's verdict on every example of the batch, gathered
+    over `data` (uint8, 1: right), and the examples' keys."""
+    m_local = jax.tree.leaves(preds)[0].shape[0]
+    members = jnp.stack([workload.example_hits(_member(preds, i), batch) for i in range(m_local)])
+    ensemble = workload.example_hits(ensemble, batch) & scored
+
+    return {
+        "member_hits": _gathered(members.astype(jnp.int32), DATA, axis=1).astype(jnp.uint8),
+        "ensemble_hits": _gathered(ensemble.astype(jnp.int32), DATA).astype(jnp.uint8),
+        "keys": _gathered(workload.example_keys(batch), DATA),
+    }
+
+
+def _member(preds, i: int):
+    """The local member i's predictions from the stacked tree [m_local, ...]."""
+    return jax.tree.map(lambda p: p[i], preds)
+
+
+def _gathered(x: jax.Array, axis_name: str, axis: int = 0) -> jax.Array:
+    """x tiled along `axis` over the devices of `axis_name`, in their order, as a sum of each
+    device's slice placed in zeros: the result is replicated over the axis by construction,
+    which shard_map's replication check sees (it does not for `lax.all_gather`)."""
+    n, i = lax.axis_size(axis_name), lax.axis_index(axis_name)
+    shape = list(x.shape)
+    size, shape[axis] = shape[axis], shape[axis] * n
+    placed = lax.dynamic_update_slice_in_dim(jnp.zeros(shape, x.dtype), x, i * size, axis)
+    return lax.psum(placed, axis_name)
 
 
 def _members_applied(model, strategy: str, how: str, state: EnsembleState):
@@ -190,6 +276,11 @@ class EnsembleQuality:
     # The workload's further figures (e.g. a detector's mAP@[.5:.95] and per-class AP), for the
     # ensemble and every member; None when the workload has none (`quality_details`).
     details: dict | None = None
+    # Per k = 1…M, the first k members' quality and the mean and SD over k-subsets
+    # (engine/subsets.py); None without a plan.
+    sub_ensembles: list[dict] | None = None
+    # The held-out verdicts per example, packed (`_correct`); None for a workload without them.
+    correct: dict | None = None
 
     @property
     def member_mean(self) -> float | None:
@@ -205,12 +296,13 @@ def _add(total, counts):
     return jax.tree.map(lambda a, b: a + b, total, counts)
 
 
-def _score(setup, state, source, indices: np.ndarray | None, votes_of, on_batch=None):
+def _score(setup, state, source, indices: np.ndarray | None, votes_of, on_batch=None, rows=None):
     """Runs the eval step over `indices` of `source` (None: all of it); votes_of(members, rows) →
     float32 votes [len(members), len(rows)] for a member range and example indices (-1: padding),
     called for the blocks this process's devices hold. Returns the counts summed over batches on
     the devices (EvalCounts: the members' sharded over `ensemble`, the rest replicated).
-    `on_batch` (OnBatch) is called before each batch."""
+    `on_batch` (OnBatch) is called before each batch. A list `rows` receives each batch's
+    (example indices, member hits, ensemble hits, keys), left on the devices."""
     m = setup.layout.ensemble_size
     sharding = NamedSharding(setup.mesh, BATCH_SPEC)
     limit = int(setup.config.data.eval_cache_mib * 2**20)
@@ -231,6 +323,9 @@ def _score(setup, state, source, indices: np.ndarray | None, votes_of, on_batch=
 
         votes = jax.make_array_from_callback((m, len(item.rows)), sharding, block, dtype=np.float32)
         counts = setup.eval_step(state, item.batch, item.valid, votes, item.split)
+        if rows is not None and counts.member_hits is not None:
+            rows.append((item.rows, counts.member_hits, counts.ensemble_hits, counts.keys))
+        counts = counts.replace(member_hits=None, ensemble_hits=None, keys=None)
         total = counts if total is None else _add(total, counts)
     return total
 
@@ -287,7 +382,8 @@ def evaluate(
     def held_out_votes(members: range, rows: np.ndarray) -> np.ndarray:
         return (kept[list(members), None] & (rows >= 0)[None]).astype(np.float32)
 
-    counts = _score(setup, state, source, None, held_out_votes, on_batch)
+    rows: list = []
+    counts = _score(setup, state, source, None, held_out_votes, on_batch, rows)
     ensemble = np.asarray(counts.ensemble)
     ensemble_details = workload.quality_details(ensemble)
     figures = _member_figures(workload, counts.members, ensemble_details is not None)
@@ -303,7 +399,41 @@ def evaluate(
         examples=len(source),
         oob=out_of_bag(setup, state, kept, on_batch) if oob else None,
         details=details,
+        sub_ensembles=_sub_ensembles(setup, counts),
+        correct=_correct(rows, len(source), m) if rows else None,
     )
+
+
+def _sub_ensembles(setup, counts: EvalCounts) -> list[dict] | None:
+    plan = getattr(setup, "subset_plan", None)
+    if plan is None or counts.subsets is None:
+        return None
+    figures = [setup.workload.quality(c) for c in np.asarray(counts.subsets)]
+    return subsets.summarize(plan, figures)
+
+
+def _correct(rows: list, n: int, m: int) -> dict:
+    """The held-out verdicts of every member and of the ensemble, each example at its index in
+    the held-out set, packed (`pack_bits`), and the SHA-256 of the examples' keys in that order:
+    two records' verdicts pair up when their counts and digests agree (report/paired.py). A
+    member's come from the process that owns it (a collective)."""
+    owner, me = sharded.owners(rows[0][1]), jax.process_index()
+    mine = {i: np.zeros(n, bool) for i in range(m) if owner[i] == me}
+    ensemble, keys = np.zeros(n, bool), np.zeros(n, np.int32)
+    for index, member_hits, ensemble_hits, batch_keys in rows:
+        real = index >= 0
+        for i, hits in sharded.local(member_hits).items():
+            if i in mine:
+                mine[i][index[real]] = hits[real] > 0
+        ensemble[index[real]] = np.asarray(ensemble_hits.addressable_data(0))[real] > 0
+        keys[index[real]] = np.asarray(batch_keys.addressable_data(0))[real]
+    packed = {i: pack_bits(hits) for i, hits in mine.items()}
+    return {
+        "examples": n,
+        "order_sha256": hashlib.sha256(keys.astype("<i4").tobytes()).hexdigest(),
+        "ensemble": pack_bits(ensemble),
+        "members": sharded.gather_owned_json(packed, owner, me),
+    }
 
 
 def out_of_bag(setup, state, kept: np.ndarray, on_batch: OnBatch | None = None) -> OutOfBag | None:

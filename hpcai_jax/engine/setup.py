@@ -18,11 +18,12 @@ from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
-from hpcai_jax.engine.evaluate import build_eval_step
+from hpcai_jax.engine.evaluate import build_eval_step, subset_plan
 from hpcai_jax.engine.member_map import resolve_member_map, resolve_member_strategy
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.step import build_train_step
+from hpcai_jax.engine.subsets import SubsetPlan
 from hpcai_jax.errors import UsageError
 from hpcai_jax.workloads import Workload, make_workload
 
@@ -51,6 +52,8 @@ class RunSetup:
     # id(source) -> data.pipeline.ReadCache: what evaluations read, kept for the next ones.
     read_caches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
     member_map: str = "grouped"  # how vmap maps the members (engine/member_map.py)
+    # The sub-ensembles every evaluation scores (engine/subsets.py); None: none.
+    subset_plan: SubsetPlan | None = None
 
     @property
     def abstract_state(self):
@@ -122,6 +125,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     )
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
     strategy, why, how = _member_strategy(config, layout)
+    subsets = subset_plan(workload, layout.ensemble_size, tc.seed)
     return RunSetup(
         config=config,
         layout=layout,
@@ -136,8 +140,11 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         allreduce=plan,
         state_specs=specs,
         train_step=build_train_step(workload, tx, mesh, strategy, plan, specs, how),
-        eval_step=build_eval_step(workload, mesh, strategy, specs, how),
+        eval_step=build_eval_step(
+            workload, mesh, strategy, specs, how, subsets.masks if subsets else None
+        ),
         member_map=how,
+        subset_plan=subsets,
     )
 
 

@@ -445,6 +445,31 @@ class OutOfBag:
 
 
 @section
+class SubEnsemble:
+    k: int = field("members in each sub-ensemble", "members")
+    first: float | None = field("the quality of the ensemble of members 0…k-1")
+    random_mean: float | None = field("the mean quality over the k-subsets of the members")
+    random_sd: float | None = field(
+        "their spread: the sample SD over random draws, the population's over every subset"
+    )
+    subsets: int = field("k-subsets the mean is over (with quality)")
+    exhaustive: bool = field(
+        "every k-subset, each once (C(M, k) ≤ the draws); else draws seeded by (seed, k)"
+    )
+
+
+@section
+class Correct:
+    examples: int = field("held-out examples, each one bit", "examples")
+    order_sha256: str = field(
+        "SHA-256 of the examples' keys (labels, int32 little-endian) in held-out order: two "
+        "records' bits pair up when this and `examples` agree"
+    )
+    ensemble: str = field("the ensemble's verdicts: base64 of numpy.packbits, example 0 first")
+    members: list[str] = field("each member's verdicts, packed the same way")
+
+
+@section
 class CurvePoint:
     epoch: float = field("epochs trained: step / steps_per_epoch", "epochs")
     step: int = field("the step evaluated after", "steps")
@@ -477,6 +502,18 @@ class Quality:
     details: dict | None = field(
         "the workload's further figures (a detector's mAP@[.5:.95], per-class AP), for the "
         "ensemble and each member; None where the workload has none"
+    )
+    sub_ensembles: list[SubEnsemble] | None = field(
+        "per k = 1…M, sub-ensembles of this run's members at the final evaluation, each the mean "
+        "of its kept members' predictions as the ensemble's is (docs/score.md §2); None for a "
+        "detector, above 32 members, or without a held-out set (then left out)",
+        omit_none=True,
+    )
+    correct: Correct | None = field(
+        "each member's and the ensemble's right/wrong per held-out example at the final "
+        "evaluation, for paired tests (`hpcai_jax/report/paired.py`); None where the workload "
+        "has no per-example verdict (regression, detection; then left out)",
+        omit_none=True,
     )
     curve: list[CurvePoint] = field(
         "one point per held-out evaluation (`--eval_every_epochs`, and the last one)"

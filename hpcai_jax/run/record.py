@@ -320,6 +320,10 @@ def _quality(
         ensemble_members=len(kept) if quality else None,
         oob=train.OutOfBag(**oob.to_dict()) if oob else None,
         details=quality.details if quality else None,
+        sub_ensembles=[train.SubEnsemble(**e) for e in quality.sub_ensembles]
+        if quality and quality.sub_ensembles
+        else None,
+        correct=train.Correct(**quality.correct) if quality and quality.correct else None,
         curve=[train.CurvePoint(**point) for point in progress.curve],
         stopped_at_target=stopped_at_target,
     )

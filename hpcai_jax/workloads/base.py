@@ -85,6 +85,17 @@ class Workload(abc.ABC):
         predictions = apply_members(lambda apply: self.predict(apply(x, train=False)))
         return predictions, average(predictions)
 
+    def example_hits(self, prediction: Any, batch: Batch) -> jax.Array | None:
+        """bool [E]: whether each example's prediction is right, for paired tests over the
+        held-out examples (report/paired.py); None (the default): no per-example verdict."""
+        return None
+
+    def example_keys(self, batch: Batch) -> jax.Array | None:
+        """int32 [E]: what identifies each held-out example's place (a label), hashed into the
+        digest that says two records' per-example verdicts are over the same examples in the
+        same order; None where `example_hits` is."""
+        return None
+
     def quality_details(self, counts) -> dict | None:
         """Further figures for the record from summed counts (e.g. mAP@[.5:.95]); None: none."""
         return None

@@ -69,6 +69,12 @@ class ClassificationWorkload(Workload):
         correct = (jnp.argmax(prediction, -1) == batch["label"]).astype(jnp.float32)
         return jnp.stack([jnp.sum(correct * weight), jnp.sum(weight)])
 
+    def example_hits(self, prediction, batch) -> jax.Array:
+        return jnp.argmax(prediction, -1) == batch["label"]
+
+    def example_keys(self, batch) -> jax.Array:
+        return batch["label"].astype(jnp.int32)
+
     def quality(self, counts) -> float | None:
         """correct ÷ scored, divided in float64: the counts are whole numbers (0/1 weights summed
         in float32, exact below 2^24 examples), so an accuracy is exactly k / N, as a record and
