@@ -244,6 +244,9 @@ def engine_flags(args: argparse.Namespace, processes: int, p_degree: int, result
         f"--log_every={args.log_every}",
         f"--distributed_timeout_s={args.distributed_timeout_s}",
         f"--results_dir={results}",
+        # Every process's own INFO lines (the first training line is timed from them); by
+        # default processes other than 0 log only warnings and errors.
+        "--verbosity=1",
     ]
 
 

@@ -204,7 +204,7 @@ def shm_lasting(names: set[str], holds, timeout_s: float = 60.0) -> set[str]:
     for a moment, and they go; a leaked block stays, so a leak still fails."""
     deadline = time.monotonic() + timeout_s
     while not holds(left := names & shm_blocks()) and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.5)  # a poll: a block's unlink by another process has no event to wait on
     return left
 
 

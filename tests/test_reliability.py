@@ -297,6 +297,7 @@ def test_checkpoint_of_another_configuration_is_refused(whole, tmp_path, monkeyp
     read = serialization._read_shard
 
     async def staggered(*args, **kwargs):
+        # A delay injected into the reads (their overlap is what is tested), not a wait.
         await asyncio.sleep(random.Random(len(args)).random() / 20)
         return await read(*args, **kwargs)
 

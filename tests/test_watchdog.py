@@ -190,16 +190,15 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
     )
     output, stopped = [], []
     try:
-        read_until(proc, output, "[p2] ", "process 2: training steps")
+        read_until(proc, output, "[p0] ", "process 0: training steps")
         stopped = pids_of(proc, 2, output)
+        # A poll with a deadline: a checkpoint on disk is process 0's only sign of having saved.
         deadline = time.monotonic() + 60
         while not _complete_steps(tmp_path / "ck") and time.monotonic() < deadline:
             time.sleep(0.05)
         for pid in stopped:
             os.kill(pid, signal.SIGSTOP)
-        start = time.monotonic()
-        rest, _ = proc.communicate(timeout=120)
-        elapsed = time.monotonic() - start
+        rest, _ = proc.communicate(timeout=JOIN_S)  # a hang's guard, not a figure under test
     finally:
         for pid in stopped:
             with contextlib.suppress(ProcessLookupError):
@@ -212,9 +211,9 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
     assert hung and all(f"exit {HUNG_EXIT_CODE}" in line for line in hung), text[-3000:]
     assert not any(line.startswith("[p2] ") for line in hung)  # the stopped one never ran it
     # Without the bound on saves, JAX's missed heartbeats aborted them after 99 s (SIGABRT and
-    # tracebacks); seen here: 7.9 s at a 3 s floor, 13 s at 8 s with two such jobs at once.
+    # tracebacks, no hung line): the watchdog's lines, from the save, are what ended the job.
     assert all("the checkpoint save of step" in line for line in hung), hung
-    assert elapsed < 60, elapsed
+    assert "Fatal Python error" not in text, text[-3000:]
     assert not list((tmp_path / "r").glob("*.json"))  # no record of a run that did not finish
     saved = _complete_steps(tmp_path / "ck")
     assert saved and saved[-1] < 2000, saved

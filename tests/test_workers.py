@@ -63,6 +63,8 @@ def test_a_killed_worker_is_restarted_and_the_batches_are_unchanged(bad_dir):
         # A preemption's SIGTERM (to the whole job) is the training process's to act on: the
         # worker lives on, no restart spent (the one allowed is needed below).
         os.kill(pid, signal.SIGTERM)
+        # Time for a SIGTERM to act: a worker that lives on gives no event to wait for. One that
+        # wrongly ended is caught below (its pid gone) however long this wait.
         time.sleep(0.5)
         got.append(_host(make(1)))
         assert _workers() == [pid]
@@ -119,7 +121,7 @@ import sys, time
 from hpcai_jax.data.workers import leave_stops_to_the_trainer
 leave_stops_to_the_trainer(0, 1)
 print("ready", flush=True)
-time.sleep(60)
+time.sleep(60)  # a stand-in trainer's child, which waits to be signalled or orphaned
 """
 
 
@@ -130,7 +132,7 @@ def _gone(pid: int, within_s: float) -> bool:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.05)
+        time.sleep(0.05)  # a poll: another process's end (not our child's) gives no event
     return False
 
 
@@ -142,7 +144,7 @@ def test_a_worker_leaves_sigterm_to_its_trainer_unless_the_trainer_is_gone(tmp_p
         assert sleeper.stdout.readline() == "ready\n"
         sleeper.send_signal(signal.SIGTERM)
         sleeper.send_signal(signal.SIGINT)
-        time.sleep(0.5)
+        time.sleep(0.5)  # time for the signals to act: a process living on gives no event
         assert sleeper.poll() is None  # its trainer (this process) is alive: ignored
     finally:
         sleeper.kill()
@@ -191,7 +193,7 @@ if __name__ == "__main__":
         print(shape, flush=True)
         sys.exit(0)
     print(*[p.pid for p in multiprocessing.active_children() if "grain" in p.name], flush=True)
-    time.sleep(120)
+    time.sleep(120)  # a stand-in trainer that waits to be killed
 """
 
 
@@ -226,7 +228,7 @@ def _trainers_blocks(until, timeout_s: float) -> set[str]:
     while not until(blocks := {b for b in shm_blocks() if b.startswith("psm_kt")}):
         if time.monotonic() > deadline:
             break
-        time.sleep(0.2)
+        time.sleep(0.2)  # a poll: shared memory's unlink has no event to wait on
     return blocks
 
 
