@@ -1,4 +1,5 @@
-"""The paper's two experiments as sweeps of runs inside one allocation (HPC AI500 V3.0 §5).
+"""The paper's experiments as sweeps of runs inside one allocation (HPC AI500 V3.0 §4.3, Figs.
+5-6: scalability; §4.4.1, Fig. 7: the trade-off).
 
 Each point is one run of `python -m hpcai_jax.main` with a record of its own, so the sweep only
 plans the points, launches them and reports on their records. The experiments, the --launcher
@@ -56,21 +57,34 @@ def plan(
         k = m if members_per_device == 0 else math.gcd(m, members_per_device)
         return Point(m, p, k)
 
+    if any(m < 1 for m in ensemble_sizes):
+        text = ",".join(map(str, ensemble_sizes))
+        raise ValueError(f"--ensemble_sizes={text}: expected every M >= 1")
     if experiment == "scalability":
         if parallel_degree < 1 or (max_ensemble < 1 and not ensemble_sizes):
             raise ValueError(
                 "scalability needs --parallel_degree >= 1 and --max_ensemble >= 1 "
                 "(or --ensemble_sizes)"
             )
-        if any(m < 1 for m in ensemble_sizes):
-            raise ValueError(f"--ensemble_sizes={ensemble_sizes}: every M must be >= 1")
         sizes = ensemble_sizes or tuple(range(1, max_ensemble + 1))
         return [point(m, parallel_degree) for m in sizes]
     if experiment == "tradeoff":
-        if sys_scale < 1:
-            raise ValueError("tradeoff needs --sys_scale >= 1")
-        return [point(m, sys_scale // m) for m in range(sys_scale, 0, -1) if sys_scale % m == 0]
+        return [point(m, sys_scale // m) for m in tradeoff_sizes(sys_scale, ensemble_sizes)]
     raise ValueError(f"--experiment={experiment!r}: expected scalability or tradeoff")
+
+
+def tradeoff_sizes(sys_scale: int, ensemble_sizes: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The trade-off's M: --ensemble_sizes, each a divisor of Sys_scale, or every divisor,
+    largest first (P_degree = Sys_scale / M)."""
+    if sys_scale < 1:
+        raise ValueError("tradeoff needs --sys_scale >= 1")
+    wrong = [m for m in ensemble_sizes if sys_scale % m]
+    if wrong:
+        raise ValueError(
+            f"--ensemble_sizes: M={wrong[0]} does not divide --sys_scale={sys_scale} "
+            "(M × P_degree = Sys_scale)"
+        )
+    return ensemble_sizes or tuple(m for m in range(sys_scale, 0, -1) if sys_scale % m == 0)
 
 
 def flag_value(main_args: list[str], name: str) -> str:
@@ -231,9 +245,9 @@ def parser() -> Parser:
         "--experiment",
         required=True,
         choices=["scalability", "tradeoff"],
-        help="scalability: P_degree fixed, M = 1..--max_ensemble (or --ensemble_sizes); "
-        "tradeoff: Sys_scale fixed, "
-        "every (M, P_degree) with M × P_degree = --sys_scale",
+        help="scalability (§4.3, Figs. 5-6): P_degree fixed, M = 1..--max_ensemble (or "
+        "--ensemble_sizes); tradeoff (§4.4.1, Fig. 7): Sys_scale fixed, every (M, P_degree) "
+        "with M × P_degree = --sys_scale (or the M of --ensemble_sizes, each dividing it)",
     )
     number = {"type": int, "default": 0, "metavar": "N"}
     p.add_argument("--parallel_degree", **number, help="scalability: P_degree of every point")
@@ -244,7 +258,8 @@ def parser() -> Parser:
         type=_sizes,
         default=(),
         metavar="M,M,...",
-        help="scalability: these M instead of 1..--max_ensemble",
+        help="scalability: these M instead of 1..--max_ensemble; tradeoff: these M (each "
+        "dividing --sys_scale) instead of every divisor",
     )
     p.add_argument(
         "--members_per_device",

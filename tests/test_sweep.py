@@ -56,8 +56,29 @@ def test_ablation_plans_put_a_points_members_on_its_devices():
     assert command(points[-1], "", 1, "a-M16", [])[-2] == "--members_per_device=16"
     with pytest.raises(ValueError, match="members_per_device must be >= 0"):
         plan("scalability", 1, 4, members_per_device=-1)
-    with pytest.raises(ValueError, match="every M must be >= 1"):
+    with pytest.raises(ValueError, match="expected every M >= 1"):
         plan("scalability", 1, ensemble_sizes=(0, 2))
+
+
+def test_the_tradeoff_runs_the_ensemble_sizes_it_is_given():
+    """Fig. 7's points are chosen with --ensemble_sizes: only those M, each P_degree = Sys_scale
+    / M; before, every divisor ran and the sizes were silently ignored."""
+    points = plan("tradeoff", sys_scale=8, ensemble_sizes=(8, 4, 2, 1))
+    assert [(p.ensemble_size, p.parallel_degree) for p in points] == [
+        (8, 1),
+        (4, 2),
+        (2, 4),
+        (1, 8),
+    ]
+    assert [p.ensemble_size for p in plan("tradeoff", sys_scale=64, ensemble_sizes=(8, 1))] == [
+        8,
+        1,
+    ]
+    assert len(plan("tradeoff", sys_scale=8)) == 4  # no sizes: every divisor, as before
+    with pytest.raises(ValueError, match="M=3 does not divide --sys_scale=8"):
+        plan("tradeoff", sys_scale=8, ensemble_sizes=(4, 3))
+    with pytest.raises(ValueError, match="expected every M >= 1"):
+        plan("tradeoff", sys_scale=8, ensemble_sizes=(0, 8))
 
 
 def test_command_fills_the_launcher_template():
@@ -149,6 +170,8 @@ def test_dry_run_prints_every_repeat_with_its_seed(capsys):
         (["--devices_per_node=0"], "argument --devices_per_node: expected an integer >= 1"),
         (["--repeats=2", "--", "--seed=-1"], "--seed=-1 (after --): expected an integer in"),
         (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--ensemble_sizes=2,3"], "--ensemble_sizes: M=3 does not divide --sys_scale=2"),
+        (["--ensemble_sizes=0,2"], "--ensemble_sizes=0,2: expected every M >= 1"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):

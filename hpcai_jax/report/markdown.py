@@ -261,7 +261,7 @@ def quality_against_m(points: list[TradePoint], metric: str, png: str | None) ->
     if not have:
         return "No training record has a quality figure: nothing to plot."
     parts = [
-        "Bagging's claim (HPC AI500 V3.0 §5): the ensemble is better than its members, and "
+        "Bagging's claim (HPC AI500 V3.0 §4.3, §4.4.1): the ensemble is better than its members, and "
         "more so as M grows. Quality against M at each fixed Sys_scale (the trade-off's splits) "
         "and against Sys_scale at each fixed P_degree (the scalability sweep: M grows); every "
         "member, their mean, the ensemble and its out-of-bag estimate."
