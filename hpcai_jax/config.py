@@ -49,6 +49,7 @@ BUILTIN_DATASETS = {
     "synthetic_climate": "extreme_weather",
 }
 BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
+BATCH_POLICIES = ("per_member", "per_device")  # resolved_batch
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
@@ -381,7 +382,20 @@ class OptimConfig(Checked):
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(Checked):
-    batch_size: int = _field(128, "|B|: batch size of one member.", ge=1)
+    batch_size: int = _field(
+        128,
+        "|B|: batch size of one member (--batch_policy=per_device: of one device, the member's "
+        "being it × P_degree).",
+        ge=1,
+    )
+    batch_policy: str = _field(
+        "per_member",
+        "How the batch follows P_degree: per_member (--batch_size is the member's batch, split "
+        "over its P_degree devices) or per_device (--batch_size is each device's batch: the "
+        "member's is --batch_size × P_degree and its learning rate grows with it by the linear "
+        "rule, warm-up epochs unchanged; the record's train.batch_size states the member's).",
+        choices=BATCH_POLICIES,
+    )
     epochs: float = _field(1.0, "Training epochs (fractions allowed).")
     steps: int = _field(0, "Training steps; overrides --epochs when > 0.", ge=0)
     # The seed becomes a uint32 (the members' keys) and numpy's bootstrap seed.
@@ -431,6 +445,28 @@ class TrainConfig(Checked):
             "--stop_at_target: needs --eval_every_epochs > 0 (without it the only evaluation is "
             "the last one)",
         )
+
+
+def resolved_batch(config: RunConfig, parallel_degree: int) -> RunConfig:
+    """The engine's view of `config` once P_degree is known: train.batch_size the member's batch
+    (`member_batch`; the peak learning rate, learning_rate × batch / lr_reference_batch, then
+    scales by P_degree too) and batch_policy per_member, so resolving twice changes nothing. The
+    record keeps the settings as given (engine/setup.RunSetup.recorded_config)."""
+    if config.train.batch_policy == "per_member":
+        return config
+    train = dataclasses.replace(
+        config.train,
+        batch_size=member_batch(config.train, parallel_degree),
+        batch_policy="per_member",
+    )
+    return dataclasses.replace(config, train=train)
+
+
+def member_batch(train: TrainConfig, parallel_degree: int) -> int:
+    """The batch of one member under --batch_policy with `parallel_degree` devices per member."""
+    if train.batch_policy == "per_device":
+        return train.batch_size * parallel_degree
+    return train.batch_size
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@ import optax
 from jax.sharding import Mesh
 
 from hpcai_jax.axes import MODEL
-from hpcai_jax.config import RunConfig
+from hpcai_jax.config import RunConfig, TrainConfig, resolved_batch
 from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
@@ -54,6 +54,17 @@ class RunSetup:
     member_map: str = "grouped"  # how vmap maps the members (engine/member_map.py)
     # The sub-ensembles every evaluation scores (engine/subsets.py); None: none.
     subset_plan: SubsetPlan | None = None
+    # The train settings as given, where --batch_policy=per_device resolved them (`config`'s
+    # train.batch_size is then the member's batch): what the record states.
+    given_train: TrainConfig | None = None
+
+    @property
+    def recorded_config(self) -> RunConfig:
+        """The record's configuration: `config` with the train settings as given, so that the
+        record re-runs as it ran (the member's batch: `config.train.batch_size`)."""
+        if self.given_train is None:
+            return self.config
+        return dataclasses.replace(self.config, train=self.given_train)
 
     @property
     def abstract_state(self):
@@ -100,6 +111,8 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     layout = resolve_layout(config.mesh, len(devices), local)
     # A node's share of `data`: its devices over P_model (`model` is the innermost axis).
     plan = resolve_plan(config.mesh, layout.parallel_degree, max(1, local // layout.model_parallel))
+    given = config.train
+    config = resolved_batch(config, layout.parallel_degree)  # the member's batch from here on
     tc = config.train
     if tc.batch_size % layout.parallel_degree:
         raise UsageError(
@@ -145,6 +158,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         ),
         member_map=how,
         subset_plan=subsets,
+        given_train=None if given == tc else given,
     )
 
 

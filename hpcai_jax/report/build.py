@@ -23,7 +23,7 @@ def _title(collection: Collection) -> str:
     shared = collection.majority.get("train", {})
     return (
         f"{shared.get('model.model', '?')} on {shared.get('data.dataset', '?')}, batch "
-        f"{shared.get('train.batch_size', '?')} per member, "
+        f"{shared.get('train.batch_size', '?')} per {markdown.batch_unit(shared)}, "
         f"{shared.get('provenance.device_kind', '?')} devices"
     )
 

@@ -92,7 +92,7 @@ def configuration(majority: dict) -> str:
         ("workload", "model.workload"),
         ("model", "model.model"),
         ("data set", "data.dataset"),
-        ("batch size per member", "train.batch_size"),
+        (f"batch size per {batch_unit(majority)}", "train.batch_size"),
         ("steps", "train.steps"),
         ("epochs", "train.epochs"),
         ("dtype", "model.dtype"),
@@ -102,6 +102,12 @@ def configuration(majority: dict) -> str:
     skip = "train.epochs" if majority.get("train.steps") else "train.steps"
     parts = [f"{name} {majority[key]}" for name, key in shown if key in majority and key != skip]
     return "Training configuration shared by the plotted runs: " + ", ".join(parts) + "."
+
+
+def batch_unit(majority: dict) -> str:
+    """What the records' train.batch_size counts: a device's batch under
+    --batch_policy=per_device (the member's is it × P_degree), else a member's."""
+    return "device" if majority.get("train.batch_policy") == "per_device" else "member"
 
 
 def scalability(series: dict[int, list[ScalePoint]], png: str | None) -> str:

@@ -75,7 +75,7 @@ def train_record(end: RunEnd) -> records.TrainRecord:
         "train",
         progress.run_id,
         status,
-        config,
+        setup.recorded_config,
         end.reason,
         # The division a ranking reads first: closed, or open with one line per broken rule.
         submission=train.Submission(

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hpcai_jax import records, rules
+from hpcai_jax.config import resolved_batch
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records.train import Mesh
@@ -165,6 +166,8 @@ def check_run(
         return f.lines  # its figures are not a training run's: nothing more to re-derive
     f.same(f"{rec} status", record.status, "complete", "(only a complete run scores)")
     said.append((run.id, "configuration", _verdict(f, 0)))
+    if record.mesh is not None:  # the rules below read the member's batch (--batch_policy)
+        config = resolved_batch(config, record.mesh.parallel_degree)
     target = config.quality_target() if config.scored else None
     stages = [
         ("MLLOG compliance", lambda: _compliance(f, run, workdir)),
