@@ -19,7 +19,7 @@ from pathlib import Path
 
 from absl import flags
 
-from hpcai_jax import records
+from hpcai_jax import records, sweep_paper
 from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import write_report
 from hpcai_jax.report.cli import Parser, positive_int
@@ -214,7 +214,25 @@ flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> beside PATH
 none, + k) mod 2^32 and is named <name>-<experiment>-M<M>-P<P_degree>-r<k>. The report sums up
 each configuration's repeats (its Repeats section: N, mean, spread, 95 % Student-t interval).
 
+--experiment=paper runs HPC AI500 V3.0's experiments at one-machine scale, offline, on
+Fashion-MNIST (resnet_small, 4,096 training images, 2 epochs, the whole 10,000-image test set
+each epoch; hpcai_jax/sweep_paper.py), each run on exactly its Sys_scale of host CPU devices
+(XLA_FLAGS' forced count set per run: devices simulated on shared cores, so FLOPS cannot grow
+with them). 9 points × 3 seeds = 27 runs, seed 1000·k for the plan's k-th run (no member shared
+between runs), each record named paper-<point>-s<seed>.json:
+  fig5-M1, -M2, -M4, -M8      §4.3 Fig. 5's shape: P_degree 1, one member per device
+                              (quality per M also from the M = 8 run's quality.sub_ensembles)
+  fig7-M4-P2, -M2-P4, -M1-P8  §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device
+                              ((8, 1) is fig5-M8: at P_degree 1 both policies are one)
+  control-M8-nobag            M = 8, --bootstrap=none (independent initialisations only)
+  control-M1-alldata          one member on all the data (--bootstrap=none)
+A progress line per run; a rerun skips every run whose record is complete; a failed run stops
+none of the others and the summary names it. --smoke: the same plan at toy size, one seed;
+--only=LABEL,...: those points. Flags after -- are added to every run's (the last one wins).
+
 examples:
+  # the paper's experiments on this machine (~30 min on 2 cores: launch/README.md):
+  python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
   # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\
       --launcher='python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --' \\
@@ -244,10 +262,11 @@ def parser() -> Parser:
     p.add_argument(
         "--experiment",
         required=True,
-        choices=["scalability", "tradeoff"],
+        choices=["scalability", "tradeoff", "paper"],
         help="scalability (§4.3, Figs. 5-6): P_degree fixed, M = 1..--max_ensemble (or "
         "--ensemble_sizes); tradeoff (§4.4.1, Fig. 7): Sys_scale fixed, every (M, P_degree) "
-        "with M × P_degree = --sys_scale (or the M of --ensemble_sizes, each dividing it)",
+        "with M × P_degree = --sys_scale (or the M of --ensemble_sizes, each dividing it); paper: "
+        "both at one-machine scale with their controls (below)",
     )
     number = {"type": int, "default": 0, "metavar": "N"}
     p.add_argument("--parallel_degree", **number, help="scalability: P_degree of every point")
@@ -295,7 +314,22 @@ def parser() -> Parser:
         help="runs of each point, each with its own --seed (below)",
     )
     p.add_argument("--dry_run", action="store_true", help="print the commands only")
+    _paper_arguments(p)
     return p
+
+
+def _paper_arguments(p: Parser) -> None:
+    """--experiment=paper's own flags."""
+    p.add_argument(
+        "--smoke", action="store_true", help="paper: the same plan at toy size, one seed"
+    )
+    p.add_argument(
+        "--only",
+        type=lambda text: tuple(x for x in text.split(",") if x),
+        default=(),
+        metavar="LABEL,...",
+        help="paper: only the points of these labels (fig5-M4, fig7-M2-P4, control-M8-nobag, ...)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,6 +341,8 @@ def _sweep(argv: list[str]) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     args = parser().parse_args(own)
+    if args.experiment == "paper":
+        return _paper(args, main_args)
     try:
         points = plan(
             args.experiment,
@@ -348,6 +384,24 @@ def _sweep(argv: list[str]) -> int:
     reported = not written or _report(written, Path(args.results_dir) / "report")
     if not args.dry_run:
         print(summary(len(runs) + len(failed), failed), flush=True)
+    return 1 if failed or not reported else 0
+
+
+def _paper(args, main_args: list[str]) -> int:
+    """--experiment=paper: the plan of hpcai_jax/sweep_paper.py, resumable, then its report."""
+    labels = {p.label for p in sweep_paper.POINTS}
+    unknown = [x for x in args.only if x not in labels]
+    if unknown:
+        raise UsageError(f"--only={unknown[0]}: expected one of {', '.join(sorted(labels))}")
+    runs = sweep_paper.paper_runs(args.smoke, args.only)
+    if args.dry_run:
+        for run in runs:
+            cmd = sweep_paper.paper_command(run, args.results_dir, args.smoke, main_args)
+            print("+ " + shlex.join(cmd), flush=True)
+        return 0
+    written, failed = sweep_paper.run_plan(runs, args.results_dir, args.smoke, main_args)
+    reported = not written or _report(written, Path(args.results_dir) / "report")
+    print(summary(len(runs), failed), flush=True)
     return 1 if failed or not reported else 0
 
 

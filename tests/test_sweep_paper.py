@@ -1,0 +1,134 @@
+"""--experiment=paper (hpcai_jax/sweep_paper.py): its plan, resuming it, a failed run, and one
+tiny real point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+from helpers import ROOT, FakeClock
+
+from hpcai_jax import sweep_paper as sp
+
+
+def _members(run: sp.PaperRun) -> set[tuple[int, int]]:
+    """A run's members as the engine and the sampler identify them: (seed, m)."""
+    return {(run.seed, m) for m in range(run.point.ensemble_size)}
+
+
+def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
+    runs = sp.paper_runs()
+    labels = [r.point.label for r in runs[: len(sp.POINTS)]]
+    assert labels == [
+        "fig5-M1",
+        "fig5-M2",
+        "fig5-M4",
+        "fig5-M8",
+        "fig7-M4-P2",
+        "fig7-M2-P4",
+        "fig7-M1-P8",
+        "control-M8-nobag",
+        "control-M1-alldata",
+    ]
+    assert len(runs) == 3 * len(sp.POINTS)
+    assert all(sum(r.point.label == x for r in runs) == 3 for x in labels)
+    seen: set = set()
+    for run in runs:
+        assert not seen & _members(run), run.name  # no nested seeds between runs
+        seen |= _members(run)
+    assert len({r.name for r in runs}) == len(runs)
+    assert runs[0].name == "paper-fig5-M1-s1000"
+    # Fig. 7: Sys_scale 8 under the fixed batch per device; Fig. 5: P_degree 1.
+    for run in runs:
+        p = run.point
+        devices = p.ensemble_size * p.parallel_degree
+        if p.label.startswith("fig7"):
+            assert devices == 8 and "--batch_policy=per_device" in p.flags
+        if p.label.startswith("fig5"):
+            assert p.parallel_degree == 1 and p.flags == ()
+        if p.label.startswith("control"):
+            assert p.flags == ("--bootstrap=none",)
+
+
+def test_a_runs_command_and_devices():
+    run = next(r for r in sp.paper_runs() if r.point.label == "fig7-M2-P4")
+    cmd = sp.paper_command(run, "out", False, ["--epochs=1"])
+    assert cmd[1:3] == ["-m", "hpcai_jax.main"]
+    assert "--dataset=fashion_mnist" in cmd and "--batch_policy=per_device" in cmd
+    assert cmd[-8:] == [
+        "--batch_policy=per_device",
+        "--ensemble_size=2",
+        "--parallel_degree=4",
+        "--members_per_device=1",
+        f"--seed={run.seed}",
+        f"--run_name={run.name}",
+        "--results_dir=out",
+        "--epochs=1",  # the caller's flags last: they win
+    ]
+    smoke = sp.paper_command(run, "out", True, [])
+    assert "--steps=2" in smoke and len(sp.paper_runs(smoke=True)) == len(sp.POINTS)
+    env = sp.child_env(8, {"XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=2"})
+    assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=8"
+    assert sp.child_env(1, {})["XLA_FLAGS"] == "--xla_force_host_platform_device_count=1"
+
+
+def _record(path, status: str) -> None:
+    path.write_text(json.dumps({"status": status}))
+
+
+def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monkeypatch, capsys):
+    """Three runs: the first has a complete record (skipped), the second fails, the third
+    writes its record; every one gets its progress line, the failure is named."""
+    runs = sp.paper_runs(only=("fig5-M1",))
+    _record(tmp_path / f"{runs[0].name}.json", "complete")
+    _record(tmp_path / f"{runs[1].name}.json", "partial")  # an interrupted run: run again
+    clock, started = FakeClock(), []
+
+    def fake_run(cmd, env):
+        started.append(cmd)
+        clock.advance(12)
+        name = next(a for a in cmd if a.startswith("--run_name=")).split("=", 1)[1]
+        if name == runs[1].name:
+            return SimpleNamespace(returncode=1)
+        _record(tmp_path / f"{name}.json", "complete")
+        return SimpleNamespace(returncode=0)
+
+    monkeypatch.setattr(sp.subprocess, "run", fake_run)
+    monkeypatch.setattr(sp.records, "read", lambda p: SimpleNamespace(**json.loads(p.read_text())))
+    written, failed = sp.run_plan(runs, str(tmp_path), False, [], clock=clock)
+    out = capsys.readouterr().out.splitlines()
+    assert len(started) == 2
+    assert out == [
+        f"[1/3] fig5-M1 seed {runs[0].seed}: done before, skipped",
+        f"[2/3] fig5-M1 seed {runs[1].seed} FAILED (exit 1) after 12s",
+        f"[3/3] fig5-M1 seed {runs[2].seed} done in 12s",
+    ]
+    assert failed == [f"{runs[1].name} (exit 1)"]
+    assert written == [str(tmp_path / f"{r.name}.json") for r in (runs[0], runs[2])]
+
+
+def test_an_unknown_point_is_one_line_and_exit_2(capsys):
+    from hpcai_jax.sweep import main
+
+    assert main(["--experiment=paper", "--only=fig9", "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--only=fig9: expected one of control-M1-alldata" in err
+
+
+@pytest.mark.slow
+def test_one_tiny_real_point(tmp_path):
+    """The smoke plan's one-member point, end to end: its record, the progress line, the
+    summary; then a rerun skips it."""
+    argv = [sys.executable, "-m", "hpcai_jax.sweep", "--experiment=paper", "--smoke"]
+    argv += ["--only=fig5-M1", f"--results_dir={tmp_path}"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "[1/1] fig5-M1 seed 1000 done in " in proc.stdout
+    record = json.loads((tmp_path / "paper-fig5-M1-s1000.json").read_text())
+    assert record["status"] == "complete" and record["config"]["train"]["seed"] == 1000
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "[1/1] fig5-M1 seed 1000: done before, skipped" in again.stdout
+    assert again.stdout.rstrip().endswith("sweep: 1 of 1 run(s) completed")
