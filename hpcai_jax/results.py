@@ -191,6 +191,33 @@ def check_writable(results_dir: str) -> Path:
     return path
 
 
+PARTIAL = ".partial"  # a run's output under this suffix until its run commits it (run/outputs.py)
+
+
+def staged(path: str | Path) -> Path:
+    """Where a run writes `path` until it commits its outputs together: `PATH.partial`."""
+    path = Path(path)
+    return path.with_name(path.name + PARTIAL)
+
+
+def umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def as_created(fd_or_path: int | str | Path, directory: bool = False) -> None:
+    """Gives a file (or folder) made by `tempfile`, which makes them 600 (700), the mode an
+    ordinary open (mkdir) would have given it under the umask: 644 (755) under 0022, so that
+    colleagues sharing a results directory can read it."""
+    mode = (0o777 if directory else 0o666) & ~umask()
+    if isinstance(fd_or_path, int):
+        os.fchmod(fd_or_path, mode)
+    else:
+        os.chmod(fd_or_path, mode)
+
+
 def write_text_atomically(path: Path, text: str) -> None:
     """`text` at `path`, its directory made, through a temporary file renamed over it: a reader
     sees the old file or the new one, never half of one. Raises OSError (the temporary file
@@ -199,6 +226,7 @@ def write_text_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
+            as_created(f.fileno())
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
@@ -206,24 +234,29 @@ def write_text_atomically(path: Path, text: str) -> None:
         raise
 
 
-def write_record(results_dir: str, run_id: str, record: records.Record | dict) -> Path | None:
+def write_record(
+    results_dir: str, run_id: str, record: records.Record | dict, stage: bool = False
+) -> Path | None:
     """Writes a record (typed, or its JSON layout) to `<results_dir>/<run_id>.json` atomically
-    (temp file + fsync + rename) on process 0:
-    a directory removed since the start is made again; a write that fails (a full disk) leaves
-    whatever record was there as it was, removes its temp file and raises UsageError naming the
-    path.
+    (temp file + fsync + rename) on process 0, or with `stage` to its partial name
+    (`<run_id>.json.partial`), which the training run commits with its other outputs
+    (run/outputs.py): a directory removed since the start is made again; a write that fails (a
+    full disk) leaves whatever record was there as it was, removes its temp file and raises
+    UsageError naming the path.
 
-    Returns the path on process 0, None elsewhere.
+    Returns the path written on process 0, None elsewhere.
     """
     if jax.process_index() != 0:
         return None
     path = check_writable(results_dir) / f"{run_id}.json"
+    path = staged(path) if stage else path
     if not isinstance(record, dict):
         record = records.to_dict(record)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as f:
+            as_created(f.fileno())
             json.dump(record, f, indent=2, sort_keys=False, default=_jsonable)
             f.write("\n")
             f.flush()

@@ -24,6 +24,7 @@ from hpcai_jax.acceptance.items import (
     verdict_of,
 )
 from hpcai_jax.acceptance.journal import Journal
+from hpcai_jax.results import as_created
 
 JSON_NAME, MD_NAME = "acceptance.json", "acceptance.md"
 SCHEMA_VERSION = 1
@@ -56,6 +57,7 @@ def document(journal: Journal) -> dict:
 def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
+        as_created(f.fileno())  # mkstemp's 600: the umask's mode, as open gives
         f.write(text)
     os.replace(tmp, path)
 

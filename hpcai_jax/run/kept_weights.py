@@ -20,6 +20,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
+from hpcai_jax import results
 from hpcai_jax.errors import UsageError
 
 SUFFIX = ".weights"
@@ -69,7 +70,7 @@ def save(path: Path, tree: dict) -> None:
     """{params, model_state} at `path` (new), as orbax's StandardSave; every process calls it."""
     checkpointer = ocp.StandardCheckpointer()
     try:
-        # force: a record replaced under --overwrite replaces its weights too (results.claim
+        # force: a partial folder left by an earlier try of this run is replaced (results.claim
         # refused the run id otherwise, so what is there is this run's).
         checkpointer.save(epath.Path(path).absolute(), {k: tree[k] for k in ITEMS}, force=True)
         checkpointer.wait_until_finished()
@@ -126,7 +127,8 @@ def keep(ctx, complete: bool) -> None:
     else:
         where = beside(config.results.results_dir, run_id)
         kept = "beside the record"
-        save(where, tree)
+        # Under its partial name until the run commits its outputs together (run/outputs.py).
+        save(results.staged(where), tree)
     value, arrays = digest(tree)
     ctx.mlog.weights_kept(value, {"arrays": arrays, "kept": kept, "path": str(where)})
     logging.info("kept the members' final weights (%s): %s, sha256 %s", kept, where, value)

@@ -12,16 +12,10 @@ import os
 import jax
 
 from hpcai_jax.records import train
-from hpcai_jax.run import member_figures
+from hpcai_jax.run import member_figures, outputs
 from hpcai_jax.run import record as run_record
 from hpcai_jax.telemetry.events import EventLog
 from hpcai_jax.telemetry.profile import Trace
-
-
-def tensorboard_dir(config, run_id: str) -> str:
-    """Where a run's events go: <--tensorboard_dir or <results_dir>/tensorboard>/<run_id>."""
-    rc = config.results
-    return os.path.join(rc.tensorboard_dir or os.path.join(rc.results_dir, "tensorboard"), run_id)
 
 
 def profile_dir(config, run_id: str) -> str:
@@ -39,6 +33,7 @@ class Curves:
     examples_per_step: int
     flops_per_member_step: float | None
     ensemble_size: int
+    final_dir: str = ""  # where the run's commit puts the events (run/outputs.py)
     points: int = 0
     epochs: int = 0
 
@@ -93,19 +88,24 @@ class Curves:
             if quality.oob is not None and quality.oob.quality is not None:
                 self.log.scalar("final/out_of_bag", quality.oob.quality, step)
         self.log.close()
-        return train.TensorBoard(**self.log.summary())
+        return train.TensorBoard(**{**self.log.summary(), "dir": os.path.abspath(self.final_dir)})
 
 
-def curves(setup, run_id: str, flops_per_step: float | None, clock) -> Curves:
-    """Process 0's curves under --tensorboard, told of each step by the run clock; a hook that
-    writes nothing otherwise."""
+def curves(
+    setup, run_id: str, flops_per_step: float | None, clock, resuming: bool = False
+) -> Curves:
+    """Process 0's curves under --tensorboard, told of each step by the run clock, written under
+    the folder's partial name until the run commits its outputs (a resumed run's beside what
+    the run wrote before); a hook that writes nothing otherwise."""
     config, m = setup.config, setup.layout.ensemble_size
     on = config.results.tensorboard and jax.process_index() == 0
+    final = outputs.tensorboard_dir(config, run_id)
     hook = Curves(
-        EventLog.open(tensorboard_dir(config, run_id)) if on else None,
+        EventLog.open(str(outputs.stage_folder(final, resuming))) if on else None,
         m * config.train.batch_size,
         flops_per_step / m if flops_per_step else None,
         m,
+        final,
     )
     if hook.log is not None:
         clock.on_step.append(hook.completed)

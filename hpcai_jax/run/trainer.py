@@ -27,6 +27,7 @@ from hpcai_jax.run import (
     hooks,
     kept_weights,
     observe,
+    outputs,
     resume,
     startup,
     summary,
@@ -252,12 +253,15 @@ class Trainer:
 
     def write(self, record: dict, outcome: Outcome) -> tuple[dict, int]:
         """Writes the record; only then may the MLLOG say success (a run that can resume ends
-        only a segment)."""
+        only a segment). Both are written under their partial names, then committed with the
+        events and the kept weights (run/outputs.py)."""
         config, progress = self.setup.config, self.ctx.progress
-        path = results.write_record(config.results.results_dir, progress.run_id, record)
-        self.claimed.release()
+        path = results.write_record(config.results.results_dir, progress.run_id, record, stage=True)
         resumable = outcome.status is Status.PARTIAL and self.ckpt is not None
         self.mlog.run_stop(record, resumable=resumable)
+        if path is not None:
+            path = outputs.Outputs.of(config, progress.run_id).commit(record["status"], resumable)
+        self.claimed.release()
         barrier("exit")
         record["path"] = str(path) if path else None
         return record, outcome.exit_code
@@ -311,7 +315,7 @@ class Trainer:
         add(hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size))
         add(hooks.Evaluation(target), tc.eval_every_epochs * setup.sampler.steps_per_epoch)
         flops = self.measured.flops.train_step_flops
-        add(observe.curves(setup, ctx.progress.run_id, flops, ctx.clock))
+        add(observe.curves(setup, ctx.progress.run_id, flops, ctx.clock, self.start.resuming))
         add(hooks.Preemption(self.guard, check_every))
         add(hooks.checkpoint(setup, ctx.progress.step))
         if config.results.profile_range:

@@ -85,7 +85,8 @@ class MLLog:
         self._last_epoch = 0  # the last completed epoch (1-based)
         self._target = None
         self._segment: dict | None = None  # a resumed segment's segment_start metadata
-        self._path: Path | None = None  # --mllog
+        self._path: Path | None = None  # --mllog's partial name, until the run commits it
+        self._final: Path | None = None  # --mllog
         self._earlier = ""  # what the file held when a resumed segment started appending
         self._kept: _KeptLines | None = None
         self._spare: Path | None = None  # where the log goes if --mllog cannot be written
@@ -101,9 +102,11 @@ class MLLog:
         lines_at_save: int = 0,
     ) -> MLLog:
         """Opens --mllog and logs the header; `wall_start` (a `clock` reading) is when the run
-        started, its init_start. A run resumed at step `resumed_at` appends to its log where
-        that log ends with its `segment_stop` at that step. Raises UsageError (one line, naming
-        the flag) when the file cannot be written or mlperf-logging is not installed."""
+        started, its init_start. The lines go to the log's partial name (PATH.partial), which
+        the run renames to PATH with its other outputs at its end (run/outputs.py). A run
+        resumed at step `resumed_at` appends to its log where that log ends with its
+        `segment_stop` at that step. Raises UsageError (one line, naming the flag) when the
+        file cannot be written or mlperf-logging is not installed."""
         config = setup.config
         path = config.results.mllog
         if not path:
@@ -119,6 +122,7 @@ class MLLog:
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
         spare = Path(config.reliability.checkpoint_dir or ".") / f"{run_id or 'run'}.mllog"
+        staged = results.staged(path)  # where the lines go until the run commits its outputs
         append, lost = _continued(config, Path(path), spare, run_id, resumed_at, lines_at_save)
         stream = _opened(path, append)
         handler = _KeptLines(stream)  # flushes every line, keeps it
@@ -128,10 +132,10 @@ class MLLog:
         logger.addHandler(handler)
         writer = mllog.MLLogger(logger, default_stack_offset=_CALLER_OFFSET, root_dir=_ROOT)
         log = cls(writer, stream, setup.workload.metric, clock)
-        log._path, log._kept = Path(path), handler
+        log._path, log._final, log._kept = staged, Path(path), handler
         log._spare = spare
         if append:
-            log._earlier = Path(path).read_text(encoding="utf-8")
+            log._earlier = staged.read_text(encoding="utf-8")
             if lost:  # the lines after the checkpoint are lost work: the log ends at the save
                 why = "the segment ended without its segment_stop; cut back to its last checkpoint"
                 stop = {"run_id": run_id, "step": resumed_at, "reason": why}
@@ -140,7 +144,7 @@ class MLLog:
             log._last_epoch = resumed_at // setup.sampler.steps_per_epoch
             log._target = config.quality_target() if config.scored else None
         else:
-            log._header(setup, log._ms(wall_start), hosts)
+            log._header(setup, log._ms(wall_start), hosts, run_id)
         return log
 
     def line_count(self) -> int:
@@ -168,14 +172,15 @@ class MLLog:
         read. A phase's lines name the engine's call (run/)."""
         self._line(kind, key, value, metadata, time_ms)
 
-    def _header(self, setup, start_ms: int, hosts: list[str]) -> None:
-        """The run's start (cache_clear, init_start: at `start_ms`), then the submission, the
-        system and the settings, in time order, each line at its own call site."""
+    def _header(self, setup, start_ms: int, hosts: list[str], run_id: str = "") -> None:
+        """The run's start (cache_clear, init_start: at `start_ms`, naming the run id that
+        `submission pack` matches with the record's), then the submission, the system and the
+        settings, in time order, each line at its own call site."""
         config = setup.config
         self._target = config.quality_target() if config.scored else None
         # hpcai_jax drops no OS cache; a launch script that does may log its own cache_clear.
         self._here("cache_clear", False, time_ms=start_ms)
-        self._here("init_start", kind="start", time_ms=start_ms)
+        self._here("init_start", None, {"run_id": run_id}, kind="start", time_ms=start_ms)
         mesh = _mesh(setup, hosts)
         self._submission(setup, mesh)
         self._settings(setup, mesh)
@@ -320,7 +325,7 @@ class MLLog:
                 "penalty": metrics.penalty,
             }
             self._here("vflops_per_s", float(metrics.vflops_per_s), about)
-        self._line("end", "run_stop", metadata=outcome(r))
+        self._line("end", "run_stop", metadata={**outcome(r), "run_id": r.run_id})
         self._close()
 
     def _close(self) -> None:
@@ -330,8 +335,9 @@ class MLLog:
         self._keep_complete()
 
     def _keep_complete(self) -> None:
-        """The file at --mllog holds every line this run wrote, or is rewritten whole (atomically,
-        its directory made again); where it cannot be, the whole log goes to the spare path
+        """The file at --mllog's partial name holds every line this run wrote, or is rewritten
+        whole (atomically, its directory made again); where it cannot be, the whole log goes to
+        the spare path
         (--checkpoint_dir/<run id>.mllog, else ./) and one line names it: a resumed run takes
         it from there (`start`), so the run stays packable."""
         if self._kept is None or self._path is None:
@@ -350,13 +356,17 @@ class MLLog:
                 why = f"{why}; {target}: {e.strerror or e}"
                 continue
             print(
-                f"hpcai_jax: warning: --mllog={self._path}: {why}; the whole log was written "
+                f"hpcai_jax: warning: --mllog={self._final or self._path}: {why}; the whole log was written "
                 f"again to {target}",
                 file=sys.stderr,
                 flush=True,
             )
             return
-        print(f"hpcai_jax: error: --mllog={self._path}: {why}", file=sys.stderr, flush=True)
+        print(
+            f"hpcai_jax: error: --mllog={self._final or self._path}: {why}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 _PREFIX = ":::MLLOG "  # what mlperf-logging starts every line with
@@ -402,11 +412,16 @@ def _mesh(setup, hosts: list[str]) -> dict:
     }
 
 
+def _final(path: Path) -> Path:
+    """--mllog's own name for `path`, which may be its partial name (PATH.partial)."""
+    return path.with_name(path.name.removesuffix(results.PARTIAL))
+
+
 def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
-    """Before a log is started at `path`: a log already there is another run's (refused, as
-    its record would be, unless --overwrite) or, for a resumed run, this run's own from a
-    segment that ended without its segment_stop (moved aside to PATH.before-step-K, named in a
-    warning). Nothing written is lost either way."""
+    """Before a log is started at `path` (or its partial name): a log already there is another
+    run's (refused, as its record would be, unless --overwrite) or, for a resumed run, this
+    run's own from a segment that ended without its segment_stop (moved aside to
+    PATH.before-step-K, named in a warning). Nothing written is lost either way."""
     try:
         if path.stat().st_size == 0:
             return
@@ -416,20 +431,20 @@ def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
         return
     if resumed_at is None:
         raise UsageError(
-            f"--mllog={path}: the file holds another run's log; give another path, or "
+            f"--mllog={_final(path)}: the file holds another run's log; give another path, or "
             "--overwrite to replace it"
         )
-    aside = path.with_name(f"{path.name}.before-step-{resumed_at}")
+    aside = path.with_name(f"{_final(path).name}.before-step-{resumed_at}")
     try:
         path.replace(aside)
     except OSError as e:
         raise UsageError(
-            f"--mllog={path}: cannot move the earlier log aside ({e.strerror})"
+            f"--mllog={_final(path)}: cannot move the earlier log aside ({e.strerror})"
         ) from None
     logging.warning(
         "--mllog=%s does not end with this run's segment_stop at step %d: it was moved to %s "
         "and the resumed run starts a log of its own",
-        path,
+        _final(path),
         resumed_at,
         aside,
     )
@@ -438,24 +453,42 @@ def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
 def _continued(
     config, path: Path, spare: Path, run_id: str, resumed_at: int | None, lines_at_save: int
 ) -> tuple[bool, bool]:
-    """(append, lost) for the log at `path`: a resumed segment appends to its own log, cut back
-    to its checkpoint where it died without its segment_stop (`lost`: a SIGKILL, a node); any
-    other run keeps or refuses the earlier log (`_keep_earlier`) and writes a new one."""
-    lost = False
-    if resumed_at is not None:
-        _recover(path, spare, (run_id, resumed_at))
-        lost = _cut_to_save(path, (run_id, resumed_at), lines_at_save)
-    append = resumed_at is not None and (lost or _open_segment(path) == (run_id, resumed_at))
+    """(append, lost) for the log written at `path`'s partial name: a resumed segment appends
+    to its own log (the partial one an interrupted segment left, else a copy of the one at
+    `path`), cut back to its checkpoint where it died without its segment_stop (`lost`: a
+    SIGKILL, a node); any other run keeps or refuses the log at `path` (`_keep_earlier`) and
+    starts a new one, which replaces it only once the run commits its outputs."""
+    if resumed_at is None:
+        _keep_earlier(path, config.results.overwrite, None)
+        return False, False
+    staged, segment = results.staged(path), (run_id, resumed_at)
+    _take_up(path, staged)
+    _recover(staged, spare, segment)
+    lost = _cut_to_save(staged, segment, lines_at_save)
+    append = lost or _open_segment(staged) == segment
     if not append:
-        _keep_earlier(path, config.results.overwrite, resumed_at)
+        _keep_earlier(staged, config.results.overwrite, resumed_at)
     return append, lost
 
 
+def _take_up(path: Path, staged: Path) -> None:
+    """A resumed run continues the partial log an interrupted segment left, else a copy of the
+    committed one at `path` (which stays as it is until the run commits)."""
+    try:
+        if (staged.is_file() and staged.stat().st_size) or not path.is_file():
+            return
+        results.write_text_atomically(staged, path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"--mllog={path}: cannot take the log up ({e})") from None
+
+
 def _opened(path: str, append: bool):
-    """The log file opened for the run (one line on stderr and exit 2 where it cannot be)."""
+    """The log file at `path`'s partial name, opened for the run (one line on stderr and exit 2
+    where it cannot be)."""
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
+        staged = results.staged(path)
+        return open(staged, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
     except OSError as e:
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
 
@@ -469,7 +502,7 @@ def _recover(path: Path, spare: Path, segment: tuple[str, int]) -> None:
         results.write_text_atomically(path, spare.read_text(encoding="utf-8"))
     except OSError as e:
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
-    absl_logging.warning("--mllog=%s: the log taken again from %s", path, spare)
+    absl_logging.warning("--mllog=%s: the log taken again from %s", _final(path), spare)
 
 
 def _cut_to_save(path: Path, segment: tuple[str, int], lines_at_save: int) -> bool:
@@ -485,18 +518,19 @@ def _cut_to_save(path: Path, segment: tuple[str, int], lines_at_save: int) -> bo
         return False
     if len(lines) < lines_at_save:
         return False
+    final = _final(path)
     try:
-        path.with_name(path.name + ".lost").write_text("".join(lines[lines_at_save:]))
+        final.with_name(final.name + ".lost").write_text("".join(lines[lines_at_save:]))
         results.write_text_atomically(path, "".join(lines[:lines_at_save]))
     except OSError as e:
-        raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
+        raise UsageError(f"--mllog={final}: cannot write the file ({e.strerror or e})") from None
     absl_logging.warning(
         "--mllog=%s: the segment after step %d ended without its segment_stop; the log is cut "
         "back to the checkpoint's %d lines (the rest kept in %s.lost)",
-        path,
+        final,
         segment[1],
         lines_at_save,
-        path.name,
+        final.name,
     )
     return True
 

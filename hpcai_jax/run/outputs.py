@@ -1,0 +1,132 @@
+"""A training run's outputs as one unit (docs/reliability.md, "A run's outputs"): its record,
+MLLOG, TensorBoard events and kept weights are written under partial names (`PATH.partial`:
+`results.staged`) while it runs, and renamed to their final names together once all of them
+are written, so that the final names never hold one run's file beside another's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+from absl import logging
+
+from hpcai_jax import results
+from hpcai_jax.run import kept_weights
+
+FINISHED = ("complete", "invalid")  # a record no preempted run's may replace
+
+
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+    """The final names of one run's outputs, the record's last (its presence says the others
+    are there): the events folder and the weights beside the record are named even where this
+    run writes none, so that an earlier run's are not left beside this run's record."""
+
+    events: Path
+    weights: Path
+    mllog: Path | None
+    record: Path
+
+    @classmethod
+    def of(cls, config, run_id: str) -> Outputs:
+        rc = config.results
+        return cls(
+            events=Path(tensorboard_dir(config, run_id)),
+            weights=kept_weights.beside(rc.results_dir, run_id),
+            mllog=Path(rc.mllog) if rc.mllog else None,
+            record=Path(rc.results_dir) / f"{run_id}.json",
+        )
+
+    def commit(self, status: str, resumable: bool = True) -> Path:
+        """Renames every staged output over its final name, SIGINT and SIGTERM held off
+        meanwhile, and removes an earlier run's folder this run wrote none of; returns where
+        the record is. A preempted run whose final names hold an earlier finished run's record
+        (`--overwrite`) keeps its files under their partial names, where its resume takes them
+        up, and leaves the earlier run's whole."""
+        if status not in FINISHED and _finished(self.record):
+            kept = [str(results.staged(p)) for p in self._files() if results.staged(p).exists()]
+            logging.warning(
+                "%s holds a finished run: this one stopped before it finished, so its files are "
+                "kept under partial names (%s) and the earlier run's are untouched%s",
+                self.record,
+                ", ".join(kept),
+                "; the same command resumes it" if resumable else "",
+            )
+            return results.staged(self.record)
+        replaced = []
+        with _signals_held():
+            for final in self._files():
+                replaced += _replace(results.staged(final), final)
+        for old in replaced:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.record
+
+    def _files(self) -> list[Path]:
+        return [p for p in (self.events, self.weights, self.mllog, self.record) if p is not None]
+
+
+def tensorboard_dir(config, run_id: str) -> str:
+    """Where a run's events go: <--tensorboard_dir or <results_dir>/tensorboard>/<run_id>."""
+    rc = config.results
+    return os.path.join(rc.tensorboard_dir or os.path.join(rc.results_dir, "tensorboard"), run_id)
+
+
+def stage_folder(final: str | Path, resuming: bool) -> Path:
+    """The partial name a folder output is written under: a new run's starts empty; a resumed
+    one's holds what the run wrote before (its own partial folder, else a copy of the final
+    one), so that the commit replaces the final folder with the whole run's."""
+    final, staged = Path(final), results.staged(final)
+    if not resuming:
+        shutil.rmtree(staged, ignore_errors=True)
+    elif not staged.exists() and final.is_dir():
+        shutil.copytree(final, staged)
+    return staged
+
+
+def _finished(record: Path) -> bool:
+    try:
+        return json.loads(record.read_text()).get("status") in FINISHED
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _replace(staged: Path, final: Path) -> list[Path]:
+    """`staged` renamed to `final`; returns the earlier folder moved aside (for removal)."""
+    aside = []
+    if final.is_dir() and not final.is_symlink():
+        old = final.with_name(f".{final.name}.replaced-{os.getpid()}")
+        final.rename(old)
+        aside.append(old)
+    if staged.exists():
+        os.replace(staged, final)
+    return aside
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM noted, not acted on, until the renames are done, then raised again
+    for the handlers that were there: an interrupt lands before the first rename or after the
+    last, never between two (Python's handlers run in the main thread; elsewhere none is
+    held)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in held}
+    for s in held:
+        signal.signal(s, lambda signum, _: caught.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
