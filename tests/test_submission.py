@@ -164,6 +164,8 @@ def test_recount(package, tiny_run, tmp_path, capsys):
     scale, fake = 1.5, "scaled-flops"
     forged = forge.Forged(package, RUN)
     forged.record["run_id"] = forged.record["config"]["results"]["run_name"] = fake
+    for line in forged.key("init_start") + forged.key("run_stop"):
+        line["metadata"]["run_id"] = fake  # pack matches the log's run id with the record's
     forged.record["flops"]["per_step"] *= scale
     # A clock of its own, as another run has: check refuses one run packed twice.
     t0 = forged.one("run_start")["time_ms"]
@@ -258,3 +260,68 @@ def test_a_record_moved_with_its_log_packs_from_where_it_lies(tiny_run, tmp_path
     code, out, err = _cli(capsys, "pack", moved / f"{RUN}.json", f"--out={tmp_path / 'pkg2'}")
     assert code == 2 and len(err) == 1 and not out
     assert f"/cluster/scratch/gone/{log.name}" in err[0] and str(moved / log.name) in err[0]
+
+
+def _moved(tiny_run, folder: Path, record=None, log=None) -> Path:
+    """The tiny run's record and log copied into `folder` (the record naming its log there),
+    with `record(dict)` and `log(list of lines)` applied."""
+    folder.mkdir()
+    data = dict(tiny_run.record, mllog=str(folder / "run.mllog"))
+    if record:
+        record(data)
+    (folder / f"{RUN}.json").write_text(json.dumps(data))
+    lines = _lines(tiny_run.mllog)
+    if log:
+        log(lines)
+    _write_lines(folder / "run.mllog", lines)
+    return folder / f"{RUN}.json"
+
+
+def test_pack_refuses_a_run_that_is_not_complete(tiny_run, tmp_path, capsys):
+    """A preempted (partial) or diverged (invalid) record is no submission: one line naming
+    its status, exit 2, no package."""
+    for status, reason in (("partial", "preempted by SIGINT at step 7"), ("invalid", "")):
+        path = _moved(
+            tiny_run,
+            tmp_path / status,
+            record=lambda r, s=status, why=reason: r.update(status=s, reason=why),
+        )
+        code, out, err = _cli(capsys, "pack", path, f"--out={tmp_path / status / 'pkg'}")
+        assert code == 2 and not out and len(err) == 1, err
+        assert f"{path}: run {RUN} is {status}" in err[0] and "complete runs only" in err[0]
+        assert reason in err[0] and not (tmp_path / status / "pkg").exists()
+
+
+def test_pack_refuses_a_record_and_a_log_of_different_runs(tiny_run, tmp_path, capsys):
+    """The log's run id is another's; or the log is a later run's of the same name, cut short
+    where it compiled (the issue's --overwrite interrupted early), or preempted: one line each.
+    The untouched pair packs."""
+
+    def other_id(lines):
+        for line in lines:
+            if line["key"] in ("init_start", "run_stop"):
+                line["metadata"]["run_id"] = "another-run"
+
+    def cut(lines):
+        del lines[[line["key"] for line in lines].index("run_start") :]
+
+    def preempted(lines):
+        lines[-1]["metadata"]["record_status"] = "partial"
+
+    cases = {
+        "other": (other_id, "names run another-run, not real-train: the record and the log"),
+        "cut": (cut, "it ends without run_stop (its last line: init_stop)"),
+        "preempted": (
+            preempted,
+            "not the log of complete run real-train: its run_stop ends a partial run",
+        ),
+        "same": (None, None),
+    }
+    for name, (edit, expected) in cases.items():
+        path = _moved(tiny_run, tmp_path / name, log=edit)
+        code, out, err = _cli(capsys, "pack", path, f"--out={tmp_path / name / 'pkg'}")
+        if expected is None:
+            assert code == 0, err
+            continue
+        assert code == 2 and not out and len(err) == 1, err
+        assert f"{path}: its MLLOG" in err[0] and expected in err[0], err

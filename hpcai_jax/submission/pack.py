@@ -14,9 +14,9 @@ from pathlib import Path
 
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
-from hpcai_jax.results import cell
+from hpcai_jax.results import as_created, cell
 from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, system
-from hpcai_jax.submission.logfile import Log
+from hpcai_jax.submission.logfile import Log, metadata
 
 
 def _records(paths: list[str]) -> list[tuple[Path, records.TrainRecord]]:
@@ -50,6 +50,11 @@ def _load(path: Path) -> records.AnyRecord:
         raise UsageError(f"{path}: not a hpcai_jax record ({e})") from None
     if record.run_id is None:
         raise UsageError(f"{path}: not a hpcai_jax record (no run_id)")
+    if isinstance(record, records.TrainRecord) and record.status != "complete":
+        why = f" ({record.reason.splitlines()[0]})" if record.reason else ""
+        raise UsageError(
+            f"{path}: run {record.run_id} is {record.status}{why}: pack takes complete runs only"
+        )
     return record
 
 
@@ -69,6 +74,32 @@ def _mllog(path: Path, record: records.TrainRecord) -> Path:
     raise UsageError(
         f"{path}: its MLLOG {log} (--mllog) does not exist, nor does "
         f"{path.parent / Path(log).name} beside the record"
+    )
+
+
+def _same_run(path: Path, record: records.TrainRecord, log: Path) -> None:
+    """The MLLOG is the record's run's: the run ids its lines name (init_start, segment_stop,
+    run_stop) are the record's, and it ends with the run_stop of a run of the record's status
+    (the log of a later run of the same name that stopped early does not)."""
+    lines = Log(log)
+    keys = ("init_start", "segment_stop", "run_stop")
+    ids = {metadata(line, "run_id") for key in keys for line in lines.all(key)} - {None}
+    if ids != {record.run_id}:
+        named = f"names run {', '.join(sorted(map(str, ids)))}" if ids else "names no run id"
+        raise UsageError(
+            f"{path}: its MLLOG {log} {named}, not {record.run_id}: the record and the log are "
+            "from different runs"
+        )
+    last = lines.lines[-1] if lines.lines else {}
+    status = metadata(last, "record_status")
+    if last.get("key") != "run_stop":
+        why = f"it ends without run_stop (its last line: {last.get('key')}): its run never finished"
+    elif status not in (None, record.status):
+        why = f"its run_stop ends a {status} run"
+    else:
+        return
+    raise UsageError(
+        f"{path}: its MLLOG {log} is not the log of complete run {record.run_id}: {why}"
     )
 
 
@@ -162,12 +193,15 @@ def pack(
         raise UsageError(f"--out={out}: already exists and is not empty; pack writes a new folder")
     found = _records(paths)
     logs = [_mllog(path, record) for path, record in found]
+    for (path, record), log in zip(found, logs, strict=True):
+        _same_run(path, record, log)
     flag_lines = [flagfile.lines(r.config or {}, str(p)) for p, r in found]
     runs = [r for _, r in found]
     described = system.describe(runs, system.user_file(system_json))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        as_created(tmp, directory=True)  # mkdtemp's 700: the umask's mode, as mkdir gives
     except OSError as e:
         raise UsageError(f"--out={out}: cannot create it ({e.strerror})") from None
     try:
