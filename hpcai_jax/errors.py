@@ -5,6 +5,10 @@ codes of the failures that are not input (docs/reliability.md, Exit codes)."""
 # the job is gone (a collective failed for it) or hung (the watchdog). Transient: the launch
 # scripts requeue it, up to MAX_REQUEUES.
 LOST_EXIT_CODE = 69
+# EX_TEMPFAIL, "try again later": SIGTERM or SIGINT stopped a run that can resume (a checkpoint
+# saved or restored); the launch scripts requeue it. A run signalled before it had anything to
+# resume from exits 128 + the signal's number instead (run/interrupt.py).
+PREEMPTED_EXIT_CODE = 75
 
 
 class UsageError(Exception):

@@ -6,17 +6,24 @@ stderr and exit code 2, never a traceback.
 
 from __future__ import annotations
 
-import logging as std_logging
-import os
-import sys
+# From the interpreter's first moment, before the imports below take JAX's seconds: a Ctrl-C or
+# SIGTERM is noted, and acted on where it is safe to (run/interrupt.py).
+if __name__ == "__main__":
+    from hpcai_jax.run import interrupt as _interrupt
 
-from absl import app, flags, logging
+    _interrupt.install()
 
-from hpcai_jax import distributed, gpu_settings
-from hpcai_jax import flags as hflags
-from hpcai_jax import help as help_text
-from hpcai_jax.errors import LOST_EXIT_CODE, UsageError
-from hpcai_jax.run import startup
+import logging as std_logging  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from absl import app, flags, logging  # noqa: E402
+
+from hpcai_jax import distributed, gpu_settings  # noqa: E402
+from hpcai_jax import flags as hflags  # noqa: E402
+from hpcai_jax import help as help_text  # noqa: E402
+from hpcai_jax.errors import LOST_EXIT_CODE, UsageError  # noqa: E402
+from hpcai_jax.run import interrupt, startup  # noqa: E402
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -91,6 +98,7 @@ def _quiet_other_processes() -> None:
 
 
 def main(argv: list[str]) -> None:
+    installed = interrupt.install()  # already, under `python -m`: at the top of this file
     startup.begin()
     _quiet_backend_probe()
     _quiet_libraries()
@@ -114,7 +122,11 @@ def main(argv: list[str]) -> None:
         if config.mode not in _SELF_CHECKED:
             _check_layout(config)
             startup.valid()
+            interrupt.exit_at_once(f"--mode={config.mode}")
         sys.exit(run_mode(config))
+    except interrupt.Interrupted as e:
+        print(e.line(), file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)
     except UsageError as e:
         _fail(str(e), e.exit_code)
     except Exception as e:
@@ -123,6 +135,8 @@ def main(argv: list[str]) -> None:
         _lost(why)
     finally:  # a refused run logs nothing it held
         startup.drop()
+        if installed:  # main called in a process that is not its own (a test): put back
+            interrupt.restore()
 
 
 def _dry_run(config) -> None:

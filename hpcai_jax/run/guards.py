@@ -1,9 +1,9 @@
 """What guards a run's end: a preemption signal turned into a clean, agreed stop, and a hang
 turned into an exit the launch scripts requeue.
 
-Preemption: SIGTERM (SLURM's warning before the wall-time limit) or SIGINT asks the run to save a
-checkpoint at the next agreed step boundary and exit with PREEMPTED_EXIT_CODE, so the job can be
-requeued and resume.
+Preemption: SIGTERM (SLURM's warning before the wall-time limit) or SIGINT, noted by the handlers
+of run/interrupt.py, asks the run to save a checkpoint at the next agreed step boundary and exit
+with errors.PREEMPTED_EXIT_CODE, so the job can be requeued and resume.
 
 Processes receive the signal at slightly different times; all of them must stop at the same
 step (saving a checkpoint is collective), so the flag is agreed across processes at check points.
@@ -18,7 +18,6 @@ system or stopped peer does not hold thousands of devices until the job's time l
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
@@ -28,45 +27,48 @@ import numpy as np
 
 from hpcai_jax.distributed import allgather
 from hpcai_jax.errors import LOST_EXIT_CODE
+from hpcai_jax.run import interrupt
 
-PREEMPTED_EXIT_CODE = 75  # EX_TEMPFAIL: "try again later" - the launch scripts requeue on it
 FAILED_EXIT_CODE = 1
 
 
 class PreemptionGuard:
-    def __init__(self):
-        self._requested: str | None = None
-        self._previous = {}
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self._previous[sig] = signal.signal(sig, self._handle)
+    """Takes the signals over from start-up (run/interrupt.py): one noted before the loop, or
+    during it, stops the run at the next agreed step boundary; one after the loop is noted and
+    the run finishes (its final save is never cut short)."""
 
-    def _handle(self, signum, frame):
-        self._requested = signal.Signals(signum).name
+    def __init__(self):
+        self._peer = False
+        self._installed = interrupt.install()  # main installed them first, or a test calls
+        interrupt.defer()
 
     @property
     def signal_name(self) -> str | None:
-        return self._requested
+        return interrupt.received() or ("peer" if self._peer else None)
 
     def stop_now(self, at_check_point: bool) -> bool:
         """One process: as soon as signalled. Several: only at check points, where all agree."""
         if jax.process_count() == 1:
-            return self._requested is not None
+            return interrupt.received() is not None
         return at_check_point and self.agreed()
 
     def agreed(self) -> bool:
         """True on every process once any process has been signalled (a collective when there
         are several processes: call it at the same steps everywhere)."""
-        local = self._requested is not None
+        local = interrupt.received() is not None
         if jax.process_count() == 1:
             return local
         flags = allgather(np.asarray([local], np.int32))
-        if flags.any() and self._requested is None:
-            self._requested = "peer"
+        if flags.any() and not local:
+            self._peer = True
         return bool(flags.any())
 
     def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        """The handlers before the guard, if it installed them (may run twice); under main's,
+        a signal from here on is noted for the line after the record."""
+        if self._installed:
+            interrupt.restore()
+            self._installed = False
 
 
 # Hung is the lost-peer class: requeued by the launch scripts (docs/reliability.md, Exit codes).

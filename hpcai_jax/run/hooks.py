@@ -21,17 +21,13 @@ from hpcai_jax import distributed
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.engine.state import EnsembleState
+from hpcai_jax.errors import PREEMPTED_EXIT_CODE
 from hpcai_jax.run import checkpoint_interval as interval_rule
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, member_figures
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.clock import RunClock, format_duration
-from hpcai_jax.run.guards import (
-    FAILED_EXIT_CODE,
-    PREEMPTED_EXIT_CODE,
-    PreemptionGuard,
-    Watchdog,
-)
+from hpcai_jax.run.guards import FAILED_EXIT_CODE, PreemptionGuard, Watchdog
 from hpcai_jax.run.progress import DivergenceWatch, Progress, skipped_examples
 from hpcai_jax.telemetry.mllog import MLLog
 

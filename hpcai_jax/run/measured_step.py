@@ -17,7 +17,7 @@ from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.flops.crosscheck import FlopFigures, crosscheck
 from hpcai_jax.flops.device_peaks import bandwidth_at_start, matmul_peaks
 from hpcai_jax.flops.xla import XlaCost, xla_cost
-from hpcai_jax.run import startup
+from hpcai_jax.run import interrupt, startup
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
 from hpcai_jax.telemetry.memory import memory_analysis
 
@@ -37,6 +37,7 @@ class MeasuredStep(NamedTuple):
 def measure_step(setup: RunSetup, state, bandwidth: tuple[float, str] | None) -> MeasuredStep:
     """Compiles `setup`'s train step for `state` and measures it (the module docstring);
     `bandwidth`: a --stream_record's figure, else STREAM runs here."""
+    interrupt.at("compile")  # a signal meanwhile is acted on after it (run/interrupt.py)
     _log_mesh(setup)
     config = setup.config
     shapes = (setup.mesh, setup.layout, config.train.batch_size, setup.workload.spec.fields)

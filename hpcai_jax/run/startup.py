@@ -12,6 +12,8 @@ import os
 import time
 from collections.abc import Callable
 
+from hpcai_jax.run import interrupt
+
 # The phases in the order a run goes through them: up to the compile, then what the record
 # says about the compiled step and the devices, then the processes' meeting before the steps.
 PHASES = (
@@ -64,18 +66,24 @@ def begin() -> None:
 
 @contextlib.contextmanager
 def phase(name: str, part: str = ""):
-    """Times a phase (its seconds add up if it runs twice; `part` names each time in its line)."""
+    """Times a phase (its seconds add up if it runs twice; `part` names each time in its line).
+    Its start and end are safe points: a SIGINT or SIGTERM noted before either stops the run
+    there (run/interrupt.py)."""
+    label = f"{name} ({part})" if part else name
+    interrupt.check()
+    interrupt.at(label)
     start = time.perf_counter()
     try:
         yield
     finally:
         took = time.perf_counter() - start
         _seconds[name] = _seconds.get(name, 0.0) + took
-        label = f"{name} ({part})" if part else name
         if _held is not None:
             _held.append((label, took))
         else:
             _log(label, took)
+    interrupt.at(f"after {label}")
+    interrupt.check()
 
 
 def _log(label: str, took: float) -> None:

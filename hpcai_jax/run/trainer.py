@@ -8,6 +8,7 @@ the step's path, docs/score.md what each figure means.
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import jax
 from absl import logging
@@ -25,6 +26,7 @@ from hpcai_jax.records import train
 from hpcai_jax.run import (
     checkpoint_interval,
     hooks,
+    interrupt,
     kept_weights,
     observe,
     outputs,
@@ -49,7 +51,30 @@ def run_train(config: RunConfig) -> int:
     record, exit_code = train_and_evaluate(config)
     if jax.process_index() == 0:
         print(summary.summary(record))
+        if line := _interrupted_line(record, exit_code, config):
+            print(line, file=sys.stderr, flush=True)
     return exit_code
+
+
+def _interrupted_line(record: dict, exit_code: int, config: RunConfig) -> str | None:
+    """What a signal in the training loop or after it left (docs/reliability.md, Interrupts):
+    a preempted run's checkpoint and partial record, or the record of a run that finished
+    before it acted on the signal; None if no signal came."""
+    kept = f"the record {record['path']} ({record['status']})"
+    if record["status"] == Status.PARTIAL.value:
+        steps, where = record["timing"]["steps"], config.reliability.checkpoint_dir
+        if where:
+            return (
+                f"hpcai_jax: {record['reason']}: kept the checkpoint of step {steps} in {where}"
+                f" and {kept}; the same command resumes; exit {exit_code}"
+            )
+        return (
+            f"hpcai_jax: {record['reason']}: kept {kept}; without --checkpoint_dir the run "
+            f"cannot resume; exit {exit_code}"
+        )
+    if (name := interrupt.received()) is not None:
+        return f"hpcai_jax: {name} came after the last step: kept {kept}; exit {exit_code}"
+    return None
 
 
 def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
@@ -110,8 +135,11 @@ class Trainer:
         with contextlib.ExitStack() as held:
             if self.ckpt:  # waits for pending saves on every path, errors and divergence too
                 held.callback(self.ckpt.close)
-            self.restore()
-            self.compile()
+            try:
+                self.restore()
+                self.compile()
+            except interrupt.Interrupted as e:  # a resumed run's checkpoint is still there
+                raise e.keeping(self._restored()) from None
             stop = self.run_steps(held)
             outcome = self.finish(stop)
             record = self.record(outcome)
@@ -267,6 +295,14 @@ class Trainer:
         return record, outcome.exit_code
 
     # What the stages share.
+
+    def _restored(self) -> str | None:
+        """The checkpoint this run resumes from, for an interrupt's line; None for a new run."""
+        start = getattr(self, "start", None)
+        if start is None or not start.resuming:
+            return None
+        where = self.setup.config.reliability.checkpoint_dir
+        return f"the checkpoint of step {start.progress.step} in {where}"
 
     def _context(self, held: contextlib.ExitStack) -> None:
         """The steps' input pipeline, and the hooks' view of the run: its clock (timing from the

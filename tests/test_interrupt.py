@@ -1,0 +1,219 @@
+"""A Ctrl-C or SIGTERM at any moment ends a run cleanly (run/interrupt.py, docs/reliability.md,
+Interrupts): noted by the handler, acted on at a safe point, a named exit code and one line
+saying what was kept; never a KeyboardInterrupt inside XLA's compile (a traceback and a
+segmentation fault)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import pytest
+from helpers import ROOT, subprocess_env
+
+from hpcai_jax.run import interrupt, startup
+
+
+@pytest.fixture
+def handlers():
+    """The handlers installed for one test, the test process's own put back after it."""
+    assert interrupt.install()
+    yield
+    interrupt.restore()
+
+
+def _signal(sig: signal.Signals) -> None:
+    os.kill(os.getpid(), sig)  # the handler runs in the main thread before the next bytecode
+
+
+def test_a_signal_is_noted_and_stops_the_run_at_the_next_phase(handlers):
+    with startup.phase("setup"):
+        pass
+    _signal(signal.SIGINT)  # between two phases: no KeyboardInterrupt here
+    assert interrupt.received() == "SIGINT"
+    with pytest.raises(interrupt.Interrupted) as caught, startup.phase("state", "initialised"):
+        pytest.fail("a phase after the signal must not start")
+    e = caught.value
+    assert (e.signal_name, e.where, e.exit_code) == ("SIGINT", "after setup", 130)
+    assert e.line() == (
+        "hpcai_jax: interrupted by SIGINT during start-up (after setup): no step ran and no "
+        "record was written; exit 130"
+    )
+
+
+def test_a_signal_inside_a_phase_is_acted_on_at_its_end_and_named_by_it(handlers):
+    with pytest.raises(interrupt.Interrupted) as caught, startup.phase("peaks"):
+        _signal(signal.SIGTERM)
+        reached = True  # the phase's work is not cut short
+    assert reached
+    assert (caught.value.where, caught.value.exit_code) == ("peaks", 143)
+
+
+def test_a_resumed_run_interrupted_in_start_up_keeps_its_checkpoint_and_exits_75(handlers):
+    _signal(signal.SIGTERM)
+    with pytest.raises(interrupt.Interrupted) as caught:
+        interrupt.check()
+    e = caught.value.keeping("the checkpoint of step 8 in /ck")
+    assert e.exit_code == 75
+    assert e.line().endswith(
+        "kept the checkpoint of step 8 in /ck (no step ran); the same command resumes; exit 75"
+    )
+    assert caught.value.keeping(None) is caught.value
+
+
+def test_once_the_guard_holds_the_signals_no_safe_point_raises(handlers):
+    from hpcai_jax.run.guards import PreemptionGuard
+
+    guard = PreemptionGuard()
+    with startup.phase("barrier"):
+        _signal(signal.SIGINT)
+    assert guard.stop_now(at_check_point=False) and guard.signal_name == "SIGINT"
+    guard.restore()  # main installed them: still noted after the loop, for the line
+    assert signal.getsignal(signal.SIGINT) is interrupt._note
+
+
+def test_the_guard_alone_installs_and_restores_the_handlers():
+    before = signal.getsignal(signal.SIGTERM)
+    from hpcai_jax.run.guards import PreemptionGuard
+
+    guard = PreemptionGuard()
+    assert signal.getsignal(signal.SIGTERM) is interrupt._note
+    guard.restore()
+    guard.restore()  # the ExitStack's second call
+    assert signal.getsignal(signal.SIGTERM) is before and interrupt.received() is None
+
+
+def test_threads_never_see_the_signal(handlers):
+    """A thread (the data Prefetcher's) is never interrupted: the handler runs in the main
+    thread and raises nothing."""
+    seen = []
+
+    def work():
+        try:
+            _signal(signal.SIGINT)
+            seen.append("finished")
+        except BaseException as e:  # noqa: BLE001 - what must not happen
+            seen.append(repr(e))
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert seen == ["finished"] and interrupt.received() == "SIGINT"
+
+
+# The subprocess tests: the multiprocess tests' small regression run (tests/test_multiprocess.py),
+# 4 members × P_degree 2 on 8 CPU devices, long enough that the loop is still running when a
+# cue's signal lands; every case the same flags but its folders, so the compile cache serves all.
+SMALL = [
+    "--workload=regression",
+    "--model=mlp",
+    "--dataset=friedman1",
+    "--ensemble_size=2",
+    "--parallel_degree=1",
+    "--batch_size=16",
+    "--train_examples=256",
+    "--eval_examples=64",
+    "--steps=400",
+    "--log_every=1",
+    "--target_quality=0.9",
+]
+# (the stderr line's fragment at which the signal is sent, the signal, the phase it lands in)
+# Phase lines are printed at a phase's end: the next phase is under way. Those of distributed,
+# imports and setup are held until the configuration is valid (run/startup.py).
+START_UP = [
+    ("start-up: single process", "SIGINT", "distributed"),
+    ("setting(s) not at their defaults", "SIGINT", "state"),
+    ("start-up: state (checkpoint) took", "SIGINT", "state (initialised)"),
+    ("mesh {", "SIGINT", "compile"),  # logged as the compile starts
+    ("start-up: crosscheck took", "SIGINT", "traffic"),
+    ("start-up: traffic took", "SIGINT", "peaks"),
+    ("start-up: peaks took", "SIGTERM", "stream"),
+]
+LINE = re.compile(
+    r"hpcai_jax: interrupted by (SIGINT|SIGTERM) during start-up \((.+)\): no step ran and "
+    r"no record was written; exit (\d+)"
+)
+
+
+def _interrupted(tmp_path, name: str, cue: str, sig: str) -> tuple[int, list[str]]:
+    """The CLI run (results and checkpoints in tmp_path/name), sent `sig` when a line holding
+    `cue` appears on its stderr; its exit code and its lines that are not absl's log lines."""
+    args = [*SMALL, f"--results_dir={tmp_path}/r", f"--checkpoint_dir={tmp_path}/{name}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcai_jax.main", *args],
+        cwd=ROOT,
+        env=subprocess_env(2, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    timer = threading.Timer(240, proc.kill)  # a hang fails the test, not the suite
+    timer.start()
+    sent, lines = False, []
+    for line in proc.stderr:
+        lines.append(line.rstrip("\n"))
+        if not sent and cue in line:
+            proc.send_signal(getattr(signal, sig))
+            sent = True
+    code = proc.wait()
+    timer.cancel()
+    assert sent, f"no line held {cue!r}:\n" + "\n".join(lines[-20:])
+    text = "\n".join(lines)
+    for bad in ("Traceback", "Fatal Python error", "KeyboardInterrupt"):
+        assert bad not in text, text[-3000:]
+    return code, [x for x in lines if not re.match(r"[IWEF]\d{4} ", x)]
+
+
+@pytest.mark.slow
+def test_sigint_at_each_start_up_phase_ends_cleanly(tmp_path, record_property):
+    """SIGINT (SIGTERM once) sent as each start-up phase begins, cued by the phase lines: the
+    shell's code for the signal, one line naming the phase, no traceback, no record written.
+    Then one in the loop's first step (exit 75, a checkpoint and a partial record) and one in
+    the start-up of the run that resumes from it (exit 75, the checkpoint kept)."""
+    for cue, sig, phase in START_UP:
+        code, own = _interrupted(tmp_path, "new", cue, sig)
+        record_property(phase, f"{code} {own}")
+        assert len(own) == 1 and (m := LINE.fullmatch(own[0])), (phase, own)
+        assert m.group(1) == sig and code == int(m.group(3)) == 128 + getattr(signal, sig)
+        assert not list((tmp_path / "r").glob("*.json")), phase
+    code, own = _interrupted(tmp_path, "ck", "start-up: barrier took", "SIGINT")
+    record_property("first step", f"{code} {own}")
+    assert code == 75 and len(own) == 1, own
+    assert re.fullmatch(
+        rf"hpcai_jax: preempted by SIGINT at step (\d+): kept the checkpoint of step \1 in "
+        rf"{tmp_path}/ck and the record \S+\.json \(partial\); the same command resumes; exit 75",
+        own[0],
+    ), own
+    code, own = _interrupted(tmp_path, "ck", "start-up: state (checkpoint) took", "SIGTERM")
+    record_property("resumed start-up", f"{code} {own}")
+    assert code == 75 and len(own) == 1, own
+    assert re.fullmatch(
+        rf"hpcai_jax: interrupted by SIGTERM during start-up \(.+\): kept the checkpoint of "
+        rf"step \d+ in {tmp_path}/ck \(no step ran\); the same command resumes; exit 75",
+        own[0],
+    ), own
+
+
+@pytest.mark.slow
+def test_a_mode_that_writes_only_at_its_end_stops_at_once():
+    """--mode=stream, flops and check: the signal ends the process at once, with its line."""
+    code = (
+        "import os, signal, time\n"
+        "from hpcai_jax.run import interrupt\n"
+        "interrupt.install()\n"
+        "interrupt.exit_at_once('--mode=stream')\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(30)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 143
+    assert proc.stderr == (
+        "hpcai_jax: interrupted by SIGTERM during --mode=stream: stopped at once, before its "
+        "record was written; exit 143\n"
+    )
