@@ -215,11 +215,11 @@ none, + k) mod 2^32 and is named <name>-<experiment>-M<M>-P<P_degree>-r<k>. The 
 each configuration's repeats (its Repeats section: N, mean, spread, 95 % Student-t interval).
 
 --experiment=paper runs HPC AI500 V3.0's experiments at one-machine scale, offline, on
-Fashion-MNIST (resnet_small, 4,096 training images, 2 epochs, the whole 10,000-image test set
-each epoch; hpcai_jax/sweep_paper.py), each run on exactly its Sys_scale of host CPU devices
-(XLA_FLAGS' forced count set per run: devices simulated on shared cores, so FLOPS cannot grow
-with them). 9 points × 3 seeds = 27 runs, seed 1000·k for the plan's k-th run (no member shared
-between runs), each record named paper-<point>-s<seed>.json:
+Fashion-MNIST (resnet_small, 3,584 training images, 2 epochs, the whole 10,000-image test set
+at the end, Fig. 7's points each epoch too; hpcai_jax/sweep_paper.py), each run on exactly its
+Sys_scale of host CPU devices (XLA_FLAGS' forced count set per run: devices simulated on shared
+cores, so FLOPS cannot grow with them). 9 points × 3 seeds = 27 runs, seed 1000·k for the
+plan's k-th run (no member shared between runs), each record named paper-<point>-s<seed>.json:
   fig5-M1, -M2, -M4, -M8      §4.3 Fig. 5's shape: P_degree 1, one member per device
                               (quality per M also from the M = 8 run's quality.sub_ensembles)
   fig7-M4-P2, -M2-P4, -M1-P8  §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device
@@ -231,7 +231,7 @@ none of the others and the summary names it. --smoke: the same plan at toy size,
 --only=LABEL,...: those points. Flags after -- are added to every run's (the last one wins).
 
 examples:
-  # the paper's experiments on this machine (~30 min on 2 cores: launch/README.md):
+  # the paper's experiments on this machine (about 31 min on 2 cores, estimated: launch/README.md):
   python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
   # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\

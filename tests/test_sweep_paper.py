@@ -47,6 +47,7 @@ def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
         devices = p.ensemble_size * p.parallel_degree
         if p.label.startswith("fig7"):
             assert devices == 8 and "--batch_policy=per_device" in p.flags
+            assert "--eval_every_epochs=1" in p.flags  # a curve: time to target
         if p.label.startswith("fig5"):
             assert p.parallel_degree == 1 and p.flags == ()
         if p.label.startswith("control"):
@@ -58,8 +59,9 @@ def test_a_runs_command_and_devices():
     cmd = sp.paper_command(run, "out", False, ["--epochs=1"])
     assert cmd[1:3] == ["-m", "hpcai_jax.main"]
     assert "--dataset=fashion_mnist" in cmd and "--batch_policy=per_device" in cmd
-    assert cmd[-8:] == [
+    assert cmd[-9:] == [
         "--batch_policy=per_device",
+        "--eval_every_epochs=1",
         "--ensemble_size=2",
         "--parallel_degree=4",
         "--members_per_device=1",
