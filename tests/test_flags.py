@@ -38,6 +38,7 @@ ENUMS = {
     "optimizer": C.OPTIMIZERS,
     "lr_schedule": C.LR_SCHEDULES,
     "bootstrap": C.BOOTSTRAP_METHODS,
+    "batch_policy": C.BATCH_POLICIES,
     "flops_source": C.FLOPS_SOURCES,
     "submission_status": C.SUBMISSION_STATUSES,
     "on_divergence": C.ON_DIVERGENCE,
