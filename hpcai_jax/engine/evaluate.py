@@ -162,24 +162,20 @@ def subset_plan(workload: Workload, m: int, seed: int) -> subsets.SubsetPlan | N
 
 def _subset_counts(workload: Workload, masks: np.ndarray, preds, votes, batch) -> jax.Array:
     """[S, K]: the counts of each sub-ensemble's prediction, the mean over the voting members of
-    each row of `masks`, from every member's predictions gathered over `ensemble` (M × the
-    batch: why subsets.MAX_MEMBERS bounds M). Subsets are scored 16 at a time."""
-    every = jax.tree.map(lambda x: _gathered(x, ENSEMBLE), preds)
-    every_votes = _gathered(votes, ENSEMBLE)  # [M, e]
+    each row of `masks`, reduced over `ensemble` exactly as the ensemble's is (`_voters_mean`,
+    the votes masked), so that the whole set's figure is the ensemble's to the last bit. Scored
+    16 subsets at a time: a device holds 16 × its rows × the outputs, whatever M is."""
+    m_local = votes.shape[0]
+    start = lax.axis_index(ENSEMBLE) * m_local
+    local = lax.dynamic_slice_in_dim(jnp.asarray(masks), start, m_local, axis=1)  # [S, m_local]
 
     def one(mask):
-        w = mask[:, None] * every_votes
-        voters = jnp.sum(w, axis=0)
-
-        def mean(x):
-            shape = w.shape + (1,) * (x.ndim - 2)
-            total = jnp.sum(jnp.where(w.reshape(shape) > 0, x, 0.0), axis=0)
-            return total / jnp.maximum(voters, 1.0).reshape(voters.shape + shape[2:])
-
-        prediction = jax.tree.map(mean, every)
+        w = votes * mask[:, None]
+        voters = lax.psum(jnp.sum(w, axis=0), ENSEMBLE)
+        prediction = _voters_mean(preds, w)
         return workload.counts(prediction, batch, (voters > 0).astype(jnp.float32))
 
-    return lax.psum(lax.map(one, jnp.asarray(masks), batch_size=16), DATA)
+    return lax.psum(lax.map(one, local, batch_size=16), DATA)
 
 
 def _example_hits(workload: Workload, preds, ensemble, scored, batch) -> dict:

@@ -17,9 +17,8 @@ import math
 import numpy as np
 
 DRAWS = 32  # random k-subsets per k where C(M, k) is larger
-# Above this M no sub-ensembles are scored: every member's predictions are gathered on every
-# device of an eval batch (M × batch × outputs), and the plan holds up to M × (DRAWS + 1)
-# subsets, each an ensemble prediction per example.
+# Above this M no sub-ensembles are scored: the plan holds up to M × (DRAWS + 1) subsets, and
+# each is one more ensemble prediction and reduction over `ensemble` per eval batch.
 MAX_MEMBERS = 32
 
 
