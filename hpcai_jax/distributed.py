@@ -11,12 +11,11 @@ import dataclasses
 import logging as std_logging
 import os
 import re
-import sys
 
 import numpy as np
 from absl import logging
 
-from hpcai_jax.errors import LOST_EXIT_CODE, UsageError
+from hpcai_jax.errors import LOST_EXIT_CODE, UsageError, end_process
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,14 +222,11 @@ def exit_if_lost(error: BaseException) -> None:
         return
     import jax
 
-    print(
+    end_process(
         f"hpcai_jax: error: process {jax.process_index()} lost a peer ({why}); the job can "
         f"resume from its last checkpoint; exit {LOST_EXIT_CODE}",
-        file=sys.stderr,
-        flush=True,
+        LOST_EXIT_CODE,
     )
-    sys.stdout.flush()
-    os._exit(LOST_EXIT_CODE)
 
 
 def from_process_zero(text: str, size: int = 256) -> str:

@@ -22,7 +22,7 @@ from absl import app, flags, logging  # noqa: E402
 from hpcai_jax import distributed, gpu_settings  # noqa: E402
 from hpcai_jax import flags as hflags  # noqa: E402
 from hpcai_jax import help as help_text  # noqa: E402
-from hpcai_jax.errors import LOST_EXIT_CODE, UsageError  # noqa: E402
+from hpcai_jax.errors import UsageError  # noqa: E402
 from hpcai_jax.run import interrupt, startup  # noqa: E402
 
 
@@ -130,9 +130,8 @@ def main(argv: list[str]) -> None:
     except UsageError as e:
         _fail(str(e), e.exit_code)
     except Exception as e:
-        if (why := distributed.lost_peer(e)) is None:
-            raise
-        _lost(why)
+        distributed.exit_if_lost(e)
+        raise
     finally:  # a refused run logs nothing it held
         startup.drop()
         if installed:  # main called in a process that is not its own (a test): put back
@@ -165,21 +164,6 @@ def _announce(config, applied: gpu_settings.Applied) -> None:
         logging.info("%s", applied.summary())
     for line in hflags.settings_table(config).splitlines():
         logging.info("%s", line)
-
-
-def _lost(why: str) -> None:
-    """Another process of the job is gone: one line and the lost-peer code at once, without
-    JAX's shutdown barrier (which would wait for the dead process, then abort)."""
-    import jax
-
-    print(
-        f"hpcai_jax: error: process {jax.process_index()} lost a peer ({why}); the job can "
-        f"resume from its last checkpoint; exit {LOST_EXIT_CODE}",
-        file=sys.stderr,
-        flush=True,
-    )
-    sys.stdout.flush()
-    os._exit(LOST_EXIT_CODE)
 
 
 def _run_train():

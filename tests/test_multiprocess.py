@@ -4,6 +4,7 @@ auto-detection, and a dead peer that stops the job instead of hanging it."""
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -215,7 +216,11 @@ def test_a_killed_process_ends_the_job_as_lost_and_the_resume_matches(tmp_path):
     assert job["exit_code"] == 69 and job["reason"] == "failed", job
     others = [p["returncode"] for p in job["processes"] if p["process"] != 1]
     assert -signal.SIGABRT not in others, job
-    assert "Fatal Python error" not in text and "Traceback" not in text, text[-3000:]
+    assert "Fatal Python error" not in text, text[-3000:]
+    # No traceback through this package's code. (orbax's background commit of a save in flight
+    # logs its own, when process 0's exit takes the coordination service with it: seen once in
+    # 20 rounds under load; that thread is orbax's, and the process still exits 69.)
+    assert not re.search(r'File "[^"]*hpcai_jax/', text), text[-3000:]
     assert not list((tmp_path / "r").glob("*.json"))  # no record of a run that did not finish
     resumed = run_in_process(
         *KILLED, f"--checkpoint_dir={tmp_path}/ck", f"--results_dir={tmp_path}/r", mllog

@@ -12,11 +12,9 @@ it imports JAX.
 
 from __future__ import annotations
 
-import os
 import signal
-import sys
 
-from hpcai_jax.errors import PREEMPTED_EXIT_CODE
+from hpcai_jax.errors import PREEMPTED_EXIT_CODE, end_process
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _noted: list[tuple[str, str]] = []  # (signal name, what the run was doing), in arrival order
@@ -81,14 +79,11 @@ def _note(signum: int, frame) -> None:
     name = signal.Signals(signum).name
     _noted.append((name, _where[0]))
     if _mode[0] == "exit":
-        print(
+        end_process(
             f"hpcai_jax: interrupted by {name} during {_where[0]}: {_EXIT_KEPT}; exit "
             f"{signal_exit_code(name)}",
-            file=sys.stderr,
-            flush=True,
+            signal_exit_code(name),
         )
-        sys.stdout.flush()
-        os._exit(signal_exit_code(name))
 
 
 _EXIT_KEPT = "stopped at once, before its record was written"

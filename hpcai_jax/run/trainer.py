@@ -13,7 +13,7 @@ import sys
 import jax
 from absl import logging
 
-from hpcai_jax import results
+from hpcai_jax import distributed, results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
@@ -140,9 +140,13 @@ class Trainer:
                 self.compile()
             except interrupt.Interrupted as e:  # a resumed run's checkpoint is still there
                 raise e.keeping(self._restored()) from None
-            stop = self.run_steps(held)
-            outcome = self.finish(stop)
-            record = self.record(outcome)
+            try:
+                stop = self.run_steps(held)
+                outcome = self.finish(stop)
+                record = self.record(outcome)
+            except Exception as e:  # before `held` releases: a lost peer ends it at once
+                distributed.exit_if_lost(e)
+                raise
             return self.write(record, outcome)
 
     # The stages.
