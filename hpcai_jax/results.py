@@ -21,6 +21,7 @@ import jax
 
 from hpcai_jax import gpu_settings, nodes, records
 from hpcai_jax.errors import UsageError
+from hpcai_jax.file_modes import as_created
 from hpcai_jax.locks import Busy, PathLock
 
 _PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "tensorflow-datasets", "orbax-checkpoint")
@@ -198,24 +199,6 @@ def staged(path: str | Path) -> Path:
     """Where a run writes `path` until it commits its outputs together: `PATH.partial`."""
     path = Path(path)
     return path.with_name(path.name + PARTIAL)
-
-
-def umask() -> int:
-    """The process's umask (read by setting it and setting it back)."""
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
-
-
-def as_created(fd_or_path: int | str | Path, directory: bool = False) -> None:
-    """Gives a file (or folder) made by `tempfile`, which makes them 600 (700), the mode an
-    ordinary open (mkdir) would have given it under the umask: 644 (755) under 0022, so that
-    colleagues sharing a results directory can read it."""
-    mode = (0o777 if directory else 0o666) & ~umask()
-    if isinstance(fd_or_path, int):
-        os.fchmod(fd_or_path, mode)
-    else:
-        os.chmod(fd_or_path, mode)
 
 
 def write_text_atomically(path: Path, text: str) -> None:

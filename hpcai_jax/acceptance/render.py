@@ -24,7 +24,7 @@ from hpcai_jax.acceptance.items import (
     verdict_of,
 )
 from hpcai_jax.acceptance.journal import Journal
-from hpcai_jax.results import as_created
+from hpcai_jax.file_modes import as_created
 
 JSON_NAME, MD_NAME = "acceptance.json", "acceptance.md"
 SCHEMA_VERSION = 1
