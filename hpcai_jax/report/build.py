@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from hpcai_jax.report import markdown, output, plots, repeats, series
+from hpcai_jax.report import markdown, output, paper, plots, repeats, series
 from hpcai_jax.report.collect import Collection, collect
 
 REPORT = "report.md"
@@ -49,6 +49,8 @@ def render(collection: Collection, folder: Path) -> str:
     ]
     for heading, body in zip(markdown.SECTIONS, bodies, strict=True):
         parts += [markdown.heading(heading), *body]
+        if heading == markdown.SECTIONS[0]:  # the paper's experiments, where their records are
+            parts += paper.section(collection.complete.get("train", []), folder, plots.paper_fig5)
     return "\n\n".join(parts) + "\n"
 
 

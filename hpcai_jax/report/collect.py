@@ -94,6 +94,8 @@ class Collection:
     skipped: list[Skipped]
     majority: dict[str, dict]  # mode -> the shared comparison fields of its plotted records
     notes: list[str] = dataclasses.field(default_factory=list)  # a tie, said first
+    # mode -> every complete record of it, before the majority: the paper section reads them all
+    complete: dict[str, list[Record]] = dataclasses.field(default_factory=dict)
 
     @property
     def train(self) -> list[Record]:
@@ -289,7 +291,7 @@ def collect(paths: list[str], runs: tuple[str, ...] = ()) -> Collection:
                     f"({len(used[mode])} plotted{tie}): {why}",
                 )
             )
-    return Collection(list(paths), used, skipped, majority, notes)
+    return Collection(list(paths), used, skipped, majority, notes, candidates)
 
 
 def _check_selected(runs, skipped: list[Skipped], candidates: dict, paths: list[str]) -> None:

@@ -535,3 +535,66 @@ def stream_per_process(run: StreamRun, path: Path) -> None:
     ax.grid(axis="y", **GRID)
     fig.legend(loc="outside lower center", ncols=min(4, len(run.per_process)), fontsize="small")
     _save(fig, path)
+
+
+def paper_fig5(full: list, points: dict, path: Path) -> None:
+    """Fig. 5's shape (report/paper.py): left, quality against k from the sub-ensembles of the
+    M = 8 runs (first k and random k-subsets, mean with its 95 % interval over the seeds) and
+    the member mean, best member and out-of-bag estimate at k = M; right, FLOPS and VFLOPS per
+    M point over its seeds, with no ideal line (devices share the host's cores)."""
+    fig = Figure(figsize=(11.0, 4.6), layout="constrained")
+    ax = fig.add_subplot(1, 2, 1)
+    subs = [s for r in full for s in r.rec.quality.sub_ensembles or []]
+    ks = sorted({s.k for s in subs})
+    for key, fmt, name in (("first", "o-", "first k members"), ("random_mean", "s--", "random k")):
+        at = [_mean([s for s in subs if s.k == k], lambda s, key=key: getattr(s, key)) for k in ks]
+        _errorbar(ax, ks, [m for m, _ in at], [e for _, e in at], fmt, label=name, mfc="none")
+    m = full[0].m
+    extras = (
+        ("member mean", "v", lambda q: q.member_mean),
+        ("best member", "^", lambda q: max(v for v in q.members if v is not None)),
+        ("out of bag", "D", lambda q: q.oob.quality if q.oob else None),
+    )
+    for name, fmt, value in extras:
+        mean, err = _mean(full, lambda r, value=value: value(r.rec.quality))
+        if mean is not None:
+            _errorbar(ax, [m + 0.15], [mean], [err], fmt, label=f"{name} (M = {m} runs)")
+    ax.set_xticks(ks)
+    ax.set_xlabel(f"k: members of the sub-ensemble (of each M = {m} run)")
+    ax.set_ylabel("held-out quality")
+    ax.set_title(
+        f"Quality against k, mean ± 95 % interval over {len(full)} seeds", fontsize="medium"
+    )
+    ax.grid(**GRID)
+    ax.legend(fontsize="small")
+    _paper_flops(fig.add_subplot(1, 2, 2), points)
+    _save(fig, path)
+
+
+def _paper_flops(ax, points: dict) -> None:
+    runs = [r for v in points.values() for r in v]
+    scale, unit = prefix([r.rec.metrics.flops_per_s for r in runs])
+    ms = [v[0].m for v in points.values()]
+    for key, fmt, name in (("flops_per_s", "o-", "FLOPS"), ("vflops_per_s", "s--", "VFLOPS")):
+        at = [
+            _mean(v, lambda r, key=key: _scaled(getattr(r.rec.metrics, key), scale))
+            for v in points.values()
+        ]
+        _errorbar(ax, ms, [m for m, _ in at], [e for _, e in at], fmt, label=name, mfc="none")
+    ax.set_xticks(ms)
+    ax.set_xlabel("M (P_degree fixed)")
+    ax.set_ylabel(f"[{unit}FLOP/s]")
+    ax.set_ylim(bottom=0)
+    shared = any(r.rec.provenance.backend == "cpu" for r in runs)
+    title = "FLOPS and VFLOPS per M, mean ± 95 % interval over seeds"
+    if shared:
+        title += (
+            "\ndevices simulated on shared CPU cores: FLOPS stays flat, an ideal line cannot hold"
+        )
+    ax.set_title(title, fontsize="small")
+    ax.grid(**GRID)
+    ax.legend(fontsize="small")
+
+
+def _scaled(value, scale: float) -> float | None:
+    return None if value is None else value / scale

@@ -1,0 +1,426 @@
+"""The report's section on the paper's experiments at one machine's scale (`python -m
+hpcai_jax.sweep --experiment=paper`; what each table mirrors and how it differs: docs/paper.md).
+
+It reads every complete `paper-<point>-s<seed>` record, the points the rest of the report skips
+for their different configuration included, and gives an interval only over repeats of one
+point (its seeds): mean ± t_{0.975, n − 1} × sd / √n (`repeats.summarise`). Paired tests pair
+the runs of two points by seed index (the k-th seed of each), on the same held-out examples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from hpcai_jax.report import paired
+from hpcai_jax.report.collect import Record
+from hpcai_jax.report.markdown import heading, image, table
+from hpcai_jax.report.repeats import Summary, summarise
+from hpcai_jax.units import cell, number, prefix
+
+NAME = re.compile(r"^paper-(?P<label>.+)-s(?P<seed>\d+)$")
+BOOTSTRAP_DRAWS = 10_000
+BOOTSTRAP_SEED = 0
+ALPHA = 0.05  # a difference is read only where McNemar p < ALPHA and the interval excludes 0
+SHARED_CORES = "devices simulated on shared CPU cores: FLOPS stays flat, an ideal line cannot hold"
+PAPER_SETTING = (
+    "the paper: ResNet-50 on ImageNet and Faster R-CNN on ExtremeWeather, 8 nodes × 8 V100 "
+    "GPUs, Sys_scale 8 to 64"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One paper record: its point's label (from the run name) and its seed."""
+
+    label: str
+    seed: int
+    record: Record
+
+    @property
+    def rec(self):
+        return self.record.record
+
+    @property
+    def m(self) -> int:
+        return int(self.rec.mesh.ensemble_size)
+
+    @property
+    def p(self) -> int:
+        return int(self.rec.mesh.parallel_degree)
+
+    @property
+    def sys_scale(self) -> int:
+        return int(self.rec.mesh.num_devices)
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.rec.data.bootstrap)
+
+
+def paper_runs(records: list[Record]) -> dict[str, list[Run]]:
+    """The paper records by point label, each point's runs by seed; other records left out."""
+    points: dict[str, list[Run]] = {}
+    for r in records:
+        match = NAME.match(r.run_id)
+        if match and r.mode == "train":
+            run = Run(match["label"], int(match["seed"]), r)
+            points.setdefault(run.label, []).append(run)
+    return {label: sorted(runs, key=lambda r: r.seed) for label, runs in sorted(points.items())}
+
+
+def fig5(points: dict[str, list[Run]]) -> dict[str, list[Run]]:
+    """Fig. 5's points (labels fig5-…), by M."""
+    found = {k: v for k, v in points.items() if k.startswith("fig5-")}
+    return dict(sorted(found.items(), key=lambda kv: kv[1][0].m))
+
+
+def largest(points: dict[str, list[Run]]) -> list[Run]:
+    """The runs of Fig. 5's largest M: the full ensembles the sub-ensembles come from."""
+    found = fig5(points)
+    return list(found.values())[-1] if found else []
+
+
+def fig7(points: dict[str, list[Run]]) -> dict[tuple[int, int], list[Run]]:
+    """Fig. 7's splits (labels fig7-…) and the Fig. 5 point at their Sys_scale (M = Sys_scale,
+    P_degree 1), by (M, P_degree), M falling."""
+    runs = [r for k, v in points.items() if k.startswith("fig7-") for r in v]
+    scales = {r.sys_scale for r in runs}
+    runs += [r for v in fig5(points).values() for r in v if r.sys_scale in scales]
+    out: dict[tuple[int, int], list[Run]] = {}
+    for r in runs:
+        out.setdefault((r.m, r.p), []).append(r)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[0][0], kv[0][1])))
+
+
+def control(points: dict[str, list[Run]], single: bool) -> list[Run]:
+    """The control of --bootstrap=none: one member on all the data (`single`), else the
+    ensemble of independent initialisations."""
+    for label, runs in points.items():
+        r = runs[0]
+        if label.startswith("control-") and r.bootstrap == "none" and (r.m == 1) == single:
+            return runs
+    return []
+
+
+def interval(s: Summary, scale: float = 1.0) -> list[str]:
+    """[mean, 95 % interval, n] cells: the interval only from two repeats."""
+    if s.n == 0:
+        return ["n/a", "n/a", "0"]
+    ci = (
+        "n/a (one run)"
+        if s.ci_low is None
+        else f"{cell(s.ci_low, scale)} to {cell(s.ci_high, scale)}"
+    )
+    return [cell(s.mean, scale), ci, str(s.n)]
+
+
+def best_member(quality) -> int | None:
+    """The index of the kept member of highest held-out quality."""
+    members = quality.members or []
+    kept = quality.kept_members or range(len(members))
+    scored = [(number(members[i]), i) for i in kept if number(members[i]) is not None]
+    return max(scored)[1] if scored else None
+
+
+def setting(runs: list[Run]) -> str:
+    """How these runs differ from the paper's: model, data, devices."""
+    if not runs:
+        return ""
+    rec = runs[0].rec
+    config = rec.config or {}
+    model = config.get("model", {}).get("model", "?")
+    device = rec.provenance.device_kind or "?"
+    shared = (
+        " forced on one host's CPU, sharing its cores" if rec.provenance.backend == "cpu" else ""
+    )
+    scales = sorted({r.sys_scale for r in runs})
+    return (
+        f"Here: {model} on {rec.data.dataset} ({rec.data.train_examples} training examples, "
+        f"{rec.data.eval_examples} held out), Sys_scale {scales[0]} to {scales[-1]} {device} "
+        f"devices{shared}; {PAPER_SETTING}."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """One paired test: a against b on the same held-out examples (one seed index)."""
+
+    name: str
+    index: int
+    a: str
+    b: str
+    quality_a: float | None
+    quality_b: float | None
+    examples: int
+    comparable: bool
+    only_a: int = 0
+    only_b: int = 0
+    p: float | None = None
+    diff: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def reading(self) -> str:
+        if not self.comparable:
+            return "not comparable: different held-out examples"
+        if self.p < ALPHA and self.low > 0:
+            return "a better"
+        if self.p < ALPHA and self.high < 0:
+            return "b better"
+        return "no difference shown"
+
+
+def pair(name: str, index: int, a: tuple, b: tuple) -> Pair:
+    """a, b: (run id, quality, Correct section, verdicts). McNemar's exact test and the paired
+    bootstrap of the accuracy difference, where the two verdict vectors pair up."""
+    (a_id, qa, ca, va), (b_id, qb, cb, vb) = a, b
+    base = Pair(name, index, a_id, b_id, qa, qb, ca.examples, paired.comparable(ca, cb))
+    if not base.comparable:
+        return base
+    only_b, only_a, p = paired.mcnemar(va, vb)
+    diff, low, high = paired.paired_bootstrap(va, vb, BOOTSTRAP_DRAWS, BOOTSTRAP_SEED)
+    return dataclasses.replace(
+        base, only_a=only_a, only_b=only_b, p=p, diff=diff, low=low, high=high
+    )
+
+
+def _ensemble(run: Run) -> tuple | None:
+    c = run.rec.quality.correct
+    if c is None:
+        return None
+    return run.record.run_id, number(run.rec.quality.ensemble), c, paired.verdicts(c)[0]
+
+
+def _member(run: Run) -> tuple | None:
+    c, best = run.rec.quality.correct, best_member(run.rec.quality)
+    if c is None or best is None:
+        return None
+    quality = number(run.rec.quality.members[best])
+    return f"{run.record.run_id} member {best}", quality, c, paired.verdicts(c)[1][best]
+
+
+def pairs(points: dict[str, list[Run]]) -> list[Pair]:
+    """The paired tests: each full ensemble against its best member, against the ensemble of
+    independent initialisations (--bootstrap=none, same M) and against one member trained on all
+    the data; runs of two points paired by seed index."""
+    full = largest(points)
+    out = []
+    for i, run in enumerate(full):
+        a, best = _ensemble(run), _member(run)
+        if a and best:
+            out.append(pair("ensemble vs its best member", i, a, best))
+    nobag = [r for r in control(points, single=False) if full and r.m == full[0].m]
+    for name, other in (
+        ("bagging vs --bootstrap=none", nobag),
+        (
+            "ensemble vs one member on all the data",
+            control(points, single=True),
+        ),
+    ):
+        for i, (run, ctrl) in enumerate(zip(full, other, strict=False)):
+            a, b = _ensemble(run), _ensemble(ctrl)
+            if a and b:
+                out.append(pair(name, i, a, b))
+    return out
+
+
+def sub_ensemble_rows(full: list[Run]) -> list[list[str]]:
+    """Per k: the ensemble of the first k members and the random k-subsets' mean, each as the
+    mean over the runs (seeds) with its 95 % interval."""
+    ks = sorted({s.k for r in full for s in r.rec.quality.sub_ensembles or []})
+    rows = []
+    for k in ks:
+        at = [s for r in full for s in r.rec.quality.sub_ensembles or [] if s.k == k]
+        first = summarise(s.first for s in at)
+        random = summarise(s.random_mean for s in at)
+        draws = sorted({f"{s.subsets}{' (all)' if s.exhaustive else ''}" for s in at})
+        rows.append([str(k), *interval(first), *interval(random)[:2], ", ".join(draws)])
+    return rows
+
+
+def full_rows(full: list[Run]) -> list[list[str]]:
+    """Each full ensemble's run: ensemble, member mean, best member, out of bag; then their
+    mean and interval over the seeds."""
+    figures = (
+        lambda q: q.ensemble,
+        lambda q: q.member_mean,
+        lambda q: None if best_member(q) is None else q.members[best_member(q)],
+        lambda q: q.oob.quality if q.oob else None,
+    )
+    rows = [
+        [r.record.run_id, str(r.seed), *(cell(number(f(r.rec.quality))) for f in figures)]
+        for r in full
+    ]
+    summaries = [summarise(f(r.rec.quality) for r in full) for f in figures]
+    rows.append([f"mean over {len(full)} seeds", "", *(cell(s.mean) for s in summaries)])
+    rows.append(["95 % interval", "", *(interval(s)[1] for s in summaries)])
+    return rows
+
+
+def flops_rows(points: dict[str, list[Run]]) -> tuple[list[str], list[list[str]]]:
+    """Per Fig. 5 point: FLOPS, VFLOPS and the ensemble's quality over its seeds."""
+    found = fig5(points)
+    runs = [r for v in found.values() for r in v]
+    f_scale, f_prefix = prefix([number(r.rec.metrics.flops_per_s) for r in runs])
+    headers = ["point", "M", "P_degree", "Sys_scale", "seeds (n)"]
+    headers += [f"FLOPS [{f_prefix}FLOP/s]", "95 % interval"]
+    headers += [f"VFLOPS [{f_prefix}FLOP/s]", "95 % interval", "ensemble quality", "95 % interval"]
+    rows = []
+    for label, v in found.items():
+        flops = interval(summarise(r.rec.metrics.flops_per_s for r in v), f_scale)
+        vflops = interval(summarise(r.rec.metrics.vflops_per_s for r in v), f_scale)
+        quality = interval(summarise(r.rec.quality.ensemble for r in v))
+        r0 = v[0]
+        rows.append(
+            [label, r0.m, r0.p, r0.sys_scale, len(v), *flops[:2], *vflops[:2], *quality[:2]]
+        )
+    return headers, rows
+
+
+def fig7_rows(points: dict[str, list[Run]]) -> list[list]:
+    """Per (M, P_degree) at Fig. 7's Sys_scale: time to target, the final ensemble quality,
+    steps per member, training time; mean and interval over seeds."""
+    rows = []
+    for (m, p), v in fig7(points).items():
+        reached = [r.rec.time_to_target_s for r in v if r.rec.time_to_target_s is not None]
+        evals = sorted({len(r.rec.quality.curve) for r in v})
+        steps = sorted({r.rec.timing.steps for r in v})
+        rows.append(
+            [
+                m,
+                p,
+                v[0].sys_scale,
+                len(v),
+                ", ".join(map(str, evals)),
+                f"{len(reached)} of {len(v)}",
+                *interval(summarise(reached))[:2],
+                *interval(summarise(r.rec.quality.ensemble for r in v))[:2],
+                ", ".join(map(str, steps)),
+                *interval(summarise(r.rec.timing.train_wall_s for r in v))[:2],
+            ]
+        )
+    return rows
+
+
+FIG7_HEADERS = [
+    "M", "P_degree", "Sys_scale", "seeds (n)", "evaluations per run", "reached the target",
+    "time to target [s]", "95 % interval", "final ensemble quality", "95 % interval",
+    "steps per member", "training time [s]", "95 % interval",
+]  # fmt: skip
+PAIR_HEADERS = [
+    "comparison", "seed index", "a", "b", "quality a", "quality b", "only a right",
+    "only b right", "McNemar p", "a − b", "95 % bootstrap interval", "reading",
+]  # fmt: skip
+
+
+def pair_rows(found: list[Pair]) -> list[list]:
+    return [
+        [
+            t.name, t.index, t.a, t.b, cell(t.quality_a), cell(t.quality_b),
+            t.only_a if t.comparable else "n/a", t.only_b if t.comparable else "n/a",
+            cell(t.p), cell(t.diff), "n/a" if t.low is None else f"{cell(t.low)} to {cell(t.high)}",
+            t.reading,
+        ]
+        for t in found
+    ]  # fmt: skip
+
+
+def verdict(found: list[Pair]) -> list[str]:
+    """One sentence per comparison: how many seeds' intervals lie above 0, below, or hold it."""
+    out = []
+    for name in dict.fromkeys(t.name for t in found):
+        at = [t for t in found if t.name == name and t.comparable]
+        up = sum(t.reading == "a better" for t in at)
+        down = sum(t.reading == "b better" for t in at)
+        out.append(
+            f"{name}: a better in {up} of {len(at)} seeds, b better in {down}, no difference "
+            f"shown in {len(at) - up - down}."
+        )
+    return out
+
+
+FIG5 = (
+    "Mirrors HPC AI500 V3.0 §4.3 Fig. 5 (P_degree fixed, M growing). Quality against k comes "
+    "from the sub-ensembles of each M = {m} run (`quality.sub_ensembles`): the ensemble of its "
+    "first k members and the mean over random k-subsets of its members, each then as the mean "
+    "over the n = {n} seeds with its 95 % Student-t interval. The separate M points below are "
+    "separate runs with seeds of their own (no member shared). FLOPS and VFLOPS: {shared}."
+)
+FIG7 = (
+    "Mirrors HPC AI500 V3.0 §4.4.1 Fig. 7 (one Sys_scale split into M members of P_degree "
+    "devices each; the paper: Sys_scale 64, (M, P_degree) = (8, 8), (4, 16), (1, 64)). The time "
+    "to target is from run_start to the end of the first evaluation that reached it: a run "
+    "evaluated once (the Fig. 5 point) can only reach it at its end. Mean and 95 % interval over "
+    "the seeds that reached the target."
+)
+PAIRED = (
+    "Paired tests over the {examples} held-out examples (one point of accuracy = {point:g} "
+    "examples): McNemar's exact test on the examples only one of the two gets right, and a "
+    "paired bootstrap ({draws} resamples of the examples) of the accuracy difference a − b with "
+    "its 95 % interval. A difference is read only where both agree (p < {alpha:g} and an "
+    "interval that excludes 0); else none is shown at this test-set size. Runs of two points are "
+    "paired by seed index (the k-th seed of each); "
+    "whatever the interval shows is the result."
+)
+
+
+def section(records: list[Record], folder, draw) -> list[str]:
+    """The paper section's parts (heading first), or none without paper records; `draw(full,
+    fig5 points, path)` draws its plot into `folder`."""
+    points = paper_runs(records)
+    if not points:
+        return []
+    every = [r for v in points.values() for r in v]
+    full = largest(points)
+    parts = [heading("The paper's experiments at one machine's scale"), setting(every)]
+    parts.append(
+        "Every complete paper-<point>-s<seed> record, those the sections below skip for their "
+        "configuration included (docs/paper.md). Points: "
+        + ", ".join(f"{k} (n = {len(v)})" for k, v in points.items())
+        + "."
+    )
+    parts += _fig5_parts(points, full, folder, draw)
+    parts.append(heading("Fig. 7's shape: the splits of one Sys_scale", 3))
+    parts += [FIG7, table(FIG7_HEADERS, fig7_rows(points)) if fig7(points) else "No Fig. 7 run."]
+    parts += _paired_parts(points)
+    return parts
+
+
+def _fig5_parts(points, full, folder, draw) -> list[str]:
+    parts = [heading("Fig. 5's shape: quality and FLOPS against M", 3)]
+    if not full:
+        return parts + ["No Fig. 5 run."]
+    shared = SHARED_CORES if full[0].rec.provenance.backend == "cpu" else "measured per point"
+    parts.append(FIG5.format(m=full[0].m, n=len(full), shared=shared))
+    if draw is not None:
+        draw(full, fig5(points), folder / "paper_fig5.png")
+        parts.append(image("paper_fig5.png", "Quality against k and FLOPS against M"))
+    headers = ["k", "first k", "95 % interval", "seeds (n)", "random k-subsets", "95 % interval"]
+    parts.append(table([*headers, "subsets per run"], sub_ensemble_rows(full)))
+    headers = ["run", "seed", "ensemble", "member mean", "best member", "out-of-bag"]
+    parts.append(table(headers, full_rows(full)))
+    parts.append(table(*flops_rows(points)))
+    return parts
+
+
+def _paired_parts(points) -> list[str]:
+    parts = [heading("Controls and paired tests", 3)]
+    rows = []
+    for label, v in points.items():
+        if label.startswith("control-") or v is largest(points):
+            q = interval(summarise(r.rec.quality.ensemble for r in v))
+            rows.append([label, v[0].m, v[0].bootstrap, len(v), q[0], q[1]])
+    headers = ["point", "M", "bootstrap", "seeds (n)", "ensemble quality", "95 % interval"]
+    parts.append(table(headers, rows))
+    found = pairs(points)
+    if not found:
+        return parts + ["No pair of records with per-example verdicts (`quality.correct`)."]
+    examples = found[0].examples
+    parts.append(
+        PAIRED.format(examples=examples, point=examples / 100, draws=BOOTSTRAP_DRAWS, alpha=ALPHA)
+    )
+    parts.append(table(PAIR_HEADERS, pair_rows(found)))
+    parts.append("\n".join(f"- {line}" for line in verdict(found)))
+    return parts

@@ -1,0 +1,186 @@
+"""The report's paper section (hpcai_jax/report/paper.py) on fake paper records: copies of the
+shipped tiny run's record (tests/data/tiny_run_record.json, no process started) with known
+sub-ensembles, per-example verdicts, seeds and figures; the tables' numbers against hand
+arithmetic."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcai_jax.bits import pack_bits
+from hpcai_jax.report import paired, paper, plots
+from hpcai_jax.report.build import render
+from hpcai_jax.report.collect import Record, collect
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = json.loads((ROOT / "tests" / "data" / "tiny_run_record.json").read_text())
+EXAMPLES = 100
+# Per seed index: the M = 8 ensemble's first-k qualities (k = 1…8) are FIRST[i] + k / 100.
+FIRST = (0.70, 0.72, 0.74)
+SEEDS = {"fig5-M8": (4000, 13000, 22000), "control-M8-nobag": (8000, 17000, 26000)}
+SEEDS |= {"control-M1-alldata": (9000, 18000, 27000), "fig5-M1": (1000, 10000, 19000)}
+SEEDS |= {"fig7-M1-P8": (7000, 16000, 25000)}
+
+
+def verdicts(right: int, shift: int = 0) -> list[bool]:
+    """EXAMPLES verdicts: `right` of them right, starting at example `shift` (wrapping)."""
+    return [(i - shift) % EXAMPLES < right for i in range(EXAMPLES)]
+
+
+def fake(label: str, index: int, m: int, p: int, bootstrap: str = "with_replacement") -> dict:
+    """A paper record of point `label`, seed index `index`: the ensemble gets 80 + index
+    examples right (0…79+index); member j gets 70 + j right, from example 5 on (the best member,
+    7 at M = 8, gets 77: 5…81); the control ensembles get 78 right (0…77), the single member 75."""
+    r = copy.deepcopy(BASE)
+    seed = SEEDS[label][index]
+    name = f"paper-{label}-s{seed}"
+    r["run_id"] = r["config"]["results"]["run_name"] = name
+    r["mesh"].update(ensemble_size=m, parallel_degree=p, num_devices=m * p, members_per_device=1)
+    r["config"]["mesh"].update(ensemble_size=m, parallel_degree=p, members_per_device=1)
+    r["config"]["train"].update(seed=seed, bootstrap=bootstrap)
+    r["data"]["bootstrap"] = bootstrap
+    right = 78 if label.startswith("control-") else 80 + index
+    right = 75 if m == 1 and label.startswith("control-") else right
+    members = [verdicts(70 + j, 5) for j in range(m)]
+    q = r["quality"]
+    q.update(ensemble=right / EXAMPLES, members=[(70 + j) / EXAMPLES for j in range(m)])
+    q.update(kept_members=list(range(m)), member_mean=(70 + (m - 1) / 2) / EXAMPLES)
+    q["oob"]["quality"] = 0.6 + index / 100
+    q["sub_ensembles"] = [
+        {
+            "k": k,
+            "first": FIRST[index] + k / 100,
+            "random_mean": FIRST[index] + k / 200,
+            "random_sd": 0.01,
+            "subsets": math.comb(m, k),
+            "exhaustive": True,
+        }
+        for k in range(1, m + 1)
+    ]
+    q["correct"] = {
+        "examples": EXAMPLES,
+        "order_sha256": "0" * 64,
+        "ensemble": pack_bits(verdicts(right)),
+        "members": [pack_bits(v) for v in members],
+    }
+    r["metrics"].update(flops_per_s=1e9 * (1 + index), vflops_per_s=0.5e9 * (1 + index))
+    r["time_to_target_s"] = 10.0 * (1 + index)
+    r["timing"]["steps"] = 112
+    return r
+
+
+@pytest.fixture(scope="module")
+def raw() -> list[dict]:
+    made = [fake("fig5-M8", i, 8, 1) for i in range(3)]
+    made += [fake("fig5-M1", i, 1, 1) for i in range(3)]
+    made += [fake("fig7-M1-P8", i, 1, 8) for i in range(3)]
+    made += [fake("control-M8-nobag", i, 8, 1, "none") for i in range(3)]
+    made += [fake("control-M1-alldata", i, 1, 1, "none") for i in range(3)]
+    return made
+
+
+@pytest.fixture(scope="module")
+def records(raw) -> list[Record]:
+    return [Record(Path(f"{r['run_id']}.json"), r) for r in raw]
+
+
+def test_points_come_from_the_run_names(records):
+    points = paper.paper_runs(records)
+    assert sorted(points) == sorted(SEEDS)
+    assert [r.seed for r in points["fig5-M8"]] == [4000, 13000, 22000]
+    assert [r.m for r in paper.largest(points)] == [8, 8, 8]
+    assert list(paper.fig7(points)) == [(8, 1), (1, 8)]  # Fig. 5's M = 8 is (8, 1)
+    assert [r.seed for r in paper.control(points, single=True)] == [9000, 18000, 27000]
+    assert paper.paper_runs([Record(Path("x.json"), BASE)]) == {}
+
+
+def test_sub_ensemble_rows_are_intervals_over_the_seeds(records):
+    rows = paper.sub_ensemble_rows(paper.largest(paper.paper_runs(records)))
+    assert [r[0] for r in rows] == [str(k) for k in range(1, 9)]
+    # k = 1: first = 0.71, 0.73, 0.75: mean 0.73, sd 0.02, half width 4.3027 × 0.02 / √3.
+    half = 4.3027 * 0.02 / math.sqrt(3)
+    k1 = rows[0]
+    assert k1[1] == "0.73" and k1[3] == "3"
+    low, high = (float(x) for x in k1[2].split(" to "))
+    assert (low, high) == pytest.approx((0.73 - half, 0.73 + half), abs=5e-4)
+    assert rows[7][1] == "0.8" and rows[7][4] == "0.76"  # k = 8: 0.72 + 0.08; 0.72 + 0.04
+    assert rows[7][6] == "1 (all)" and rows[3][6] == "70 (all)"
+
+
+def test_full_ensemble_rows_and_flops(records):
+    points = paper.paper_runs(records)
+    rows = paper.full_rows(paper.largest(points))
+    assert rows[0][:6] == ["paper-fig5-M8-s4000", "4000", "0.8", "0.735", "0.77", "0.6"]
+    assert rows[3][2] == "0.81" and rows[3][5] == "0.61"  # means over the seeds
+    assert rows[4][4] == "n/a (one run)" or " to " in rows[4][4]
+    headers, flops = paper.flops_rows(points)
+    assert headers[5] == "FLOPS [GFLOP/s]"
+    assert [r[0] for r in flops] == ["fig5-M1", "fig5-M8"]
+    # 1, 2, 3 GFLOP/s: mean 2, sd 1, half width 4.3027 / √3 = 2.4842.
+    assert flops[1][5:7] == ["2", "-0.4842 to 4.484"]
+
+
+def test_fig7_rows(records):
+    rows = paper.fig7_rows(paper.paper_runs(records))
+    assert [r[:2] for r in rows] == [[8, 1], [1, 8]]
+    assert rows[0][5] == "3 of 3" and rows[0][6] == "20" and rows[0][10] == "112"
+
+
+def test_paired_tests_count_the_discordant_examples(records):
+    found = paper.pairs(paper.paper_runs(records))
+    names = [t.name for t in found]
+    assert names.count("ensemble vs its best member") == 3
+    assert names.count("bagging vs --bootstrap=none") == 3
+    assert names.count("ensemble vs one member on all the data") == 3
+    best = found[0]
+    # Ensemble right on 0…79, member 7 on 5…81: only the ensemble on 0…4, only the member on
+    # 80, 81.
+    assert (best.only_a, best.only_b) == (5, 2) and best.b.endswith("member 7")
+    assert best.p == pytest.approx(2 * sum(math.comb(7, i) for i in range(3)) / 2**7)
+    assert best.diff == pytest.approx(0.03) and best.low <= 0.03 <= best.high
+    assert best.reading == "no difference shown"
+    nobag = [t for t in found if t.name.startswith("bagging")]
+    assert [(t.only_a, t.only_b) for t in nobag] == [(2, 0), (3, 0), (4, 0)]
+    single = [t for t in found if t.name.startswith("ensemble vs one")][2]
+    assert (single.only_a, single.only_b, single.diff) == (7, 0, pytest.approx(0.07))
+    assert single.low > 0 and single.reading == "a better"
+    a, b = (np.array(v, bool) for v in (verdicts(82), verdicts(75)))
+    assert paired.mcnemar(a, b)[2] == pytest.approx(single.p)
+
+
+def test_records_of_other_examples_are_not_paired(records):
+    points = paper.paper_runs(records)
+    ctrl = paper.control(points, single=True)[0]
+    a = paper._ensemble(points["fig5-M8"][0])
+    other = ctrl.rec.quality.correct
+    b = (ctrl.record.run_id, 0.75, dataclasses.replace(other, order_sha256="1" * 64), a[3])
+    t = paper.pair("x", 0, a, b)
+    assert not t.comparable and t.reading.startswith("not comparable") and t.p is None
+
+
+def test_section_in_the_report(records, tmp_path, monkeypatch):
+    monkeypatch.setattr(plots, "paper_fig5", lambda *args: None)
+    text = "\n\n".join(paper.section(records, tmp_path, plots.paper_fig5))
+    assert text.startswith("## The paper's experiments at one machine's scale")
+    assert "n = 3 seeds" in text and paper.SHARED_CORES in text
+    assert "Paired tests over the 100 held-out examples" in text
+    assert "ensemble vs one member on all the data: a better in 2 of 3 seeds" in text
+    assert paper.section(records[:0], tmp_path, None) == []
+
+
+def test_the_report_shows_every_paper_record_and_draws_the_plot(raw, tmp_path):
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for r in raw:
+        (folder / f"{r['run_id']}.json").write_text(json.dumps(r))
+    md = render(collect([str(folder)]), tmp_path)
+    assert md.index("## The paper's") < md.index("## FLOPS and VFLOPS against Sys_scale")
+    assert "control-M1-alldata (n = 3)" in md
+    assert (tmp_path / "paper_fig5.png").read_bytes().startswith(b"\x89PNG")
