@@ -48,7 +48,8 @@ def render(collection: Collection, folder: Path) -> str:
         [markdown.skipped(collection.skipped)],
     ]
     for heading, body in zip(markdown.SECTIONS, bodies, strict=True):
-        parts += [markdown.heading(heading), *body]
+        caption = markdown.caption(heading, collection)
+        parts += [markdown.heading(heading), *([caption] if caption else []), *body]
         if heading == markdown.SECTIONS[0]:  # the paper's experiments, where their records are
             parts += paper.section(collection.complete.get("train", []), folder, plots.paper_fig5)
     return "\n\n".join(parts) + "\n"

@@ -142,7 +142,8 @@ def scalability(series: dict[int, list[ScalePoint]], png: str | None) -> str:
         "run",
     ]
     parts = [
-        "HPC AI500 V3.0 Fig. 5. One line per P_degree; its ideal is the figure measured at the "
+        "One line per P_degree, each point one configuration (repeats of it, differing only in "
+        "their seed, drawn as their mean with its 95 % interval; different M never pooled); its ideal is the figure measured at the "
         "series' smallest Sys_scale (the mean, if several runs share it), scaled linearly. A "
         "series with one Sys_scale has no ideal (n/a): its point would be its own ideal. "
         "VFLOPS = FLOPS × the quality penalty; the plot writes the penalty at each point.",
@@ -184,6 +185,12 @@ def tradeoff(
         "run",
     ]
     parts = [heading(f"Sys_scale = {sys_scale}", 3)]
+    if any(p.members_per_device > 1 for p in points):
+        parts.append(
+            "Not Fig. 7's experiment: these M members share the same devices (several members "
+            "per device, docs/members.md), where Fig. 7 splits a fixed set of devices into M "
+            "groups of P_degree; the time grows with M because the devices do M members' work."
+        )
     if png:
         parts.append(image(png, f"Quality against training time at Sys_scale {sys_scale}"))
     missing = len(points) - plotted
@@ -195,11 +202,46 @@ def tradeoff(
     return "\n\n".join(parts)
 
 
-def tradeoff_intro(count: int) -> str:
-    intro = (
-        "HPC AI500 V3.0 Fig. 7: at one Sys_scale, every split into M members of P_degree "
-        "devices each; the training time is the timed steps' wall time (timing.train_wall_s)."
+# Which experiment of HPC AI500 V3.0 each section mirrors (docs/paper.md); "none": no figure.
+MIRRORS = {
+    "FLOPS and VFLOPS against Sys_scale": "§4.3 Fig. 5 (P_degree fixed, M growing)",
+    "Ensemble quality against training time": "§4.4.1 Fig. 7 (one Sys_scale split into (M, P_degree))",
+    "Ensemble quality against M": "§4.3 and §4.4.1 (the quality of Fig. 5's and Fig. 7's points)",
+    "Quality during training and time to target": "§4.4.1 Fig. 7's time to target (the evaluations behind it)",
+    "MFU per run": "none: §4.3 Fig. 6's device utilisation is the nearest (docs/paper.md)",
+    "Roofline": "none",
+}
+
+
+def caption(section: str, collection: Collection) -> str:
+    """Which experiment of the paper a section's figure mirrors and how this one differs (scale,
+    data, devices); empty for a section without a figure."""
+    if section not in MIRRORS:
+        return ""
+    train = collection.train
+    if not train:
+        return ""
+    rec = train[0].record
+    devices = max(int(r.record.mesh.num_devices) for r in train)
+    cpu = rec.provenance.backend == "cpu"
+    here = (
+        f"here {rec.data.dataset} ({rec.data.train_examples} training examples), up to {devices} "
+        f"{rec.provenance.device_kind or '?'} devices"
+        + (
+            " forced on one host's CPU, sharing its cores (FLOPS cannot grow with them)"
+            if cpu
+            else ""
+        )
     )
+    paper = "the paper: ResNet-50 on ImageNet, 8 nodes × 8 V100 GPUs, Sys_scale 8 to 64"
+    mirror = MIRRORS[section]
+    if mirror.startswith("none"):
+        return f"No figure of HPC AI500 V3.0{mirror[4:]}; {here}."
+    return f"Mirrors HPC AI500 V3.0 {mirror}; {here}; {paper}."
+
+
+def tradeoff_intro(count: int) -> str:
+    intro = "At one Sys_scale, every split into M members of P_degree devices each; the training time is the timed steps' wall time (timing.train_wall_s)."
     if not count:
         intro += (
             " No Sys_scale has two or more runs with a training time and a quality figure: "

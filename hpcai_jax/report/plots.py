@@ -43,6 +43,12 @@ def _save(fig: Figure, path: Path) -> None:
     fig.savefig(path, dpi=DPI)
 
 
+def _config(p) -> tuple:
+    """What makes two points one configuration (never pooled across: only repeats of one
+    configuration, differing in their seed, make an interval)."""
+    return (p.sys_scale, p.m, p.p, p.members_per_device, p.model_parallel)
+
+
 def _merged(points: list, key: Callable) -> list[list]:
     """`points` that share key(p) (repeats of one configuration) together, by key."""
     by_key: dict = {}
@@ -103,7 +109,7 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
     log = bool(vflops and flops) and min(vflops) < 0.1 * max(flops)
     for j, (p_degree, pts) in enumerate(series.items()):
         have = [p for p in pts if p.flops is not None]
-        at = _merged(have, lambda p: p.sys_scale)
+        at = _merged(have, _config)
         flops_at = [_mean(g, lambda p: p.flops / scale) for g in at]
         _errorbar(
             ax,
@@ -114,6 +120,7 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
             color=f"C{j}",
             label=f"FLOPS, P_degree = {p_degree}",
         )
+        _label_m(ax, at, [m for m, _ in flops_at], f"C{j}")
         _ideals(ax, j, have, scale)
         _vflops(ax, j, p_degree, have, scale)
     _sys_scale_axis(ax, [p.sys_scale for p in points], sys_scale_label(points))
@@ -132,6 +139,22 @@ def scalability(series: dict[int, list[ScalePoint]], path: Path, title: str) -> 
     fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle(title, fontsize="medium")
     _save(fig, path)
+
+
+def _label_m(ax, at: list[list], means: list, color: str) -> None:
+    """Writes M beside each point where several configurations share one Sys_scale (an
+    ablation's members on the same devices): separate points, never one pooled."""
+    if len(at) == len({g[0].sys_scale for g in at}):
+        return
+    for g, mean in zip(at, means, strict=True):
+        ax.annotate(
+            f"M={g[0].m}",
+            (g[0].sys_scale, mean),
+            textcoords="offset points",
+            xytext=(6, 0),
+            fontsize="x-small",
+            color=color,
+        )
 
 
 def _ideals(ax, j: int, have: list[ScalePoint], scale: float) -> None:
@@ -157,7 +180,7 @@ def _ideal(ax, ideal: list[tuple], scale: float, fmt: str, color: str, name: str
 def _vflops(ax, j: int, p_degree: int, have: list[ScalePoint], scale: float) -> None:
     """Series `j`'s VFLOPS line, the band down from its FLOPS that the penalty takes, and the
     penalty written at each point."""
-    both = _merged([p for p in have if p.vflops is not None], lambda p: p.sys_scale)
+    both = _merged([p for p in have if p.vflops is not None], _config)
     if not both:
         return
     x = [g[0].sys_scale for g in both]
@@ -197,7 +220,7 @@ def tradeoff(points: list[TradePoint], sys_scale: int, metric: str, path: Path) 
     fig = Figure(figsize=(6.4, 4.6), layout="constrained")
     ax = fig.add_subplot()
     scale, unit = seconds([p.train_s for p in points])
-    splits = _merged(points, lambda p: (p.m, p.p))
+    splits = _merged(points, lambda p: (p.m, p.p, p.members_per_device))
     x = [_mean(g, lambda p: p.train_s / scale) for g in splits]
     y = [_mean(g, lambda p: p.ensemble) for g in splits]
     xs, ys = [m for m, _ in x], [m for m, _ in y]
@@ -222,7 +245,10 @@ def tradeoff(points: list[TradePoint], sys_scale: int, metric: str, path: Path) 
     ax.margins(x=0.2, y=0.15)
     ax.set_xlabel(f"training time (timed steps) [{unit}]")
     ax.set_ylabel(f"held-out {metric_label(metric)}")
-    ax.set_title(f"Quality against training time, Sys_scale = {sys_scale}")
+    title = f"Quality against training time, Sys_scale = {sys_scale}"
+    if any(p.members_per_device > 1 for p in points):  # not Fig. 7's split of devices
+        title += "\nmembers sharing the devices (not Fig. 7: no split of devices)"
+    ax.set_title(title, fontsize="medium")
     ax.grid(**GRID)
     ax.legend(fontsize="small")
     _save(fig, path)
@@ -237,7 +263,9 @@ def _quality_lines(ax, points: list[TradePoint], x, color: str, name: str) -> No
         ("out of bag", "oob", "^:", {"mfc": "none", "alpha": 0.8}),
     )
     for label, key, fmt, style in lines:
-        at = _merged([p for p in points if getattr(p, key) is not None], x)
+        at = _merged(
+            [p for p in points if getattr(p, key) is not None], lambda p: (x(p), *_config(p))
+        )
         if at:
             y = [_mean(g, lambda p, key=key: getattr(p, key)) for g in at]
             _errorbar(
@@ -282,7 +310,7 @@ def quality_against_m(
         ax = axes[i]
         for j, (p_degree, pts) in enumerate(by_p.items(), start=len(at_scale)):
             _quality_lines(ax, pts, lambda p: p.sys_scale, f"C{j}", f"P_degree = {p_degree}")
-            for g in _merged(pts, lambda p: p.sys_scale):
+            for g in _merged(pts, _config):
                 ax.annotate(
                     f"M={g[0].m}",
                     (g[0].sys_scale, _mean(g, lambda p: p.ensemble)[0]),
