@@ -344,7 +344,9 @@ def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
     epochs = record["epochs"]
     for i, epoch in enumerate(epochs):
         assert epoch["wall_s"] == pytest.approx(max(p["epoch_wall_s"][i] for p in per))
-    assert epochs[stalled]["wall_s"] == pytest.approx(walls[2])
+    # ... so the job's epoch holds the stop too (another process, slow on a loaded machine, may
+    # have taken longer still: the stop need not be the slowest).
+    assert epochs[stalled]["wall_s"] >= walls[2]
     assert record["metrics"]["flops_per_s"] == pytest.approx(
         sum(e["flops"] for e in epochs) / sum(e["wall_s"] for e in epochs), rel=1e-9
     )
