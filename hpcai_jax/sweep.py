@@ -215,23 +215,26 @@ none, + k) mod 2^32 and is named <name>-<experiment>-M<M>-P<P_degree>-r<k>. The 
 each configuration's repeats (its Repeats section: N, mean, spread, 95 % Student-t interval).
 
 --experiment=paper runs HPC AI500 V3.0's experiments at one-machine scale, offline, on
-Fashion-MNIST (resnet_small, 3,584 training images, 2 epochs, the whole 10,000-image test set
-at the end, Fig. 7's points each epoch too; hpcai_jax/sweep_paper.py), each run on exactly its
-Sys_scale of host CPU devices (XLA_FLAGS' forced count set per run: devices simulated on shared
-cores, so FLOPS cannot grow with them). 9 points × 3 seeds = 27 runs, seed 1000·k for the
-plan's k-th run (no member shared between runs), each record named paper-<point>-s<seed>.json:
-  fig5-M1, -M2, -M4, -M8      §4.3 Fig. 5's shape: P_degree 1, one member per device
-                              (quality per M also from the M = 8 run's quality.sub_ensembles)
+Fashion-MNIST (resnet_small, 15,000 training images, 2 epochs, batch 128: members reach 0.80 on
+the whole 10,000-image test set, evaluated at the end, Fig. 7's points each epoch too;
+hpcai_jax/sweep_paper.py), each run on exactly its Sys_scale of host CPU devices (XLA_FLAGS'
+forced count set per run: devices simulated on shared cores, so FLOPS cannot grow with them).
+6 points × 3 seeds and 3 FLOPS-only points × 1 = 21 runs, seed 1000·k for the plan's k-th
+(point, seed) (no member shared between runs), each record named paper-<point>-s<seed>.json:
+  fig5-M8                     §4.3 Fig. 5's shape: P_degree 1, one member per device; its
+                              quality.sub_ensembles give the quality of M = 1..8
+  fig5-M1-flops, -M2-, -M4-   Fig. 5's FLOPS only: one epoch of 4,096 images, one seed
   fig7-M4-P2, -M2-P4, -M1-P8  §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device
                               ((8, 1) is fig5-M8: at P_degree 1 both policies are one)
-  control-M8-nobag            M = 8, --bootstrap=none (independent initialisations only)
+  control-M4-nobag            M = 4, --bootstrap=none (independent initialisations only)
   control-M1-alldata          one member on all the data (--bootstrap=none)
 A progress line per run; a rerun skips every run whose record is complete; a failed run stops
 none of the others and the summary names it. --smoke: the same plan at toy size, one seed;
 --only=LABEL,...: those points. Flags after -- are added to every run's (the last one wins).
+--dry_run prints the commands and the plan's estimated time.
 
 examples:
-  # the paper's experiments on this machine (about 31 min on 2 cores, estimated: launch/README.md):
+  # the paper's experiments on this machine (about 53 min on 2 cores, estimated: sweep_paper.py):
   python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
   # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\
@@ -328,7 +331,7 @@ def _paper_arguments(p: Parser) -> None:
         type=lambda text: tuple(x for x in text.split(",") if x),
         default=(),
         metavar="LABEL,...",
-        help="paper: only the points of these labels (fig5-M4, fig7-M2-P4, control-M8-nobag, ...)",
+        help="paper: only the points of these labels (fig5-M8, fig7-M2-P4, control-M4-nobag, ...)",
     )
 
 
@@ -398,6 +401,9 @@ def _paper(args, main_args: list[str]) -> int:
         for run in runs:
             cmd = sweep_paper.paper_command(run, args.results_dir, args.smoke, main_args)
             print("+ " + shlex.join(cmd), flush=True)
+        if not args.smoke:
+            minutes = sweep_paper.estimate_s(runs, main_args) / 60
+            print(f"{len(runs)} run(s), about {minutes:.0f} min on 2 quiet cores (estimated)")
         return 0
     written, failed = sweep_paper.run_plan(runs, args.results_dir, args.smoke, main_args)
     reported = not written or _report(written, Path(args.results_dir) / "report")

@@ -23,24 +23,30 @@ def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
     runs = sp.paper_runs()
     labels = [r.point.label for r in runs[: len(sp.POINTS)]]
     assert labels == [
-        "fig5-M1",
-        "fig5-M2",
-        "fig5-M4",
+        "fig5-M1-flops",
+        "fig5-M2-flops",
+        "fig5-M4-flops",
         "fig5-M8",
         "fig7-M4-P2",
         "fig7-M2-P4",
         "fig7-M1-P8",
-        "control-M8-nobag",
+        "control-M4-nobag",
         "control-M1-alldata",
     ]
-    assert len(runs) == 3 * len(sp.POINTS)
-    assert all(sum(r.point.label == x for r in runs) == 3 for x in labels)
+    flops_only = [x for x in labels if x.endswith("-flops")]
+    assert len(runs) == 3 * len(sp.POINTS) - 2 * len(flops_only)
+    for x in labels:  # three seeds a point, one for a FLOPS-only point
+        assert sum(r.point.label == x for r in runs) == (1 if x in flops_only else 3)
     seen: set = set()
     for run in runs:
         assert not seen & _members(run), run.name  # no nested seeds between runs
         seen |= _members(run)
     assert len({r.name for r in runs}) == len(runs)
-    assert runs[0].name == "paper-fig5-M1-s1000"
+    assert runs[0].name == "paper-fig5-M1-flops-s1000"
+    # the seeds do not move with --only: a rerun of some points finds its records
+    assert [r.name for r in sp.paper_runs(only=("fig5-M8",))] == [
+        r.name for r in runs if r.point.label == "fig5-M8"
+    ]
     # Fig. 7: Sys_scale 8 under the fixed batch per device; Fig. 5: P_degree 1.
     for run in runs:
         p = run.point
@@ -49,9 +55,11 @@ def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
             assert devices == 8 and "--batch_policy=per_device" in p.flags
             assert "--eval_every_epochs=1" in p.flags  # a curve: time to target
         if p.label.startswith("fig5"):
-            assert p.parallel_degree == 1 and p.flags == ()
+            assert p.parallel_degree == 1
+            assert p.flags == (sp.FLOPS_ONLY if p.label in flops_only else ())
         if p.label.startswith("control"):
             assert p.flags == ("--bootstrap=none",)
+    assert "--epochs=1" in sp.FLOPS_ONLY  # one whole epoch: Eq. 6's figure exists
 
 
 def test_a_runs_command_and_devices():
@@ -72,6 +80,8 @@ def test_a_runs_command_and_devices():
     ]
     smoke = sp.paper_command(run, "out", True, [])
     assert "--steps=2" in smoke and len(sp.paper_runs(smoke=True)) == len(sp.POINTS)
+    flops = sp.paper_command(sp.paper_runs(smoke=True)[0], "out", True, [])
+    assert flops.index("--train_examples=128") > flops.index("--train_examples=4096")
     env = sp.child_env(8, {"XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=2"})
     assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=8"
     assert sp.child_env(1, {})["XLA_FLAGS"] == "--xla_force_host_platform_device_count=1"
@@ -84,7 +94,7 @@ def _record(path, status: str) -> None:
 def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monkeypatch, capsys):
     """Three runs: the first has a complete record (skipped), the second fails, the third
     writes its record; every one gets its progress line, the failure is named."""
-    runs = sp.paper_runs(only=("fig5-M1",))
+    runs = sp.paper_runs(only=("control-M1-alldata",))
     _record(tmp_path / f"{runs[0].name}.json", "complete")
     _record(tmp_path / f"{runs[1].name}.json", "partial")  # an interrupted run: run again
     clock, started = FakeClock(), []
@@ -104,12 +114,40 @@ def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monke
     out = capsys.readouterr().out.splitlines()
     assert len(started) == 2
     assert out == [
-        f"[1/3] fig5-M1 seed {runs[0].seed}: done before, skipped",
-        f"[2/3] fig5-M1 seed {runs[1].seed} FAILED (exit 1) after 12s",
-        f"[3/3] fig5-M1 seed {runs[2].seed} done in 12s",
+        f"[1/3] control-M1-alldata seed {runs[0].seed}: done before, skipped",
+        f"[2/3] control-M1-alldata seed {runs[1].seed} FAILED (exit 1) after 12s",
+        f"[3/3] control-M1-alldata seed {runs[2].seed} done in 12s",
     ]
     assert failed == [f"{runs[1].name} (exit 1)"]
     assert written == [str(tmp_path / f"{r.name}.json") for r in (runs[0], runs[2])]
+
+
+def test_the_estimate_counts_member_images_evaluations_and_start_ups():
+    """One run of each kind by hand: members × (trained + evaluated images at a third) at the
+    quickstart's rate, plus the start-up."""
+    runs = {r.point.label: r for r in sp.paper_runs()}
+    rate, start, third = sp.TRAIN_S_PER_MEMBER_IMAGE, sp.START_S, sp.EVAL_SHARE
+    flops = 1 * (4096 * 1 + 1000 * third)  # FLOPS only: a small subset, 1,000 test images
+    assert sp.estimate_s([runs["fig5-M1-flops"]]) == pytest.approx(start + flops * rate)
+    n, epochs = (float(sp._flag(list(sp.FLAGS), k, 0)) for k in ("train_examples", "epochs"))
+    once = 8 * (n * epochs + 10_000 * third)  # evaluated once, at the end
+    assert sp.estimate_s([runs["fig5-M8"]]) == pytest.approx(start + once * rate)
+    each_epoch = 2 * (n * epochs + -(-epochs // 1) * 10_000 * third)  # Fig. 7: every epoch
+    assert sp.estimate_s([runs["fig7-M2-P4"]]) == pytest.approx(start + each_epoch * rate)
+
+
+def test_the_dry_run_prints_the_plan_and_its_estimate(capsys):
+    from hpcai_jax.sweep import main
+
+    assert main(["--experiment=paper", "--dry_run", "--results_dir=out"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    minutes = sp.estimate_s(sp.paper_runs()) / 60
+    assert (
+        len(out) == 22
+        and out[-1] == f"21 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
+    )
+    assert main(["--experiment=paper", "--dry_run", "--results_dir=out", "--", "--epochs=1"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] != out[-1]  # the caller's flags counted
 
 
 def test_an_unknown_point_is_one_line_and_exit_2(capsys):
@@ -125,12 +163,12 @@ def test_one_tiny_real_point(tmp_path):
     """The smoke plan's one-member point, end to end: its record, the progress line, the
     summary; then a rerun skips it."""
     argv = [sys.executable, "-m", "hpcai_jax.sweep", "--experiment=paper", "--smoke"]
-    argv += ["--only=fig5-M1", f"--results_dir={tmp_path}"]
+    argv += ["--only=fig5-M1-flops", f"--results_dir={tmp_path}"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "[1/1] fig5-M1 seed 1000 done in " in proc.stdout
-    record = json.loads((tmp_path / "paper-fig5-M1-s1000.json").read_text())
+    assert "[1/1] fig5-M1-flops seed 1000 done in " in proc.stdout
+    record = json.loads((tmp_path / "paper-fig5-M1-flops-s1000.json").read_text())
     assert record["status"] == "complete" and record["config"]["train"]["seed"] == 1000
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert "[1/1] fig5-M1 seed 1000: done before, skipped" in again.stdout
+    assert "[1/1] fig5-M1-flops seed 1000: done before, skipped" in again.stdout
     assert again.stdout.rstrip().endswith("sweep: 1 of 1 run(s) completed")
