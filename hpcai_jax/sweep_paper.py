@@ -15,19 +15,20 @@ and one member on all the data. Every run has a seed of its own, so no two runs 
 Size: each member must reach 0.80 on the whole 10,000-image test set (issue 51). Measured with
 M = 2 (bagged, warmup_cosine, warm-up 0.2 epoch, one seed, 2026-12-06, under load; members'
 accuracy, CPU seconds of the whole process): 10,000 images × 2 epochs at batch 128, lr 0.4:
-0.750, 0.772 (154 s); batch 64, lr 0.2: 0.744, 0.750 (157 s); 15,000 × 2 at batch 128, lr 0.4,
-the plan's: 0.807, 0.815 (228 s), another seed 0.809, 0.812 (228 s). 0.80 takes about 30,000
-images per member (the quickstart's 10,000 × 3 reaches 0.80–0.81 too), with a margin of under
-a point: a member of the 24 at M = 8 may still end just below.
+0.750, 0.772 (154 s); batch 64, lr 0.2: 0.744, 0.750 (157 s); 12,800 × 2 at batch 128, lr 0.4:
+0.792, 0.801 (205 s); 15,000 × 2, the plan's: 0.807, 0.815 (228 s), another seed 0.809, 0.812
+(228 s). 0.80 takes about 30,000 images per member (the quickstart's 10,000 × 3 reaches
+0.80–0.81 too), with a margin of under a point: a member of the 24 at M = 8 may still end just
+below.
 
 Time, estimated (`estimate_s`), not measured whole: ≈ 53 minutes (3,150 s) on 2 quiet cores,
-over the issue's 30. It counts 1.3 ms of 2-core wall per member-image trained (the quickstart's quiet
-rate), an evaluated image as a third of one, 20 s of start-up per run. The measured runs agree
-with it as CPU seconds ÷ 2 (both cores busy): 114 s against 107 s estimated for the 15,000 × 2
-run, 77 s against 81 s for the 10,000 × 2 one. Per point: Fig. 5's M = 8 ≈ 1,100 s, Fig. 7's
-three ≈ 1,180 s, the controls ≈ 770 s, the FLOPS-only points ≈ 100 s. 0.80 with 3 seeds does
-not fit 30 minutes on 2 cores: a plan that did would train below the bar (3,584 × 2 reached
-0.66–0.68). Not measured: 8 devices forced on 2 cores against 2 members on one device.
+over the issue's 30. It counts 1.3 ms of 2-core wall per member-image trained (the quickstart's
+quiet rate), an evaluated image as a third of one, 20 s of start-up per run. The measured runs
+agree with it as CPU seconds ÷ 2 (both cores busy): 114 s against 107 s estimated for the
+15,000 × 2 run, 77 s against 81 s for the 10,000 × 2 one. Per point: Fig. 5's M = 8 ≈ 1,100 s,
+Fig. 7's three ≈ 1,180 s, the controls ≈ 770 s, the FLOPS-only points ≈ 100 s. 0.80 with 3
+seeds does not fit 30 minutes on 2 cores: a plan that did would train below the bar (3,584 × 2
+reached 0.66–0.68). Not measured: 8 devices forced on 2 cores against 2 members on one device.
 """
 
 from __future__ import annotations
