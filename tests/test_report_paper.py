@@ -184,3 +184,22 @@ def test_the_report_shows_every_paper_record_and_draws_the_plot(raw, tmp_path):
     assert md.index("## The paper's") < md.index("## FLOPS and VFLOPS against Sys_scale")
     assert "control-M1-alldata (n = 3)" in md
     assert (tmp_path / "paper_fig5.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_smaller_control_is_read_against_the_full_runs_subsets(raw):
+    """control-M4-nobag against fig5-M8's random 4-subsets: 0.72, 0.74, 0.76 (mean 0.74, half
+    width 4.3027 × 0.02 / √3 = 0.0497) against 0.78 thrice: the intervals overlap, so no
+    difference is read; the FLOPS-only point shows no quality and no VFLOPS."""
+    SEEDS.update({"control-M4-nobag": (5000, 6000, 7000), "fig5-M2-flops": (3000,)})
+    made = [r for r in raw if "control-M8-nobag" not in r["run_id"]]
+    made += [fake("control-M4-nobag", i, 4, 1, "none") for i in range(3)]
+    made.append(fake("fig5-M2-flops", 0, 2, 1))
+    points = paper.paper_runs([Record(Path(f"{r['run_id']}.json"), r) for r in made])
+    (row,) = paper.subset_control_rows(points)
+    assert row[0] == "4" and row[1] == "0.74" and row[3] == "3"
+    low, high = (float(x) for x in row[2].split(" to "))
+    assert (low, high) == pytest.approx((0.74 - 0.0497, 0.74 + 0.0497), abs=5e-4)
+    assert row[4] == "0.78" and row[-1] == "no difference shown"
+    _, flops = paper.flops_rows(points)
+    only = next(r for r in flops if r[0] == "fig5-M2-flops")
+    assert only[7:] == [paper.NOT_TRAINED] * 4
