@@ -215,7 +215,9 @@ NOT_RECORDS = {
     "report/build.py": {
         "shared": "the plotted records' shared configuration, flattened",
         "majority": "the same, by mode",
+        "complete": "every complete record, by mode",
     },
+    "report/paper.py": {"config": "the record's config: RunConfig.to_dict(), a dict by design"},
     "report/markdown.py": {"majority": "the same, by mode"},
     "report/collect.py": {"used": "the plotted records by mode"},
     "submission/verify.py": {"line": "an MLLOG line"},

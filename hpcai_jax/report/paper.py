@@ -68,7 +68,7 @@ def paper_runs(records: list[Record]) -> dict[str, list[Run]]:
     for r in records:
         match = NAME.match(r.run_id)
         if match and r.mode == "train":
-            run = Run(match["label"], int(match["seed"]), r)
+            run = Run(match.group("label"), int(match.group("seed")), r)
             points.setdefault(run.label, []).append(run)
     return {label: sorted(runs, key=lambda r: r.seed) for label, runs in sorted(points.items())}
 

@@ -1,10 +1,10 @@
 """Runs a tier of the suite many times under load and counts each test's passes: the flake hunt
 of CONTRIBUTING.md (Tests), in CI's own conditions (2 pytest workers, plus CPU burners on the
-cores they share). Not collected by pytest, not run by CI: a developer runs it before landing a
+cores they share). Not a benchmark and not run by CI: a developer runs it before landing a
 change to a timing-sensitive test.
 
-    python tests/flake_hunt.py --runs=20 -m multiprocess
-    python tests/flake_hunt.py --runs=20 --burners=1 -k killed tests/test_multiprocess.py
+    python benchmarks/flake_hunt.py --runs=20 -m multiprocess
+    python benchmarks/flake_hunt.py --runs=20 --burners=1 -k killed tests/test_multiprocess.py
 
 It prints one line per round (passed, failed, seconds), then each test's passes out of the
 rounds it ran in, and exits 1 if any test failed in any round. Each round's JUnit XML and
@@ -27,7 +27,7 @@ BURN = "while True: pass"
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="tests/flake_hunt.py",
+        prog="benchmarks/flake_hunt.py",
         description="Run a tier of the suite N times under load; count every test's passes.",
     )
     parser.add_argument("--runs", type=int, default=20, help="rounds (default 20)")
