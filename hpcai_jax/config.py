@@ -33,6 +33,7 @@ WORKLOAD_MODELS = {
         "resnet101",
         "resnet152",
         "resnet_small",
+        "resnet_mini",
     ),
     "regression": ("mlp",),
     # HPC AI500's second workload; faster_rcnn_small is for tests and CPU demos.

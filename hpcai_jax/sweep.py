@@ -215,7 +215,7 @@ none, + k) mod 2^32 and is named <name>-<experiment>-M<M>-P<P_degree>-r<k>. The 
 each configuration's repeats (its Repeats section: N, mean, spread, 95 % Student-t interval).
 
 --experiment=paper runs HPC AI500 V3.0's experiments at one-machine scale, offline, on
-Fashion-MNIST (resnet_small, 15,000 training images, 2 epochs, batch 128: members reach 0.80 on
+Fashion-MNIST (resnet_mini, 15,000 training images, 2 epochs, batch 128: members reach 0.80 on
 the whole 10,000-image test set, evaluated at the end, Fig. 7's points each epoch too;
 hpcai_jax/sweep_paper.py), each run on exactly its Sys_scale of host CPU devices (XLA_FLAGS'
 forced count set per run: devices simulated on shared cores, so FLOPS cannot grow with them).
@@ -234,7 +234,7 @@ none of the others and the summary names it. --smoke: the same plan at toy size,
 --dry_run prints the commands and the plan's estimated time.
 
 examples:
-  # the paper's experiments on this machine (about 53 min on 2 cores, estimated: sweep_paper.py):
+  # the paper's experiments on this machine (about 16 min on 2 cores, estimated: sweep_paper.py):
   python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
   # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\

@@ -202,3 +202,17 @@ def test_low_precision_counts_the_same_flops(dtype):
     low = count_model("resnet_small", (28, 28, 1), 10, 8, dtype=dtype)
     assert low.forward.total("table3") == f32.forward.total("table3")
     assert low.forward.row("conversion").ops > 0
+
+
+def test_resnet_mini_forward_macs_are_the_hand_count():
+    """resnet_mini is resnet_small after a 3×3/2 stem (the paper plan's model): its stages at
+    14, 7 and 4 pixels, each convolution's MACs counted by hand (SAME padding, all taps)."""
+    stem = 3 * 3 * 1 * 16 * 14 * 14
+    stage1 = 2 * 3 * 3 * 16 * 16 * 14 * 14
+    stage2 = (3 * 3 * 16 * 32 + 3 * 3 * 32 * 32 + 16 * 32) * 7 * 7
+    stage3 = (3 * 3 * 32 * 64 + 3 * 3 * 64 * 64 + 32 * 64) * 4 * 4
+    head = 64 * 10
+    mf = count_model("resnet_mini", (28, 28, 1), 10, 4)
+    assert mf.forward.macs / mf.batch == stem + stage1 + stage2 + stage3 + head
+    small = count_model("resnet_small", (28, 28, 1), 10, 4)
+    assert 3.5 < small.forward.macs / mf.forward.macs < 3.8  # a quarter, as its comment says
