@@ -14,16 +14,18 @@ and one member on all the data. Every run has a seed of its own, so no two runs 
 
 Size: each member must reach 0.80 on the whole 10,000-image test set (issue 51). The model is
 `resnet_mini` (resnet_small after a 3×3/2 stem: its three stages at 14, 7 and 4 pixels). Measured
-with M = 2 (bagged, warmup_cosine, warm-up 0.2 epoch, 15,000 images × 2 epochs at batch 128, lr
-0.4, 2 quiet cores of an Intel Xeon, 2026-12-06; members' accuracy, wall of the whole process):
+with M = 2 (bagged, warmup_cosine, warm-up 0.2 epoch, 15,000 images × 2 epochs at batch 128,
+--learning_rate=0.4: a peak of 0.2 by the linear rule at reference batch 256, 2 quiet cores of an Intel Xeon, 2026-12-06; members' accuracy, wall of the whole process):
 resnet_mini seed 11: 0.841, 0.841 (36 s); seed 12: 0.838, 0.842 (42 s); resnet_small seed 11:
 0.792, 0.807 (117 s), so resnet_small misses the bar at this size and trains 5.3× slower per image
 (4,000 against 770 member-images per second). Earlier resnet_small sizing (M = 2, under load):
 10,000 × 2 reached 0.750/0.772, 12,800 × 2 0.792/0.801, 15,000 × 2 0.807/0.815 and 0.809/0.812.
 
-Time, estimated (`estimate_s`), not measured whole: 0.25 ms of 2-core wall per member-image
-trained (resnet_mini's measured rate above), an evaluated image as a third of one, 20 s of
-start-up per run (imports, initialisation, compilation: 14 s measured at M = 2, more at M = 8).
+Time: the whole plan took 19 min 23 s on 2 quiet Intel Xeon cores (e12ffef, its report
+included; docs/paper.md). The estimate (`estimate_s`, 16 min) counts 0.25 ms of 2-core wall per
+member-image trained (resnet_mini's measured rate above), an evaluated image as a third of one,
+20 s of start-up per run (imports, initialisation, compilation: 14 s measured at M = 2); the
+M = 8 runs took 116-124 s against 87 s estimated (8 forced devices on 2 cores cost more).
 """
 
 from __future__ import annotations

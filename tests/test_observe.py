@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -162,6 +163,12 @@ def test_the_report_links_a_runs_events_and_shows_each_members_curve(tiny_run, t
     record["observe"]["tensorboard"]["dir"] = "/nowhere/real-train"
     (tmp_path / "real-train.json").write_text(json.dumps(record))
     assert series.observed(collect([str(tmp_path / "real-train.json")]).train)[0].events is None
+    # Both present: the copy beside the records wins (a shipped report links its own copy).
+    shutil.copytree(tiny_run.results / "tensorboard", tmp_path / "tensorboard")
+    record["observe"]["tensorboard"]["dir"] = str(tiny_run.results / "tensorboard" / "real-train")
+    (tmp_path / "real-train.json").write_text(json.dumps(record))
+    beside = series.observed(collect([str(tmp_path / "real-train.json")]).train)[0].events
+    assert beside == tmp_path / "tensorboard" / "real-train"
     (curve,) = series.quality_curves(train)
     members = [p["members"] for p in tiny_run.record["quality"]["curve"]]
     for point, expected in zip(curve.points, members, strict=True):

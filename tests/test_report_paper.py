@@ -18,6 +18,7 @@ from hpcai_jax.bits import pack_bits
 from hpcai_jax.report import paired, paper, plots
 from hpcai_jax.report.build import render
 from hpcai_jax.report.collect import Record, collect
+from hpcai_jax.units import cell
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = json.loads((ROOT / "tests" / "data" / "tiny_run_record.json").read_text())
@@ -184,12 +185,29 @@ def test_the_report_shows_every_paper_record_and_draws_the_plot(raw, tmp_path):
     assert md.index("## The paper's") < md.index("## FLOPS and VFLOPS against Sys_scale")
     assert "control-M1-alldata (n = 3)" in md
     assert (tmp_path / "paper_fig5.png").read_bytes().startswith(b"\x89PNG")
+    # P_degree 1 has runs at Sys_scale 1 and 8 (fig5-M1, fig5-M8): a line Fig. 5 can mirror.
+    scaling = md[md.index("## FLOPS and VFLOPS against Sys_scale") :]
+    assert scaling.split("\n\n")[1].startswith("Mirrors HPC AI500 V3.0 §4.3 Fig. 5")
+
+
+def test_the_general_plot_of_one_sys_scale_says_it_is_not_fig5(raw, tmp_path, monkeypatch):
+    """Fig. 7's splits alone (M = 8 at P_degree 1, M = 1 at P_degree 8, both Sys_scale 8): no
+    P_degree grows, so the general FLOPS plot must not claim Fig. 5's shape."""
+    monkeypatch.setattr(plots, "paper_fig5", lambda *args: None)
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for r in raw:
+        if "fig5-M8" in r["run_id"] or "fig7-M1-P8" in r["run_id"]:
+            (folder / f"{r['run_id']}.json").write_text(json.dumps(r))
+    md = render(collect([str(folder)]), tmp_path)
+    scaling = md[md.index("## FLOPS and VFLOPS against Sys_scale") :]
+    assert scaling.split("\n\n")[1].startswith("Not HPC AI500 V3.0 §4.3 Fig. 5's shape")
 
 
 def test_a_smaller_control_is_read_against_the_full_runs_subsets(raw):
     """control-M4-nobag against fig5-M8's random 4-subsets: 0.72, 0.74, 0.76 (mean 0.74, half
     width 4.3027 × 0.02 / √3 = 0.0497) against 0.78 thrice: the intervals overlap, so no
-    difference is read; the FLOPS-only point shows no quality and no VFLOPS."""
+    difference is read; the FLOPS-only point's quality and VFLOPS come from the subsets."""
     SEEDS.update({"control-M4-nobag": (5000, 6000, 7000), "fig5-M2-flops": (3000,)})
     made = [r for r in raw if "control-M8-nobag" not in r["run_id"]]
     made += [fake("control-M4-nobag", i, 4, 1, "none") for i in range(3)]
@@ -200,6 +218,15 @@ def test_a_smaller_control_is_read_against_the_full_runs_subsets(raw):
     low, high = (float(x) for x in row[2].split(" to "))
     assert (low, high) == pytest.approx((0.74 - 0.0497, 0.74 + 0.0497), abs=5e-4)
     assert row[4] == "0.78" and row[-1] == "no difference shown"
+    # The FLOPS-only point (M = 2, 1 GFLOP/s) takes the full runs' random 2-subsets: 0.71, 0.73,
+    # 0.75 (mean 0.73, half width 0.0497), and VFLOPS = 1 GFLOP/s × (0.73 / target)^n.
     _, flops = paper.flops_rows(points)
     only = next(r for r in flops if r[0] == "fig5-M2-flops")
-    assert only[7:] == [paper.NOT_TRAINED] * 4
+    q = BASE["quality"]
+    assert only[7:9] == [cell((0.73 / q["target"]) ** q["exponent"]), paper.FROM_SUBSETS]
+    assert only[9] == "0.73"
+    low, high = (float(x) for x in only[10].split(" to "))
+    assert (low, high) == pytest.approx((0.73 - 0.0497, 0.73 + 0.0497), abs=5e-4)
+    # Without full runs there is no quality to take: n/a.
+    alone = paper.paper_runs([Record(Path("a.json"), made[-1])])
+    assert paper.flops_rows(alone)[1][0][7:] == [paper.NOT_TRAINED] * 4

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from hpcai_jax.metrics import penalty
 from hpcai_jax.report import paired
 from hpcai_jax.report.collect import Record
 from hpcai_jax.report.markdown import heading, image, table
@@ -25,6 +26,8 @@ BOOTSTRAP_SEED = 0
 # so their VFLOPS, say nothing; Fig. 5's quality comes from the largest M's sub-ensembles.
 FLOPS_ONLY = "-flops"
 NOT_TRAINED = "n/a (FLOPS only)"
+# ... unless full runs give the quality of their random k-subsets (k = the point's M).
+FROM_SUBSETS = "(quality: the full runs' random k-subsets)"
 ALPHA = 0.05  # a difference is read only where McNemar p < ALPHA and the interval excludes 0
 SHARED_CORES = "devices simulated on shared CPU cores: FLOPS stays flat, an ideal line cannot hold"
 PAPER_SETTING = (
@@ -263,24 +266,72 @@ def full_rows(full: list[Run]) -> list[list[str]]:
     return rows
 
 
+def subset_quality(full: list[Run], k: int) -> Summary:
+    """The quality of an ensemble of k members, from the full runs: their random k-subsets'
+    mean, one figure per run (seed)."""
+    return summarise(
+        s.random_mean for r in full for s in r.rec.quality.sub_ensembles or [] if s.k == k
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Fig5Point:
+    """One Fig. 5 point's figures over its seeds, as the table and the plot show them. A
+    FLOPS-only point (M = k) takes its quality from the full runs' random k-subsets and its
+    VFLOPS from its FLOPS × (that quality / target)^n; both None where there are none."""
+
+    label: str
+    runs: list[Run]
+    flops: Summary
+    vflops: Summary | None
+    quality: Summary | None
+    from_subsets: bool = False
+
+
+def _subset_figures(v: list[Run], full: list[Run]) -> tuple[Summary | None, Summary | None]:
+    """A FLOPS-only point's (VFLOPS, quality), or (None, None) without full runs to take it from."""
+    if not full or full[0].label.endswith(FLOPS_ONLY):
+        return None, None
+    q = subset_quality(full, v[0].m)
+    rate = summarise(r.rec.metrics.flops_per_s for r in v).mean
+    target, n = full[0].rec.quality.target, full[0].rec.quality.exponent
+    if q.mean is None or rate is None or target is None or n is None:
+        return None, None
+    factor = penalty(q.mean, target, n)
+    return (None, None) if factor is None else (summarise([rate * factor]), q)
+
+
+def fig5_points(points: dict[str, list[Run]]) -> list[Fig5Point]:
+    full, out = largest(points), []
+    for label, v in fig5(points).items():
+        flops = summarise(r.rec.metrics.flops_per_s for r in v)
+        if label.endswith(FLOPS_ONLY):  # trained for Eq. 6's one epoch, not for its quality
+            vflops, quality = _subset_figures(v, full)
+            out.append(Fig5Point(label, v, flops, vflops, quality, quality is not None))
+            continue
+        vflops = summarise(r.rec.metrics.vflops_per_s for r in v)
+        out.append(Fig5Point(label, v, flops, vflops, summarise(r.rec.quality.ensemble for r in v)))
+    return out
+
+
 def flops_rows(points: dict[str, list[Run]]) -> tuple[list[str], list[list[str]]]:
-    """Per Fig. 5 point: FLOPS, VFLOPS and the ensemble's quality over its seeds."""
-    found = fig5(points)
-    runs = [r for v in found.values() for r in v]
-    f_scale, f_prefix = prefix([number(r.rec.metrics.flops_per_s) for r in runs])
+    """Per Fig. 5 point: FLOPS, VFLOPS and the ensemble's quality over its seeds (`Fig5Point`)."""
+    found = fig5_points(points)
+    f_scale, f_prefix = prefix([number(r.rec.metrics.flops_per_s) for p in found for r in p.runs])
     headers = ["point", "M", "P_degree", "Sys_scale", "seeds (n)"]
     headers += [f"FLOPS [{f_prefix}FLOP/s]", "95 % interval"]
     headers += [f"VFLOPS [{f_prefix}FLOP/s]", "95 % interval", "ensemble quality", "95 % interval"]
+    none = [NOT_TRAINED, NOT_TRAINED]
     rows = []
-    for label, v in found.items():
-        flops = interval(summarise(r.rec.metrics.flops_per_s for r in v), f_scale)
-        vflops = interval(summarise(r.rec.metrics.vflops_per_s for r in v), f_scale)
-        quality = interval(summarise(r.rec.quality.ensemble for r in v))
-        if label.endswith(FLOPS_ONLY):  # trained for Eq. 6's one epoch, not for its quality
-            vflops = quality = [NOT_TRAINED, NOT_TRAINED]
-        r0 = v[0]
+    for point in found:
+        vflops = none if point.vflops is None else interval(point.vflops, f_scale)[:2]
+        quality = none if point.quality is None else interval(point.quality)[:2]
+        if point.from_subsets:
+            vflops[1] = FROM_SUBSETS
+        r0 = point.runs[0]
+        flops = interval(point.flops, f_scale)[:2]
         rows.append(
-            [label, r0.m, r0.p, r0.sys_scale, len(v), *flops[:2], *vflops[:2], *quality[:2]]
+            [point.label, r0.m, r0.p, r0.sys_scale, len(point.runs), *flops, *vflops, *quality]
         )
     return headers, rows
 
@@ -401,7 +452,7 @@ def _fig5_parts(points, full, folder, draw) -> list[str]:
     shared = SHARED_CORES if full[0].rec.provenance.backend == "cpu" else "measured per point"
     parts.append(FIG5.format(m=full[0].m, n=len(full), shared=shared))
     if draw is not None:
-        draw(full, fig5(points), folder / "paper_fig5.png")
+        draw(full, fig5_points(points), folder / "paper_fig5.png")
         parts.append(image("paper_fig5.png", "Quality against k and FLOPS against M"))
     headers = ["k", "first k", "95 % interval", "seeds (n)", "random k-subsets", "95 % interval"]
     parts.append(table([*headers, "subsets per run"], sub_ensemble_rows(full)))

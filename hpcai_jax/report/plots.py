@@ -565,11 +565,12 @@ def stream_per_process(run: StreamRun, path: Path) -> None:
     _save(fig, path)
 
 
-def paper_fig5(full: list, points: dict, path: Path) -> None:
+def paper_fig5(full: list, points: list, path: Path) -> None:
     """Fig. 5's shape (report/paper.py): left, quality against k from the sub-ensembles of the
     M = 8 runs (first k and random k-subsets, mean with its 95 % interval over the seeds) and
     the member mean, best member and out-of-bag estimate at k = M; right, FLOPS and VFLOPS per
-    M point over its seeds, with no ideal line (devices share the host's cores)."""
+    M point over its seeds (report/paper.Fig5Point), with no ideal line (devices share the
+    host's cores)."""
     fig = Figure(figsize=(11.0, 4.6), layout="constrained")
     ax = fig.add_subplot(1, 2, 1)
     subs = [s for r in full for s in r.rec.quality.sub_ensembles or []]
@@ -599,30 +600,29 @@ def paper_fig5(full: list, points: dict, path: Path) -> None:
     _save(fig, path)
 
 
-def _paper_flops(ax, points: dict) -> None:
-    runs = [r for v in points.values() for r in v]
+def _paper_flops(ax, points: list) -> None:
+    """FLOPS and VFLOPS per Fig. 5 point (report/paper.Fig5Point: a FLOPS-only point's VFLOPS
+    from the full runs' random k-subsets), mean with its 95 % interval over its seeds."""
+    runs = [r for p in points for r in p.runs]
     scale, unit = prefix([r.rec.metrics.flops_per_s for r in runs])
-    ms = [v[0].m for v in points.values()]
-    for key, fmt, name in (("flops_per_s", "o-", "FLOPS"), ("vflops_per_s", "s--", "VFLOPS")):
-        at = [
-            _mean(v, lambda r, key=key: _scaled(getattr(r.rec.metrics, key), scale))
-            for v in points.values()
-        ]
-        _errorbar(ax, ms, [m for m, _ in at], [e for _, e in at], fmt, label=name, mfc="none")
+    ms = [p.runs[0].m for p in points]
+    for key, fmt, name in (("flops", "o-", "FLOPS"), ("vflops", "s--", "VFLOPS")):
+        shown = [(m, getattr(p, key)) for m, p in zip(ms, points, strict=True)]
+        shown = [(m, f) for m, f in shown if f is not None and f.mean is not None]
+        x = [m for m, _ in shown]
+        y = [f.mean / scale for _, f in shown]
+        err = [(f.half_width or 0.0) / scale for _, f in shown]
+        _errorbar(ax, x, y, err, fmt, label=name, mfc="none")
     ax.set_xticks(ms)
     ax.set_xlabel("M (P_degree fixed)")
     ax.set_ylabel(f"[{unit}FLOP/s]")
     ax.set_ylim(bottom=0)
     shared = any(r.rec.provenance.backend == "cpu" for r in runs)
     title = "FLOPS and VFLOPS per M, mean ± 95 % interval over seeds"
+    if any(p.from_subsets for p in points):
+        title += "\nVFLOPS of a FLOPS-only point: the quality of the full runs' k-subsets"
     if shared:
-        title += (
-            "\ndevices simulated on shared CPU cores: FLOPS stays flat, an ideal line cannot hold"
-        )
+        title += "\ndevices share the host's CPU cores: FLOPS stays flat, no ideal line"
     ax.set_title(title, fontsize="small")
     ax.grid(**GRID)
     ax.legend(fontsize="small")
-
-
-def _scaled(value, scale: float) -> float | None:
-    return None if value is None else value / scale

@@ -437,7 +437,9 @@ class Observed:
 
 
 def _found(recorded: str | None, beside: Path) -> Path | None:
-    for candidate in (Path(recorded) if recorded else None, beside):
+    """The copy beside the records first (it travels with them: a shipped report links its
+    own), then the path the run recorded."""
+    for candidate in (beside, Path(recorded) if recorded else None):
         if candidate is not None and candidate.exists():
             return candidate
     return None
