@@ -10,7 +10,7 @@ import pytest
 from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.kernels import KERNELS
-from hpcai_jax.stream.validate import gold_values
+from hpcai_jax.stream.validate import dot_check, dot_tolerance, gold_values
 
 N = 1 << 13  # divisible by the 8 test devices; 3 x 64 KiB of doubles
 
@@ -118,3 +118,47 @@ def test_one_off_error_in_one_element_is_caught_in_float64():
     )
     assert not result.validation.passed
     assert np.isclose(result.validation.checks[0].error, 1.0 / N / 0.2, rtol=1e-6)
+
+
+def test_the_float64_dot_tolerance_is_the_sums_error_bound_at_large_sizes():
+    """At 2^28 doubles BabelStream's fixed 1e-8 is below the error bound of the sum (its own
+    build fails there): the tolerance becomes γ_N + 2u = 2^28·2^-53/(1 − 2^28·2^-53) + 2^-52; at
+    2^25 the bound (3.7e-9) is below 1e-8, which stays. float32 keeps its fixed figure."""
+    n = 1 << 28
+    n_u = n * 2.0**-53
+    tolerance, basis = dot_tolerance("float64", n)
+    assert tolerance == pytest.approx(n_u / (1 - n_u) + 2.0**-52, rel=1e-12)
+    assert 2.9e-8 < tolerance < 3.0e-8 and basis.startswith("the sum's error bound")
+    assert dot_tolerance("float64", 1 << 25)[0] == 1e-8
+    assert dot_tolerance("float32", 1 << 25)[0] == 1e-4
+    # The check at 2^28 without the arrays: a sum just inside the bound passes, just outside fails.
+    gold = gold_values("all", 100, "float64", n)
+    assert dot_check(gold.dot * (1 + 0.99 * tolerance), gold, "float64", n).passed
+    assert not dot_check(gold.dot * (1 + 1.01 * tolerance), gold, "float64", n).passed
+
+
+@pytest.mark.slow
+def test_the_worst_summation_order_at_2_28_doubles_is_within_the_bound():
+    """A chunked model of the least accurate order, one running sum over all 2^28 products
+    (np.add.accumulate adds strictly in sequence), of the run's own gold values: its error is
+    within the tolerance. 32 MiB at a time, never the 2 GiB arrays."""
+    n, chunk = 1 << 28, 1 << 22
+    gold = gold_values("all", 100, "float64", n)
+    term, total = np.float64(gold.a) * np.float64(gold.b), np.float64(0.0)
+    for _ in range(n // chunk):
+        run = np.full(chunk + 1, term)
+        run[0] = total
+        total = np.add.accumulate(run)[-1]
+    check = dot_check(float(total), gold, "float64", n)
+    assert check.passed and 0 < check.error < check.tolerance, check
+
+
+@pytest.mark.slow
+def test_a_real_float64_run_at_2_24_keeps_the_dots_error_tolerance_and_basis():
+    """The largest size CI affords (3 × 128 MiB): the Dot check and what the record keeps."""
+    result = measure_bandwidth(StreamConfig(array_size=1 << 24, num_times=2))
+    checks = result.validation.to_dict()["checks"]
+    dot = checks["dot"]
+    assert result.validation.passed and dot["passed"]
+    assert 0 <= dot["error"] <= dot["tolerance"] == 1e-8
+    assert dot["basis"].startswith("BabelStream's 1e-08 (the sum's error bound for 16777216 terms")

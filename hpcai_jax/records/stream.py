@@ -95,6 +95,10 @@ class ValidationCheck:
     tolerance: float = field("the largest error that passes")
     relative: bool = field("whether error is relative to the gold value")
     passed: bool = field("error ≤ tolerance")
+    basis: str | None = field(
+        "where the tolerance comes from (Dot: BabelStream's figure or the sum's error bound)",
+        omit_none=True,
+    )
 
 
 @section
