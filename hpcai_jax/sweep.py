@@ -219,11 +219,11 @@ Fashion-MNIST (resnet_mini, 15,000 training images, 2 epochs, batch 128: members
 the whole 10,000-image test set, evaluated at the end, Fig. 7's points each epoch too;
 hpcai_jax/sweep_paper.py), each run on exactly its Sys_scale of host CPU devices (XLA_FLAGS'
 forced count set per run: devices simulated on shared cores, so FLOPS cannot grow with them).
-6 points × 3 seeds and 3 FLOPS-only points × 1 = 21 runs, seed 1000·k for the plan's k-th
+9 points × 3 seeds = 27 runs, seed 1000·k for the plan's k-th
 (point, seed) (no member shared between runs), each record named paper-<point>-s<seed>.json:
   fig5-M8                     §4.3 Fig. 5's shape: P_degree 1, one member per device; its
                               quality.sub_ensembles give the quality of M = 1..8
-  fig5-M1-flops, -M2-, -M4-   Fig. 5's FLOPS only: one epoch of 4,096 images, one seed
+  fig5-M1-flops, -M2-, -M4-   Fig. 5's FLOPS only: one epoch of 4,096 images
   fig7-M4-P2, -M2-P4, -M1-P8  §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device
                               ((8, 1) is fig5-M8: at P_degree 1 both policies are one)
   control-M4-nobag            M = 4, --bootstrap=none (independent initialisations only)

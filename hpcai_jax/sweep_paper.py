@@ -5,7 +5,7 @@ Sys_scale = M × P_degree (launch/README.md, Sweeps): devices simulated on share
 The plan is a list of runs of `python -m hpcai_jax.main`, each a (point, seed) with a record
 named for both. Fig. 5's shape (§4.3): P_degree 1; its quality per M = 1…8 is the M = 8 runs'
 `quality.sub_ensembles` (random k-subsets, 3 seeds); M = 1, 2, 4 run for FLOPS only (Eq. 6 needs
-one whole epoch: one epoch of 4,096 images, one seed, labelled `-flops`). Fig. 7's shape
+one whole epoch: one epoch of 4,096 images, 3 seeds, labelled `-flops`). Fig. 7's shape
 (§4.4.1): Sys_scale 8, (M, P_degree) = (4, 2), (2, 4), (1, 8) under --batch_policy=per_device,
 evaluated each epoch ((8, 1) is the M = 8 run: at P_degree 1 both policies train the same
 batch). The controls: M = 4 with --bootstrap=none (against the M = 8 runs' random 4-subsets)
@@ -80,13 +80,13 @@ class PaperPoint:
 
 
 # Fig. 5's M = 1, 2, 4 stand for FLOPS only (Eq. 6 needs one whole epoch, docs/score.md §5):
-# one seed, one epoch of a small subset, the step the same program as fig5-M8's per member.
+# one epoch of a small subset, the step the same program as fig5-M8's per member.
 # Their quality is the M = 8 runs' quality.sub_ensembles (random k-subsets).
 FLOPS_ONLY = ("--train_examples=4096", "--epochs=1", "--eval_examples=1000")
 FIG7 = ("--batch_policy=per_device", "--eval_every_epochs=1")
 NOBAG = ("--bootstrap=none",)
 POINTS = (
-    *(PaperPoint(f"fig5-M{m}-flops", m, 1, FLOPS_ONLY, seeds=1) for m in (1, 2, 4)),
+    *(PaperPoint(f"fig5-M{m}-flops", m, 1, FLOPS_ONLY) for m in (1, 2, 4)),
     PaperPoint("fig5-M8", 8),
     *(PaperPoint(f"fig7-M{m}-P{p}", m, p, FIG7) for m, p in ((4, 2), (2, 4), (1, 8))),
     PaperPoint("control-M4-nobag", 4, 1, NOBAG),
@@ -107,7 +107,7 @@ class PaperRun:
 def paper_runs(smoke: bool = False, only: tuple[str, ...] = ()) -> list[PaperRun]:
     """Every run, seed by seed (a machine that drifts touches every point alike); each run its
     own seed, SEED_SPACING apart, the same with or without `only` (the points of these
-    labels). A point of one seed (FLOPS only) runs in the first round."""
+    labels). A point of fewer seeds runs in the first rounds."""
     runs, k = [], 0
     for s in range(1 if smoke else SEEDS):
         for point in POINTS:

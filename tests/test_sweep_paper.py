@@ -34,9 +34,9 @@ def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
         "control-M1-alldata",
     ]
     flops_only = [x for x in labels if x.endswith("-flops")]
-    assert len(runs) == 3 * len(sp.POINTS) - 2 * len(flops_only)
-    for x in labels:  # three seeds a point, one for a FLOPS-only point
-        assert sum(r.point.label == x for r in runs) == (1 if x in flops_only else 3)
+    assert len(runs) == 3 * len(sp.POINTS)
+    for x in labels:  # three seeds a point
+        assert sum(r.point.label == x for r in runs) == 3
     seen: set = set()
     for run in runs:
         assert not seen & _members(run), run.name  # no nested seeds between runs
@@ -143,8 +143,8 @@ def test_the_dry_run_prints_the_plan_and_its_estimate(capsys):
     out = capsys.readouterr().out.splitlines()
     minutes = sp.estimate_s(sp.paper_runs()) / 60
     assert (
-        len(out) == 22
-        and out[-1] == f"21 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
+        len(out) == 28
+        and out[-1] == f"27 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
     )
     assert main(["--experiment=paper", "--dry_run", "--results_dir=out", "--", "--epochs=1"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] != out[-1]  # the caller's flags counted
