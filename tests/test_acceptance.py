@@ -28,7 +28,10 @@ from hpcai_jax.acceptance.journal import Journal
 from hpcai_jax.nodecheck.rows import Row
 
 SCRIPT = ROOT / "benchmarks" / "accelerator" / "acceptance.sh"
-SMOKE_BUDGET_S = 240
+# Far above the smoke's time on any machine (137 s in CI, 354 s beside a flake hunt): with 240 a
+# loaded machine ran out and skipped the member variants. Whether groups keep within a budget
+# is the Budget's fake-clock tests' (tests/test_nodecheck.py); here every item must run.
+SMOKE_BUDGET_S = 1800
 GROUPS = (
     "environment",
     "stream",
@@ -61,7 +64,7 @@ def smoke(tmp_path_factory):
     The budget is an upper bound the run does not wait out: wide, so that a cold compilation
     cache on a loaded machine still measures every item."""
     out = tmp_path_factory.mktemp("acceptance") / "out"
-    proc = _run(str(out), "--smoke", f"--budget_s={SMOKE_BUDGET_S}")
+    proc = _run(str(out), "--smoke", f"--budget_s={SMOKE_BUDGET_S}", timeout=SMOKE_BUDGET_S)
     doc = json.loads((out / "acceptance.json").read_text()) if proc.returncode < 2 else None
     return proc, out, doc
 
@@ -91,7 +94,7 @@ def test_the_smoke_run_passes_with_every_group(smoke):
         "XLA / analytic FLOPs",
         "step, 2 members per device, vmap scan",
         "step, 2 members per device, vmap batched",
-        "step, 4 members per device, unroll",
+        "step, 2 members per device, unroll",
         "int8 steps finite",
         "detector train step per device",
         "input images/s on all host cores",

@@ -53,7 +53,9 @@ SMOKE = Sizes(
     image_size=32,
     batch_size=8,
     dtype="bfloat16",
-    members_per_device=(2, 4),
+    # One count: every variant's code runs at 2 members as at 4 (the 4-member builds were a third
+    # of the smoke's time in CI).
+    members_per_device=(2,),
     detector_model="faster_rcnn_small",
     detector_image_size=64,
     detector_batch_size=2,
