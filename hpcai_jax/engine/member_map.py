@@ -22,8 +22,9 @@ MEMBER_STRATEGY_DEFAULTS = {
     "cpu": (
         "vmap",
         "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (docs/members.md): the "
-        "mapped members run faster than separate steps and than unroll, in a program that does "
-        "not grow with them",
+        "mapped members (under scan one member after another, in a loop) run 1.05-1.11x "
+        "separate steps' speed and as fast as unroll (0.97-1.00x), in a program that does not "
+        "grow with them",
     ),
     "gpu": (
         "unroll",
