@@ -214,8 +214,11 @@ def test_a_killed_process_ends_the_job_as_lost_and_the_resume_matches(tmp_path):
     job = json.loads(outcome.read_text())
     assert job["first"] == {"process": 1, "returncode": -9, "signal": "SIGKILL"}, job
     assert job["exit_code"] == 69 and job["reason"] == "failed", job
-    others = [p["returncode"] for p in job["processes"] if p["process"] != 1]
-    assert -signal.SIGABRT not in others, job
+    aborted = [p["process"] for p in job["processes"] if p["returncode"] == -signal.SIGABRT]
+    # On failure, each aborted process's last lines: what aborted it (seen once in 20 rounds
+    # beside a burner, 2026-12-06, without them).
+    last = {i: [x for x in text.splitlines() if x.startswith(f"[p{i}]")][-12:] for i in aborted}
+    assert not aborted, (job, last)
     assert "Fatal Python error" not in text, text[-3000:]
     # No traceback through this package's code. (orbax's background commit of a save in flight
     # logs its own, when process 0's exit takes the coordination service with it: seen once in
