@@ -234,7 +234,7 @@ none of the others and the summary names it. --smoke: the same plan at toy size,
 --dry_run prints the commands and the plan's estimated time.
 
 examples:
-  # the paper's experiments on this machine (19 min on 2 quiet cores: docs/paper.md):
+  # the paper's experiments on this machine (22 min on 2 quiet cores: docs/paper.md):
   python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
   # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\
