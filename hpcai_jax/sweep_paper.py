@@ -21,11 +21,12 @@ resnet_mini seed 11: 0.841, 0.841 (36 s); seed 12: 0.838, 0.842 (42 s); resnet_s
 (4,000 against 770 member-images per second). Earlier resnet_small sizing (M = 2, under load):
 10,000 × 2 reached 0.750/0.772, 12,800 × 2 0.792/0.801, 15,000 × 2 0.807/0.815 and 0.809/0.812.
 
-Time: the plan took 21 min 35 s on 2 quiet Intel Xeon cores (its 21 runs of e12ffef in 19 min
-23 s, the 6 runs f76033f added in 2 min 12 s, reports included; docs/paper.md). The estimate (`estimate_s`, 16 min) counts 0.25 ms of 2-core wall per
-member-image trained (resnet_mini's measured rate above), an evaluated image as a third of one,
-20 s of start-up per run (imports, initialisation, compilation: 14 s measured at M = 2); the
-M = 8 runs took 116-124 s against 87 s estimated (8 forced devices on 2 cores cost more).
+Time: the plan took 21 min 35 s on 2 quiet Intel Xeon cores (its 21 runs of 8bed3e2 in 19 min
+23 s, the 6 runs 1312110 added in 2 min 12 s, reports included; docs/paper.md). The estimate
+(`estimate_s`, 18 min) counts 0.25 ms of 2-core wall per member-image trained (resnet_mini's
+measured rate above), an evaluated image as a third of one, 20 s of start-up per run (imports,
+initialisation, compilation: 14 s measured at M = 2); the M = 8 runs took 116-124 s against
+87 s estimated (8 forced devices on 2 cores cost more).
 """
 
 from __future__ import annotations
