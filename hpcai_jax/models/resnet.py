@@ -160,25 +160,18 @@ class ResNet(nn.Module):
         return x.astype(jnp.float32)
 
 
+# For 28×28 inputs (Fashion-MNIST): three stages of one basic block, 16/32/64 channels.
+_SMALL = dict(stage_sizes=(1, 1, 1), block_cls=ResNetBlock, num_filters=16, small_stem=True)
 _ARCHS = {
     "resnet18": dict(stage_sizes=(2, 2, 2, 2), block_cls=ResNetBlock),
     "resnet34": dict(stage_sizes=(3, 4, 6, 3), block_cls=ResNetBlock),
     "resnet50": dict(stage_sizes=(3, 4, 6, 3), block_cls=BottleneckResNetBlock),
     "resnet101": dict(stage_sizes=(3, 4, 23, 3), block_cls=BottleneckResNetBlock),
     "resnet152": dict(stage_sizes=(3, 8, 36, 3), block_cls=BottleneckResNetBlock),
-    # For 28×28 inputs (Fashion-MNIST): three stages of one basic block, 16/32/64 channels.
-    "resnet_small": dict(
-        stage_sizes=(1, 1, 1), block_cls=ResNetBlock, num_filters=16, small_stem=True
-    ),
+    "resnet_small": _SMALL,
     # resnet_small after a 3×3/2 stem: its stages at 14/7/4 pixels, about a quarter of its
     # FLOPs per image (the paper's experiments at one-machine scale: docs/paper.md).
-    "resnet_mini": dict(
-        stage_sizes=(1, 1, 1),
-        block_cls=ResNetBlock,
-        num_filters=16,
-        small_stem=True,
-        stem_strides=2,
-    ),
+    "resnet_mini": {**_SMALL, "stem_strides": 2},
 }
 
 
