@@ -7,10 +7,14 @@ count and its devices, and tags every later log line with its index.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging as std_logging
 import os
 import re
+import sys
+import threading
+import time
 
 import numpy as np
 from absl import logging
@@ -222,11 +226,75 @@ def exit_if_lost(error: BaseException) -> None:
         return
     import jax
 
-    end_process(
+    end_in_order(
         f"hpcai_jax: error: process {jax.process_index()} lost a peer ({why}); the job can "
         f"resume from its last checkpoint; exit {LOST_EXIT_CODE}",
         LOST_EXIT_CODE,
     )
+
+
+# Process 0 hosts JAX's coordination service. Once it has exited, JAX's coordination client
+# aborts (SIGABRT) every process still connected to it, which the launcher would then report
+# instead of the loss. So a process that ends the job leaves a mark in the service's key-value
+# store first, and process 0 waits, at most EXIT_WAIT_S, for the marks of all the others but
+# the one that is gone before its own exit (docs/reliability.md, Exit codes).
+EXIT_MARKS = "hpcai_jax/exit/"
+EXIT_WAIT_S = 20.0
+_MARK_TIMEOUT_S = 5.0
+
+
+def _client():
+    """JAX's coordination client, or None in a single process (no public API holds it)."""
+    from jax._src import distributed as jax_distributed
+
+    return jax_distributed.global_state.client
+
+
+def _mark_exit(client, index: int) -> None:
+    """Tells process 0 that process `index` is leaving: in a thread bounded by _MARK_TIMEOUT_S,
+    so that a service already gone cannot hold the exit."""
+
+    def mark():
+        with contextlib.suppress(Exception):  # the service is gone: nothing left to tell
+            client.key_value_set(f"{EXIT_MARKS}{index}", "exit")
+
+    thread = threading.Thread(target=mark, name="exit-mark", daemon=True)
+    thread.start()
+    thread.join(_MARK_TIMEOUT_S)
+
+
+def await_exit_marks(
+    client, processes: int, wait_s: float | None = None, clock=time.monotonic, pause=time.sleep
+) -> int:
+    """Process 0's wait before its exit: until `processes` - 2 others have marked theirs (all but
+    itself and the one that is gone), or `wait_s` (EXIT_WAIT_S) has passed; returns the marks
+    seen. More than one process gone costs the whole wait, and no more."""
+    deadline = clock() + (EXIT_WAIT_S if wait_s is None else wait_s)
+    while True:
+        try:
+            seen = len(client.key_value_dir_get(EXIT_MARKS))
+        except Exception:  # the store does not answer: waiting cannot help
+            return 0
+        if seen >= processes - 2 or clock() >= deadline:
+            return seen
+        pause(0.05)
+
+
+def end_in_order(line: str, code: int) -> None:
+    """`errors.end_process(line, code)` for a process of a multi-process job ending it (a lost
+    peer, the watchdog): the
+    others mark their exit in the coordination service, process 0 waits for their marks first
+    (EXIT_MARKS), so none is aborted by the service's disappearance."""
+    import jax
+
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    client = _client() if jax.process_count() > 1 else None
+    if client is not None and jax.process_index() == 0:
+        await_exit_marks(client, jax.process_count())
+    elif client is not None:
+        _mark_exit(client, jax.process_index())
+    end_process("", code)
 
 
 def from_process_zero(text: str, size: int = 256) -> str:

@@ -41,11 +41,13 @@ def tool_main(prog: str, run, argv: list[str]) -> int:
 
 
 def end_process(line: str, code: int) -> None:
-    """`line` on stderr, then the process ends with `code` at once: no clean-up, no atexit, no
-    JAX shutdown barrier (a lost peer, a second signal: each would wait or abort there)."""
+    """`line` on stderr (none if empty), then the process ends with `code` at once: no clean-up,
+    no atexit, no JAX shutdown barrier (a lost peer, a second signal: each would wait or abort
+    there)."""
     import os
     import sys
 
-    print(line, file=sys.stderr, flush=True)
+    if line:
+        print(line, file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(code)

@@ -375,3 +375,43 @@ def test_a_collective_that_lost_its_peer_is_told_from_other_errors(monkeypatch):
         distributed.lost_peer(heartbeat) == "RuntimeError: UNAVAILABLE: Task 1 heartbeat timeout."
     )
     assert distributed.lost_peer(ValueError("shapes (3,) and (4,) do not match")) is None
+
+
+class _Store:
+    """JAX's coordination key-value store as process 0 sees it: marks appear at given polls."""
+
+    def __init__(self, marks_at_poll, fails=False):
+        self.marks_at_poll, self.fails, self.polls = marks_at_poll, fails, 0
+
+    def key_value_dir_get(self, prefix):
+        assert prefix == D.EXIT_MARKS
+        if self.fails:
+            raise RuntimeError("UNAVAILABLE")
+        self.polls += 1
+        seen = sum(1 for at in self.marks_at_poll if at <= self.polls)
+        return [(f"{prefix}{i}", "exit") for i in range(seen)]
+
+
+def _fake_time():
+    now = [0.0]
+    return (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
+
+
+def test_process_zero_waits_for_all_marks_but_the_lost_one():
+    clock, pause = _fake_time()
+    store = _Store(marks_at_poll=[1, 5])  # processes 2 and 3 of 4 mark; process 1 is gone
+    assert D.await_exit_marks(store, 4, wait_s=20, clock=clock, pause=pause) == 2
+    assert store.polls == 5
+
+
+def test_process_zero_waits_no_longer_than_its_bound():
+    clock, pause = _fake_time()
+    store = _Store(marks_at_poll=[1])  # two processes gone: the second mark never comes
+    assert D.await_exit_marks(store, 4, wait_s=3, clock=clock, pause=pause) == 1
+    assert clock() == pytest.approx(3, abs=0.06)
+
+
+def test_a_store_that_does_not_answer_ends_the_wait():
+    clock, pause = _fake_time()
+    assert D.await_exit_marks(_Store([], fails=True), 4, clock=clock, pause=pause) == 0
+    assert clock() == 0

@@ -17,7 +17,6 @@ system or stopped peer does not hold thousands of devices until the job's time l
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -25,7 +24,7 @@ import time
 import jax
 import numpy as np
 
-from hpcai_jax.distributed import allgather
+from hpcai_jax.distributed import allgather, end_in_order
 from hpcai_jax.errors import LOST_EXIT_CODE
 from hpcai_jax.run import interrupt
 
@@ -77,9 +76,12 @@ HUNG_EXIT_CODE = LOST_EXIT_CODE
 
 class Watchdog:
     """A daemon thread that ends the process when an armed deadline passes (`arm` before a
-    stretch that may hang, `disarm` after). `exit` is the call that ends it (tests replace it)."""
+    stretch that may hang, `disarm` after). `exit` is the call that ends it with a code (tests
+    replace it): by default after the job's other processes, so that none is aborted for
+    process 0's service (distributed.end_in_order)."""
 
-    def __init__(self, factor: float, min_s: float, process: int, exit=os._exit):
+    def __init__(self, factor: float, min_s: float, process: int, exit=None):
+        exit = exit or (lambda code: end_in_order("", code))
         self._factor, self._min_s, self._process, self._exit = factor, min_s, process, exit
         self._lock = threading.Condition()
         self._deadline: float | None = None
