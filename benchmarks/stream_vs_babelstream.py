@@ -4,9 +4,14 @@
     python benchmarks/stream_vs_babelstream.py --babelstream=/path/to/BabelStream  # builds it
     python benchmarks/stream_vs_babelstream.py --babelstream=... --pairs=7 --array_size=33554432
 
-Runs alternate in pairs so that both sides see the same load drift. BabelStream is never
-downloaded: without --babelstream the script says so and exits 0. How a pair runs, how the rates
-are recomputed, and the figures: `docs/stream.md`, Comparing with BabelStream itself.
+By default both run at NERSC-10's size on this host: the smallest power of two whose one array is
+at least 4x the host's last-level caches (what `--mode=stream --array_size=auto` takes), checked
+against free memory first. Where BabelStream's own validation fails at that size (its Dot
+tolerance does not grow with N), the script says so and goes on at the largest size BabelStream
+validates, both sides. Runs alternate in pairs so that both sides see the same load drift.
+BabelStream is never downloaded: without --babelstream the script says so and exits 0. How a
+pair runs, how the rates are recomputed, and the figures: `docs/stream.md`, Comparing with
+BabelStream itself.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--babelstream", default="", help="omp-stream binary or BabelStream source tree")
     p.add_argument("--build_dir", default="", help="where to build a source tree (default: temp)")
     p.add_argument("--model", default="omp", help="BabelStream MODEL when building (cmake)")
-    p.add_argument("--array_size", type=int, default=1 << 25, help="elements per array")
+    p.add_argument(
+        "--array_size", type=int, default=0, help="elements per array (default 0: the rule's)"
+    )
     p.add_argument("--num_times", type=int, default=100, help="iterations per run")
     p.add_argument("--pairs", type=int, default=5, help="interleaved (JAX, BabelStream) pairs")
     p.add_argument("--precision", default="float64", choices=("float64", "float32"))
@@ -63,6 +70,12 @@ def main(argv=None) -> int:
         env = dict(os.environ)
         env.setdefault("OMP_NUM_THREADS", str(os.cpu_count()))
         env.setdefault("OMP_PROC_BIND", "true")
+        try:
+            args.array_size = sized(args)
+            args.array_size = validated_size(binary, args, env)
+        except RuntimeError as e:
+            print(f"stream_vs_babelstream: {e}", file=sys.stderr)
+            return 2
         print(
             f"# {args.array_size} {args.precision} elements per array, {args.num_times} "
             f"iterations, {args.pairs} pairs; BabelStream: {binary} "
@@ -120,7 +133,65 @@ def resolve_binary(path: Path, build_dir: Path, model: str) -> Path:
     return binary
 
 
+ITEMSIZE = {"float64": 8, "float32": 4}
+
+
+def sized(args: argparse.Namespace) -> int:
+    """--array_size, or the rule's size on this host (said, with why); either checked against
+    MemAvailable: the two sides run one after the other, three arrays each."""
+    from hpcai_jax.stream.cache import SIZE_FACTOR, cpu_cache, rule_elements_per_device
+    from hpcai_jax.stream.placement import mem_available_bytes
+
+    itemsize = ITEMSIZE[args.precision]
+    cache = cpu_cache()
+    rule = rule_elements_per_device(cache, itemsize, 1)
+    n = args.array_size or rule
+    where = "given" if args.array_size else "the rule's"
+    mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
+    if cache.bytes is None:
+        why = f"{cache.source}: BabelStream's 2^25"
+    else:
+        why = f"one array >= {SIZE_FACTOR} x {mib(cache.bytes)} ({cache.source}) needs {rule}"
+    print(f"# size: {n} {args.precision} elements per array ({where}; {why})", flush=True)
+    free = mem_available_bytes()
+    if free is not None and 3 * n * itemsize > free:
+        raise RuntimeError(
+            f"--array_size={n}: three arrays need {mib(3 * n * itemsize)}, more than the "
+            f"{mib(free)} this host has available (MemAvailable)"
+        )
+    return n
+
+
+def validated_size(binary: Path, args: argparse.Namespace, env: dict[str, str]) -> int:
+    """The size itself where BabelStream validates its own results there; else, said, the
+    largest power-of-two fraction of it that BabelStream validates (one short run each)."""
+    n = args.array_size
+    while n >= 1024:
+        probe = argparse.Namespace(**{**vars(args), "array_size": n, "num_times": 2})
+        done = subprocess.run(
+            babelstream_command(binary, probe), cwd=ROOT, env=env, capture_output=True, text=True
+        )
+        failed = "FAILED validation" in done.stderr + done.stdout
+        if not failed:
+            if n != args.array_size:
+                print(
+                    f"# BabelStream validates {n} elements: both sides run at that size, "
+                    "below the rule where the rule asked more (JAX: --allow_small_arrays)",
+                    flush=True,
+                )
+            return n
+        why = next(x for x in (done.stderr + done.stdout).splitlines() if "FAILED" in x)
+        print(f"# BabelStream's own validation fails at {n} elements: {why.strip()}", flush=True)
+        n //= 2
+    raise RuntimeError(f"BabelStream validates no size from {args.array_size} down to 1024")
+
+
 def jax_command(args: argparse.Namespace, results_dir: Path) -> list[str]:
+    """The engine's run; --allow_small_arrays where the size is below the rule (the engine
+    refuses it otherwise, and marks it in its record)."""
+    from hpcai_jax.stream.cache import cpu_cache, rule_elements_per_device
+
+    rule = rule_elements_per_device(cpu_cache(), ITEMSIZE[args.precision], 1)
     return [
         sys.executable,
         "-m",
@@ -128,6 +199,7 @@ def jax_command(args: argparse.Namespace, results_dir: Path) -> list[str]:
         "--mode=stream",
         "--csv",
         f"--array_size={args.array_size}",
+        *(["--allow_small_arrays"] if args.array_size < rule else []),
         f"--num_times={args.num_times}",
         f"--precision={args.precision}",
         f"--results_dir={results_dir}",

@@ -85,6 +85,23 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
+def too_large(args: argparse.Namespace) -> str:
+    """Why the contenders' arrays, all held at once (three per contender, up to four contenders),
+    would not fit in the host's MemAvailable; "" when they fit or the figure is unknown."""
+    from hpcai_jax.stream.placement import mem_available_bytes
+
+    contenders = 4 - args.no_c
+    need = contenders * 3 * args.array_size * 8
+    free = mem_available_bytes()
+    if free is None or need <= free:
+        return ""
+    return (
+        f"--array_size={args.array_size}: {contenders} contenders x 3 float64 arrays need "
+        f"{need / 2**20:,.0f} MiB at once, more than the {free / 2**20:,.0f} MiB available "
+        "(MemAvailable); give a smaller --array_size"
+    )
+
+
 def main() -> int:
     args = parse_args()
     flags = os.environ.get("XLA_FLAGS", "")
@@ -97,6 +114,9 @@ def main() -> int:
 
     import jax  # noqa: E402 - after XLA_FLAGS
 
+    if problem := too_large(args):
+        print(f"stream_vs_numpy: {problem}", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         contenders = {"jax": JaxStream(args)}
         contenders["numpy"] = NumpyStream(args.array_size, blocked=False)

@@ -83,6 +83,9 @@ def test_an_item_that_does_not_fit_the_room_is_cut_and_says_so(small_host):
     (row,) = compute.stream_rows("cpu", allotment, small_host)
     assert row.note.startswith("2 MiB per array over 8 devices")
     assert " -> 2 by memory: " in row.note and "MiB per array capped " in row.note
+    # The cut breaks NERSC-10's rule (one array >= 4x the cache): said, and never a PASS.
+    assert "; the 4x-cache rule is broken: one array 2.0 MiB < 4 x largest cache" in row.note
+    assert row.status != "PASS"
     n, cut = compute.matmul_size(1024, "cpu", small_host)  # 4 x 4 n² bytes per device
     assert n == 256
     assert cut.startswith("n capped 1024 -> 256 by memory: 0.0168 GB per device at 1024 over ")

@@ -39,6 +39,7 @@ def real(tmp_path_factory, tiny_run) -> dict[str, dict]:
     stream = run_in_process(
         "--mode=stream",
         "--array_size=65536",
+        "--allow_small_arrays",
         "--num_times=3",
         "--stream_devices=all",
         f"--results_dir={folder}",

@@ -25,7 +25,7 @@ def _error_line(proc: subprocess.CompletedProcess) -> str:
     [
         (
             ["--array_size=-8"],
-            "--array_size=-8: expected >= 1 elements per array (or auto for the default 2^25)",
+            "--array_size=-8: expected >= 1 elements per array (or auto for the rule's size)",
         ),
         (
             ["--precision=float16"],
@@ -35,9 +35,16 @@ def _error_line(proc: subprocess.CompletedProcess) -> str:
             ["--stream_devices=all", "--array_size=1001"],
             "--array_size=1001: not divisible across 8 devices (--stream_devices=all); use a multiple of 8",
         ),
+        (["--array_size=7"], "--array_size=7: one array 5.34e-05 MiB < 4 x largest cache"),
         (
-            ["--array_size=1024", "--strict_size"],
-            "--strict_size: three arrays 0.0 MiB < 4 x largest cache",
+            ["--allow_small_arrays"],
+            "--allow_small_arrays: needs a size given by hand (--array_size, --array_mib or "
+            "--array_fraction); --array_size=auto always keeps the 4x-cache rule",
+        ),
+        (  # 2^40 doubles: never allocated, refused by the free-memory check first
+            ["--array_size=1099511627776", "--allow_small_arrays"],
+            "--array_size=1099511627776: three arrays of 8,388,608 MiB need 25,165,824 MiB per "
+            "device, more than the ",
         ),
     ],
 )
@@ -51,6 +58,7 @@ def test_shipped_flagfile_runs(tmp_path):
     proc = run_main(
         "--flagfile=configs/stream.flags",
         "--array_size=65536",
+        "--allow_small_arrays",
         "--num_times=3",
         f"--results_dir={tmp_path}",
         timeout=120,
@@ -58,9 +66,17 @@ def test_shipped_flagfile_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "BabelStream" and lines[-1].startswith("Figure of merit: Triad")
+    # 512 KiB per array, by hand, below the rule: said under the table, in the figure of merit
+    # and in the record's status; the record keeps stdout as printed (NERSC-10's rules).
+    below = "below NERSC-10's 4x-cache rule"
+    assert lines[-2].startswith(f"Arrays {below} (--allow_small_arrays), this measures a cache")
+    assert lines[-1].endswith(f"; arrays {below})")
     [record] = [json.loads(p.read_text()) for p in tmp_path.glob("stream-*.json")]
     assert record["validation"]["passed"] and record["array"]["elements"] == 65536
-    assert (record["mode"], record["status"], record["reason"]) == ("stream", "complete", "")
+    assert (record["mode"], record["status"]) == ("stream", "small_arrays")
+    assert record["reason"].startswith(f"arrays {below}: one array 0.5 MiB < 4 x largest cache")
+    assert not record["cache"]["size_rule_ok"]
+    assert record["printed"] == proc.stdout
 
 
 def test_run_name_is_the_record_id_in_every_mode(tmp_path):
@@ -68,6 +84,7 @@ def test_run_name_is_the_record_id_in_every_mode(tmp_path):
     args = [
         "--mode=stream",
         "--array_size=4096",
+        "--allow_small_arrays",
         "--num_times=2",
         "--run_name=bw",
         f"--results_dir={tmp_path}",
@@ -99,6 +116,7 @@ def test_two_processes_shard_the_arrays_and_process_zero_reports(tmp_path):
             "hpcai_jax.main",
             "--mode=stream",
             "--array_size=8192",
+            "--allow_small_arrays",
             "--num_times=3",
             "--stream_devices=all",
             f"--results_dir={tmp_path}",

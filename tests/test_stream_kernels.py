@@ -121,3 +121,26 @@ def test_cpu_dot_is_one_loop_over_rows_not_a_ynnpack_fusion():
     assert "kind=kLoop" in rows and "%a" in rows and "%b" in rows
     assert f"f64[{N}]" not in hlo.split("ENTRY")[1].split("parameter(2)")[1]  # no products array
     assert kernel.cost.bytes_accessed == 2 * N * 8 + 264
+
+
+def test_cpu_add_is_the_classic_elemental_loop_not_the_fusion_emitters():
+    """docs/stream.md, Add: XLA:CPU's fusion emitter writes a one-op `a + b` fusion with 512-bit
+    vectors split through the stack; compiled without it, the add is XLA's classic elemental
+    kernel (no fusion in the entry computation), the plain AVX loop the other kernels get."""
+    with jax.enable_x64(True):
+        kernel = compile_kernel(KERNELS["add"], make_placement("one"), N, jnp_dtype("float64"))
+    entry = kernel.compiled.as_text().split("ENTRY")[1]
+    assert "fusion(" not in entry and " add(%a" in entry, entry
+
+
+def test_a_compile_option_this_xla_does_not_know_is_dropped_with_a_warning(monkeypatch, caplog):
+    import logging
+
+    from hpcai_jax.stream import kernels
+
+    monkeypatch.setitem(kernels.CPU_COMPILER_OPTIONS, "add", {"xla_cpu_no_such_option": False})
+    caplog.set_level(logging.WARNING, logger="absl")
+    with jax.enable_x64(True):
+        kernel = compile_kernel(KERNELS["add"], make_placement("one"), N, jnp_dtype("float64"))
+    assert "fusion(" in kernel.compiled.as_text().split("ENTRY")[1]  # XLA's default again
+    assert "STREAM: compiled without {'xla_cpu_no_such_option': False}" in caplog.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -11,7 +12,9 @@ import pytest
 from hpcai_jax import records
 from hpcai_jax.config import ResultsConfig
 from hpcai_jax.settings import Settings
+from hpcai_jax.stream import cache as stream_cache
 from hpcai_jax.stream import report, run_stream
+from hpcai_jax.stream.cache import CacheInfo
 from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.kernels import KERNELS
 
@@ -52,14 +55,33 @@ def test_table_and_csv_follow_babelstream():
 def _config(tmp_path, **stream) -> Settings:
     return Settings(
         mode="stream",
-        stream=StreamConfig(**{"array_size": N, "num_times": 3, **stream}),
+        stream=StreamConfig(
+            **{"allow_small_arrays": True, "array_size": N, "num_times": 3, **stream}
+        ),
         results=ResultsConfig(results_dir=str(tmp_path)),
     ).validate()
 
 
-def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, capsys):
-    assert run_stream(_config(tmp_path)) == 0
-    out = capsys.readouterr().out.splitlines()
+def test_stream_mode_prints_babelstream_output_and_writes_the_record(
+    tmp_path, capsys, monkeypatch, caplog
+):
+    """--array_size=auto: with a 16 KiB cache the rule asks 4 x 16 KiB = 2^13 doubles per array,
+    and the log says why; the record is complete, nothing marked."""
+    monkeypatch.setattr(stream_cache, "cpu_cache", lambda: CacheInfo(16 << 10, "test", "host"))
+    caplog.set_level(logging.INFO, logger="absl")
+    config = Settings(
+        mode="stream",
+        stream=StreamConfig(num_times=3),
+        results=ResultsConfig(results_dir=str(tmp_path)),
+    ).validate()
+    assert run_stream(config) == 0
+    assert (
+        "STREAM: --array_size=auto: 2^13 float64 elements: the smallest power of two with one "
+        "array >= 4 x the largest cache, 0.0156 MiB (test), over 1 device(s) sharing it"
+    ) in caplog.text
+    printed = capsys.readouterr().out
+    assert "4x-cache rule" not in printed
+    out = printed.splitlines()
     assert out[0] == "BabelStream" and "Precision: double" in out
     assert [
         line.split()[0]
@@ -69,6 +91,7 @@ def test_stream_mode_prints_babelstream_output_and_writes_the_record(tmp_path, c
     [path] = tmp_path.glob("stream-*.json")
     record = json.loads(path.read_text())
     assert record["mode"] == "stream" and record["status"] == "complete"
+    assert record["cache"]["size_rule_ok"] and record["printed"] == printed
     assert record["array"]["elements"] == N and record["array"]["bytes_per_array"] == 8 * N
     assert record["placement"]["num_devices"] == 1
     assert record["validation"]["passed"] is True

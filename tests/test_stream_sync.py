@@ -127,7 +127,9 @@ def test_a_sleeping_process_delays_the_others_start_of_that_call(tmp_path):
 def _config(tmp_path, **stream) -> Settings:
     return Settings(
         mode="stream",
-        stream=StreamConfig(**{"array_size": 1 << 12, "num_times": 2, **stream}),
+        stream=StreamConfig(
+            **{"allow_small_arrays": True, "array_size": 1 << 12, "num_times": 2, **stream}
+        ),
         results=ResultsConfig(results_dir=str(tmp_path)),
     ).validate()
 
@@ -153,7 +155,9 @@ def test_each_gives_one_figure_per_device(tmp_path, capsys):
 
 
 def test_each_measures_every_device_alone_with_full_arrays():
-    results = measure_each(StreamConfig(array_size=1 << 12, num_times=2, kernels="nstream"))
+    results = measure_each(
+        StreamConfig(allow_small_arrays=True, array_size=1 << 12, num_times=2, kernels="nstream")
+    )
     assert [r.placement.devices[0].id for r in results] == list(range(8))
     assert all(r.placement.num_devices == 1 and r.elements == 1 << 12 for r in results)
     assert all(r.validation.passed and r.buffer_reused == {"nstream": True} for r in results)
@@ -169,6 +173,7 @@ def test_each_across_two_processes_reports_all_eight_devices(tmp_path):
         "--stream_devices=each",
         "--stream_kernels=triad",
         "--array_size=4096",
+        "--allow_small_arrays",
         "--num_times=2",
         "--csv",
         f"--distributed_timeout_s={JOIN_S}",

@@ -84,11 +84,14 @@ def test_a_path_that_is_neither_binary_nor_source_tree_is_refused(tmp_path, caps
 
 @pytest.mark.slow
 def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
-    """A stand-in binary that prints BabelStream's CSV: the JAX CLI really runs, both are parsed,
-    and the ratio is JAX's rate over the stand-in's."""
+    """A stand-in binary that prints BabelStream's CSV, and fails its own validation at 8,192
+    elements as BabelStream's Dot does at 2^28: the script says so and both sides go on at
+    4,096 (the JAX CLI really runs, below the rule, so with --allow_small_arrays); both are
+    parsed, and the ratio is JAX's rate over the stand-in's."""
     fake = tmp_path / "omp-stream"
     fake.write_text(
         "#!/bin/sh\n"
+        'test "$3" = 8192 && { echo "FAILED validation of sum" >&2; exit 1; }\n'
         'test "$1" = --csv && test "$3" = 4096 || exit 3\n'
         "echo function,num_times,n_elements,sizeof,max_MB_per_sec,min_runtime,max_runtime,"
         "avg_runtime\n"
@@ -99,7 +102,7 @@ def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
     code = vs.main(
         [
             f"--babelstream={fake}",
-            "--array_size=4096",
+            "--array_size=8192",
             "--num_times=2",
             "--pairs=1",
             "--jax_args=--stream_kernels=triad",
@@ -112,4 +115,45 @@ def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
     assert pair["babelstream"] == {"Triad": pytest.approx(3 * 4096 * 8 / 0.001 * 1e-9)}
     ratio = saved["summary"]["Triad"]["ratio_median"]
     assert ratio == pytest.approx(pair["jax"]["Triad"] / pair["babelstream"]["Triad"])
-    assert "| Triad |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| Triad |" in out
+    assert (
+        "# BabelStream's own validation fails at 8192 elements: FAILED validation of sum\n"
+        "# BabelStream validates 4096 elements: both sides run at that size" in out
+    )
+    assert saved["args"]["array_size"] == 4096
+
+
+def test_its_default_size_is_the_rule_and_is_checked_against_memory(monkeypatch, capsys):
+    from hpcai_jax.stream import cache, placement
+
+    monkeypatch.setattr(cache, "cpu_cache", lambda: cache.CacheInfo(300 << 20, "test L3", "host"))
+    args = vs.parse_args(["--babelstream=x"])
+    monkeypatch.setattr(placement, "mem_available_bytes", lambda: 64 << 30)
+    assert vs.sized(args) == 1 << 28  # 4 x 300 MiB = 1,200 MiB per array: 2^28 doubles
+    assert capsys.readouterr().out.startswith(
+        "# size: 268435456 float64 elements per array (the rule's; one array >= 4 x 300 MiB "
+        "(test L3) needs 268435456)"
+    )
+    monkeypatch.setattr(placement, "mem_available_bytes", lambda: 4 << 30)
+    with pytest.raises(RuntimeError, match=r"--array_size=268435456: three arrays need 6,144 MiB"):
+        vs.sized(args)
+
+
+def test_stream_vs_numpy_refuses_arrays_larger_than_free_memory(monkeypatch):
+    """Its four contenders hold their arrays at once: 2^28 doubles took 23 GB and the OOM
+    killer before this check; now one line, before anything is allocated."""
+    import stream_vs_numpy
+
+    from hpcai_jax.stream import placement
+
+    monkeypatch.setattr(placement, "mem_available_bytes", lambda: 22_000 << 20)
+    args = stream_vs_numpy.argparse.Namespace(array_size=1 << 28, no_c=False)
+    assert stream_vs_numpy.too_large(args) == (
+        "--array_size=268435456: 4 contenders x 3 float64 arrays need 24,576 MiB at once, more "
+        "than the 22,000 MiB available (MemAvailable); give a smaller --array_size"
+    )
+    assert (
+        stream_vs_numpy.too_large(stream_vs_numpy.argparse.Namespace(array_size=1 << 25, no_c=True))
+        == ""
+    )

@@ -30,7 +30,9 @@ def test_gold_replays_one_iteration_by_hand():
 @pytest.mark.parametrize("precision", ["float64", "float32", "bfloat16"])
 def test_every_run_order_and_precision_validates_on_one_device(kernels, precision):
     result = measure_bandwidth(
-        StreamConfig(array_size=N, num_times=4, precision=precision, kernels=kernels)
+        StreamConfig(
+            allow_small_arrays=True, array_size=N, num_times=4, precision=precision, kernels=kernels
+        )
     )
     assert result.validation.passed, result.validation.failures()
     order = {
@@ -47,7 +49,9 @@ def test_every_run_order_and_precision_validates_on_one_device(kernels, precisio
 @pytest.mark.parametrize("kernels", ["all", "nstream"])
 def test_sharded_over_eight_devices_validates(kernels):
     result = measure_bandwidth(
-        StreamConfig(array_size=N, num_times=4, kernels=kernels, devices="all")
+        StreamConfig(
+            allow_small_arrays=True, array_size=N, num_times=4, kernels=kernels, devices="all"
+        )
     )
     assert result.placement.num_devices == 8
     assert result.validation.passed, result.validation.failures()
@@ -61,7 +65,14 @@ def test_a_burst_of_calls_per_sample_still_validates(kernels, devices):
     # Every kernel but Nstream rewrites its output from inputs it leaves alone, so a burst ends
     # as one call does; Nstream adds itself `burst` times, and validation must replay that.
     result = measure_bandwidth(
-        StreamConfig(array_size=N, num_times=3, kernels=kernels, devices=devices, burst=4)
+        StreamConfig(
+            allow_small_arrays=True,
+            array_size=N,
+            num_times=3,
+            kernels=kernels,
+            devices=devices,
+            burst=4,
+        )
     )
     assert result.burst == 4
     assert result.validation.passed, result.validation.failures()
@@ -88,7 +99,8 @@ def _wrong(key: str, fn) -> dict:
 def test_a_wrong_kernel_is_caught_per_array(devices):
     wrong_triad = _wrong("triad", lambda a, b, c, scalar: b - scalar * c)  # sign slip
     result = measure_bandwidth(
-        StreamConfig(array_size=N, num_times=3, devices=devices), wrong_triad
+        StreamConfig(allow_small_arrays=True, array_size=N, num_times=3, devices=devices),
+        wrong_triad,
     )
     assert not result.validation.passed
     failed = {c.name for c in result.validation.checks if not c.passed}
@@ -101,7 +113,9 @@ def test_a_wrong_kernel_is_caught_per_array(devices):
 
 def test_a_wrong_dot_is_caught_by_the_sum_check():
     wrong_dot = _wrong("dot", lambda a, b, c, scalar: (a * a).sum())
-    result = measure_bandwidth(StreamConfig(array_size=N, num_times=3), wrong_dot)
+    result = measure_bandwidth(
+        StreamConfig(allow_small_arrays=True, array_size=N, num_times=3), wrong_dot
+    )
     failed = {c.name for c in result.validation.checks if not c.passed}
     assert failed == {"dot"}
     assert result.validation.failures()[0].startswith("Validation failed on sum.")
@@ -114,7 +128,8 @@ def test_one_off_error_in_one_element_is_caught_in_float64():
         return (b + scalar * c).at[0].add(1.0)
 
     result = measure_bandwidth(
-        StreamConfig(array_size=N, num_times=2, kernels="triad"), _wrong("triad", nearly_triad)
+        StreamConfig(allow_small_arrays=True, array_size=N, num_times=2, kernels="triad"),
+        _wrong("triad", nearly_triad),
     )
     assert not result.validation.passed
     assert np.isclose(result.validation.checks[0].error, 1.0 / N / 0.2, rtol=1e-6)
@@ -156,7 +171,9 @@ def test_the_worst_summation_order_at_2_28_doubles_is_within_the_bound():
 @pytest.mark.slow
 def test_a_real_float64_run_at_2_24_keeps_the_dots_error_tolerance_and_basis():
     """The largest size CI affords (3 × 128 MiB): the Dot check and what the record keeps."""
-    result = measure_bandwidth(StreamConfig(array_size=1 << 24, num_times=2))
+    result = measure_bandwidth(
+        StreamConfig(allow_small_arrays=True, array_size=1 << 24, num_times=2)
+    )
     checks = result.validation.to_dict()["checks"]
     dot = checks["dot"]
     assert result.validation.passed and dot["passed"]

@@ -89,6 +89,7 @@ def stream_config(ctx: Context) -> StreamConfig:
         precision=ctx.sizes.stream_precision,
         kernels="all",
         devices="one",
+        allow_small_arrays=ctx.sizes.stream_mib is not None,  # --smoke's toy size
     )
     config.validate()
     return config

@@ -17,26 +17,13 @@ import jax
 import numpy as np
 
 from hpcai_jax.nodecheck.budget import agree
+from hpcai_jax.stream.placement import mem_available_bytes
 
 # What one item may take of the host's available memory (CPU devices): the rest is the check's
 # own runtime and compiler (about 2 GB with a ResNet-50), and the other jobs on the host.
 HOST_FRACTION = 0.3
 # Of an accelerator's free memory: the rest is the runtime's and fragmentation's.
 DEVICE_FRACTION = 0.85
-MEMINFO = "/proc/meminfo"
-
-
-def mem_available_bytes(path: str = MEMINFO) -> int | None:
-    """The host's MemAvailable (what can be allocated without swapping), or None where the file
-    does not exist (not Linux)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def device_free_bytes(device) -> int | None:

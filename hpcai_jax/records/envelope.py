@@ -57,11 +57,13 @@ class Record:
     )
     mode: str = field("the mode that wrote the record: train, flops, stream or check")
     status: str = field(
-        "complete, partial (preempted; a checkpoint lets it resume) or invalid (diverged, failed "
-        "its FLOP cross-check or STREAM validation: no score)"
+        "complete, partial (preempted; a checkpoint lets it resume), invalid (diverged, failed "
+        "its FLOP cross-check or STREAM validation: no score) or small_arrays (STREAM with "
+        "arrays below the 4 × cache rule, `--allow_small_arrays`: shown marked, never scored)"
     )
     reason: str = field(
-        "why the run is partial or invalid, or (check) which rows failed; empty otherwise"
+        "why the run is partial, invalid or small_arrays, or (check) which rows failed; empty "
+        "otherwise"
     )
     config: dict = field(
         "the whole configuration as `Settings.to_dict()` gives it: every flag of hpcai_jax.main "

@@ -34,9 +34,17 @@ class Cache:
     bytes: int | None = field("the largest cache behind the arrays", "B")
     source: str = field("where its size was read")
     scope: str = field("what it serves: a device or the host")
-    arrays_bytes_per_cache: int = field("the arrays' bytes behind one such cache", "B")
-    size_rule_ok: bool = field("the arrays are at least 4 × that cache, as BabelStream asks")
+    arrays_bytes_per_cache: int = field("the three arrays' bytes behind one such cache", "B")
+    size_rule_ok: bool = field(
+        "each array is at least 4 × that cache, as NERSC-10's rules ask (records before "
+        "`array_bytes_per_cache` compared the three arrays together)"
+    )
     message: str = field("the size rule's verdict in words")
+    array_bytes_per_cache: int | None = field(
+        "one array's bytes behind one such cache, what the rule compares; absent in older records",
+        "B",
+        omit_none=True,
+    )
 
 
 @section
@@ -156,4 +164,9 @@ class StreamRecord(Record):
     metrics: dict[str, float | bool] = field(
         "the same figures flat, keyed stream/KERNEL/gb_per_s, gb_per_s_per_device, min_s, max_s "
         "and avg_s, plus the figure of merit and validation.passed"
+    )
+    printed: str | None = field(
+        "what process 0 printed on stdout, verbatim: BabelStream's header, the table and (unless "
+        "--csv) the figure-of-merit line, as NERSC-10's rules ask; absent in older records",
+        omit_none=True,
     )

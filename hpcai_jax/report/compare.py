@@ -10,6 +10,7 @@ from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.report.collect import OUTPUT_ONLY, flatten, load
 from hpcai_jax.report.markdown import table
+from hpcai_jax.report.series import BELOW_RULE_MARK, below_rule
 from hpcai_jax.units import cell, duration, percent, ratio, si
 
 DATA, MODEL = "data", "model"  # mesh axes: the keys of the comm section's mappings
@@ -125,6 +126,7 @@ def _stream_figures(a: records.StreamRecord, b: records.StreamRecord) -> list[tu
     keys = list(dict.fromkeys([*a.kernels, *b.kernels]))
     labels = {k: v.label or k for r in (a, b) for k, v in r.kernels.items()}
     figures = [("devices", lambda r: r.placement.num_devices, str)]
+    figures += [("size rule", lambda r: BELOW_RULE_MARK if below_rule(r) else "kept", str)]
     figures += [(f"{labels[k]} bandwidth", _kernel(k, lambda x: x.gb_per_s), _gb) for k in keys]
     figures += [
         (f"{labels[k]} per device", _kernel(k, lambda x: x.gb_per_s_per_device), _gb) for k in keys

@@ -12,6 +12,7 @@ from pathlib import Path
 from hpcai_jax.report.collect import Collection, Skipped
 from hpcai_jax.report.repeats import OLYMPIC_FROM, Group, Summary
 from hpcai_jax.report.series import (
+    BELOW_RULE_MARK,
     CommRow,
     MachineRow,
     MfuRow,
@@ -21,6 +22,7 @@ from hpcai_jax.report.series import (
     ScalePoint,
     StreamRun,
     TradePoint,
+    below_rule,
     plottable,
 )
 from hpcai_jax.report.series import scalability as scalability_series
@@ -73,8 +75,9 @@ def runs(collection: Collection) -> str:
     for r in collection.stream:
         devices = r.record.placement.num_devices
         devices = "n/a" if devices is None else devices
+        mode = f"stream, **{BELOW_RULE_MARK}**" if below_rule(r.record) else "stream"
         rows.append(
-            [r.run_id, "stream", "", "", "", devices, _device(r.record.provenance), r.path.name]
+            [r.run_id, mode, "", "", "", devices, _device(r.record.provenance), r.path.name]
         )
     if not rows:
         return "No record could be plotted: see Skipped records."
@@ -530,18 +533,30 @@ def stream(runs: list[StreamRun], png: str | None, per_process: dict[str, str]) 
     if not runs:
         return "No complete STREAM record: nothing to plot."
     rows = [
-        [r.run_id, r.num_devices, k.label, cell(k.gb_per_s), cell(k.gb_per_s_per_device)]
+        [
+            r.run_id,
+            r.num_devices,
+            k.label,
+            cell(k.gb_per_s),
+            cell(k.gb_per_s_per_device),
+            f"**{BELOW_RULE_MARK}**" if r.below_rule else "kept",
+        ]
         for r in runs
         for k in r.kernels
     ]
-    headers = ["run", "devices", "kernel", "GB/s", "GB/s per device"]
+    headers = ["run", "devices", "kernel", "GB/s", "GB/s per device", "size rule"]
     parts = [
         "BabelStream's figures: bytes moved over the fastest call, first call excluded "
-        "(10^9 bytes per GB). Per device: the all-devices figure divided by the devices."
+        "(10^9 bytes per GB). Per device: the all-devices figure divided by the devices. Size "
+        "rule: NERSC-10's, each array at least 4x the largest cache in front of the device; a "
+        "run below it measured a cache as much as memory (hatched bars)."
     ]
     if png:
         parts.append(image(png, "STREAM bandwidth per kernel"))
     parts.append(table(headers, rows))
+    below = [f"- {r.run_id}: {r.below_rule}" for r in runs if r.below_rule]
+    if below:
+        parts.append(f"Runs {BELOW_RULE_MARK}:\n\n" + "\n".join(below))
     for r in runs:
         if not r.per_process or len(r.per_process) < 2:
             continue

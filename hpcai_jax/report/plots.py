@@ -512,6 +512,7 @@ def _grouped_bars(ax, runs: list[StreamRun], value) -> None:
             width,
             color=f"C{i}",
             label=run.label,
+            hatch="//" if run.below_rule else None,  # a cache's figure as much as memory's
         )
     ax.set_xticks(range(len(keys)), [labels[k] for k in keys])
     ax.yaxis.set_major_locator(MaxNLocator(nbins=6))

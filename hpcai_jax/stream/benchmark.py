@@ -28,8 +28,21 @@ from hpcai_jax.records import stream as stream_records
 from hpcai_jax.records.stream import StreamRecord
 from hpcai_jax.settings import Settings
 from hpcai_jax.stream import report
-from hpcai_jax.stream.cache import SizeCheck, check_size, largest_cache
-from hpcai_jax.stream.config import ArraySize, StreamConfig, resolve_array_size, resolve_burst
+from hpcai_jax.stream.cache import (
+    SIZE_FACTOR,
+    SizeCheck,
+    check_size,
+    largest_cache,
+    mib_text,
+    rule_elements_per_device,
+)
+from hpcai_jax.stream.config import (
+    ArraySize,
+    Room,
+    StreamConfig,
+    resolve_array_size,
+    resolve_burst,
+)
 from hpcai_jax.stream.kernels import (
     DOT_EXTRA_BYTES,
     KERNELS,
@@ -46,10 +59,14 @@ from hpcai_jax.stream.placement import (
     hardware_name,
     make_placement,
     make_placements,
+    mem_available_bytes,
 )
 from hpcai_jax.stream.runner import run_kernels
 from hpcai_jax.stream.sync import call_barrier
 from hpcai_jax.stream.validate import Validation, validate
+
+# How the table, the figure of merit and the record's reason say that the arrays break the rule.
+BELOW_RULE = "below NERSC-10's 4x-cache rule"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +141,8 @@ def measure_bandwidth(
         run's roofline, whose summary states it, rather than a warning on every run).
 
     Raises:
-      UsageError: a size that does not fit the devices, or (with strict_size) one that is
-        smaller than 4x the largest cache.
+      UsageError: a size that does not fit the devices or their free memory, or (without
+        allow_small_arrays) one array smaller than 4x the largest cache.
     """
     with _x64(config.precision):
         placement = make_placement(config.devices) if placement is None else placement
@@ -170,11 +187,15 @@ def measure_bandwidth(
 def _sized(
     config: StreamConfig, placement: Placement, remedy: str, warn: bool = True
 ) -> tuple[ArraySize, SizeCheck]:
-    """The arrays' size on `placement`, and whether each device's share passes the 4x-cache
-    rule: a warning where it does not, a UsageError under --strict_size."""
-    size = resolve_array_size(
-        config, placement.num_devices, device_memory_bytes(placement.devices[0])
-    )
+    """The arrays' size on `placement` (auto: the rule's), checked against free memory, and
+    whether each array passes the 4x-cache rule: an error where it does not, unless
+    --allow_small_arrays (then a warning, and the record says small_arrays)."""
+    if config.strict_size:
+        logging.warning(
+            "STREAM: --strict_size is deprecated and goes in the next release: the 4x-cache "
+            "rule is an error by default now"
+        )
+    size = resolve_array_size(config, _room(config, placement))
     if size.note:
         logging.info("STREAM: %s", size.note)
     size_check = check_size(
@@ -184,13 +205,50 @@ def _sized(
         remedy,
     )
     if not size_check.ok:
-        if config.strict_size:
-            raise UsageError(f"--strict_size: {size_check.message}")
+        if not config.allow_small_arrays:
+            raise UsageError(
+                f"{_size_flag(config)}: {size_check.message}; or give --allow_small_arrays to "
+                "measure it anyway, marked as breaking the rule"
+            )
         if warn:
             logging.warning(
                 "STREAM: arrays too small, this measures a cache: %s", size_check.message
             )
     return size, size_check
+
+
+def _size_flag(config: StreamConfig) -> str:
+    for name in ("array_size", "array_mib", "array_fraction"):
+        if value := getattr(config, name):
+            return f"--{name}={value}"
+    return "--array_size=auto"
+
+
+def _room(config: StreamConfig, placement: Placement) -> Room:
+    """The rule's size and the free memory of `placement`. CPU devices share the host's caches
+    and its MemAvailable; an accelerator has its own cache and its allocator's limit. Every
+    process takes the largest rule size of all (hosts may differ), so that all agree."""
+    nbytes = itemsize(config.precision)
+    sharing = devices_per_cache(placement)
+    cache = largest_cache(placement.platform, placement.device_kind)
+    per_device = rule_elements_per_device(cache, nbytes, sharing)
+    if not (config.array_size or config.array_mib or config.array_fraction):
+        per_device = int(allgather(np.asarray([per_device], np.int64)).max())
+    why = (
+        f"the smallest power of two with one array >= {SIZE_FACTOR} x the largest cache, "
+        f"{mib_text(cache.bytes)} MiB ({cache.source}), over {sharing} device(s) sharing it"
+        if cache.bytes is not None
+        else f"BabelStream's default per device; {cache.source}"
+    )
+    device = placement.devices[0]
+    memory = device_memory_bytes(device)
+    if placement.platform == "cpu":
+        available = mem_available_bytes()
+        free = None if available is None else available // sharing
+        source = f"the host's MemAvailable over {sharing} local CPU device(s)"
+    else:
+        free, source = memory, f"{placement.device_kind}'s memory limit"
+    return Room(placement.num_devices, memory, per_device, why, free, source)
 
 
 def _compiled(config: StreamConfig, kernel_specs, placement, elements: int, dtype):
@@ -298,6 +356,12 @@ class StreamText:
     figure_of_merit: str
     merit_to_stderr: bool
 
+    @property
+    def stdout(self) -> str:
+        """Everything printed on stdout, as printed (the record keeps it)."""
+        lines = [self.report] + ([] if self.merit_to_stderr else [self.figure_of_merit])
+        return "\n".join(lines) + "\n"
+
 
 def measure_stream(config: StreamConfig) -> StreamMeasurement:
     """Measures as --stream_devices asks and gathers the figures every process needs (a
@@ -323,17 +387,24 @@ def warn_problems(measured: StreamMeasurement) -> None:
 
 
 def render_stream(measured: StreamMeasurement) -> StreamText:
-    """BabelStream's output of the measurement, from it alone."""
+    """BabelStream's output of the measurement, from it alone. Arrays below the 4x-cache rule
+    are said under the table and in the figure-of-merit line."""
     result, devices = measured.result, measured.devices
     cfg = result.config
+    below = "" if result.size_check.ok else f"; arrays {BELOW_RULE}"
     if devices is None:
         text = render_report(result)
         failures = tuple(result.validation.failures())
-        fom = report.figure_of_merit(result.figures, cfg.mibibytes)
+        fom = report.figure_of_merit(result.figures, cfg.mibibytes, below)
     else:
         text, failures = render_each(result, devices), ()
-        note = f"; the slowest of {len(devices)} devices, each measured alone"
+        note = f"; the slowest of {len(devices)} devices, each measured alone{below}"
         fom = report.figure_of_merit(report.slowest(devices), cfg.mibibytes, note)
+    if below and not cfg.csv:
+        text += (
+            f"\nArrays {BELOW_RULE} (--allow_small_arrays), this measures a cache: "
+            f"{result.size_check.message}"
+        )
     return StreamText(text, failures, fom, merit_to_stderr=cfg.csv)
 
 
@@ -346,11 +417,14 @@ def run_stream(config: Settings) -> int:
     claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     measured = measure_stream(config.stream)
     warn_problems(measured)
-    record = stream_record(config, run_id, measured.result, measured.per_process, measured.devices)
+    text = render_stream(measured)
+    record = stream_record(
+        config, run_id, measured.result, measured.per_process, measured.devices, text.stdout
+    )
     path = results.write_record(config.results.results_dir, run_id, record)
     claimed.release()
     if jax.process_index() == 0:
-        _show(render_stream(measured), path)
+        _show(text, path)
     return 0 if measured.passed else 1
 
 
@@ -424,6 +498,7 @@ def stream_record(
     result: StreamResult,
     per_process: list[dict[str, float]] | None,
     devices: list[report.DeviceFigures] | None = None,
+    printed: str | None = None,
 ) -> StreamRecord:
     """The record (`records.StreamRecord`, docs/record.md): the training runs' envelope with
     STREAM's figures.
@@ -439,6 +514,12 @@ def stream_record(
     else:
         bad = validation.devices_failed
         failed = f"on devices {bad}" if bad else ""
+    if failed:
+        status, reason = "invalid", f"validation failed: {failed}"
+    elif not result.size_check.ok:
+        status, reason = "small_arrays", f"arrays {BELOW_RULE}: {result.size_check.message}"
+    else:
+        status, reason = "complete", ""
     fom = report.merit_kernel(figures)
     metrics = report.metrics(figures)
     metrics["stream/figure_of_merit/gb_per_s"] = fom.gb_per_s
@@ -446,9 +527,9 @@ def stream_record(
     return results.envelope(
         "stream",
         run_id,
-        "invalid" if failed else "complete",
+        status,
         config,
-        f"validation failed: {failed}" if failed else "",
+        reason,
         array=_array(result),
         placement=_placement(result.placement, devices),
         cache=_cache(result.size_check),
@@ -462,6 +543,7 @@ def stream_record(
         per_process_gb_per_s=per_process,
         per_device=None if devices is None else _per_device(devices),
         metrics=metrics,
+        printed=printed,
     )
 
 
@@ -537,7 +619,8 @@ def _cache(size_check: SizeCheck) -> stream_records.Cache:
         bytes=size_check.cache.bytes,
         source=size_check.cache.source,
         scope=size_check.cache.scope,
-        arrays_bytes_per_cache=size_check.arrays_bytes,
+        arrays_bytes_per_cache=3 * size_check.array_bytes,
+        array_bytes_per_cache=size_check.array_bytes,
         size_rule_ok=size_check.ok,
         message=size_check.message,
     )

@@ -107,7 +107,7 @@ def largest_cache(platform: str, device_kind: str) -> CacheInfo:
 @dataclasses.dataclass(frozen=True)
 class SizeCheck:
     ok: bool
-    arrays_bytes: int  # the three arrays' bytes in front of one cache
+    array_bytes: int  # one array's bytes in front of one cache (the shards that share it)
     cache: CacheInfo
     message: str
 
@@ -118,7 +118,7 @@ def check_size(
     cache: CacheInfo,
     remedy: str = "--array_size, --array_mib",
 ) -> SizeCheck:
-    """BabelStream's rule: the three arrays behind one cache are >= 4x that cache.
+    """NERSC-10's rule, per array: each array's bytes behind one cache are >= 4x that cache.
 
     Args:
       array_bytes_per_device: one array's bytes on one device (its shard).
@@ -127,23 +127,41 @@ def check_size(
       cache: the cache to compare with.
       remedy: what sets the size, named where it is too small (the flags of `--mode=stream`).
     """
-    arrays = 3 * array_bytes_per_device * devices_per_cache
+    array = array_bytes_per_device * devices_per_cache
     if cache.bytes is None:
         return SizeCheck(
             True,
-            arrays,
+            array,
             cache,
             f"cache size unknown ({cache.source}); the 4x-cache rule is not checked",
         )
-    ok = arrays >= SIZE_FACTOR * cache.bytes
+    ok = array >= SIZE_FACTOR * cache.bytes
     relation = ">=" if ok else "<"
     message = (
-        f"three arrays {arrays / MIB:.1f} MiB {relation} {SIZE_FACTOR} x largest cache "
+        f"one array {mib_text(array)} MiB {relation} {SIZE_FACTOR} x largest cache "
         f"{cache.bytes / MIB:.1f} MiB ({cache.source})"
     )
     if not ok:
         message += (
-            f"; the arrays behind this cache must total at least "
+            f"; each array behind this cache must be at least "
             f"{SIZE_FACTOR * cache.bytes / MIB:.1f} MiB ({remedy})"
         )
-    return SizeCheck(ok, arrays, cache, message)
+    return SizeCheck(ok, array, cache, message)
+
+
+def mib_text(nbytes: int) -> str:
+    """MiB to one decimal, or to three significant digits below 0.1 MiB (never "0.0")."""
+    return f"{nbytes / MIB:,.1f}" if nbytes >= MIB // 10 else f"{nbytes / MIB:.3g}"
+
+
+# Elements per device when the cache is unknown: BabelStream's default 2^25 over one device.
+UNKNOWN_CACHE_ELEMENTS = 1 << 25
+
+
+def rule_elements_per_device(cache: CacheInfo, itemsize: int, devices_per_cache: int) -> int:
+    """The smallest power of two of elements per device whose arrays keep the rule: one array's
+    shards behind one cache >= 4x that cache (BabelStream's 2^25 where the cache is unknown)."""
+    if cache.bytes is None:
+        return UNKNOWN_CACHE_ELEMENTS
+    need = -(-SIZE_FACTOR * cache.bytes // (itemsize * devices_per_cache))  # ceiling
+    return 1 << max(0, (need - 1).bit_length())

@@ -1,6 +1,6 @@
 """STREAM's settings (`StreamConfig`, the `stream` part of `settings.Settings`), and its array
-size, resolved once the placement (device count, device memory) is known. The checks that need
-no device are `StreamConfig.validate()`; `Settings.validate` calls it in stream mode only.
+size, resolved once the placement (device count, cache, free memory) is known. The checks that
+need no device are `StreamConfig.validate()`; `Settings.validate` calls it in stream mode only.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
 from hpcai_jax.fields import field as _field
 
-# BabelStream's default: 2^25 elements per array (256 MiB of doubles, 768 MiB for all three).
-DEFAULT_ARRAY_SIZE = 1 << 25
 MIB = 1 << 20
 PRECISIONS = ("float64", "float32", "bfloat16")
 KERNEL_SETS = ("all", "triad", "nstream")
@@ -31,11 +29,13 @@ class StreamConfig(Checked):
 
     array_size: int | None = _field(
         None,
-        "STREAM: elements per array (auto: 2^25 unless a size below is given).",
+        "STREAM: elements per array (auto: the smallest power of two whose one array is at "
+        "least 4x the largest cache in front of the device, NERSC-10's rule; 2^25 where the "
+        "cache is unknown).",
         ge=1,
         auto=0,
         unit="elements per array",
-        note="or auto for the default 2^25",
+        note="or auto for the rule's size",
     )
     array_mib: float = _field(
         0.0, "STREAM: MiB per array.", gt=0, allow=(0,), unit="MiB per array", note=_UNSET
@@ -86,8 +86,15 @@ class StreamConfig(Checked):
     )
     csv: bool = _field(False, "STREAM: print CSV instead of the table.")
     mibibytes: bool = _field(False, "STREAM: report MiB/s instead of MB/s.")
+    allow_small_arrays: bool = _field(
+        False,
+        "STREAM: measure a size given by hand although one array is smaller than 4x the largest "
+        "cache; the record's status says small_arrays, and every report marks it.",
+    )
     strict_size: bool = _field(
-        False, "STREAM: arrays smaller than 4x the largest cache are an error, not a warning."
+        False,
+        "STREAM: deprecated, goes in the next release: the 4x-cache rule is an error by default "
+        "now (--allow_small_arrays lifts it).",
     )
 
     def validate(self) -> None:
@@ -106,6 +113,11 @@ class StreamConfig(Checked):
             len(given) <= 1,
             f"{' and '.join(given)}: set at most one of --array_size, "
             "--array_mib, --array_fraction",
+        )
+        _require(
+            bool(given) or not self.allow_small_arrays,
+            "--allow_small_arrays: needs a size given by hand (--array_size, --array_mib or "
+            "--array_fraction); --array_size=auto always keeps the 4x-cache rule",
         )
 
 
@@ -128,51 +140,66 @@ class ArraySize:
     """Elements per (global) array, and which setting chose them."""
 
     elements: int
-    source: str  # "default", "array_size", "array_mib" or "array_fraction"
-    note: str = ""  # e.g. how a derived size was rounded
+    source: str  # "rule", "array_size", "array_mib" or "array_fraction"
+    note: str = ""  # e.g. how a derived size was rounded, or why the rule chose it
 
 
-def resolve_array_size(
-    config: StreamConfig, num_devices: int, device_memory_bytes: int | None
-) -> ArraySize:
-    """Elements per array for `num_devices` devices that each hold an equal shard.
+@dataclasses.dataclass(frozen=True)
+class Room:
+    """Where the arrays go: what the size rule and the memory check need to know of it."""
+
+    num_devices: int  # devices the arrays are split over, an equal shard each
+    device_memory_bytes: int | None  # one device's memory (--array_fraction's base)
+    rule_elements_per_device: int  # the smallest power of two that keeps the 4x-cache rule
+    rule_why: str  # that size's reason, in words
+    free_bytes_per_device: int | None  # what one device's three shards may take; None: unknown
+    free_source: str  # where that figure comes from
+
+
+def resolve_array_size(config: StreamConfig, room: Room) -> ArraySize:
+    """Elements per array for `room.num_devices` devices that each hold an equal shard: the
+    rule's size under auto, else the flag's. Checked against free memory before anything is
+    allocated.
 
     An explicit --array_size must divide evenly over the devices; sizes derived from MiB or a
     memory fraction are rounded down to a multiple of the device count (and reported).
 
-    Args:
-      config: validated STREAM settings.
-      num_devices: devices the arrays are sharded over (1 for --stream_devices=one).
-      device_memory_bytes: memory of one device, or None when the backend does not say.
-
     Raises:
-      UsageError: the size is not divisible, too small, or does not fit in device memory.
+      UsageError: the size is not divisible, too small, or does not fit in free memory.
     """
     size = itemsize(config.precision)
+    n = room.num_devices
     if config.array_size:
         elements, source, note = config.array_size, "array_size", ""
         _require(
-            elements % num_devices == 0,
-            f"--array_size={elements}: not divisible across {num_devices} devices "
-            f"(--stream_devices={config.devices}); use a multiple of {num_devices}",
+            elements % n == 0,
+            f"--array_size={elements}: not divisible across {n} devices "
+            f"(--stream_devices={config.devices}); use a multiple of {n}",
         )
     elif config.array_mib or config.array_fraction:
-        elements, source, note = _derived_size(config, num_devices, device_memory_bytes, size)
+        elements, source, note = _derived_size(config, n, room.device_memory_bytes, size)
     else:
-        elements, source, note = DEFAULT_ARRAY_SIZE, "default", ""
+        elements, source = room.rule_elements_per_device * n, "rule"
+        note = f"--array_size=auto: {_pow2(elements)} {config.precision} elements: {room.rule_why}"
+    if room.free_bytes_per_device is not None:
+        need = 3 * elements // n * size
         _require(
-            elements % num_devices == 0,
-            f"default array size 2^25 is not divisible across {num_devices} devices; "
-            "set --array_size to a multiple of the device count",
-        )
-    if device_memory_bytes is not None:
-        need = 3 * elements // num_devices * size
-        _require(
-            need <= device_memory_bytes,
-            f"{_flag_of(config, source)}: three arrays need {need / MIB:.1f} MiB per device, "
-            f"more than its {device_memory_bytes / MIB:.1f} MiB of memory",
+            need <= room.free_bytes_per_device,
+            f"{_flag_of(config, source, elements)}: three arrays of {elements * size / MIB:,.0f} "
+            f"MiB need {need / MIB:,.0f} MiB per device, more than the "
+            f"{room.free_bytes_per_device / MIB:,.0f} MiB free ({room.free_source})"
+            + (
+                "; free memory, or give a smaller size with --allow_small_arrays"
+                if source == "rule"
+                else ""
+            ),
         )
     return ArraySize(elements=elements, source=source, note=note)
+
+
+def _pow2(n: int) -> str:
+    """2^k where n is a power of two, else n."""
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"
 
 
 def _derived_size(
@@ -206,9 +233,9 @@ def _derived_size(
     return elements, source, note
 
 
-def _flag_of(config: StreamConfig, source: str) -> str:
-    if source == "default":
-        return "default array size 2^25"
+def _flag_of(config: StreamConfig, source: str, elements: int) -> str:
+    if source == "rule":
+        return f"--array_size=auto ({_pow2(elements)} elements, the 4x-cache rule's size)"
     return f"--{source}={getattr(config, source)}"
 
 

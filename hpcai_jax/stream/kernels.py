@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.flops.xla import XlaCost, xla_cost
@@ -77,11 +78,16 @@ DOT_ROWS = 16
 DOT_EXTRA_BYTES = 4 * DOT_ROWS * 8 + 32
 # On CPUs, XLA's tree-reduction rewriter would materialise the products before reducing them
 # (4 arrays' traffic instead of 2), and the YNNPACK fusion would take the reduction over.
+# Add: XLA:CPU's fusion emitter writes `a + b` (a loop fusion of one op) with 512-bit vectors
+# that LLVM splits through the stack on a target that prefers 256-bit ones (two stack stores and
+# loads per 8 elements); the classic elemental emitter, which the other kernels' fusions get
+# (they hold a broadcast scalar), writes the plain unrolled AVX loop: docs/stream.md, Add.
 CPU_COMPILER_OPTIONS = {
     "dot": {
         "xla_cpu_experimental_ynn_fusion_type": "",
         "xla_disable_hlo_passes": "tree_reduction_rewriter",
-    }
+    },
+    "add": {"xla_cpu_use_fusion_emitters": False},
 }
 
 
@@ -196,7 +202,7 @@ def compile_kernel(
     )
     arg = jax.ShapeDtypeStruct((elements,), dtype, sharding=placement.sharded)
     options = CPU_COMPILER_OPTIONS.get(spec.key, {}) if placement.platform == "cpu" else {}
-    compiled = jitted.lower(arg, arg, arg).compile(compiler_options=options)
+    compiled = _compile(jitted.lower(arg, arg, arg), options)
     return CompiledKernel(
         spec=spec,
         compiled=compiled,
@@ -204,6 +210,18 @@ def compile_kernel(
         cost=xla_cost(compiled, placement.num_devices),
         allocation=_allocation_check(compiled),
     )
+
+
+def _compile(lowered, options: dict):
+    """`lowered` compiled with `options`; where this XLA no longer knows one of them, without
+    it (logged: the kernel may then run slower, and docs/stream.md says why)."""
+    try:
+        return lowered.compile(compiler_options=options)
+    except Exception as e:  # noqa: BLE001 - XLA's own error type
+        if not options or "No such compile option" not in str(e):
+            raise
+        logging.warning("STREAM: compiled without %s (%s)", options, str(e).splitlines()[0])
+        return lowered.compile()
 
 
 def _summed_over_devices(fn: Callable, placement: Placement) -> Callable:

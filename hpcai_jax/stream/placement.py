@@ -107,6 +107,22 @@ def device_memory_bytes(device: jax.Device) -> int | None:
     return None
 
 
+MEMINFO = "/proc/meminfo"
+
+
+def mem_available_bytes(path: str = MEMINFO) -> int | None:
+    """The host's MemAvailable (what can be allocated without swapping), or None where the file
+    does not exist (not Linux)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def devices_per_cache(placement: Placement) -> int:
     """How many of the placement's devices sit behind one largest cache: all local CPU devices
     share the host's caches; each accelerator has its own."""
