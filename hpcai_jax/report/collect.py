@@ -50,10 +50,10 @@ _RUN_IDENTITY = (
     *OUTPUT_ONLY,
 )
 # A STREAM record's figures depend on its own settings only (not on the training fields its
-# config also carries): its array size and precision. How many devices it measured is what a
-# STREAM plot compares (each bar names it), so --stream_devices does not split the records.
-_STREAM_FIELDS = ("stream.array_size", "stream.array_mib", "stream.array_fraction")
-_STREAM_FIELDS += ("stream.precision",)
+# config also carries): its precision splits the records. How many devices it measured and its
+# array size are what a STREAM plot compares (each bar names both, and marks a size below the
+# 4x-cache rule), so neither --stream_devices nor the size flags split the records.
+_STREAM_FIELDS = ("stream.precision",)
 MAX_LISTED_DIFFERENCES = 6
 
 

@@ -536,6 +536,7 @@ def stream(runs: list[StreamRun], png: str | None, per_process: dict[str, str]) 
         [
             r.run_id,
             r.num_devices,
+            "n/a" if r.elements is None else f"{r.elements:,}",
             k.label,
             cell(k.gb_per_s),
             cell(k.gb_per_s_per_device),
@@ -544,7 +545,8 @@ def stream(runs: list[StreamRun], png: str | None, per_process: dict[str, str]) 
         for r in runs
         for k in r.kernels
     ]
-    headers = ["run", "devices", "kernel", "GB/s", "GB/s per device", "size rule"]
+    headers = ["run", "devices", "elements per array", "kernel", "GB/s", "GB/s per device"]
+    headers += ["size rule"]
     parts = [
         "BabelStream's figures: bytes moved over the fastest call, first call excluded "
         "(10^9 bytes per GB). Per device: the all-devices figure divided by the devices. Size "

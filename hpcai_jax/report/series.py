@@ -300,12 +300,18 @@ class StreamRun:
     kernels: list[StreamKernel]
     per_process: list[dict[str, float]] | None  # --stream_devices=one: each process's device
     below_rule: str = ""  # why one array is under 4x the largest cache; "" where it is not
+    elements: int | None = None  # of each array
 
     @property
     def label(self) -> str:
         devices = f"{self.num_devices} device{'s' if self.num_devices != 1 else ''}"
+        size = f", {_pow2(self.elements)} elements" if self.elements else ""
         below = f", {BELOW_RULE_MARK}" if self.below_rule else ""
-        return f"{self.run_id} ({devices}, {self.precision}{below})"
+        return f"{self.run_id} ({devices}, {self.precision}{size}{below})"
+
+
+def _pow2(n: int) -> str:
+    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"
 
 
 # How a STREAM run whose arrays break the size rule is marked in every table and plot.
@@ -350,6 +356,7 @@ def stream(records: list[Record]) -> list[StreamRun]:
                 ],
                 per_process=record.per_process_gb_per_s,
                 below_rule=below_rule(record),
+                elements=record.array.elements,
             )
         )
     return out
