@@ -107,7 +107,6 @@ def xla_cost(
     flops, note_f = _figure(analysis, "flops")
     bytes_accessed, note_b = _figure(analysis, "bytes accessed")
     if counted is not None:
-        once = flops  # the compiled program's count: a loop's body once, as its bytes are
         before, note = _before_optimisation(counted)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)
         note_f = "; ".join(
@@ -119,9 +118,13 @@ def xla_cost(
             )
             if n
         )
-        if bytes_accessed and once and flops:
-            # Scaled like the FLOPs: the compiled program's own intensity (an estimate).
-            bytes_accessed *= flops / once
+        # Its bytes are the loop body's once too, and the written-out program's (before fusion)
+        # are no measure of the compiled one's: unknown, not scaled by a FLOP ratio.
+        bytes_accessed, note_b = (
+            None,
+            "bytes accessed unknown: the compiled step runs its members in a loop, whose body "
+            "cost analysis counts once",
+        )
     elif lowered is not None and (calls := library_calls(compiled)):
         before, note = _before_optimisation(lowered)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)

@@ -118,6 +118,12 @@ class Startup:
         "s",
     )
     barrier_s: float | None = field("waiting for every process before the first step", "s")
+    counting_s: float | None = field(
+        "tracing the step with its loops over members written out, for XLA's FLOP count (0 "
+        "where no member is mapped); absent in older records",
+        "s",
+        omit_none=True,
+    )
 
 
 @section

@@ -23,6 +23,7 @@ PHASES = (
     "setup",
     "state",
     "compile",
+    "counting",
     "crosscheck",
     "traffic",
     "peaks",
