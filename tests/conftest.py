@@ -200,6 +200,24 @@ def process_guard(item):
     return lambda: setattr(subprocess.Popen, "_execute_child", execute)
 
 
+@pytest.fixture(autouse=True)
+def signal_handlers_kept(request):
+    """A test leaves SIGINT's and SIGTERM's handlers as it found them: one left behind made a
+    later test in the same worker (whichever file followed it there) see no KeyboardInterrupt.
+    A leak is put back, and fails the test that left it, naming the handler."""
+    import signal
+
+    held = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in held}
+    yield
+    left = {s: h for s in held if (h := signal.getsignal(s)) is not before[s]}
+    for s in left:
+        signal.signal(s, before[s])
+    if left:
+        named = ", ".join(f"{signal.Signals(s).name}: {h!r}" for s, h in left.items())
+        pytest.fail(f"{request.node.nodeid} left signal handlers behind ({named})", pytrace=False)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     undo = process_guard(item)  # over the test's setup (its fixtures), call and teardown

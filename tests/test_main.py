@@ -100,10 +100,13 @@ def test_end_to_end_record(tiny_run):
     assert record["energy"]["available"] is False and "cpu" in record["energy"]["why"]
     roof = record["roofline"]
     assert roof["bandwidth_bytes_per_s"] > 1e8 and "measured at start" in roof["bandwidth_source"]
-    assert roof["arithmetic_intensity_flops_per_byte"] > 0 and roof["bound"] in (
-        "memory",
-        "compute",
+    # 2 members per device run in a loop, whose body XLA's cost analysis counts once: its bytes,
+    # hence the intensity and the bound, are unknown, and the note says why (never estimated).
+    assert (
+        "bytes accessed unknown: the compiled step runs its 2 members per device"
+        in (record["flops"]["xla_note"])
     )
+    assert roof["arithmetic_intensity_flops_per_byte"] is None and roof["bound"] is None
 
 
 @pytest.mark.parametrize(

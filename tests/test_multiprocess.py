@@ -274,7 +274,8 @@ def test_stream_across_two_processes_reports_all_eight_devices(tmp_path):
     record = json.loads(records[0].read_text())
     # Placed on all 8 devices of the 2 processes.
     assert record["placement"]["num_devices"] == 8 and record["placement"]["process_count"] == 2
-    assert record["status"] == "complete"
+    # 8 MiB per array by hand, below the 4x-cache rule: validated, and marked as such.
+    assert record["validation"]["passed"] and record["status"] == "small_arrays"
 
 
 def epochs_logged(mllog: Path) -> int:

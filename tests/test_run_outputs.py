@@ -111,7 +111,10 @@ def test_sigint_waits_until_every_output_is_renamed(tmp_path, monkeypatch):
 
     def interrupted(src, dst):
         replace(src, dst)
-        os.kill(os.getpid(), signal.SIGINT)
+        # To this thread, at once: os.kill(os.getpid()) lets the kernel deliver the signal to
+        # any thread of the process (JAX's pools, once another test has started them), after
+        # os.kill returns, so it could land only after the renames and outside the check.
+        signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(outputs.os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):

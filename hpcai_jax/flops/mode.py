@@ -111,7 +111,13 @@ def measure_flops(config: RunConfig) -> FlopsResult:
     fwd_lowered = jax.jit(forward_fn(member.workload)).lower(variables, x)
     fwd_cost = xla_cost(fwd_lowered.compile(), 1, fwd_lowered)
     step = compile_train_step(config)
-    step_cost = xla_cost(step.compiled, step.num_devices, step.lowered, step.counted)
+    step_cost = xla_cost(
+        step.compiled,
+        step.num_devices,
+        step.lowered,
+        step.counted,
+        step.layout.members_per_device,
+    )
     check = crosscheck(config, step_cost.flops)
     device = jax.devices()[0]
     dtype = config.model.dtype

@@ -94,13 +94,15 @@ def _before_optimisation(lowered) -> tuple[dict | None, str]:
 
 
 def xla_cost(
-    compiled: jax.stages.Compiled, num_devices: int, lowered=None, counted=None
+    compiled: jax.stages.Compiled, num_devices: int, lowered=None, counted=None, trips: int = 1
 ) -> XlaCost:
     """Reads `compiled.cost_analysis()`; num_devices is how many devices the program spans.
     `lowered`: the same program before optimisation, whose FLOPs count instead when the compiled
     one calls libraries that cost analysis does not see (GPUs). `counted`: the same program
     with its loops over members written out (engine/step.StepBuild.counted), whose FLOPs count
-    instead, before optimisation: cost analysis counts a loop's body once, whatever its trips."""
+    instead, before optimisation: cost analysis counts a loop's body once, whatever its trips.
+    `trips`: how often that loop runs (the members per device); past one, the compiled
+    program's bytes accessed are its body's once, and are reported as unknown."""
     analysis, note = _analysis(compiled)
     if analysis is None:
         return XlaCost(None, None, num_devices, note)
@@ -118,13 +120,14 @@ def xla_cost(
             )
             if n
         )
-        # Its bytes are the loop body's once too, and the written-out program's (before fusion)
-        # are no measure of the compiled one's: unknown, not scaled by a FLOP ratio.
-        bytes_accessed, note_b = (
-            None,
-            "bytes accessed unknown: the compiled step runs its members in a loop, whose body "
-            "cost analysis counts once",
-        )
+        if trips > 1:
+            # Its bytes are the loop body's once too, and the written-out program's (before
+            # fusion) are no measure of the compiled one's: unknown, never scaled by FLOPs.
+            bytes_accessed, note_b = (
+                None,
+                f"bytes accessed unknown: the compiled step runs its {trips} members per device "
+                "in a loop, whose body cost analysis counts once",
+            )
     elif lowered is not None and (calls := library_calls(compiled)):
         before, note = _before_optimisation(lowered)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)

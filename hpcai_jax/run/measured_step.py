@@ -45,7 +45,10 @@ def measure_step(setup: RunSetup, state, bandwidth: tuple[float, str] | None) ->
     with startup.phase("counting"):  # the members' loops written out: O(members) to trace
         counted = count_lowered(setup.count_step, state, *shapes)
     with startup.phase("crosscheck"):
-        cost = xla_cost(build.compiled, setup.layout.num_devices, build.lowered, counted)
+        layout = setup.layout
+        cost = xla_cost(
+            build.compiled, layout.num_devices, build.lowered, counted, layout.members_per_device
+        )
         cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
     _log_flops(build.seconds, cost, cross)
     with startup.phase("traffic"):

@@ -64,7 +64,8 @@ def count(config, claims: list[float]) -> dict:
     low = float(analysis["flops"]) * devices if analysis and analysis.get("flops") else None
     out = {"lowered": low, "compiled": None, "source": None, "devices": devices}
     if low is None or any(NEAR < abs(c / low - 1) <= FAR for c in claims):
-        cost = xla_cost(lowered.compile(), devices, lowered, counted)
+        trips = setup.layout.members_per_device
+        cost = xla_cost(lowered.compile(), devices, lowered, counted, trips)
         cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
         out.update(compiled=cross.train_step_flops, source=cross.train_step_flops_source)
     return out
