@@ -200,6 +200,24 @@ def process_guard(item):
     return lambda: setattr(subprocess.Popen, "_execute_child", execute)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def signal_handlers_kept_by_the_module(request):
+    """The same across a test file, its module fixtures included (set up before any test's own
+    check): what a file leaves behind is put back, with a warning naming the file."""
+    import signal
+    import warnings
+
+    held = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in held}
+    yield
+    left = {s: h for s in held if (h := signal.getsignal(s)) is not before[s]}
+    for s in left:
+        signal.signal(s, before[s])
+    if left:
+        named = ", ".join(f"{signal.Signals(s).name}: {h!r}" for s, h in left.items())
+        warnings.warn(f"{request.node.nodeid} left signal handlers behind ({named})", stacklevel=1)
+
+
 @pytest.fixture(autouse=True)
 def signal_handlers_kept(request):
     """A test leaves SIGINT's and SIGTERM's handlers as it found them: one left behind made a
