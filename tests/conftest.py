@@ -200,21 +200,32 @@ def process_guard(item):
     return lambda: setattr(subprocess.Popen, "_execute_child", execute)
 
 
+def _handlers_left(before: dict) -> str:
+    """Puts back SIGINT's and SIGTERM's handlers as `before` holds them; names those that were
+    not ("" when none)."""
+    import signal
+
+    left = {s: h for s in before if (h := signal.getsignal(s)) is not before[s]}
+    for s in left:
+        signal.signal(s, before[s])
+    return ", ".join(f"{signal.Signals(s).name}: {h!r}" for s, h in left.items())
+
+
+def _handlers() -> dict:
+    import signal
+
+    return {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
 @pytest.fixture(scope="module", autouse=True)
 def signal_handlers_kept_by_the_module(request):
     """The same across a test file, its module fixtures included (set up before any test's own
     check): what a file leaves behind is put back, with a warning naming the file."""
-    import signal
     import warnings
 
-    held = (signal.SIGINT, signal.SIGTERM)
-    before = {s: signal.getsignal(s) for s in held}
+    before = _handlers()
     yield
-    left = {s: h for s in held if (h := signal.getsignal(s)) is not before[s]}
-    for s in left:
-        signal.signal(s, before[s])
-    if left:
-        named = ", ".join(f"{signal.Signals(s).name}: {h!r}" for s, h in left.items())
+    if named := _handlers_left(before):
         warnings.warn(f"{request.node.nodeid} left signal handlers behind ({named})", stacklevel=1)
 
 
@@ -223,16 +234,9 @@ def signal_handlers_kept(request):
     """A test leaves SIGINT's and SIGTERM's handlers as it found them: one left behind made a
     later test in the same worker (whichever file followed it there) see no KeyboardInterrupt.
     A leak is put back, and fails the test that left it, naming the handler."""
-    import signal
-
-    held = (signal.SIGINT, signal.SIGTERM)
-    before = {s: signal.getsignal(s) for s in held}
+    before = _handlers()
     yield
-    left = {s: h for s in held if (h := signal.getsignal(s)) is not before[s]}
-    for s in left:
-        signal.signal(s, before[s])
-    if left:
-        named = ", ".join(f"{signal.Signals(s).name}: {h!r}" for s, h in left.items())
+    if named := _handlers_left(before):
         pytest.fail(f"{request.node.nodeid} left signal handlers behind ({named})", pytrace=False)
 
 
