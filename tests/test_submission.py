@@ -325,3 +325,111 @@ def test_pack_refuses_a_record_and_a_log_of_different_runs(tiny_run, tmp_path, c
             continue
         assert code == 2 and not out and len(err) == 1, err
         assert f"{path}: its MLLOG" in err[0] and expected in err[0], err
+
+
+# BabelStream runs in a package (hpcai_jax/submission/streams.py): NERSC-10 asks for all data
+# printed to stdout, so the record and its printed output travel together, checked.
+STREAM = "stream-cpu-1dev"
+STREAM_RECORDS = Path(__file__).parents[1] / "docs" / "example_report" / "records"
+
+
+@pytest.fixture(scope="module")
+def with_stream(tiny_run, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("with_stream") / "package"
+    runs = (tiny_run.results / f"{RUN}.json", STREAM_RECORDS / f"{STREAM}.json")
+    assert main(["pack", *map(str, runs), f"--out={out}"]) == 0
+    return out
+
+
+def test_a_stream_run_packs_with_its_printed_output(with_stream, capsys):
+    record = json.loads((STREAM_RECORDS / f"{STREAM}.json").read_text())
+    printed = (with_stream / "stream" / f"{STREAM}.txt").read_text()
+    assert printed == record["printed"] and "Figure of merit: Triad" in printed
+    copied = (with_stream / "stream" / f"{STREAM}.json").read_bytes()
+    assert copied == (STREAM_RECORDS / f"{STREAM}.json").read_bytes()
+    readme = (with_stream / "README.md").read_text()
+    assert f"| {RUN} | open |" in readme and "## BabelStream (NERSC-10's run rules)" in readme
+    assert f"| {STREAM} | 1 × cpu | float64 | 268435456 | 2048 | 300 | 9.20 |" in readme
+    assert STREAM in json.loads((with_stream / "system.json").read_text())["runs"]
+    assert main(["check", str(with_stream)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert f"checked run {STREAM}: BabelStream output and rules PASS" in out and out[-1] == "PASS"
+
+
+def _stream_tampered(package: Path, tmp_path: Path, record=None, printed=None) -> Path:
+    copy = tmp_path / "tampered"
+    shutil.copytree(package, copy)
+    if record:
+        path = copy / "stream" / f"{STREAM}.json"
+        data = json.loads(path.read_text())
+        record(data)
+        path.write_text(json.dumps(data))
+    if printed:
+        path = copy / "stream" / f"{STREAM}.txt"
+        path.write_text(printed(path.read_text()))
+    return copy
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["printed output edited", "a time edited in both", "bandwidth edited", "rule and validation"],
+)
+def test_a_tampered_stream_run_fails_check(with_stream, tmp_path, capsys, case):
+    """Each edit fails naming what it broke; the README is regenerated and compared as well."""
+
+    def both(r):
+        r["kernels"]["add"]["min_s"] *= 0.9
+        r["printed"] = r["printed"].replace("0.53570", "0.48213")
+
+    def rule(r):
+        r["cache"]["size_rule_ok"] = False
+        r["validation"]["passed"] = False
+
+    edits = {
+        "printed output edited": (
+            None,
+            lambda t: t.replace("Triad       10764.382", "Triad       12764.382"),
+            ["is not the printed output its record holds", "no line 'Triad       10764.382"],
+        ),
+        "a time edited in both": (
+            both,
+            lambda t: t.replace("0.53570", "0.48213"),
+            ["kernels.add.gb_per_s 12.0263 != bytes_moved / min_s = 13.3626", "no line 'Add"],
+        ),
+        "bandwidth edited": (
+            lambda r: r["kernels"]["triad"].update(gb_per_s=20.0),
+            None,
+            ["kernels.triad.gb_per_s 20 != bytes_moved / min_s = 10.7644", "README.md line"],
+        ),
+        "rule and validation": (
+            rule,
+            None,
+            ["arrays below the size rule", "validation passed False"],
+        ),
+    }
+    edit, printed, expected = edits[case]
+    copy = _stream_tampered(with_stream, tmp_path, edit, printed)
+    code, out, err = _cli(capsys, "check", copy)
+    assert code == 1 and not err, (out, err)
+    for fragment in expected:
+        assert any(fragment in line for line in out), (fragment, out)
+
+
+def test_pack_refuses_a_stream_run_that_breaks_the_rules(tmp_path, capsys):
+    """Below the size rule, failed, or without its printed output: one line, exit 2, nothing
+    written."""
+    small = STREAM_RECORDS / "stream-cpu-1dev-small.json"
+    record = json.loads((STREAM_RECORDS / f"{STREAM}.json").read_text())
+    unprinted = tmp_path / "old.json"
+    unprinted.write_text(json.dumps({k: v for k, v in record.items() if k != "printed"}))
+    failed = tmp_path / "failed.json"
+    failed.write_text(json.dumps(dict(record, status="invalid")))
+    cases = {
+        small: "breaks the size rule (one array 32.0 MiB < 4 x largest cache 300.0 MiB",
+        unprinted: "holds no printed output (a record from before it was kept): NERSC-10",
+        failed: f"STREAM run {STREAM} is invalid (validation): pack takes valid runs",
+    }
+    for path, expected in cases.items():
+        code, out, err = _cli(capsys, "pack", path, f"--out={tmp_path / 'pkg'}")
+        assert code == 2 and not out and len(err) == 1 and expected in err[0], err
+        assert str(path) in err[0] and not (tmp_path / "pkg").exists()

@@ -11,7 +11,8 @@ through it and says what each proves.
 
 A package holds, per run, `<run_id>.json` (the record as the run wrote it), `<run_id>.mllog`,
 `<run_id>.flags` and with `pack --with_weights` `<run_id>.weights` (the members' final weights),
-and once `system.json` and `README.md` (the score table).
+and once `system.json` and `README.md` (the score table); each BabelStream run given to pack
+goes into `stream/` with what it printed (streams.py).
 """
 
 from __future__ import annotations

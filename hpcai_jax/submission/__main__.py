@@ -31,13 +31,13 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=f"python -m {PROG}",
-        description="Gather training records into a submission package (pack), and re-derive\n"
-        "and check a package's figures (check): docs/submission.md.",
+        description="Gather training and STREAM records into a submission package (pack), and\n"
+        "re-derive and check a package's figures (check): docs/submission.md.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    pack = commands.add_parser("pack", help="gather training records into a package")
+    pack = commands.add_parser("pack", help="gather training and STREAM records into a package")
     pack.add_argument("records", nargs="+", metavar="RUN_RECORDS", help="record files or folders")
     pack.add_argument("--out", required=True, help="the package folder (new, or empty)")
     pack.add_argument(

@@ -1,7 +1,7 @@
 """`pack RUN_RECORDS... --out=DIR [--with_weights]`: one folder holding each run's record, its
 MLLOG, its configuration as a flagfile, the system description and a README with the score
 table, and with --with_weights each run's final weights (run/kept_weights.py), checked against the
-MLLOG's digest of them. The package is written into a temporary folder beside DIR and renamed
+MLLOG's digest of them; each STREAM run's record and printed output go in stream/ (streams.py). The package is written into a temporary folder beside DIR and renamed
 into place: a failed pack leaves nothing."""
 
 from __future__ import annotations
@@ -11,36 +11,48 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.results import as_created, cell
-from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, system
+from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, streams, system
 from hpcai_jax.submission.logfile import Log, metadata
 
 
-def _records(paths: list[str]) -> list[tuple[Path, records.TrainRecord]]:
-    """(file, record) of every training record: files as given, folders' *.json that are."""
-    out = []
+class Found(NamedTuple):
+    """What pack was given: training records (file, record), then STREAM records."""
+
+    train: list[tuple[Path, records.TrainRecord]]
+    stream: list[tuple[Path, records.StreamRecord]]
+
+
+def _records(paths: list[str]) -> Found:
+    """Every training and STREAM record: files as given, folders' *.json that are."""
+    found = Found([], [])
     for given in paths:
         path = Path(given)
-        if path.is_dir():
-            for file in sorted(path.glob("*.json")):
-                record = _load(file)
-                if isinstance(record, records.TrainRecord):
-                    out.append((file, record))
-            continue
-        record = _load(path)
-        if not isinstance(record, records.TrainRecord):
-            raise UsageError(f"{path}: a --mode={record.mode} record; pack takes training runs")
-        out.append((path, record))
-    if not out:
-        raise UsageError(f"no training record in {' '.join(paths)}")
-    ids = [r.run_id for _, r in out]
+        for file in sorted(path.glob("*.json")) if path.is_dir() else [path]:
+            record = _load(file)
+            if isinstance(record, records.TrainRecord):
+                found.train.append((file, record))
+            elif isinstance(record, records.StreamRecord):
+                why = streams.refused(file, record)
+                if why:
+                    raise UsageError(why)
+                found.stream.append((file, record))
+            elif not path.is_dir():
+                raise UsageError(
+                    f"{path}: a --mode={record.mode} record; pack takes training and STREAM runs"
+                )
+    if not found.train and not found.stream:
+        raise UsageError(f"no training or STREAM record in {' '.join(paths)}")
+    ids = [r.run_id for _, r in found.train + found.stream]
     twice = sorted({i for i in ids if ids.count(i) > 1})
     if twice:
         raise UsageError(f"run id {twice[0]} given twice: a package holds each run once")
-    return out
+    found.stream.sort(key=lambda pair: pair[1].run_id)  # the order check reads them in
+    return found
 
 
 def _load(path: Path) -> records.AnyRecord:
@@ -165,7 +177,11 @@ def score_table(runs: list[records.TrainRecord]) -> str:
     return "\n".join(rows)
 
 
-def readme(runs: list[records.TrainRecord]) -> str:
+def readme(runs: list[records.TrainRecord], stream_runs: list | None = None) -> str:
+    """The package's README: the score table of the training runs, then the BabelStream table
+    (streams.section) where the package holds STREAM runs."""
+    if not runs:
+        return f"# BabelStream submission (hpcai_jax)\n{streams.section(stream_runs or [])}"
     return f"""# HPC AI500 V3.0 submission (hpcai_jax)
 
 {score_table(runs)}
@@ -182,7 +198,7 @@ Re-check every figure from the logs and records (and recount the FLOPs per step 
 flagfiles with `--recount`):
 
     python -m hpcai_jax.submission check . [--recount]
-"""
+{streams.section(stream_runs or [])}"""
 
 
 def pack(
@@ -192,12 +208,13 @@ def pack(
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"--out={out}: already exists and is not empty; pack writes a new folder")
     found = _records(paths)
-    logs = [_mllog(path, record) for path, record in found]
-    for (path, record), log in zip(found, logs, strict=True):
+    logs = [_mllog(path, record) for path, record in found.train]
+    for (path, record), log in zip(found.train, logs, strict=True):
         _same_run(path, record, log)
-    flag_lines = [flagfile.lines(r.config or {}, str(p)) for p, r in found]
-    runs = [r for _, r in found]
-    described = system.describe(runs, system.user_file(system_json))
+    flag_lines = [flagfile.lines(r.config or {}, str(p)) for p, r in found.train]
+    runs = [r for _, r in found.train]
+    stream_runs = [r for _, r in found.stream]
+    described = system.describe(runs + stream_runs, system.user_file(system_json))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -205,7 +222,7 @@ def pack(
     except OSError as e:
         raise UsageError(f"--out={out}: cannot create it ({e.strerror})") from None
     try:
-        for (path, record), log, lines in zip(found, logs, flag_lines, strict=True):
+        for (path, record), log, lines in zip(found.train, logs, flag_lines, strict=True):
             run = record.run_id
             shutil.copyfile(path, tmp / f"{run}{RECORD}")
             shutil.copyfile(log, tmp / f"{run}{MLLOG}")
@@ -215,8 +232,10 @@ def pack(
                 from hpcai_jax.run import kept_weights
 
                 kept_weights.save(tmp / f"{run}{kept_weights.SUFFIX}", _weights(path, record, log))
+        for path, record in found.stream:
+            streams.write(tmp, path, record)
         (tmp / SYSTEM).write_text(json.dumps(described, indent=2) + "\n")
-        (tmp / README).write_text(readme(runs))
+        (tmp / README).write_text(readme(runs, stream_runs))
         if target.exists():
             target.rmdir()  # empty, checked above
         os.replace(tmp, target)

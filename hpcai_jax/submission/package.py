@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records import TrainRecord
-from hpcai_jax.submission import README, SYSTEM, pack, system
+from hpcai_jax.submission import README, SYSTEM, pack, streams, system
 
 # system.json's keys pack derives from the records; the rest are the submitter's (--system_json)
 # or, packing_host, the packing host's own description, which no record holds.
@@ -23,9 +23,14 @@ UNCHECKED = ("packing_host",)
 def check(root: Path, runs: list) -> list[str]:
     """The package's failure lines (`runs`: check.Run, in file order)."""
     trained = {run.id: run for run in runs if isinstance(run.record, TrainRecord)}
-    if not trained:
+    stream_runs = streams.load(root)
+    if not trained and not stream_runs:
         return []
-    return [*_readme(root, trained), *_system(root, trained), *_duplicates(list(trained.values()))]
+    return [
+        *_readme(root, trained, stream_runs),
+        *_system(root, trained, stream_runs),
+        *_duplicates(list(trained.values())),
+    ]
 
 
 def _ordered(ids: list[str], trained: dict) -> list:
@@ -39,13 +44,13 @@ def _row(line: str, trained: dict) -> bool:
     return any(line.startswith(f"| {run} |") for run in trained)
 
 
-def _readme(root: Path, trained: dict) -> list[str]:
+def _readme(root: Path, trained: dict, stream_runs: list) -> list[str]:
     path = root / README
     if not path.is_file():
         return [f"package: {README} is missing (pack writes the score table from the records)"]
     got = path.read_text(encoding="utf-8", errors="replace").splitlines()
     rows = [line.split("|")[1].strip() for line in got if line.startswith("| ")]
-    want = pack.readme(_ordered(rows, trained)).splitlines()
+    want = pack.readme(_ordered(rows, trained), stream_runs).splitlines()
     if got == want:
         return []
     out = []
@@ -69,7 +74,7 @@ def _readme(root: Path, trained: dict) -> list[str]:
     return out
 
 
-def _system(root: Path, trained: dict) -> list[str]:
+def _system(root: Path, trained: dict, stream_runs: list) -> list[str]:
     path = root / SYSTEM
     try:
         given = json.loads(path.read_text(encoding="utf-8"))
@@ -79,7 +84,7 @@ def _system(root: Path, trained: dict) -> list[str]:
         raise UsageError(f"{path}: not a JSON object")
     user = {k: v for k, v in given.items() if k not in DERIVED + UNCHECKED}
     ordered = _ordered(list(given.get("runs") or {}), trained)
-    want = json.loads(json.dumps(system.describe(ordered, user)))
+    want = json.loads(json.dumps(system.describe(ordered + stream_runs, user)))
     out = []
     for key in DERIVED:
         if key == "runs":

@@ -31,6 +31,7 @@ from hpcai_jax.submission import (
     recount,
     reevaluate,
     rerun,
+    streams,
 )
 from hpcai_jax.submission.logfile import Log
 from hpcai_jax.telemetry import mllog
@@ -59,7 +60,7 @@ def load(folder: str) -> list[Run]:
     if not root.is_dir():
         raise UsageError(f"{folder}: not a folder (a package from `pack --out`)")
     files = sorted(p for p in root.glob(f"*{RECORD}") if p.name != SYSTEM)
-    if not files:
+    if not files and not list((root / streams.FOLDER).glob("*.json")):
         raise UsageError(f"{folder}: no run records (<run_id>.json): not a submission package")
     if not (root / SYSTEM).is_file():
         raise UsageError(f"{folder}: no {SYSTEM}: not a complete submission package")
@@ -242,6 +243,11 @@ def check(
         for run in runs:
             failures += check_run(run, Path(tmp), review.recount, verdicts)
         failures += _again(runs, review, Path(tmp), notes, verdicts)
+    for stream_run in streams.load(root):
+        found = streams.check(root, stream_run)
+        if verdicts is not None:
+            verdicts.append((stream_run.run_id, "BabelStream output and rules", _said(found)))
+        failures += found
     for rule in PACKAGE_RULES:
         found = rule(root, runs)
         if verdicts is not None:
