@@ -214,13 +214,16 @@ def closed_imagenet(f):
     f.write()
 
 
+# The forged MFU lands near 1.75, not on it (times before run_start stay as they were, and a
+# CI run measured 1.80): the line is matched on its bound, never on the figure's digits.
+PAST_THE_PEAK = "> 1 (the run's own matmul peak)"
 # (forgery, fragments of the line check prints): docs/submission.md's table names each case.
 CASES = {
     "times_scaled_past_the_peak": (
         times_scaled_past_the_peak,
-        ["metrics.flops_per_s ", "peak_flops.measured_per_device", "MFU 1.7"],
+        ["metrics.flops_per_s ", "peak_flops.measured_per_device", PAST_THE_PEAK],
     ),
-    "epochs_shrunk": (epochs_shrunk, ["metrics.flops_per_s ", "MFU 1.7"]),
+    "epochs_shrunk": (epochs_shrunk, ["metrics.flops_per_s ", PAST_THE_PEAK]),
     "epochs_shrunk_steps": (epochs_shrunk, ["epochs shorter than their own steps"]),
     "member_above_one": (
         member_above_one,
