@@ -1,2 +1,3 @@
-"""What is measured about a run rather than run: FLOP counts and their cross-check, collective
-traffic from the HLO, the roofline, energy, memory, and the MLLOG writer."""
+"""What is measured about a run rather than run: collective traffic from the HLO, energy
+counters, memory, profiles and TensorBoard events, and the MLLOG writer. FLOP counts live in
+flops/."""
