@@ -1,18 +1,26 @@
-"""Several members on one device: the mapped members (vmap) vs unroll vs separate steps.
+"""Several members on one device: every --member_map form vs unroll vs separate steps vs the ideal.
 
-Trains M members of resnet_small on one device, in one run, three ways (docs/members.md):
-  vmap     - one ensemble step, the members mapped in one program (--member_map: the backend's
-             default, or each of --maps)
-  unroll   - one ensemble step, an unrolled loop over the members inside it
-  separate - M single-member steps, one after another (the baseline): one compiled 1-member step
-             run on M members' states
+Trains M members of resnet_small on one device, in one run, for each M in --members and each
+per-member batch B in --batch_sizes (docs/members.md, "Measured"):
+  vmap:FORM - one ensemble step, the members mapped in one program as --member_map=FORM says
+              (every form by default: scan, conv_loop, batched, batched_grouped, grouped)
+  unroll    - one ensemble step, an unrolled loop over the members inside it (up to
+              --unroll_max members: its program grows with them)
+  separate  - M single-member steps, one after another (the baseline): one compiled 1-member
+              step run on M members' states
+  ideal     - one member at batch M·B: the same images in the fewest, largest kernels, the rate
+              no way of running M members can beat by much
 Timing rounds are interleaved so that machine noise hits all alike; each figure is the median
-over rounds of images/s per member. Then the compile time (lowering + XLA) of the vmap step at
---compile_members members per device, against the 1-member step's, each compiled in a fresh
-process state (no cache).
+over rounds of images/s per member (the ideal's: its images/s over M). A variant whose warm-up
+step takes longer than --step_budget_s is reported as too slow and not timed. Then the compile
+time (lowering + XLA) of the default form's step at --compile_members members per device.
 
-    python benchmarks/ensemble_vs_loop.py [--members=4,16] [--maps=scan,batched] \
-        [--batch_size=128] [--rounds=3] [--steps=4] [--compile_members=1,16,64]
+    python benchmarks/ensemble_vs_loop.py [--members=4,16,64] [--batch_sizes=8,32,128] \
+        [--maps=scan,batched] [--rounds=3] [--steps=2] [--compile_members=1,16,64]
+
+Each (M, B) block closes with `ratio vmap/separate: X` (the backend's default form),
+`ratio unroll/separate: X` and `ratio batched/separate: X` (the faster of the one-kernel-per-
+layer forms, batched and batched_grouped); the last lines are the grid of every form's ratio.
 """
 
 from __future__ import annotations
@@ -29,9 +37,12 @@ from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.compiled import compile_step
 from hpcai_jax.engine.member_map import (
     MEMBER_MAP_DEFAULTS,
+    MEMBER_MAPS,
     MEMBER_STRATEGY_DEFAULTS,
 )
 from hpcai_jax.engine.setup import build_setup
+
+ONE_KERNEL_PER_LAYER = ("batched", "batched_grouped")
 
 
 def _config(members: int, strategy: str, how: str, batch_size: int, seed: int = 0):
@@ -43,7 +54,7 @@ def _config(members: int, strategy: str, how: str, batch_size: int, seed: int = 
             member_strategy=strategy,
             member_map=how,
         ),
-        data=C.DataConfig(train_examples=batch_size * 16),
+        data=C.DataConfig(train_examples=max(batch_size * 16, 512)),
         train=C.TrainConfig(batch_size=batch_size, steps=1000, seed=seed),
         optim=C.OptimConfig(lr_schedule="constant"),
         results=C.ResultsConfig(target_quality=0.9),
@@ -51,8 +62,8 @@ def _config(members: int, strategy: str, how: str, batch_size: int, seed: int = 
 
 
 def _runner(members: int, strategy: str, how: str, batch_size: int, device, states: int = 1):
-    """A closure that runs one training step of `members` members on each of `states` states
-    (separate steps: one compiled step, several members' states); compiled and warmed up."""
+    """(a closure that runs one training step of `members` members on each of `states` states,
+    compiled; the warm-up step's seconds)."""
     setup = build_setup(_config(members, strategy, how, batch_size), devices=[device])
     holder = [setup.init_state() for _ in range(states)]
     compiled = compile_step(
@@ -70,8 +81,9 @@ def _runner(members: int, strategy: str, how: str, batch_size: int, device, stat
             holder[i], metrics = compiled(holder[i], batch)
         jax.block_until_ready(metrics)
 
+    start = time.perf_counter()
     step()  # warm-up
-    return step
+    return step, time.perf_counter() - start
 
 
 def _compile_s(members: int, how: str, batch_size: int, device) -> float:
@@ -88,68 +100,120 @@ def _compile_s(members: int, how: str, batch_size: int, device) -> float:
     ).seconds
 
 
-def _measure(m: int, maps: list[str], args, device) -> dict[str, list[float]]:
-    variants = {f"vmap:{how}": _runner(m, "vmap", how, args.batch_size, device) for how in maps}
-    variants["unroll"] = _runner(m, "unroll", "auto", args.batch_size, device)
-    variants["separate"] = _runner(1, "unroll", "auto", args.batch_size, device, states=m)
-    rates: dict[str, list[float]] = {name: [] for name in variants}
+def _variants(m: int, b: int, maps: list[str], args, device) -> tuple[dict, dict]:
+    """({name: (step, images per call per member)} to time, {name: why not timed})."""
+    wanted = {f"vmap:{how}": (m, "vmap", how, b, 1) for how in maps}
+    if m <= args.unroll_max:
+        wanted["unroll"] = (m, "unroll", "auto", b, 1)
+    wanted["separate"] = (1, "unroll", "auto", b, m)
+    wanted["ideal"] = (1, "unroll", "auto", m * b, 1)
+    timed, skipped = {}, {}
+    for name, (members, strategy, how, batch, states) in wanted.items():
+        try:
+            step, warm_s = _runner(members, strategy, how, batch, device, states)
+        except Exception as e:  # noqa: BLE001 - out of memory: reported, the others go on
+            skipped[name] = f"failed: {str(e).splitlines()[0][:120]}"
+            continue
+        if warm_s > args.step_budget_s:
+            skipped[name] = f"too slow: {warm_s:.1f} s a step > --step_budget_s"
+            continue
+        timed[name] = (step, b)
+    if m > args.unroll_max:
+        skipped["unroll"] = f"not built: {m} members > --unroll_max={args.unroll_max}"
+    return timed, skipped
+
+
+def _measure(timed: dict, args) -> dict[str, list[float]]:
+    rates: dict[str, list[float]] = {name: [] for name in timed}
     for _ in range(args.rounds):
-        for name, run_step in variants.items():
+        for name, (run_step, per_member) in timed.items():
             start = time.perf_counter()
             for _ in range(args.steps):
                 run_step()
-            rates[name].append(args.batch_size * args.steps / (time.perf_counter() - start))
+            rates[name].append(per_member * args.steps / (time.perf_counter() - start))
     return rates
 
 
-def _print_rates(m: int, rates: dict[str, list[float]], default_map: str, args) -> None:
+def _print_block(m: int, b: int, rates: dict, skipped: dict, default_map: str, args) -> dict:
+    """The (M, B) block's table and closing ratios; returns {name: ratio to separate}."""
     backend, kind = jax.default_backend(), jax.devices()[0].device_kind
     print(
-        f"\n{m} members of resnet_small, batch {args.batch_size} each, on one {backend} device "
-        f"({kind}); {args.rounds} interleaved rounds of {args.steps} steps"
+        f"\n{m} members of resnet_small, batch {b} each, on one {backend} device ({kind}); "
+        f"{args.rounds} interleaved rounds of {args.steps} steps"
     )
-    print(f"{'strategy':<16} {'img/s per member (median)':>26} {'min':>8} {'max':>8}")
-    for name, values in rates.items():
-        median = statistics.median(values)
-        print(f"{name:<16} {median:>26.1f} {min(values):>8.1f} {max(values):>8.1f}")
     med = {name: statistics.median(v) for name, v in rates.items()}
-    if not all(np.isfinite(v) and v > 0 for v in med.values()):
-        raise SystemExit("no measurement")
-    for name in rates:
-        if name.startswith("vmap:") and name != f"vmap:{default_map}":
-            print(f"ratio {name}/separate: {med[name] / med['separate']:.2f}")
-    vmap = med[f"vmap:{default_map}"]
-    print(f"ratio vmap/unroll: {vmap / med['unroll']:.2f}")
-    print(f"ratio vmap/separate: {vmap / med['separate']:.2f}")
-    print(f"ratio unroll/separate: {med['unroll'] / med['separate']:.2f}")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--members", default="4,16", help="members per device, comma-separated")
-    parser.add_argument(
-        "--maps", default="", help="--member_map forms to time (default: the backend's)"
+    if "separate" not in med or not np.isfinite(med["separate"]) or med["separate"] <= 0:
+        raise SystemExit("no measurement of the separate steps")
+    ideal = med.get("ideal")
+    print(
+        f"{'variant':<22} {'img/s per member (median)':>26} {'min':>8} {'max':>8} "
+        f"{'/separate':>10} {'/ideal':>8}"
     )
-    parser.add_argument("--batch_size", type=int, default=128)
+    for name, values in rates.items():
+        of_ideal = f"{med[name] / ideal:>8.2f}" if ideal else f"{'n/a':>8}"
+        print(
+            f"{name:<22} {med[name]:>26.1f} {min(values):>8.1f} {max(values):>8.1f} "
+            f"{med[name] / med['separate']:>10.2f} {of_ideal}"
+        )
+    for name, why in skipped.items():
+        print(f"{name:<22} {why}")
+    ratios = {name: med[name] / med["separate"] for name in med}
+    default = ratios.get(f"vmap:{default_map}")
+    best = max(
+        ((ratios[f"vmap:{f}"], f) for f in ONE_KERNEL_PER_LAYER if f"vmap:{f}" in ratios),
+        default=None,
+    )
+    print(f"ratio vmap/separate: {default:.2f}" if default else "ratio vmap/separate: n/a")
+    unroll = ratios.get("unroll")
+    print(f"ratio unroll/separate: {unroll:.2f}" if unroll else "ratio unroll/separate: n/a")
+    if best:
+        print(f"ratio batched/separate: {best[0]:.2f} ({best[1]})")
+    return ratios
+
+
+def _print_grid(grid: dict, names: list[str]) -> None:
+    print("\nevery variant's images/s per member over separate steps' (median of the rounds):")
+    print(f"{'M':>4} {'B':>5} " + " ".join(f"{n.removeprefix('vmap:'):>15}" for n in names))
+    for (m, b), ratios in grid.items():
+        cells = [f"{ratios[n]:>15.2f}" if n in ratios else f"{'-':>15}" for n in names]
+        print(f"{m:>4} {b:>5} " + " ".join(cells))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--members", default="4,16,64", help="members per device")
+    parser.add_argument("--batch_sizes", default="8,32,128", help="per-member batches")
+    parser.add_argument("--maps", default=",".join(MEMBER_MAPS), help="--member_map forms")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--unroll_max", type=int, default=16, help="largest M unroll is built")
+    parser.add_argument("--step_budget_s", type=float, default=60.0)
     parser.add_argument(
         "--compile_members", default="1,16,64", help="members per device to compile ('' none)"
     )
-    args = parser.parse_args()
-    device = jax.devices()[0]
-    backend = jax.default_backend()
+    return parser
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    device, backend = jax.devices()[0], jax.default_backend()
     default_map = MEMBER_MAP_DEFAULTS.get(backend, MEMBER_MAP_DEFAULTS["cpu"])[0]
-    maps = [m for m in args.maps.split(",") if m] or [default_map]
+    maps = [m for m in args.maps.split(",") if m]
     if default_map not in maps:
         maps.insert(0, default_map)
+    grid = {}
     for m in (int(x) for x in args.members.split(",") if x):
-        _print_rates(m, _measure(m, maps, args, device), default_map, args)
+        for b in (int(x) for x in args.batch_sizes.split(",") if x):
+            timed, skipped = _variants(m, b, maps, args, device)
+            rates = _measure(timed, args)
+            grid[(m, b)] = _print_block(m, b, rates, skipped, default_map, args)
+    names = [f"vmap:{how}" for how in maps] + ["unroll", "ideal"]
+    _print_grid(grid, names)
     if args.compile_members:
         counts = [int(x) for x in args.compile_members.split(",")]
-        seconds = {n: _compile_s(n, default_map, args.batch_size, device) for n in counts}
+        seconds = {n: _compile_s(n, default_map, 32, device) for n in counts}
         base = seconds[counts[0]]
-        print(f"\ncompile time of the vmap step ({default_map}), lowering + XLA, no cache:")
+        print(f"\ncompile time of the vmap step ({default_map}, batch 32), lowering + XLA:")
         for n, s in seconds.items():
             print(f"compile {n} members per device: {s:.2f} s ({s / base:.2f}x {counts[0]})")
     strategy = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])[0]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from hpcai_jax import fields
+from hpcai_jax.engine import member_map
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
 from hpcai_jax.fields import field as _field
@@ -54,7 +55,7 @@ BATCH_POLICIES = ("per_member", "per_device")  # resolved_batch
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
-MEMBER_MAPS = ("auto", "scan", "batched", "grouped")  # engine/member_map.py
+MEMBER_MAPS = ("auto", *member_map.MEMBER_MAPS)  # declared once, in engine/member_map.py
 DTYPES = ("float32", "bfloat16", "float16", "int8")
 # Table 2's communication options (engine/collectives.py, docs/system_options.md).
 ALLREDUCE_MODES = ("flat", "hierarchical", "2d_torus")
@@ -154,11 +155,20 @@ class MeshConfig(Checked):
     )
     member_map: str = _field(
         "auto",
-        "Under --member_strategy=vmap, how the members are mapped: scan (whole members in a "
-        "loop), batched (jax.vmap, each convolution a loop over the members), grouped (plain "
-        "jax.vmap: XLA's grouped convolutions, an ablation), or auto (the measured default for "
-        "the backend; docs/members.md).",
+        "Under --member_strategy=vmap, how the members are mapped: scan (sequential: whole "
+        "members in a loop), conv_loop (jax.vmap, each convolution a loop over the members), "
+        "batched (one kernel per layer: every convolution a batched product over k² slices), "
+        "batched_grouped (one kernel per layer: k×k convolutions one grouped convolution, "
+        "differentiated as such), grouped (plain jax.vmap: XLA's grouped convolutions, an "
+        "ablation), or auto (the measured default for the backend; docs/members.md).",
         choices=MEMBER_MAPS,
+    )
+    member_group: int = _field(
+        0,
+        "Under the jax.vmap forms of --member_map, how many of a device's members are batched "
+        "at once, the groups one after another (the memory knob); 0: all of them. Must divide "
+        "--members_per_device.",
+        ge=0,
     )
     allreduce: str = _field(
         "flat",

@@ -92,9 +92,13 @@ def test_the_smoke_run_passes_with_every_group(smoke):
         "matmul bfloat16 per device",
         "train step per device",
         "XLA / analytic FLOPs",
-        "step, 2 members per device, vmap scan",
-        "step, 2 members per device, vmap batched",
-        "step, 2 members per device, unroll",
+        "layers, M=2 B=2: batched over sequential",
+        "layers, M=2 B=2: batched_grouped over sequential",
+        "step, 2 members of batch 4, vmap scan",
+        "step, 2 members of batch 4, vmap batched",
+        "step, 2 members of batch 4, separate",
+        "step, 2 members of batch 4, ideal",
+        "decision: --member_map=auto",
         "int8 steps finite",
         "detector train step per device",
         "input images/s on all host cores",
@@ -117,9 +121,21 @@ def test_every_item_has_the_documented_fields_and_a_figure_where_it_passes(smoke
     assert rates["babelstream cuda build"]["verdict"] == "n/a"
     assert rates["train step per device"]["value"] > 0
     assert rates["stream triad"]["unit"] == "B/s" and rates["stream triad"]["value"] > 1e9
-    # The member variants are judged against the 1-member step's rate.
-    variant = rates["step, 2 members per device, vmap scan"]
-    assert variant["reference_value"] == rates["train step per device"]["value"]
+    # The member variants are judged against M separate 1-member steps; the layer table is
+    # written beside the document, every pass of every form timed, with what it compiled to.
+    variant = rates["step, 2 members of batch 4, vmap batched"]
+    assert variant["reference_value"] == rates["step, 2 members of batch 4, separate"]["value"]
+    assert rates["decision: --member_map=auto"]["value"] in ("batched", "unchanged")
+    layers = json.loads((out / "members_layers.json").read_text())
+    assert {(r["layer"], r["form"]) for r in layers} == {
+        (layer, form)
+        for layer in ("28² 16→32 3×3 s2", "28² 16→32 1×1 s2")
+        for form in ("sequential", "batched", "batched_grouped", "grouped", "ideal")
+    }
+    for r in layers:
+        for p in ("forward", "input_grad", "weight_grad"):
+            assert r[p]["seconds"] > 0 and r[p]["result_dtypes"], r
+    assert "| layer | M | B | form |" in (out / "members_layers.md").read_text()
     md = (out / "acceptance.md").read_text()
     assert "| group | item | value | reference | ratio | verdict | note |" in md
     assert md.count("\n| ") == len(doc["items"]) + 2  # the header, its rule, a row per item
@@ -325,3 +341,43 @@ def test_the_markdown_escapes_bars_in_cells():
     }
     row = render.markdown(doc).strip().splitlines()[-1]
     assert row.count("|") == 8 and "a/b" in row
+
+
+_GPU_HLO = """
+  %cudnn-conv.1 = (bf16[16,32,28,28]{3,2,1,0}, u8[0]{0}) custom-call(bf16[16,16,28,28]{3,2,1,0} %p0, bf16[32,16,3,3]{3,2,1,0} %p1), window={size=3x3 pad=1_1x1_1}, dim_labels=bf01_oi01->bf01, custom_call_target="__cudnn$convForward", metadata={op_name="jit(run)/conv_general_dilated"}
+  %cudnn-conv-bw-filter = (f32[32,16,3,3]{3,2,1,0}, u8[0]{0}) custom-call(bf16[16,16,28,28]{3,2,1,0} %p0, bf16[16,32,28,28]{3,2,1,0} %p2), custom_call_target="__cudnn$convBackwardFilter"
+  %cublas-gemm = (f32[16,784,144]{2,1,0}, s8[4194304]{0}) custom-call(bf16[16,784,32]{2,1,0} %a, bf16[16,32,144]{2,1,0} %b), custom_call_target="__cublas$lt$matmul"
+  %fusion = bf16[16,32,28,28]{3,2,1,0} fusion(f32[32,16,3,3]{3,2,1,0} %x), kind=kLoop, calls=%fused_computation
+"""
+
+
+def test_member_layer_kernels_are_read_from_the_compiled_text():
+    """What a form compiled to: the library calls by target and each product's result dtype
+    (on a GPU, the weight gradient's: f32 from cuDNN's backward-filter here)."""
+    from hpcai_jax.acceptance import member_layers
+
+    class Compiled:
+        def as_text(self):
+            return _GPU_HLO
+
+    assert member_layers.kernels(Compiled()) == {
+        "custom_calls": {
+            "__cudnn$convForward": 1,
+            "__cudnn$convBackwardFilter": 1,
+            "__cublas$lt$matmul": 1,
+        },
+        "result_dtypes": {"custom-call:bf16": 1, "custom-call:f32": 2},
+    }
+
+
+def test_the_layer_summary_leaves_out_a_form_that_failed_on_a_layer():
+    from hpcai_jax.acceptance import member_layers
+
+    def row(layer, form, seconds):
+        timed = {p: {"seconds": seconds} for p in member_layers.PASSES}
+        return {"layer": layer, "members": 4, "batch": 32, "form": form, **timed}
+
+    rows = [row("a", "sequential", 1.0), row("b", "sequential", 2.0), row("a", "batched", 0.5)]
+    rows += [row("b", "batched", 0.5), row("a", "grouped", 0.1)]  # grouped failed on b
+    assert member_layers.summary(rows, 4, 32) == {"sequential": 9.0, "batched": 3.0}
+    assert member_layers.summary(rows, 16, 32) == {}

@@ -85,27 +85,35 @@ def test_ensemble_matches_members_trained_alone(trained):
 
 @pytest.mark.slow
 def test_mapped_detector_members_match_members_trained_alone():
-    """Both members on every device, mapped in one program (--member_map=scan; P_degree 8):
-    the same parameters as each member alone (docs/members.md)."""
-    setup = build_setup(
-        _config(members_per_device=2, parallel_degree=8, member_strategy="vmap", member_map="scan")
-    )
-    assert setup.member_strategy == "vmap" and setup.member_map == "scan"
-    state = setup.init_state()
-    batches = train_batches(setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0)
-    for t in range(STEPS):
-        state, metrics = setup.train_step(state, batches(t))
-    assert np.all(np.asarray(metrics.finite))
-    for m in range(2):
-        ref = train_alone(setup, m, STEPS)
-        for (path, g), (_, w) in zip(
-            jax.tree_util.tree_flatten_with_path(state.params)[0],
-            jax.tree_util.tree_flatten_with_path(ref.params)[0],
-            strict=True,
-        ):
-            name = jax.tree_util.keystr(path)
-            atol = 1e-3 if any(h in name for h in HEAD) else 5e-5
-            np.testing.assert_allclose(np.asarray(g[m]), w, rtol=2e-4, atol=atol, err_msg=name)
+    """Both members on every device, mapped in one program (P_degree 8), sequential (scan) and
+    one kernel per layer (batched, batched_grouped): the same parameters as each member alone
+    (docs/members.md)."""
+    refs = None
+    for form in ("scan", "batched", "batched_grouped"):
+        config = _config(
+            members_per_device=2, parallel_degree=8, member_strategy="vmap", member_map=form
+        )
+        setup = build_setup(config)
+        assert setup.member_strategy == "vmap" and setup.member_map.form == form
+        state = setup.init_state()
+        batches = train_batches(
+            setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0
+        )
+        for t in range(STEPS):
+            state, metrics = setup.train_step(state, batches(t))
+        assert np.all(np.asarray(metrics.finite))
+        refs = refs or [train_alone(setup, m, STEPS) for m in range(2)]
+        for m, ref in enumerate(refs):
+            for (path, g), (_, w) in zip(
+                jax.tree_util.tree_flatten_with_path(state.params)[0],
+                jax.tree_util.tree_flatten_with_path(ref.params)[0],
+                strict=True,
+            ):
+                name = jax.tree_util.keystr(path)
+                atol = 1e-3 if any(h in name for h in HEAD) else 5e-5
+                np.testing.assert_allclose(
+                    np.asarray(g[m]), w, rtol=2e-4, atol=atol, err_msg=f"{form} {name}"
+                )
 
 
 def _counts(setup, state):

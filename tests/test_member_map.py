@@ -7,12 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import tiny_config, train_alone
+from jax import lax
 
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.compiled import abstract_batch
-from hpcai_jax.engine.member_map import resolve_member_map
+from hpcai_jax.engine.member_map import MEMBER_MAPS, MemberMapping, resolve_member_map
 from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.analytic import count_fn
 from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.mode import compile_train_step
@@ -20,64 +22,125 @@ from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.ops import member_conv
 
 NHWC = ("NHWC", "HWIO", "NHWC")
-# (size, in, out, kernel, stride, padding): every convolution kind of the models: 3×3 and
-# 1×1, strided, the 7×7 ImageNet stem with explicit padding, VALID, one input channel.
+# (height, width, in, out, kernel, strides, padding): every convolution kind of the models:
+# 3×3 and 1×1 (stride 1: ResNet-50's bottleneck, the detector's heads; and strided), the 7×7
+# ImageNet stem with explicit padding, VALID, one input channel, a non-square input, strides
+# (2, 1).
 CONVS = [
-    (12, 4, 4, 3, 1, "SAME"),
-    (12, 4, 8, 3, 2, "SAME"),
-    (12, 4, 8, 1, 2, "SAME"),
-    (16, 3, 8, 7, 2, [(3, 3), (3, 3)]),
-    (11, 1, 4, 3, 2, "VALID"),
+    (12, 12, 4, 4, 3, (1, 1), "SAME"),
+    (12, 12, 4, 8, 3, (2, 2), "SAME"),
+    (12, 12, 4, 8, 1, (2, 2), "SAME"),
+    (9, 9, 8, 4, 1, (1, 1), "SAME"),
+    (16, 16, 3, 8, 7, (2, 2), [(3, 3), (3, 3)]),
+    (11, 11, 1, 4, 3, (2, 2), "VALID"),
+    (12, 9, 4, 4, 3, (2, 1), "SAME"),
 ]
+CONV_IDS = [f"{h}x{w}c{c}k{k}s{s[0]}{s[1]}" for h, w, c, _, k, s, _ in CONVS]
+MEMBERS = 3
 
 
-def _conv_grads(formulation: str | None, mapping, dtype, case):
-    size, c, o, k, s, pad = case
-    x = jax.random.normal(jax.random.key(0), (3, 2, size, size, c), dtype)
-    w = (jax.random.normal(jax.random.key(1), (3, k, k, c, o)) * 0.3).astype(dtype)
+def _operands(case, dtype):
+    h, w, c, o, k, _, _ = case
+    x = jax.random.normal(jax.random.key(0), (MEMBERS, 2, h, w, c), dtype)
+    kernel = (jax.random.normal(jax.random.key(1), (MEMBERS, k, k, c, o)) * 0.3).astype(dtype)
+    return kernel, x
+
+
+def _loss(conv, case):
+    """(loss, output) of one member: a sum of sines, so that every output's gradient differs."""
+    *_, strides, pad = case
 
     def loss(w, x):
-        y = member_conv.conv_general_dilated(x, w, (s, s), pad, dimension_numbers=NHWC)
-        return jnp.sum(jnp.sin(y.astype(jnp.float32)))
+        y = conv(x, w, strides, pad, dimension_numbers=NHWC)
+        return jnp.sum(jnp.sin(y.astype(jnp.float32))), y
 
-    grad = jax.value_and_grad(loss, argnums=(0, 1))
+    return jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+
+
+def _every_form(case, dtype):
+    """Output, weight gradient and input gradient of each member in every formulation (one
+    program for them all: one compile), and lax's autodiff member by member (the reference)."""
+    grad = _loss(member_conv.conv_general_dilated, case)
+    ref = _loss(lax.conv_general_dilated, case)
+    vmapped = lambda f, *a: jax.vmap(f)(*a)  # noqa: E731
+    forms = {
+        "loop vmapped": ("loop", vmapped),
+        "loop scanned": ("loop", member_conv.loop),
+        "im2col": ("im2col", vmapped),
+        "grouped_vjp": ("grouped_vjp", vmapped),
+        "grouped": ("grouped", vmapped),
+    }
 
     def run(w, x):
-        with member_conv.formulation(formulation):
-            return mapping(grad, w, x)
+        out = {}
+        for name, (formulation, mapping) in forms.items():
+            with member_conv.formulation(formulation):
+                out[name] = mapping(grad, w, x)
+        each = [ref(w[m], x[m]) for m in range(MEMBERS)]
+        return out, jax.tree.map(lambda *a: jnp.stack(a), *each)
 
-    return jax.jit(run)(w, x)
+    return jax.jit(run)(*_operands(case, dtype))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", CONVS, ids=[f"k{c[3]}s{c[4]}c{c[1]}" for c in CONVS])
+@pytest.mark.parametrize("case", CONVS, ids=CONV_IDS)
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_member_convolutions_equal_lax_in_every_form(case, dtype):
-    """Value, input gradient and weight gradient of each member, vmapped ("loop" rule) and in
-    a scan, against lax's own convolution vmapped (XLA's grouped form)."""
-    vmapped = lambda f, *a: jax.vmap(f)(*a)  # noqa: E731
-    ref = _conv_grads(None, vmapped, dtype, case)
-    batched = _conv_grads("loop", vmapped, dtype, case)
-    scanned = _conv_grads("loop", member_conv.loop, dtype, case)
-    tol = dict(rtol=1e-5, atol=1e-5) if dtype == jnp.float32 else dict(rtol=2e-2, atol=2e-2)
-    for got in (batched, scanned):
+    """Value, output, weight gradient and input gradient of each member, in every formulation
+    (ops/member_conv.py), against autodiff of lax.conv_general_dilated member by member."""
+    forms, ref = _every_form(case, dtype)
+    # bf16: a few bf16 roundings of a value ~1 apart at most (im2col accumulates in f32).
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == jnp.float32 else dict(rtol=2e-2, atol=2e-2)
+    for name, got in forms.items():
         for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
-            assert g.dtype == r.dtype and g.shape == r.shape
+            assert g.dtype == r.dtype and g.shape == r.shape, name
             scale = max(1.0, float(jnp.max(jnp.abs(r.astype(jnp.float32)))))
             np.testing.assert_allclose(
-                np.asarray(g, np.float32) / scale, np.asarray(r, np.float32) / scale, **tol
+                np.asarray(g, np.float32) / scale,
+                np.asarray(r, np.float32) / scale,
+                err_msg=name,
+                **tol,
             )
 
 
-@pytest.mark.parametrize("case", CONVS[:4], ids=[f"k{c[3]}s{c[4]}" for c in CONVS[:4]])
+def _dot_dtypes(formulation: str, case) -> list[tuple[str, str]]:
+    """(operand dtype, result dtype) of every product in the bf16 gradient's program."""
+    grad = _loss(member_conv.conv_general_dilated, case)
+
+    def run(w, x):
+        with member_conv.formulation(formulation):
+            return jax.vmap(grad)(w, x)
+
+    text = jax.jit(run).lower(*_operands(case, jnp.bfloat16)).as_text()
+    ops = [line for line in text.splitlines() if "dot_general" in line or "convolution" in line]
+    return [
+        (line.split("tensor<")[1].split(">")[0].split("x")[-1], line.rsplit("x", 1)[-1])
+        for line in ops
+    ]
+
+
+def test_the_bf16_weight_gradient_accumulates_in_float32():
+    """im2col: every product of the bf16 gradient (the weight gradient included) takes bf16
+    operands and gives float32, on every backend (preferred_element_type); grouped_vjp leaves
+    the accumulation to the backend (cuDNN's is float32; XLA:CPU computes bf16 products in
+    float32): its products give bf16."""
+    case = CONVS[1]
+    im2col = _dot_dtypes("im2col", case)
+    assert len(im2col) == 3 and all(r.startswith("f32") for _, r in im2col[1:]), im2col
+    assert all(o == "bf16" for o, _ in im2col)
+    grouped = _dot_dtypes("grouped_vjp", case)
+    assert grouped and all(o == "bf16" and r.startswith("bf16") for o, r in grouped), grouped
+
+
+@pytest.mark.parametrize("case", CONVS[:5], ids=CONV_IDS[:5])
 def test_member_convolutions_count_the_flops_of_lax(case):
     """The hand-written gradients do a convolution's work, none on the padding: the analytic
     count (XLA's rules) of a scanned member equals lax's autodiff, FLOP for FLOP."""
-    size, c, o, k, s, pad = case
-    x, w = jnp.ones((2, 2, size, size, c)), jnp.ones((2, k, k, c, o))
+    h, wd, c, o, k, s, pad = case
+    x, w = jnp.ones((2, 2, h, wd, c)), jnp.ones((2, k, k, c, o))
 
     def loss(w, x):
-        y = member_conv.conv_general_dilated(x, w, (s, s), pad, dimension_numbers=NHWC)
+        y = member_conv.conv_general_dilated(x, w, s, pad, dimension_numbers=NHWC)
         return jnp.sum(y)
 
     grad = jax.grad(loss, argnums=(0, 1))
@@ -109,8 +172,9 @@ def test_outside_a_formulation_the_models_convolution_is_lax():
 STEPS = 2
 MAPPED = {
     "unroll": C.MeshConfig(4, 2, 4, member_strategy="unroll"),
-    "scan": C.MeshConfig(4, 2, 4, member_strategy="vmap", member_map="scan"),
-    "batched": C.MeshConfig(4, 2, 4, member_strategy="vmap", member_map="batched"),
+    **{
+        form: C.MeshConfig(4, 2, 4, member_strategy="vmap", member_map=form) for form in MEMBER_MAPS
+    },
 }
 
 
@@ -124,32 +188,47 @@ def _trained(dtype: str, mesh: C.MeshConfig):
     return setup, jax.tree.map(np.asarray, (state.params, state.model_state, state.loss_scale))
 
 
+def _alone(setup) -> tuple:
+    """(params, model state) of the 4 members, each trained alone: the reference."""
+    each = [train_alone(setup, m, STEPS) for m in range(4)]
+    return jax.tree.map(
+        lambda *a: np.stack([np.asarray(x) for x in a]), *[(r.params, r.model_state) for r in each]
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_mapped_members_train_as_unrolled_and_alone(dtype):
     """ResNet members (BatchNorm over `data` inside each member, P_degree 4, two members per
-    device) after STEPS steps: scan and batched equal unroll within float tolerance, and, in
-    float32, each member trained alone; float16 carries its loss scale through the map."""
-    # batched's convolutions are scan's (the same rule); in float32 only, for the suite's time
-    names = list(MAPPED) if dtype == "float32" else ["unroll", "scan"]
+    device) after STEPS steps: every --member_map form and unroll equal each member trained
+    alone within float tolerance; float16 carries its loss scale through the map. float32
+    runs every form; bfloat16 and float16 every form whose convolutions differ (scan's are
+    conv_loop's, grouped is XLA's own)."""
+    names = (
+        list(MAPPED)
+        if dtype == "float32"
+        else ["unroll", "conv_loop", "batched", "batched_grouped"]
+    )
     runs = {name: _trained(dtype, MAPPED[name]) for name in names}
-    assert runs["scan"][0].member_map == "scan" and runs["unroll"][0].member_strategy == "unroll"
-    want = runs["unroll"][1]
+    assert runs["unroll"][0].member_strategy == "unroll"
+    assert runs["batched"][0].member_map == MemberMapping("batched")
+    want = _alone(runs["unroll"][0])
     tol = dict(rtol=2e-4, atol=2e-5) if dtype == "float32" else dict(rtol=3e-2, atol=3e-3)
-    for name in names[1:]:
-        jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, **tol), runs[name][1], want)
-    if dtype == "float16":
-        assert runs["scan"][1][2] is not None  # the loss scale travelled through the map
-    if dtype == "float32":
-        setup = runs["scan"][0]
-        for m in range(4):
-            ref = train_alone(setup, m, STEPS)
-            got = jax.tree.map(lambda x, m=m: x[m], runs["scan"][1][:2])
-            jax.tree.map(
-                lambda g, w: np.testing.assert_allclose(g, np.asarray(w), **tol),
-                got,
-                (ref.params, ref.model_state),
-            )
+    for name in names:
+        got = jax.tree.map(np.asarray, runs[name][1][:2])
+        jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, **tol), got, want)
+        if dtype == "float16":
+            assert runs[name][1][2] is not None  # the loss scale travelled through the map
+
+
+@pytest.mark.slow
+def test_members_in_groups_train_as_all_at_once():
+    """--member_group=1: the batched members one group after another, equal to all at once."""
+    one = _trained("float32", C.MeshConfig(4, 2, 4, member_map="batched", member_group=1))
+    assert one[0].member_loop_trips == 2 and one[0].count_step is not None
+    want = _alone(one[0])
+    tol = dict(rtol=2e-4, atol=2e-5)
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, **tol), one[1][:2], want)
 
 
 def _step_flops(mesh: C.MeshConfig):
@@ -164,9 +243,10 @@ def test_every_strategy_counts_the_same_flops():
     """The analytic walk of the step is the same for every strategy; XLA's count of a mapped
     step comes from its loops written out (a loop's body is counted once otherwise) and agrees
     with it as tightly as unroll's compiled count does."""
-    figures = {name: _step_flops(mesh) for name, mesh in MAPPED.items()}
+    names = ("unroll", "scan", "batched", "batched_grouped")
+    figures = {name: _step_flops(MAPPED[name]) for name in names}
     walks = {n: f[2].analytic["train_step"]["xla_rules"] for n, f in figures.items()}
-    for name in ("scan", "batched"):
+    for name in names[1:]:
         build, cost, cross = figures[name]
         assert build.counted is not None and "written out" in cost.note
         # 0.02 % apart: the walk of autodiff's strided weight-gradient convolutions (unroll)
@@ -177,14 +257,14 @@ def test_every_strategy_counts_the_same_flops():
     assert figures["unroll"][0].counted is None
 
 
-def _program_size(members_per_device: int, strategy: str) -> int:
+def _program_size(members_per_device: int, strategy: str, form: str = "scan") -> int:
     config = tiny_config(
         mesh=C.MeshConfig(
             members_per_device,
             members_per_device,
             1,
             member_strategy=strategy,
-            member_map="scan",
+            member_map=form,
         )
     )
     setup = build_setup(config, devices=jax.devices()[:1], open_data=False)
@@ -194,10 +274,12 @@ def _program_size(members_per_device: int, strategy: str) -> int:
 
 @pytest.mark.slow
 def test_the_mapped_program_does_not_grow_with_the_members():
-    """The compile-time claim without a clock: the scan step's program at 16 members per device
-    is the size of its program at 2, where unroll's grows with the members."""
-    scan = {m: _program_size(m, "vmap") for m in (2, 16)}
-    assert scan[16] == pytest.approx(scan[2], rel=0.02)
+    """The compile-time claim without a clock: the scan and batched steps' programs at 16
+    members per device are the size of their programs at 2, where unroll's grows with the
+    members."""
+    for form in ("scan", "batched"):
+        size = {m: _program_size(m, "vmap", form) for m in (2, 16)}
+        assert size[16] == pytest.approx(size[2], rel=0.02), form
     assert _program_size(4, "unroll") > 1.7 * _program_size(2, "unroll")
 
 
@@ -206,4 +288,45 @@ def test_member_map_resolution():
     assert resolve_member_map("batched", "cpu", "float32") == ("batched", "--member_map")
     how, why = resolve_member_map("scan", "gpu", "int8")
     assert how == "grouped" and "qwix" in why
-    assert resolve_member_map("auto", "gpu", "bfloat16")[0] == "batched"
+    assert resolve_member_map("auto", "gpu", "bfloat16")[0] == "conv_loop"
+
+
+def test_a_batched_form_that_does_not_fit_is_one_line_before_compiling(monkeypatch):
+    """The largest layer's slices against the device's memory, before anything compiles: the
+    line names the form, the memory, the layer and a --member_group that fits."""
+    from hpcai_jax.engine import setup as setup_module
+
+    config = tiny_config(mesh=C.MeshConfig(4, 4, 1, member_strategy="vmap", member_map="batched"))
+    monkeypatch.setattr(setup_module, "device_memory_bytes", lambda device: 20 * 2**20)
+    with pytest.raises(UsageError) as e:
+        build_setup(config, devices=jax.devices()[:1], open_data=False)
+    line = str(e.value)
+    assert "\n" not in line and line.startswith("--member_map=batched needs 57.8 MB per device")
+    assert "(28×28 16→16 3×3, 4 members of 16 examples batched together)" in line
+    assert "the device has 20.97 MB: give --member_group=1 or less" in line
+    monkeypatch.setattr(setup_module, "device_memory_bytes", lambda device: 2**30)
+    assert build_setup(config, devices=jax.devices()[:1], open_data=False).member_map.form == (
+        "batched"
+    )
+
+
+@pytest.mark.parametrize(
+    "mesh, expected",
+    [
+        (
+            C.MeshConfig(4, 4, 1, member_strategy="vmap", member_map="scan", member_group=2),
+            "--member_group=2: scan runs the members one at a time",
+        ),
+        (
+            C.MeshConfig(4, 4, 1, member_strategy="unroll", member_group=2),
+            "--member_group=2: --member_strategy=unroll runs the members one at a time",
+        ),
+        (
+            C.MeshConfig(4, 4, 1, member_strategy="vmap", member_map="batched", member_group=3),
+            "--member_group=3 must divide the 4 members per device",
+        ),
+    ],
+)
+def test_member_group_errors(mesh, expected):
+    with pytest.raises(UsageError, match=expected):
+        build_setup(tiny_config(mesh=mesh), devices=jax.devices()[:1], open_data=False)

@@ -188,58 +188,6 @@ def train_items(ctx: Context, allotment: Allotment) -> list[Item]:
     return items
 
 
-# Each way a device runs several members (engine/member_map.py): vmap mapped as each
-# --member_map form, then unroll, whose build grows with the members (first cut by the budget).
-MEMBER_VARIANTS = (("vmap", "scan"), ("vmap", "batched"), ("unroll", "auto"))
-
-
-def member_items(ctx: Context, allotment: Allotment) -> list[Item]:
-    """m members per device at 1/m of the batch, under each mapped form of vmap and under
-    unroll: images/s per device against the 1-member step's, the build time in the note."""
-    variants = [(m, s, how) for m in ctx.sizes.members_per_device for s, how in MEMBER_VARIANTS]
-    items = []
-    for i, (m, strategy, how) in enumerate(variants):
-        name = f"step, {m} members per device, {strategy}" + (
-            f" {how}" if strategy == "vmap" else ""
-        )
-        share = allotment.agreed_left_s() / (len(variants) - i)
-        need = ctx.build_estimate_s() * m**0.5
-        if share < need and not allotment.claim(need):
-            items.append(from_row("members", skipped(name, f"{share:.0f} s left for it")))
-            continue
-        share = max(share, need)
-        batch = max(1, ctx.sizes.batch_size // m)
-        cfg = training.step_config(
-            ctx.base, members_per_device=m, batch_size=batch, strategy=strategy, member_map=how
-        )
-        deadline = time.perf_counter() + share
-        try:
-            run = training.run_steps(
-                cfg, lambda d=deadline: d - time.perf_counter(), min(5, ctx.sizes.max_steps), 1
-            )
-        except Exception as e:  # noqa: BLE001 - an out-of-memory variant is a finding, not a crash
-            items.append(Item("members", name, None, "ex/s", "", WARN, _first_line(e)))
-            continue
-        rate = m * batch / run.median_s if run.median_s else None
-        note = f"{m} x {batch} images, {len(run.step_s)} timed steps; build {run.build_s:.0f} s"
-        verdict = PASS if run.finite and rate else FAIL if not run.finite else WARN
-        if not run.finite:
-            note += "; NON-FINITE loss or parameters"
-        items.append(
-            Item(
-                "members",
-                name,
-                rate,
-                "ex/s",
-                "the 1-member step's rate" if ctx.step_rate else "",
-                verdict,
-                note,
-                ctx.step_rate,
-            )
-        )
-    return items
-
-
 def dtype_items(ctx: Context, allotment: Allotment) -> list[Item]:
     base = dataclasses.replace(
         ctx.base, train=dataclasses.replace(ctx.base.train, batch_size=ctx.sizes.dtype_batch_size)

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from hpcai_jax.acceptance import babelstream_cuda, environment, measure
+from hpcai_jax.acceptance import babelstream_cuda, environment, measure, members
 from hpcai_jax.acceptance.items import Item, failure_item, interrupted_item
 from hpcai_jax.acceptance.journal import Journal
 from hpcai_jax.acceptance.sizes import Sizes
@@ -47,7 +47,7 @@ GROUPS: tuple[Group, ...] = (
     Group("train", 0.14, measure.train_items),
     Group("input", 0.05, measure.input_items),
     Group("detector", 0.15, measure.detector_items),
-    Group("members", 0.26, measure.member_items),
+    Group("members", 0.26, members.member_items),
     Group("dtypes", 0.13, measure.dtype_items),
     Group("settings", 0.10, measure.settings_items),
 )

@@ -12,7 +12,13 @@ class Sizes:
     image_size: int
     batch_size: int  # images per device per step, whatever the members per device
     dtype: str
-    members_per_device: tuple[int, ...]  # besides 1, under each way of running them
+    # The members group (acceptance/members.py): (M, B) of the layer table, most wanted first,
+    # and of the whole resnet_small step under every --member_map form.
+    member_layer_grid: tuple[tuple[int, int], ...]
+    member_step: tuple[int, int]
+    member_layers: tuple[int, ...]  # indices into member_layers.LAYERS
+    member_forms: tuple[str, ...] | None  # --member_map forms of the whole step; None: all
+    member_calls: int  # calls per timing sample of a layer
     detector_model: str
     detector_image_size: int
     detector_batch_size: int
@@ -32,7 +38,11 @@ FULL = Sizes(
     image_size=224,
     batch_size=128,
     dtype="bfloat16",
-    members_per_device=(2, 4, 16),
+    member_layer_grid=((16, 32), (4, 32), (16, 128), (4, 128)),
+    member_step=(16, 32),
+    member_layers=(0, 1, 2, 3),
+    member_forms=None,
+    member_calls=5,
     # One GPU's share of a member at P_degree = 8 (configs/extreme_weather.flags: 16 per member).
     detector_model="faster_rcnn_resnet50",
     detector_image_size=768,
@@ -53,9 +63,13 @@ SMOKE = Sizes(
     image_size=32,
     batch_size=8,
     dtype="bfloat16",
-    # One count: every variant's code runs at 2 members as at 4 (the 4-member builds were a third
-    # of the smoke's time in CI).
-    members_per_device=(2,),
+    # Every formulation's code at 2 members as at 16; a strided 3×3 and a 1×1 layer (every
+    # layer is the same code), the default form and the one-kernel-per-layer one in the step.
+    member_layer_grid=((2, 2),),
+    member_step=(2, 4),
+    member_layers=(1, 2),
+    member_forms=("scan", "batched"),
+    member_calls=1,
     detector_model="faster_rcnn_small",
     detector_image_size=64,
     detector_batch_size=2,

@@ -28,6 +28,7 @@ from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC
 from hpcai_jax.bits import pack_bits
 from hpcai_jax.data.pipeline import ReadCache, eval_batches, eval_layout
 from hpcai_jax.engine import sharded, subsets
+from hpcai_jax.engine.member_map import SCAN, MemberMapping
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import (
     MEMBERS,
@@ -82,7 +83,7 @@ def build_eval_step(
     mesh: Mesh,
     strategy: str,
     state_specs: EnsembleState | None = None,
-    how: str = "scan",
+    how: MemberMapping = SCAN,
     masks: np.ndarray | None = None,
 ):
     """(state, batch, valid, votes [M, E], split) → EvalCounts: the batch and its valid mask as
@@ -208,7 +209,7 @@ def _gathered(x: jax.Array, axis_name: str, axis: int = 0) -> jax.Array:
     return lax.psum(placed, axis_name)
 
 
-def _members_applied(model, strategy: str, how: str, state: EnsembleState):
+def _members_applied(model, strategy: str, how: MemberMapping, state: EnsembleState):
     """The workload's `apply_members(fn, *stacked)` for the local members of `state`: fn(apply,
     *member_slices) for each member, stacked [m_local, ...], where apply(*args, **kwargs) is
     model.apply with that member's variables."""

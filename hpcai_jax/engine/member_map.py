@@ -6,25 +6,76 @@
 copy of the member's program per member). Under `vmap`, `--member_map` says how the mapping is
 carried out:
 
-- `scan`: `lax.map` over whole members, each member's forward and backward one loop iteration,
-  its convolutions in the forms XLA runs fast inside a loop (ops/member_conv.py);
-- `batched`: `jax.vmap` over the members: BatchNorm, dense layers and elementwise work batched
+- `scan`: sequential, `lax.map` over whole members, each member's forward and backward one
+  loop iteration, its convolutions in the forms XLA runs fast inside a loop (ops/member_conv.py);
+- `conv_loop`: `jax.vmap` over the members: BatchNorm, dense layers and elementwise work batched
   across them, each convolution a loop over the members (ops/member_conv.py, "loop");
-- `grouped`: plain `jax.vmap`, XLA's grouped convolutions (the slow form, kept as an ablation).
+- `batched`: one kernel per layer for all the device's members: dense layers and every
+  convolution a batched product (ops/member_conv.py, "im2col"), BatchNorm and elementwise work
+  batched, statistics per member;
+- `batched_grouped`: the same, but each k×k convolution one grouped convolution differentiated
+  as such (grad of vmap: ops/member_conv.py, "grouped_vjp"), a 1×1 one a batched product;
+- `grouped`: plain `jax.vmap`, XLA's grouped convolutions and their vmapped gradients (the slow
+  form, kept as an ablation).
+
+`--member_group=k` batches k members at a time under the jax.vmap forms, the groups one after
+another (`lax.map`'s batch_size): the memory knob between `scan` and all members at once.
 """
 
 from __future__ import annotations
 
-MEMBER_MAPS = ("scan", "batched", "grouped")
+import dataclasses
+
+MEMBER_MAPS = ("scan", "conv_loop", "batched", "batched_grouped", "grouped")
+# The member convolutions' formulation (ops/member_conv.py) each form traces its members in.
+FORMULATIONS = {
+    "scan": "loop",
+    "conv_loop": "loop",
+    "batched": "im2col",
+    "batched_grouped": "grouped_vjp",
+    "grouped": "grouped",
+}
+SEQUENTIAL = ("scan",)  # whole members one after another
+# What each form does, as the record's member_strategy_why says it.
+DOES = {
+    "scan": "sequential: whole members one after another in a loop",
+    "conv_loop": "batched layers, each convolution a loop over the members",
+    "batched": "one kernel per layer, convolutions as batched products",
+    "batched_grouped": "one kernel per layer, k×k convolutions as one grouped convolution",
+    "grouped": "plain jax.vmap, XLA's grouped convolutions",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberMapping:
+    """How `jax.vmap` maps a device's members: `form` (MEMBER_MAPS) and `group`, how many are
+    batched at once (0: all of them), the groups one after another."""
+
+    form: str
+    group: int = 0
+
+    def __post_init__(self):
+        if self.form not in MEMBER_MAPS:
+            raise ValueError(f"member map {self.form!r} not in {MEMBER_MAPS}")
+
+    def has_loop(self, members: int) -> bool:
+        """Whether the step loops over members (cost analysis then counts one trip)."""
+        if self.form in ("scan", "conv_loop"):
+            return True
+        return 0 < self.group < members
+
+
+SCAN = MemberMapping("scan")
+GROUPED = MemberMapping("grouped")
 
 # --member_strategy=auto per backend, and why (docs/members.md).
 MEMBER_STRATEGY_DEFAULTS = {
     "cpu": (
         "vmap",
-        "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (docs/members.md): the "
-        "mapped members (under scan one member after another, in a loop) run 1.05-1.11x "
-        "separate steps' speed and as fast as unroll (0.97-1.00x), in a program that does not "
-        "grow with them",
+        "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (docs/members.md): under "
+        "scan the members run one after another in a loop at 0.91-1.55x separate steps' speed "
+        "(M = 4, 16, 64; B = 8, 32, 128), as fast as unroll (0.97-1.43x) where unroll was built "
+        "(M <= 16), in a program that does not grow with them",
     ),
     "gpu": (
         "unroll",
@@ -39,15 +90,17 @@ MEMBER_STRATEGY_DEFAULTS = {
 MEMBER_MAP_DEFAULTS = {
     "cpu": (
         "scan",
-        "measured on a 2-core CPU (docs/members.md): whole members in a loop beat jax.vmap "
-        "with looped convolutions, whose vmapped BatchNorm and elementwise work is slower there",
+        "measured on a 2-core CPU (docs/members.md): scan (sequential) ran 0.91-1.55x separate "
+        "steps; every form that batches the members ran slower there: batched (one kernel per "
+        "layer) 0.48-0.85x, conv_loop 0.65-0.81x, grouped 0.15-0.50x, batched_grouped "
+        "0.02-0.07x",
     ),
     "gpu": (
-        "batched",
+        "conv_loop",
         "not measured on a GPU yet: jax.vmap batches BatchNorm and elementwise kernels across "
         "the members, each convolution keeps one member's cuDNN kernel",
     ),
-    "tpu": ("batched", "not measured on a TPU yet; as on GPUs"),
+    "tpu": ("conv_loop", "not measured on a TPU yet; as on GPUs"),
 }
 
 

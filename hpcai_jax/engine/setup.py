@@ -19,12 +19,22 @@ from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
 from hpcai_jax.engine.evaluate import build_eval_step, subset_plan
-from hpcai_jax.engine.member_map import resolve_member_map, resolve_member_strategy
+from hpcai_jax.engine.member_map import (
+    DOES,
+    GROUPED,
+    SCAN,
+    SEQUENTIAL,
+    MemberMapping,
+    resolve_member_map,
+    resolve_member_strategy,
+)
+from hpcai_jax.engine.member_memory import check_fits
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.step import build_train_step
 from hpcai_jax.engine.subsets import SubsetPlan
 from hpcai_jax.errors import UsageError
+from hpcai_jax.stream.placement import device_memory_bytes
 from hpcai_jax.workloads import Workload, make_workload
 
 # Synthetic data has no size of its own; an "epoch" of it is one ImageNet-1k training epoch.
@@ -51,7 +61,7 @@ class RunSetup:
     eval_step: object  # jitted (state, batch, valid, votes, split) -> EvalCounts
     # id(source) -> data.pipeline.ReadCache: what evaluations read, kept for the next ones.
     read_caches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    member_map: str = "grouped"  # how vmap maps the members (engine/member_map.py)
+    member_map: MemberMapping = GROUPED  # how vmap maps the members (engine/member_map.py)
     # The sub-ensembles every evaluation scores (engine/subsets.py); None: none.
     subset_plan: SubsetPlan | None = None
     # The train settings as given, where --batch_policy=per_device resolved them (`config`'s
@@ -86,12 +96,24 @@ class RunSetup:
     def init_state(self) -> ensemble.EnsembleState:
         return self._init(self.config.train.seed)
 
+    @property
+    def member_loop_trips(self) -> int:
+        """How often the compiled train step's loop over members runs in all (1: no loop):
+        each member once where members run in a loop, each group once under --member_group."""
+        m, how = self.layout.members_per_device, self.member_map
+        if self.member_strategy != "vmap" or not how.has_loop(m):
+            return 1
+        return m if how.form in ("scan", "conv_loop") else m // how.group
+
     @functools.cached_property
     def count_step(self):
-        """The train step with its loops over members written out, for XLA's cost analysis
-        (which counts a loop body once), or None where the step has no such loop. A separate
-        jit, lowered only, never compiled (engine/compiled.compile_step)."""
-        if self.member_strategy != "vmap" or self.member_map == "grouped":
+        """The train step for XLA's cost analysis, or None where the compiled step's own count
+        holds (unroll, grouped): under the other jax.vmap forms, the members in a loop written
+        out, each convolution lax's own (ops/member_conv.py "loop"), whatever the form runs.
+        Cost analysis counts a loop's body once, and the batched products of im2col multiply
+        the padding's zeros as well: the FLOPs are the model's, one count for every form. A
+        separate jit, lowered only, never compiled (engine/compiled.compile_step)."""
+        if self.member_strategy != "vmap" or self.member_map.form == "grouped":
             return None
         return build_train_step(
             self.workload,
@@ -100,7 +122,7 @@ class RunSetup:
             self.member_strategy,
             self.allreduce,
             self.state_specs,
-            self.member_map,
+            SCAN,
         )
 
 
@@ -138,6 +160,10 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     )
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
     strategy, why, how = _member_strategy(config, layout)
+    if strategy == "vmap":
+        together = how.group or layout.members_per_device
+        share = tc.batch_size // layout.parallel_degree
+        check_fits(workload, how.form, together, share, device_memory_bytes(devices[0]))
     subsets = subset_plan(workload, layout.ensemble_size, tc.seed)
     return RunSetup(
         config=config,
@@ -179,7 +205,7 @@ def _training_examples(config: RunConfig, datasets: Datasets | None) -> int:
     return num_examples
 
 
-def _member_strategy(config: RunConfig, layout: MeshLayout) -> tuple[str, str, str]:
+def _member_strategy(config: RunConfig, layout: MeshLayout) -> tuple[str, str, MemberMapping]:
     """(strategy, why, how vmap maps the members) on this backend (engine/member_map.py)."""
     strategy, why = resolve_member_strategy(
         config.mesh.member_strategy,
@@ -190,6 +216,19 @@ def _member_strategy(config: RunConfig, layout: MeshLayout) -> tuple[str, str, s
     how, how_why = resolve_member_map(
         config.mesh.member_map, jax.default_backend(), config.model.dtype, layout.model_parallel
     )
+    group = config.mesh.member_group
+    if group and (strategy != "vmap" or how in SEQUENTIAL):
+        mapped = how if strategy == "vmap" else f"--member_strategy={strategy}"
+        raise UsageError(
+            f"--member_group={group}: {mapped} runs the members one at a time; give a jax.vmap "
+            "form (--member_map=conv_loop, batched, batched_grouped or grouped)"
+        )
+    if group and layout.members_per_device % group:
+        raise UsageError(
+            f"--member_group={group} must divide the {layout.members_per_device} members per device"
+        )
     if strategy == "vmap":
-        why = f"{why}; members mapped as {how}: {how_why}"
-    return strategy, why, how
+        why = f"{why}; members mapped as {how} ({DOES[how]}): {how_why}"
+        if 0 < group < layout.members_per_device:
+            why += f"; {group} members at a time (--member_group)"
+    return strategy, why, MemberMapping(how, group)

@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, MEMBER_SPEC, MODEL
 from hpcai_jax.engine import optimizer as loss_scale
 from hpcai_jax.engine.collectives import AllreducePlan, reduce_gradients
+from hpcai_jax.engine.member_map import FORMULATIONS, GROUPED, SCAN, SEQUENTIAL, MemberMapping
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.ops import member_conv
 from hpcai_jax.workloads.base import Workload
@@ -40,19 +41,28 @@ class StepMetrics(struct.PyTreeNode):
     input_finite: jax.Array | None = None  # [M] bool: the member's batch held no NaN/inf
 
 
-def map_members(fn: Callable, strategy: str, *stacked, how: str = "scan"):
+def map_members(fn: Callable, strategy: str, *stacked, how: MemberMapping = SCAN):
     """fn applied to each local member's slices of `stacked`, results stacked [m_local, ...]:
-    under `vmap` mapped as `how` says (MEMBER_MAPS), under `unroll` a Python loop."""
+    under `vmap` mapped as `how` says (engine/member_map.py), under `unroll` a Python loop."""
     if strategy == "vmap":
-        if how == "grouped":
-            return jax.vmap(fn)(*stacked)
-        with member_conv.formulation("loop"):
-            if how == "batched":
-                return jax.vmap(fn)(*stacked)
-            return member_conv.loop(fn, *stacked)
+        with member_conv.formulation(FORMULATIONS[how.form]):
+            if how.form in SEQUENTIAL:
+                return member_conv.loop(fn, *stacked)
+            return _in_groups(jax.vmap(fn), how.group, *stacked)
     count = jax.tree.leaves(stacked)[0].shape[0]
     outs = [fn(*jax.tree.map(lambda x, i=i: x[i], stacked)) for i in range(count)]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
+def _in_groups(fn: Callable, group: int, *stacked):
+    """fn (batched over members) on groups of `group` members one after another (a loop,
+    written out under member_conv.counting()); on all of them at once where group is 0."""
+    m = jax.tree.leaves(stacked)[0].shape[0]
+    if not 0 < group < m:
+        return fn(*stacked)
+    split = jax.tree.map(lambda x: x.reshape(m // group, group, *x.shape[1:]), stacked)
+    out = member_conv.loop(fn, *split)
+    return jax.tree.map(lambda x: x.reshape(m, *x.shape[2:]), out)
 
 
 def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train: bool):
@@ -201,7 +211,9 @@ def step_specs(state_specs):
     return state_specs, grads, state_specs.model_state
 
 
-def _local_gradients(workload: Workload, mesh: Mesh, strategy: str, state_specs, how="scan"):
+def _local_gradients(
+    workload: Workload, mesh: Mesh, strategy: str, state_specs, how: MemberMapping
+):
     """shard_map: (state, batch) → (every device's local gradients [M, P_degree, ...], model
     state, loss [M], metrics {name: [M]}): the first half of the train step."""
     state_spec, grads_spec, model_state_spec = step_specs(state_specs)
@@ -276,7 +288,7 @@ def build_train_step(
     strategy: str,
     plan: AllreducePlan | None = None,
     state_specs: EnsembleState | None = None,
-    how: str = "scan",
+    how: MemberMapping = SCAN,
 ):
     """jit of two shard_maps with the state donated: (state, batch) → (state, StepMetrics).
 
@@ -330,9 +342,7 @@ def _update(
             grads = _summed(plan, grads)
         step = lambda s, g, ms: member_update(tx, s, g, ms, model_axis)  # noqa: E731
         with jax.named_scope(UPDATE_SCOPE):
-            new_state, finite = map_members(
-                step, strategy, state, grads, model_state, how="grouped"
-            )
+            new_state, finite = map_members(step, strategy, state, grads, model_state, how=GROUPED)
         skipped = None if new_state.loss_scale is None else new_state.loss_scale.skipped
         return new_state, finite, skipped
 
@@ -353,7 +363,7 @@ def build_gradient_step(
     strategy: str,
     plan: AllreducePlan | None = None,
     state_specs: EnsembleState | None = None,
-    how: str = "scan",
+    how: MemberMapping = SCAN,
 ):
     """jit: (state, batch) → (local, summed), both [M, P_degree, ...] per parameter: every
     device's local gradient, and every device's copy of its member's gradient after the

@@ -128,7 +128,9 @@ def count_ensemble_step(config: RunConfig, device_ids: tuple[int, ...] | None = 
     setup = build_setup(config, devices=devices, open_data=False)
     m, b = setup.layout.ensemble_size, config.train.batch_size
     batch = abstract_batch(setup.mesh, setup.layout, b, setup.workload.spec.fields)
-    return count_fn(setup.train_step, setup.abstract_state, batch, batch=m * b)
+    # The model's FLOPs, one count for every form of mapping the members (RunSetup.count_step).
+    step = setup.count_step or setup.train_step
+    return count_fn(step, setup.abstract_state, batch, batch=m * b)
 
 
 # XLA / analytic beyond this fails the cross-check: --mode=flops exits non-zero, a training run

@@ -49,6 +49,7 @@ class CompiledTrainStep:
     member_strategy: str
     member_strategy_why: str
     compile_s: float
+    member_loop_trips: int = 1  # RunSetup.member_loop_trips
 
 
 def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
@@ -66,6 +67,7 @@ def compile_train_step(config: RunConfig, devices=None) -> CompiledTrainStep:
         member_strategy=setup.member_strategy,
         member_strategy_why=setup.member_strategy_why,
         compile_s=build.seconds,
+        member_loop_trips=setup.member_loop_trips,
     )
 
 
@@ -116,7 +118,7 @@ def measure_flops(config: RunConfig) -> FlopsResult:
         step.num_devices,
         step.lowered,
         step.counted,
-        step.layout.members_per_device,
+        step.member_loop_trips,
     )
     check = crosscheck(config, step_cost.flops)
     device = jax.devices()[0]

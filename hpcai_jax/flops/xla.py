@@ -75,7 +75,7 @@ def _analysis(stage) -> tuple[dict | None, str]:
     return analysis, ""
 
 
-def _before_optimisation(lowered) -> tuple[dict | None, str]:
+def before_optimisation(lowered) -> tuple[dict | None, str]:
     """Cost analysis of the lowered program. A PJRT plugin backend (the GPU's) has none of its
     own, so the host's CPU backend analyses the same HLO module: the call Lowered.cost_analysis
     makes on the others (a private JAX function; any failure is a note, not a figure)."""
@@ -109,7 +109,7 @@ def xla_cost(
     flops, note_f = _figure(analysis, "flops")
     bytes_accessed, note_b = _figure(analysis, "bytes accessed")
     if counted is not None:
-        before, note = _before_optimisation(counted)
+        before, note = before_optimisation(counted)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)
         note_f = "; ".join(
             n
@@ -129,7 +129,7 @@ def xla_cost(
                 "in a loop, whose body cost analysis counts once",
             )
     elif lowered is not None and (calls := library_calls(compiled)):
-        before, note = _before_optimisation(lowered)
+        before, note = before_optimisation(lowered)
         flops, note_f = _figure(before, "flops") if before is not None else (None, note)
         listed = ", ".join(f"{n} x {t}" for t, n in sorted(calls.items()))
         note_f = "; ".join(

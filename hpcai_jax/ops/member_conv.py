@@ -1,21 +1,25 @@
-"""Convolutions of several members at once, at the speed of one member's (docs/members.md).
+"""Convolutions of several members at once (docs/members.md).
 
 `jax.vmap` over members whose convolution weights differ turns every convolution into a grouped
-one (`feature_group_count` = members) and its weight gradient into a `batch_group_count`
-convolution that XLA rewrites: 4-16x slower than the members' convolutions one by one on a CPU.
-Models build their convolutions with `conv_general_dilated` below (flax's `nn.Conv` takes it);
-outside a `formulation(...)` block it is `lax.conv_general_dilated`, so one member's program is
-unchanged. Inside one (the engine opens it around the members' vmap) a convolution is a
-`custom_vjp` whose forward, input gradient and weight gradient are each a `custom_vmap`
-function, and batching over the members runs, per `formulation`:
+one (`feature_group_count` = members) and its weight gradient into a grouped forward
+convolution with the images as its kernel (vmap of grad): 4-16x slower than the members'
+convolutions one by one on a CPU, and not matched to cuDNN's backward-filter on a GPU. Models
+build their convolutions with `conv_general_dilated` below (flax's `nn.Conv` takes it); outside a
+`formulation(...)` block it is `lax.conv_general_dilated`, so one member's program is unchanged.
+Inside one (the engine opens it around the members' vmap) a convolution is a `custom_vjp` whose
+forward and gradients are `custom_vmap` functions, and batching over the members runs, per
+`formulation`:
 
 - "loop": each member's own convolution in a `lax.map` over the members (a program that does
   not grow with them), written in the forms XLA runs fast inside a loop: the forward and input
   gradient as plain NHWC × HWIO convolutions, the weight gradient as one too (the images'
   channels as its batch, their batch as its features);
-- "grouped": XLA's own batching of the convolution (the grouped forms above).
+- "im2col" and "grouped_vjp": one kernel per layer for all the members (ops/member_batched.py):
+  batched products over the k² shifted slices of the input, or one grouped convolution
+  differentiated as such (grad of vmap); a 1×1 convolution is one batched product in both;
+- "grouped": XLA's own batching of the convolution and of its gradient (vmap of grad, above).
 
-`counting()` unrolls the "loop" formulation's loops, for XLA's cost analysis, which counts a
+`counting()` unrolls the "loop" formulation's loops for XLA's cost analysis, which counts a
 while loop's body once whatever its trip count (flops/crosscheck.py).
 """
 
@@ -29,7 +33,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-FORMULATIONS = ("loop", "grouped")
+from hpcai_jax.ops import member_batched
+from hpcai_jax.ops.member_batched import NHWC
+
+FORMULATIONS = ("loop", "im2col", "grouped_vjp", "grouped")
 
 _formulation: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "member_conv_formulation", default=None
@@ -66,9 +73,7 @@ def unrolled() -> bool:
     return _unrolled.get()
 
 
-_NHWC = lax.ConvDimensionNumbers(
-    lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2)
-)
+_NHWC = NHWC
 
 
 def conv_general_dilated(
@@ -179,27 +184,35 @@ def loop(fn, *stacked):
     return lax.scan(body, None, stacked, unroll=True if _unrolled.get() else 1)[1]
 
 
-def _over_members(fn, axis_size, in_batched, *args):
-    """The batching rule's loop: fn on each member's slices (an unbatched one is shared)."""
-    args = [
-        a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
-        for a, b in zip(args, in_batched, strict=True)
-    ]
-    return loop(fn, *args), True
-
-
-def _batched(fn):
-    """A custom_vmap of fn(a, b) whose batching over members is the formulation in force."""
+def _batched(fn, settings: tuple):
+    """A custom_vmap of the forward fn(x, w) whose batching over members is the formulation in
+    force (ops/member_batched.forward_rule); `settings`: (strides, pads, precision)."""
     mapped = jax.custom_batching.custom_vmap(fn)
+    mapped.def_vmap(
+        lambda n, batched, *args: member_batched.forward_rule(
+            _formulation.get(), fn, settings, loop, n, batched, args
+        )
+    )
+    return mapped
 
-    @mapped.def_vmap
-    def rule(axis_size, in_batched, a, b):
-        if _formulation.get() == "loop":
-            return _over_members(fn, axis_size, in_batched, a, b)
-        # XLA's own batching of the same computation.
-        out = jax.vmap(fn, in_axes=tuple(0 if x else None for x in in_batched))(a, b)
-        return out, True
 
+def _gradient(which: str, strides, pads, precision, in_hw, k_hw):
+    """dx or dw (`which`) of one member from (x, w, dy), a custom_vmap batched over members as
+    the formulation says (ops/member_batched.gradient_rule); the two are apart, so that one
+    nothing needs (the input image's dx) is never computed."""
+
+    def one(x, w, dy):
+        if which == "dx":
+            return _input_grad(dy, w, strides, pads, precision, in_hw)
+        return _weight_grad(x, dy, strides, pads, precision, k_hw)
+
+    mapped = jax.custom_batching.custom_vmap(one)
+    settings = (strides, pads, precision)
+    mapped.def_vmap(
+        lambda n, batched, *args: member_batched.gradient_rule(
+            _formulation.get(), which, one, settings, loop, n, batched, args
+        )
+    )
     return mapped
 
 
@@ -210,7 +223,7 @@ def _member_conv(strides: tuple, pads: tuple, precision):
     def forward(x, w):
         return _forward(x, w, strides, pads, precision)
 
-    fwd_b = _batched(forward)
+    fwd_b = _batched(forward, (strides, pads, precision))
 
     @jax.custom_vjp
     def conv(x, w):
@@ -222,8 +235,8 @@ def _member_conv(strides: tuple, pads: tuple, precision):
     def conv_bwd(res, dy):
         x, w = res
         in_hw, k_hw = x.shape[1:3], w.shape[:2]
-        dx = _batched(lambda d, k: _input_grad(d, k, strides, pads, precision, in_hw))(dy, w)
-        dw = _batched(lambda a, d: _weight_grad(a, d, strides, pads, precision, k_hw))(x, dy)
+        dx = _gradient("dx", strides, pads, precision, in_hw, k_hw)(x, w, dy)
+        dw = _gradient("dw", strides, pads, precision, in_hw, k_hw)(x, w, dy)
         return dx.astype(x.dtype), dw.astype(w.dtype)
 
     conv.defvjp(conv_fwd, conv_bwd)

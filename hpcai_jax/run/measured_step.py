@@ -14,6 +14,7 @@ from absl import logging
 from hpcai_jax import nodes
 from hpcai_jax.engine.compiled import compile_step, count_lowered
 from hpcai_jax.engine.setup import RunSetup
+from hpcai_jax.flops import counted_cache
 from hpcai_jax.flops.crosscheck import FlopFigures, crosscheck
 from hpcai_jax.flops.device_peaks import bandwidth_at_start, matmul_peaks
 from hpcai_jax.flops.xla import XlaCost, xla_cost
@@ -42,12 +43,20 @@ def measure_step(setup: RunSetup, state, bandwidth: tuple[float, str] | None) ->
     config = setup.config
     shapes = (setup.mesh, setup.layout, config.train.batch_size, setup.workload.spec.fields)
     build = compile_step(setup.train_step, state, *shapes)
+    counted = None
     with startup.phase("counting"):  # the members' loops written out: O(members) to trace
-        counted = count_lowered(setup.count_step, state, *shapes)
+        if setup.count_step is not None:
+            counted, cached = counted_cache.counted(
+                build.lowered, lambda: count_lowered(setup.count_step, state, *shapes)
+            )
+            logging.info(
+                "counting program (the members' loops written out): %s",
+                f"read from {counted_cache.folder()}" if cached else "traced and lowered",
+            )
     with startup.phase("crosscheck"):
         layout = setup.layout
         cost = xla_cost(
-            build.compiled, layout.num_devices, build.lowered, counted, layout.members_per_device
+            build.compiled, layout.num_devices, build.lowered, counted, setup.member_loop_trips
         )
         cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
     _log_flops(build.seconds, cost, cross)
