@@ -202,17 +202,15 @@ def test_mapped_members_train_as_unrolled_and_alone(dtype):
     """ResNet members (BatchNorm over `data` inside each member, P_degree 4, two members per
     device) after STEPS steps: every --member_map form and unroll equal each member trained
     alone within float tolerance; float16 carries its loss scale through the map. float32
-    runs every form; bfloat16 and float16 every form whose convolutions differ (scan's are
-    conv_loop's, grouped is XLA's own)."""
-    names = (
-        list(MAPPED)
-        if dtype == "float32"
-        else ["unroll", "conv_loop", "batched", "batched_grouped"]
-    )
+    runs every form and unroll; bfloat16 and float16, for the suite's time, the forms whose
+    convolutions differ from float32's checks (scan's are conv_loop's, grouped is XLA's own,
+    unroll is autodiff's)."""
+    names = list(MAPPED) if dtype == "float32" else ["conv_loop", "batched", "batched_grouped"]
     runs = {name: _trained(dtype, MAPPED[name]) for name in names}
-    assert runs["unroll"][0].member_strategy == "unroll"
     assert runs["batched"][0].member_map == MemberMapping("batched")
-    want = _alone(runs["unroll"][0])
+    if dtype == "float32":
+        assert runs["unroll"][0].member_strategy == "unroll"
+    want = _alone(runs[names[0]][0])
     tol = dict(rtol=2e-4, atol=2e-5) if dtype == "float32" else dict(rtol=3e-2, atol=3e-3)
     for name in names:
         got = jax.tree.map(np.asarray, runs[name][1][:2])
