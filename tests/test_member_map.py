@@ -328,3 +328,17 @@ def test_a_batched_form_that_does_not_fit_is_one_line_before_compiling(monkeypat
 def test_member_group_errors(mesh, expected):
     with pytest.raises(UsageError, match=expected):
         build_setup(tiny_config(mesh=mesh), devices=jax.devices()[:1], open_data=False)
+
+
+def test_the_record_names_the_resolved_mapping():
+    """mesh.member_mapping: unroll, the form vmap runs (auto resolved), `form/k` in groups."""
+    from hpcai_jax.run.record import _member_mapping
+
+    def mapping(mesh):
+        config = tiny_config(mesh=mesh)
+        return _member_mapping(build_setup(config, devices=jax.devices()[:1], open_data=False))
+
+    assert mapping(C.MeshConfig(4, 4, 1, member_strategy="unroll")) == "unroll"
+    assert mapping(C.MeshConfig(4, 4, 1, member_strategy="vmap")) == "scan"  # auto on a CPU
+    grouped = C.MeshConfig(4, 4, 1, member_strategy="vmap", member_map="batched", member_group=2)
+    assert mapping(grouped) == "batched/2"

@@ -123,7 +123,16 @@ def _mesh(setup) -> train.Mesh:
         num_devices=layout.num_devices,
         member_strategy=setup.member_strategy,
         member_strategy_why=setup.member_strategy_why,
+        member_mapping=_member_mapping(setup),
     )
+
+
+def _member_mapping(setup) -> str:
+    """unroll, or the form vmap ran (`form/k` with --member_group k of fewer members)."""
+    if setup.member_strategy != "vmap":
+        return "unroll"
+    how, m = setup.member_map, setup.layout.members_per_device
+    return f"{how.form}/{how.group}" if 0 < how.group < m else how.form
 
 
 def _precision(setup) -> train.Precision:
