@@ -39,10 +39,9 @@ from hpcai_jax.engine.member_map import (
     MEMBER_MAP_DEFAULTS,
     MEMBER_MAPS,
     MEMBER_STRATEGY_DEFAULTS,
+    ONE_KERNEL_PER_LAYER,
 )
 from hpcai_jax.engine.setup import build_setup
-
-ONE_KERNEL_PER_LAYER = ("batched", "batched_grouped")
 
 
 def _config(members: int, strategy: str, how: str, batch_size: int, seed: int = 0):

@@ -13,14 +13,13 @@ import time
 
 from hpcai_jax.acceptance import member_layers
 from hpcai_jax.acceptance.items import PASS, WARN, Item, from_row
-from hpcai_jax.engine.member_map import MEMBER_MAPS
+from hpcai_jax.engine.member_map import MEMBER_MAPS, ONE_KERNEL_PER_LAYER
 from hpcai_jax.nodecheck import training
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.rows import NA, skipped
 
 GROUP = "members"
 LAYER_FILE = "members_layers"
-ONE_KERNEL_PER_LAYER = ("batched", "batched_grouped")
 
 
 def layer_items(ctx, allotment: Allotment, share: float) -> list[Item]:

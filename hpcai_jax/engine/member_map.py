@@ -36,6 +36,7 @@ FORMULATIONS = {
     "grouped": "grouped",
 }
 SEQUENTIAL = ("scan",)  # whole members one after another
+ONE_KERNEL_PER_LAYER = ("batched", "batched_grouped")
 # What each form does, as the record's member_strategy_why says it.
 DOES = {
     "scan": "sequential: whole members one after another in a loop",
