@@ -54,7 +54,7 @@ BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
 BATCH_POLICIES = ("per_member", "per_device")  # resolved_batch
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
-MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
+MEMBER_STRATEGIES = ("auto", *member_map.MEMBER_STRATEGIES)
 MEMBER_MAPS = ("auto", *member_map.MEMBER_MAPS)  # declared once, in engine/member_map.py
 DTYPES = ("float32", "bfloat16", "float16", "int8")
 # Table 2's communication options (engine/collectives.py, docs/system_options.md).

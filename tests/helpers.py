@@ -228,3 +228,23 @@ def check_cli(capsys, *argv) -> tuple[int, list[str], list[str]]:
     code = submission([str(a) for a in argv])
     out, err = capsys.readouterr()
     return code, [x for x in out.splitlines() if not x.startswith("checked ")], err.splitlines()
+
+
+def plan_for(mesh, mapping, members_per_device: int):
+    """A step plan (engine/plan.py) on `mesh` for a step built outside setup: its layout read off
+    the mesh, a flat float32 all-reduce."""
+    from hpcai_jax.axes import DATA, ENSEMBLE, MODEL
+    from hpcai_jax.engine.collectives import AllreducePlan
+    from hpcai_jax.engine.mesh import MeshLayout
+    from hpcai_jax.engine.plan import StepPlan
+
+    shape = mesh.shape
+    p = shape[DATA]
+    layout = MeshLayout(
+        ensemble_size=shape[ENSEMBLE] * members_per_device,
+        members_per_device=members_per_device,
+        parallel_degree=p,
+        num_devices=mesh.devices.size,
+        model_parallel=shape.get(MODEL, 1),
+    )
+    return StepPlan(mesh, layout, mapping, AllreducePlan("flat", "float32", p, p))

@@ -10,6 +10,7 @@ The element type is read from the HLO before XLA's passes: XLA:CPU promotes bf16
 to f32 (its `_promoted` reductions), which GPU and TPU do not."""
 
 import re
+from dataclasses import replace
 
 import jax
 import numpy as np
@@ -111,9 +112,7 @@ def test_default_sums_in_float32_with_one_flat_all_reduce(inputs):
 def test_option_sums_the_local_gradients_within_its_dtype_bound(option, inputs):
     setup = _setup(*option)
     mode, _, dtype = option
-    local, summed = build_gradient_step(
-        setup.workload, setup.mesh, setup.member_strategy, setup.allreduce, setup.state_specs
-    )(*inputs)
+    local, summed = build_gradient_step(setup.workload, setup.plan)(*inputs)
     for (key, g), s in zip(
         jax.tree_util.tree_leaves_with_path(local), jax.tree.leaves(summed), strict=True
     ):
@@ -178,7 +177,7 @@ def test_torus_and_hierarchical_group_p8_differently_in_the_hlo():
     for mode, (sides, inside, across) in claimed.items():
         plan = resolve_plan(C.MeshConfig(allreduce=mode), 8, 4)  # 4 devices per process
         assert (plan.inner, plan.outer) == sides, mode
-        step = build_train_step(setup.workload, setup.tx, setup.mesh, setup.member_strategy, plan)
+        step = build_train_step(setup.workload, setup.tx, replace(setup.plan, allreduce=plan))
         ops = _collectives(step.lower(state, batch).compiler_ir("hlo").as_hlo_text())
         assert ops == {
             ("reduce-scatter", "f32", inside),
@@ -227,7 +226,7 @@ def test_a_nan_on_one_device_reaches_only_its_members_flag(option, four_members)
     setup, state = four_members(model_dtype)
     mesh = C.MeshConfig(allreduce=mode, allreduce_group_size=group, grad_allreduce_dtype=dtype)
     plan = resolve_plan(mesh, 4, 8)
-    update = build_update_step(setup.tx, setup.mesh, setup.member_strategy, plan)
+    update = build_update_step(setup.tx, replace(setup.plan, allreduce=plan))
     sharding = NamedSharding(setup.mesh, BATCH_SPEC)
     rng = np.random.default_rng(0)
     clean = jax.tree.map(

@@ -94,7 +94,7 @@ def test_mapped_detector_members_match_members_trained_alone():
             members_per_device=2, parallel_degree=8, member_strategy="vmap", member_map=form
         )
         setup = build_setup(config)
-        assert setup.member_strategy == "vmap" and setup.member_map.form == form
+        assert setup.plan.mapping.form == form
         state = setup.init_state()
         batches = train_batches(
             setup.datasets.train, setup.sampler, setup.mesh, 2, STEPS, workers=0

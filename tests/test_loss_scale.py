@@ -113,7 +113,7 @@ def test_one_members_overflow_skips_only_that_members_step(float16_resnet):
     one skipped step. Member 0 (on its device) and members 2, 3 (on the other) take the very
     step they take when nobody overflows."""
     setup, start = float16_resnet
-    assert setup.member_strategy == "vmap"  # the CPU's default: mapped in one program
+    assert setup.plan.mapping.strategy == "vmap"  # the CPU's default: mapped in one program
     assert jax.tree.leaves(setup.abstract_state.model_state), "no BatchNorm statistics"
     batch = train_batch(setup.datasets.train, setup.sampler, setup.mesh, 4, 0)
     low, huge = 2.0**8, 2.0**40

@@ -12,7 +12,8 @@ from jax import lax
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.compiled import abstract_batch
-from hpcai_jax.engine.member_map import MEMBER_MAPS, MemberMapping, resolve_member_map
+from hpcai_jax.engine.member_map import MEMBER_MAPS, resolve_member_map
+from hpcai_jax.engine.plan import MemberMapping
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.analytic import count_fn
@@ -20,6 +21,7 @@ from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.mode import compile_train_step
 from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.ops import member_conv
+from hpcai_jax.ops.member_conv import MemberConv
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 # (height, width, in, out, kernel, strides, padding): every convolution kind of the models:
@@ -60,22 +62,21 @@ def _loss(conv, case):
 def _every_form(case, dtype):
     """Output, weight gradient and input gradient of each member in every formulation (one
     program for them all: one compile), and lax's autodiff member by member (the reference)."""
-    grad = _loss(member_conv.conv_general_dilated, case)
     ref = _loss(lax.conv_general_dilated, case)
-    vmapped = lambda f, *a: jax.vmap(f)(*a)  # noqa: E731
+    loop = MemberConv("loop")
     forms = {
-        "loop vmapped": ("loop", vmapped),
-        "loop scanned": ("loop", member_conv.loop),
-        "im2col": ("im2col", vmapped),
-        "grouped_vjp": ("grouped_vjp", vmapped),
-        "grouped": ("grouped", vmapped),
+        "loop vmapped": (loop, False),
+        "loop scanned": (loop, True),
+        "im2col": (MemberConv("im2col"), False),
+        "grouped_vjp": (MemberConv("grouped_vjp"), False),
+        "grouped": (MemberConv(None), False),
     }
 
     def run(w, x):
         out = {}
-        for name, (formulation, mapping) in forms.items():
-            with member_conv.formulation(formulation):
-                out[name] = mapping(grad, w, x)
+        for name, (member, scanned) in forms.items():
+            grad = _loss(member.conv_general_dilated, case)
+            out[name] = member.loop(grad, w, x) if scanned else jax.vmap(grad)(w, x)
         each = [ref(w[m], x[m]) for m in range(MEMBERS)]
         return out, jax.tree.map(lambda *a: jnp.stack(a), *each)
 
@@ -105,11 +106,10 @@ def test_member_convolutions_equal_lax_in_every_form(case, dtype):
 
 def _dot_dtypes(formulation: str, case) -> list[tuple[str, str]]:
     """(operand dtype, result dtype) of every product in the bf16 gradient's program."""
-    grad = _loss(member_conv.conv_general_dilated, case)
+    grad = _loss(MemberConv(formulation).conv_general_dilated, case)
 
     def run(w, x):
-        with member_conv.formulation(formulation):
-            return jax.vmap(grad)(w, x)
+        return jax.vmap(grad)(w, x)
 
     text = jax.jit(run).lower(*_operands(case, jnp.bfloat16)).as_text()
     ops = [line for line in text.splitlines() if "dot_general" in line or "convolution" in line]
@@ -139,34 +139,28 @@ def test_member_convolutions_count_the_flops_of_lax(case):
     h, wd, c, o, k, s, pad = case
     x, w = jnp.ones((2, 2, h, wd, c)), jnp.ones((2, k, k, c, o))
 
-    def loss(w, x):
-        y = member_conv.conv_general_dilated(x, w, s, pad, dimension_numbers=NHWC)
-        return jnp.sum(y)
+    def grad_of(conv):
+        loss = lambda w, x: jnp.sum(conv(x, w, s, pad, dimension_numbers=NHWC))  # noqa: E731
+        return jax.grad(loss, argnums=(0, 1))
 
-    grad = jax.grad(loss, argnums=(0, 1))
-
-    def mapped(w, x):
-        with member_conv.formulation("loop"):
-            return member_conv.loop(grad, w, x)
-
-    lax_count = count_fn(jax.vmap(grad), w, x, batch=1).total("xla")
+    loop = MemberConv("loop")
+    mapped = lambda w, x: loop.loop(grad_of(loop.conv_general_dilated), w, x)  # noqa: E731
+    lax_count = count_fn(jax.vmap(grad_of(lax.conv_general_dilated)), w, x, batch=1).total("xla")
     assert count_fn(mapped, w, x, batch=1).total("xla") == lax_count
 
 
-def test_outside_a_formulation_the_models_convolution_is_lax():
-    """One member's program is unchanged: no custom rule is traced without the engine's block."""
+def test_the_plain_member_convolution_is_lax():
+    """One member's program is unchanged: MemberConv() traces lax's convolution, no custom
+    rule; a formulation traces its custom rule."""
     x, w = jnp.ones((1, 8, 8, 2)), jnp.ones((3, 3, 2, 4))
-    jaxpr = jax.make_jaxpr(
-        lambda x, w: member_conv.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=NHWC)
-    )(x, w)
-    assert [e.primitive.name for e in jaxpr.eqns] == ["conv_general_dilated"]
-    with member_conv.formulation("loop"):
-        inside = jax.make_jaxpr(
-            lambda x, w: member_conv.conv_general_dilated(
-                x, w, (1, 1), "SAME", dimension_numbers=NHWC
-            )
-        )(x, w)
-    assert [e.primitive.name for e in inside.eqns] != ["conv_general_dilated"]
+
+    def eqns(member):
+        conv = member.conv_general_dilated
+        fn = lambda x, w: conv(x, w, (1, 1), "SAME", dimension_numbers=NHWC)  # noqa: E731
+        return [e.primitive.name for e in jax.make_jaxpr(fn)(x, w).eqns]
+
+    assert eqns(member_conv.PLAIN) == ["conv_general_dilated"]
+    assert eqns(MemberConv("loop")) != ["conv_general_dilated"]
 
 
 STEPS = 2
@@ -207,9 +201,9 @@ def test_mapped_members_train_as_unrolled_and_alone(dtype):
     unroll is autodiff's)."""
     names = list(MAPPED) if dtype == "float32" else ["conv_loop", "batched", "batched_grouped"]
     runs = {name: _trained(dtype, MAPPED[name]) for name in names}
-    assert runs["batched"][0].member_map == MemberMapping("batched")
+    assert runs["batched"][0].plan.mapping == MemberMapping("batched")
     if dtype == "float32":
-        assert runs["unroll"][0].member_strategy == "unroll"
+        assert runs["unroll"][0].plan.mapping == MemberMapping("unroll")
     want = _alone(runs[names[0]][0])
     tol = dict(rtol=2e-4, atol=2e-5) if dtype == "float32" else dict(rtol=3e-2, atol=3e-3)
     for name in names:
@@ -303,7 +297,7 @@ def test_a_batched_form_that_does_not_fit_is_one_line_before_compiling(monkeypat
     assert "(28×28 16→16 3×3, 4 members of 16 examples batched together)" in line
     assert "the device has 20.97 MB: give --member_group=1 or less" in line
     monkeypatch.setattr(setup_module, "device_memory_bytes", lambda device: 2**30)
-    assert build_setup(config, devices=jax.devices()[:1], open_data=False).member_map.form == (
+    assert build_setup(config, devices=jax.devices()[:1], open_data=False).plan.mapping.form == (
         "batched"
     )
 
@@ -332,13 +326,16 @@ def test_member_group_errors(mesh, expected):
 
 def test_the_record_names_the_resolved_mapping():
     """mesh.member_mapping: unroll, the form vmap runs (auto resolved), `form/k` in groups."""
-    from hpcai_jax.run.record import _member_mapping
+    from hpcai_jax.run.record import _mesh
 
     def mapping(mesh):
         config = tiny_config(mesh=mesh)
-        return _member_mapping(build_setup(config, devices=jax.devices()[:1], open_data=False))
+        setup = build_setup(config, devices=jax.devices()[:1], open_data=False)
+        return _mesh(setup).member_mapping
 
     assert mapping(C.MeshConfig(4, 4, 1, member_strategy="unroll")) == "unroll"
     assert mapping(C.MeshConfig(4, 4, 1, member_strategy="vmap")) == "scan"  # auto on a CPU
     grouped = C.MeshConfig(4, 4, 1, member_strategy="vmap", member_map="batched", member_group=2)
     assert mapping(grouped) == "batched/2"
+    every = C.MeshConfig(4, 4, 1, member_strategy="vmap", member_map="batched", member_group=4)
+    assert mapping(every) == "batched"  # all the device's members at once: no groups

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from helpers import plan_for
 from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
@@ -22,6 +23,7 @@ from hpcai_jax.config import OptimConfig
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.engine.mesh import make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import kernel_mask, make_optimizer
+from hpcai_jax.engine.plan import UNROLL, MemberMapping
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import build_train_step, map_members, member_train_step
 from hpcai_jax.errors import UsageError
@@ -326,7 +328,7 @@ class _Linear(nn.Module):
 class _LinearWorkload:
     """The smallest workload member_train_step accepts: y = x K + b, mean squared error."""
 
-    def model(self, axis_name):
+    def model(self, axis_name, conv=None):
         return _Linear()
 
     def inputs(self, batch):
@@ -366,14 +368,15 @@ def _two_members(tx):
     return x, kernels, bias, ys, state, batch
 
 
-@pytest.mark.parametrize("strategy", ["vmap", "unroll"])
-def test_lars_trust_ratios_are_per_member_in_one_ensemble_step(strategy):
+@pytest.mark.parametrize("form", ["scan", "grouped", "unroll"])
+def test_lars_trust_ratios_are_per_member_in_one_ensemble_step(form):
     # Each member's kernel step must be lr × eta‖K_m‖/‖g_m + wd K_m‖ × (g_m + wd K_m) with its
     # own norms, and its bias step plain.
     tx = make_optimizer(LARS, batch_size=4, steps_per_epoch=1, total_steps=1)
     x, kernels, bias, ys, state, batch = _two_members(tx)
     step = lambda s, b: member_train_step(_LinearWorkload(), tx, None, s, b)  # noqa: E731
-    new, *_ = jax.jit(lambda s, b: map_members(step, strategy, s, b))(state, batch)
+    mapping = MemberMapping(form)
+    new, *_ = jax.jit(lambda s, b: map_members(step, mapping, s, b))(state, batch)
 
     ratios = []
     for m, (k, y) in enumerate(zip(kernels.astype(np.float64), ys, strict=True)):
@@ -403,7 +406,8 @@ def test_trust_ratios_in_the_engine_sharded_step_are_each_member_own(optimizer):
     mesh = make_mesh(layout, jax.devices()[:8])
     sharded_state = jax.device_put(state, NamedSharding(mesh, MEMBER_SPEC))
     sharded_batch = jax.device_put(batch, NamedSharding(mesh, BATCH_SPEC))
-    engine_step = build_train_step(_LinearWorkload(), tx, mesh, "unroll")
+    plan = plan_for(mesh, UNROLL, layout.members_per_device)
+    engine_step = build_train_step(_LinearWorkload(), tx, plan)
     got = engine_step(sharded_state, sharded_batch)[0].params
     jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5), got, want)
 

@@ -1,8 +1,8 @@
-"""One training step reads in eight files: docs/design.md names them on its line "The step's
+"""One training step reads in nine files: docs/design.md names them on its line "The step's
 path:", and this checks the line against the code. The trainer's call of one step (`Trainer.step`:
 the batch, then the ensemble step, traced here as its first call would) is followed with a
 profile hook; every function of the package it runs must be in a named module, every named
-module must be on the path, and the modules stay within eight and 2,000 lines."""
+module must be on the path, and the modules stay within nine files and 2,100 lines."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from hpcai_jax.data.pipeline import Prefetcher
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.run import trainer
 
-MAX_MODULES, MAX_LINES = 8, 2000  # flax's examples/imagenet: 5 files, 975 lines
+# Eight files and 2,000 lines until the typed step plan (engine/plan.py) joined the path; flax's
+# examples/imagenet: 5 files, 975 lines.
+MAX_MODULES, MAX_LINES = 9, 2100
 
 
 def step_path() -> list[str]:
@@ -70,7 +72,7 @@ def modules_on_the_path(setup) -> set[str]:
     return seen
 
 
-def test_the_named_modules_exist_and_stay_within_eight_files_and_2000_lines():
+def test_the_named_modules_exist_and_stay_within_nine_files_and_2100_lines():
     path = step_path()
     assert path[0] == "hpcai_jax/run/trainer.py"  # from the loop's call ...
     assert "hpcai_jax/engine/step.py" in path  # ... through the step to the updated state
@@ -89,10 +91,19 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_the_step_runs_inside_the_named_modules_only(layout):
-    setup = build_setup(tiny_config(mesh=LAYOUTS[layout]))
-    seen = modules_on_the_path(setup)
+@pytest.fixture(scope="module")
+def seen_per_layout() -> dict[str, set[str]]:
+    return {
+        name: modules_on_the_path(build_setup(tiny_config(mesh=mesh)))
+        for name, mesh in LAYOUTS.items()
+    }
+
+
+def test_the_step_runs_inside_the_named_modules_only(seen_per_layout):
+    """Each layout's step stays inside the named modules, and the two together use them all
+    (the unrolled step never reads the members' mapping: engine/plan.py)."""
     path = set(step_path())
-    assert seen <= path, f"the step's path leaves the named modules: {sorted(seen - path)}"
+    for layout, seen in seen_per_layout.items():
+        assert seen <= path, f"{layout} leaves the named modules: {sorted(seen - path)}"
+    seen = set().union(*seen_per_layout.values())
     assert seen == path, f"named but not on the path: {sorted(path - seen)}"

@@ -44,8 +44,8 @@ FORMS = {
     "sequential": "loop",  # scan and conv_loop: the members' convolutions one after another
     "batched": "im2col",
     "batched_grouped": "grouped_vjp",
-    "grouped": "grouped",
-    "ideal": None,  # one member at batch M·B
+    "grouped": None,  # XLA's own batching
+    "ideal": "ideal",  # one member at batch M·B
 }
 PASSES = ("forward", "input_grad", "weight_grad")
 DECISION = (
@@ -64,14 +64,14 @@ def _operands(layer: Layer, m: int, b: int, dtype):
     return x, w.astype(dtype), dy
 
 
-def _conv(layer: Layer, conv=member_conv.conv_general_dilated):
+def _conv(layer: Layer, conv):
     s = (layer.stride, layer.stride)
     return lambda x, w: conv(x, w, s, "SAME", dimension_numbers=NHWC)
 
 
 def programs(layer: Layer, form: str) -> dict:
     """pass → a function of (x, w, dy) over the members ([M, ...] each) in `form`."""
-    if FORMS[form] is None:  # the ideal: one member, all the images
+    if form == "ideal":  # one member, all the images
         conv = _conv(layer, lax.conv_general_dilated)
 
         def flat(x):
@@ -86,14 +86,14 @@ def programs(layer: Layer, form: str) -> dict:
             "weight_grad": lambda x, w, dy: _vjp(conv, *one(x, w, dy))[1],
         }
         return fns
-    conv = _conv(layer)
+    member = member_conv.MemberConv(FORMS[form])
+    conv = _conv(layer, member.conv_general_dilated)
 
     def mapped(fn):
         def run(x, w, dy):
-            with member_conv.formulation(FORMS[form]):
-                if form == "sequential":
-                    return member_conv.loop(fn, x, w, dy)
-                return jax.vmap(fn)(x, w, dy)
+            if form == "sequential":
+                return member.loop(fn, x, w, dy)
+            return jax.vmap(fn)(x, w, dy)
 
         return run
 

@@ -13,7 +13,6 @@ from jax.sharding import Mesh
 from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.source import Fields
 from hpcai_jax.engine.mesh import MeshLayout
-from hpcai_jax.ops import member_conv
 
 
 def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fields) -> dict:
@@ -66,12 +65,11 @@ def compile_step(
 
 
 def count_lowered(count_fn, state, mesh: Mesh, layout: MeshLayout, batch_size: int, fields):
-    """`count_fn` (RunSetup.count_step) lowered with its loops over members written out, for
-    XLA's cost analysis; None without one."""
+    """`count_fn` (RunSetup.count_step: its loops over members written out) lowered for XLA's
+    cost analysis; None without one."""
     if count_fn is None:
         return None
-    with member_conv.counting():
-        return count_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))
+    return count_fn.lower(state, abstract_batch(mesh, layout, batch_size, fields))
 
 
 def compile_abstract_step(setup, compiler_options: dict | None = None, count: bool = False):

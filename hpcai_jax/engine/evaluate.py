@@ -28,13 +28,12 @@ from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, EVAL_SPEC
 from hpcai_jax.bits import pack_bits
 from hpcai_jax.data.pipeline import ReadCache, eval_batches, eval_layout
 from hpcai_jax.engine import sharded, subsets
-from hpcai_jax.engine.member_map import SCAN, MemberMapping
+from hpcai_jax.engine.plan import MemberMapping, StepPlan
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import (
     MEMBERS,
     map_members,
     member_model,
-    model_parallel_of,
     step_specs,
 )
 from hpcai_jax.workloads.base import Workload
@@ -80,10 +79,7 @@ def _voters_mean(local, votes: jax.Array):
 
 def build_eval_step(
     workload: Workload,
-    mesh: Mesh,
-    strategy: str,
-    state_specs: EnsembleState | None = None,
-    how: MemberMapping = SCAN,
+    plan: StepPlan,
     masks: np.ndarray | None = None,
 ):
     """(state, batch, valid, votes [M, E], split) → EvalCounts: the batch and its valid mask as
@@ -97,10 +93,10 @@ def build_eval_step(
     detector (shared proposals). An example without a voter is not scored; padding rows (valid
     false) have no votes and count for no member. `masks` [S, M]: sub-ensembles scored too
     (engine/subsets.py); with `example_hits`, each example's verdicts (`_example_hits`)."""
-    model, hits = member_model(workload, None, model_parallel_of(mesh)), has_example_hits(workload)
+    model, hits = member_model(workload, plan, None), has_example_hits(workload)
 
     def local_eval(state, batch, valid, votes):
-        apply_members = _members_applied(model, strategy, how, state)
+        apply_members = _members_applied(model, plan.mapping, state)
         preds, ensemble = workload.eval_predictions(
             workload.inputs(batch), apply_members, lambda t: _voters_mean(t, votes)
         )
@@ -127,14 +123,14 @@ def build_eval_step(
 
     sharded = jax.shard_map(
         local_eval,
-        mesh=mesh,
-        in_specs=(step_specs(state_specs)[0], EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
+        mesh=plan.mesh,
+        in_specs=(step_specs(plan.state_specs)[0], EVAL_SPEC, EVAL_SPEC, BATCH_SPEC),
         out_specs=_out_specs(masks is not None, hits),
         check_vma=True,
     )
 
     def eval_step(state, batch, valid, votes, split):
-        batch, valid = gather_read_slices(mesh, split)((batch, valid))
+        batch, valid = gather_read_slices(plan.mesh, split)((batch, valid))
         return sharded(state, batch, valid, votes)
 
     return jax.jit(eval_step, static_argnames="split")
@@ -209,7 +205,7 @@ def _gathered(x: jax.Array, axis_name: str, axis: int = 0) -> jax.Array:
     return lax.psum(placed, axis_name)
 
 
-def _members_applied(model, strategy: str, how: MemberMapping, state: EnsembleState):
+def _members_applied(model, mapping: MemberMapping, state: EnsembleState):
     """The workload's `apply_members(fn, *stacked)` for the local members of `state`: fn(apply,
     *member_slices) for each member, stacked [m_local, ...], where apply(*args, **kwargs) is
     model.apply with that member's variables."""
@@ -219,7 +215,7 @@ def _members_applied(model, strategy: str, how: MemberMapping, state: EnsembleSt
             variables = {"params": s.params, **s.model_state}
             return fn(lambda *a, **kw: model.apply(variables, *a, **kw), *args)
 
-        return map_members(one, strategy, state, *stacked, how=how)
+        return map_members(one, mapping, state, *stacked)
 
     return apply_members
 

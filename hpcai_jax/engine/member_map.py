@@ -24,19 +24,32 @@ another (`lax.map`'s batch_size): the memory knob between `scan` and all members
 
 from __future__ import annotations
 
-import dataclasses
+import typing
+from typing import Literal
 
-MEMBER_MAPS = ("scan", "conv_loop", "batched", "batched_grouped", "grouped")
+from hpcai_jax.errors import UsageError
+
+# How a device runs its members, resolved from both flags: `unroll` (--member_strategy=unroll)
+# or one of --member_map's jax.vmap forms (DOES says what each does, the defaults below
+# which one `auto` picks). Declared here once; config.py's choices, the step builders and
+# the record import it.
+Form = Literal["unroll", "scan", "conv_loop", "batched", "batched_grouped", "grouped"]
+FORMS: tuple[Form, ...] = typing.get_args(Form)
+MEMBER_STRATEGIES = ("vmap", "unroll")
+MEMBER_MAPS = FORMS[1:]  # --member_map's: the jax.vmap forms
 # The member convolutions' formulation (ops/member_conv.py) each form traces its members in.
-FORMULATIONS = {
+FORMULATIONS: dict[Form, str | None] = {
+    "unroll": None,
     "scan": "loop",
     "conv_loop": "loop",
     "batched": "im2col",
     "batched_grouped": "grouped_vjp",
-    "grouped": "grouped",
+    "grouped": None,
 }
 SEQUENTIAL = ("scan",)  # whole members one after another
 ONE_KERNEL_PER_LAYER = ("batched", "batched_grouped")
+
+
 # What each form does, as the record's member_strategy_why says it.
 DOES = {
     "scan": "sequential: whole members one after another in a loop",
@@ -46,28 +59,6 @@ DOES = {
     "grouped": "plain jax.vmap, XLA's grouped convolutions",
 }
 
-
-@dataclasses.dataclass(frozen=True)
-class MemberMapping:
-    """How `jax.vmap` maps a device's members: `form` (MEMBER_MAPS) and `group`, how many are
-    batched at once (0: all of them), the groups one after another."""
-
-    form: str
-    group: int = 0
-
-    def __post_init__(self):
-        if self.form not in MEMBER_MAPS:
-            raise ValueError(f"member map {self.form!r} not in {MEMBER_MAPS}")
-
-    def has_loop(self, members: int) -> bool:
-        """Whether the step loops over members (cost analysis then counts one trip)."""
-        if self.form in ("scan", "conv_loop"):
-            return True
-        return 0 < self.group < members
-
-
-SCAN = MemberMapping("scan")
-GROUPED = MemberMapping("grouped")
 
 # --member_strategy=auto per backend, and why (docs/members.md).
 MEMBER_STRATEGY_DEFAULTS = {
@@ -144,3 +135,40 @@ def resolve_member_map(
         return requested, "--member_map"
     how, why = _default(MEMBER_MAP_DEFAULTS, backend)
     return how, f"auto for {backend}: {why}"
+
+
+def resolve_mapping(
+    strategy_flag: str,
+    map_flag: str,
+    group: int,
+    *,
+    backend: str,
+    dtype: str,
+    members_per_device: int,
+    model_parallel: int = 1,
+    check_record: str = "",
+) -> tuple[Form, int, str]:
+    """(form, group, why): the one mapping both flags resolve to on this backend
+    (engine/plan.MemberMapping: its form and members batched at once, 0 for all), and why (the
+    record's mesh.member_strategy_why). Raises UsageError for a --member_group the form cannot
+    take."""
+    strategy, why = resolve_member_strategy(
+        strategy_flag, backend, members_per_device, check_record
+    )
+    form, form_why = resolve_member_map(map_flag, backend, dtype, model_parallel)
+    if group and (strategy != "vmap" or form in SEQUENTIAL):
+        mapped = form if strategy == "vmap" else f"--member_strategy={strategy}"
+        raise UsageError(
+            f"--member_group={group}: {mapped} runs the members one at a time; give a jax.vmap "
+            "form (--member_map=conv_loop, batched, batched_grouped or grouped)"
+        )
+    if group and members_per_device % group:
+        raise UsageError(
+            f"--member_group={group} must divide the {members_per_device} members per device"
+        )
+    if strategy == "unroll":
+        return "unroll", 0, why
+    why = f"{why}; members mapped as {form} ({DOES[form]}): {form_why}"
+    if 0 < group < members_per_device:
+        why += f"; {group} members at a time (--member_group)"
+    return form, group if 0 < group < members_per_device else 0, why

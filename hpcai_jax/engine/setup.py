@@ -17,20 +17,13 @@ from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.engine import state as ensemble
-from hpcai_jax.engine.collectives import AllreducePlan, resolve_plan
+from hpcai_jax.engine.collectives import resolve_plan
 from hpcai_jax.engine.evaluate import build_eval_step, subset_plan
-from hpcai_jax.engine.member_map import (
-    DOES,
-    GROUPED,
-    SCAN,
-    SEQUENTIAL,
-    MemberMapping,
-    resolve_member_map,
-    resolve_member_strategy,
-)
+from hpcai_jax.engine.member_map import resolve_mapping
 from hpcai_jax.engine.member_memory import check_fits
 from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
 from hpcai_jax.engine.optimizer import make_optimizer
+from hpcai_jax.engine.plan import MemberMapping, StepPlan
 from hpcai_jax.engine.step import build_train_step
 from hpcai_jax.engine.subsets import SubsetPlan
 from hpcai_jax.errors import UsageError
@@ -46,27 +39,30 @@ _TRAIN_SIZES = {"fashion_mnist": 60_000, "friedman1": friedman.TRAIN_EXAMPLES}
 @dataclasses.dataclass(frozen=True)
 class RunSetup:
     config: RunConfig
-    layout: MeshLayout
-    mesh: Mesh
     datasets: Datasets | None  # None when only compiling
     workload: Workload
     sampler: BootstrapSampler
     total_steps: int
     tx: optax.GradientTransformation
-    member_strategy: str
-    member_strategy_why: str  # under vmap, how the members are mapped too (member_map)
-    allreduce: AllreducePlan
-    state_specs: object  # per-leaf PartitionSpecs under --model_parallel, else None
+    plan: StepPlan  # every choice the steps make, resolved (engine/plan.py)
+    member_strategy_why: str  # why the plan's member mapping (the record's)
     train_step: object  # jitted (state, batch) -> (state, StepMetrics)
     eval_step: object  # jitted (state, batch, valid, votes, split) -> EvalCounts
     # id(source) -> data.pipeline.ReadCache: what evaluations read, kept for the next ones.
     read_caches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    member_map: MemberMapping = GROUPED  # how vmap maps the members (engine/member_map.py)
     # The sub-ensembles every evaluation scores (engine/subsets.py); None: none.
     subset_plan: SubsetPlan | None = None
     # The train settings as given, where --batch_policy=per_device resolved them (`config`'s
     # train.batch_size is then the member's batch): what the record states.
     given_train: TrainConfig | None = None
+
+    @property
+    def mesh(self) -> Mesh:
+        return self.plan.mesh
+
+    @property
+    def layout(self) -> MeshLayout:
+        return self.plan.layout
 
     @property
     def recorded_config(self) -> RunConfig:
@@ -80,8 +76,8 @@ class RunSetup:
     def abstract_state(self):
         """Shapes and shardings of the stacked state, without computing it."""
         shapes = ensemble.abstract_state(self.workload, self.tx, self.layout.ensemble_size)
-        shardings = ensemble.shardings(self.mesh, self.state_specs)
-        if self.state_specs is None:
+        shardings = ensemble.shardings(self.mesh, self.plan.state_specs)
+        if self.plan.state_specs is None:
             shardings = jax.tree.map(lambda _: shardings, shapes)
         return jax.tree.map(
             lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes, shardings
@@ -90,7 +86,7 @@ class RunSetup:
     @functools.cached_property
     def _init(self):
         return ensemble.build_init(
-            self.workload, self.tx, self.mesh, self.layout.ensemble_size, self.state_specs
+            self.workload, self.tx, self.mesh, self.layout.ensemble_size, self.plan.state_specs
         )
 
     def init_state(self) -> ensemble.EnsembleState:
@@ -98,32 +94,16 @@ class RunSetup:
 
     @property
     def member_loop_trips(self) -> int:
-        """How often the compiled train step's loop over members runs in all (1: no loop):
-        each member once where members run in a loop, each group once under --member_group."""
-        m, how = self.layout.members_per_device, self.member_map
-        if self.member_strategy != "vmap" or not how.has_loop(m):
-            return 1
-        return m if how.form in ("scan", "conv_loop") else m // how.group
+        """How often the compiled train step's loop over members runs in all (1: no loop)."""
+        return self.plan.mapping.loop_trips(self.layout.members_per_device)
 
     @functools.cached_property
     def count_step(self):
-        """The train step for XLA's cost analysis, or None where the compiled step's own count
-        holds (unroll, grouped): under the other jax.vmap forms, the members in a loop written
-        out, each convolution lax's own (ops/member_conv.py "loop"), whatever the form runs.
-        Cost analysis counts a loop's body once, and the batched products of im2col multiply
-        the padding's zeros as well: the FLOPs are the model's, one count for every form. A
-        separate jit, lowered only, never compiled (engine/compiled.compile_step)."""
-        if self.member_strategy != "vmap" or self.member_map.form == "grouped":
-            return None
-        return build_train_step(
-            self.workload,
-            self.tx,
-            self.mesh,
-            self.member_strategy,
-            self.allreduce,
-            self.state_specs,
-            SCAN,
-        )
+        """The train step for XLA's cost analysis (StepPlan.counting: the members' loops
+        written out), or None where the compiled step's own count holds. A separate jit,
+        lowered only, never compiled (engine/compiled.compile_step)."""
+        counting = self.plan.counting()
+        return None if counting is None else build_train_step(self.workload, self.tx, counting)
 
 
 def build_setup(config: RunConfig, devices: list | None = None, open_data: bool = True) -> RunSetup:
@@ -132,7 +112,9 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     local = sum(d.process_index == jax.process_index() for d in devices)
     layout = resolve_layout(config.mesh, len(devices), local)
     # A node's share of `data`: its devices over P_model (`model` is the innermost axis).
-    plan = resolve_plan(config.mesh, layout.parallel_degree, max(1, local // layout.model_parallel))
+    allreduce = resolve_plan(
+        config.mesh, layout.parallel_degree, max(1, local // layout.model_parallel)
+    )
     given = config.train
     config = resolved_batch(config, layout.parallel_degree)  # the member's batch from here on
     tc = config.train
@@ -159,30 +141,24 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         model_axis=MODEL if pm > 1 else None,
     )
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
-    strategy, why, how = _member_strategy(config, layout)
-    if strategy == "vmap":
-        together = how.group or layout.members_per_device
+    mapping, why = _member_mapping(config, layout)
+    if mapping.form != "unroll":
+        together = mapping.group or layout.members_per_device
         share = tc.batch_size // layout.parallel_degree
-        check_fits(workload, how.form, together, share, device_memory_bytes(devices[0]))
+        check_fits(workload, mapping.form, together, share, device_memory_bytes(devices[0]))
+    step_plan = StepPlan(mesh, layout, mapping, allreduce, specs)
     subsets = subset_plan(workload, layout.ensemble_size, tc.seed)
     return RunSetup(
         config=config,
-        layout=layout,
-        mesh=mesh,
         datasets=datasets,
         workload=workload,
         sampler=sampler,
         total_steps=total_steps,
         tx=tx,
-        member_strategy=strategy,
+        plan=step_plan,
         member_strategy_why=why,
-        allreduce=plan,
-        state_specs=specs,
-        train_step=build_train_step(workload, tx, mesh, strategy, plan, specs, how),
-        eval_step=build_eval_step(
-            workload, mesh, strategy, specs, how, subsets.masks if subsets else None
-        ),
-        member_map=how,
+        train_step=build_train_step(workload, tx, step_plan),
+        eval_step=build_eval_step(workload, step_plan, subsets.masks if subsets else None),
         subset_plan=subsets,
         given_train=None if given == tc else given,
     )
@@ -205,30 +181,17 @@ def _training_examples(config: RunConfig, datasets: Datasets | None) -> int:
     return num_examples
 
 
-def _member_strategy(config: RunConfig, layout: MeshLayout) -> tuple[str, str, MemberMapping]:
-    """(strategy, why, how vmap maps the members) on this backend (engine/member_map.py)."""
-    strategy, why = resolve_member_strategy(
-        config.mesh.member_strategy,
-        jax.default_backend(),
-        layout.members_per_device,
-        config.check.record,
+def _member_mapping(config: RunConfig, layout: MeshLayout):
+    """(how a device runs its members, why) on this backend (engine/member_map.py)."""
+    mc = config.mesh
+    form, group, why = resolve_mapping(
+        mc.member_strategy,
+        mc.member_map,
+        mc.member_group,
+        backend=jax.default_backend(),
+        dtype=config.model.dtype,
+        members_per_device=layout.members_per_device,
+        model_parallel=layout.model_parallel,
+        check_record=config.check.record,
     )
-    how, how_why = resolve_member_map(
-        config.mesh.member_map, jax.default_backend(), config.model.dtype, layout.model_parallel
-    )
-    group = config.mesh.member_group
-    if group and (strategy != "vmap" or how in SEQUENTIAL):
-        mapped = how if strategy == "vmap" else f"--member_strategy={strategy}"
-        raise UsageError(
-            f"--member_group={group}: {mapped} runs the members one at a time; give a jax.vmap "
-            "form (--member_map=conv_loop, batched, batched_grouped or grouped)"
-        )
-    if group and layout.members_per_device % group:
-        raise UsageError(
-            f"--member_group={group} must divide the {layout.members_per_device} members per device"
-        )
-    if strategy == "vmap":
-        why = f"{why}; members mapped as {how} ({DOES[how]}): {how_why}"
-        if 0 < group < layout.members_per_device:
-            why += f"; {group} members at a time (--member_group)"
-    return strategy, why, MemberMapping(how, group)
+    return MemberMapping(form, group), why

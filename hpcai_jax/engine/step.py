@@ -23,9 +23,9 @@ from jax.sharding import PartitionSpec as P
 from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, MEMBER_SPEC, MODEL
 from hpcai_jax.engine import optimizer as loss_scale
 from hpcai_jax.engine.collectives import AllreducePlan, reduce_gradients
-from hpcai_jax.engine.member_map import FORMULATIONS, GROUPED, SCAN, SEQUENTIAL, MemberMapping
+from hpcai_jax.engine.member_map import SEQUENTIAL
+from hpcai_jax.engine.plan import MemberMapping, StepPlan
 from hpcai_jax.engine.state import EnsembleState
-from hpcai_jax.ops import member_conv
 from hpcai_jax.workloads.base import Workload
 
 
@@ -41,27 +41,27 @@ class StepMetrics(struct.PyTreeNode):
     input_finite: jax.Array | None = None  # [M] bool: the member's batch held no NaN/inf
 
 
-def map_members(fn: Callable, strategy: str, *stacked, how: MemberMapping = SCAN):
-    """fn applied to each local member's slices of `stacked`, results stacked [m_local, ...]:
-    under `vmap` mapped as `how` says (engine/member_map.py), under `unroll` a Python loop."""
-    if strategy == "vmap":
-        with member_conv.formulation(FORMULATIONS[how.form]):
-            if how.form in SEQUENTIAL:
-                return member_conv.loop(fn, *stacked)
-            return _in_groups(jax.vmap(fn), how.group, *stacked)
+def map_members(fn: Callable, mapping: MemberMapping, *stacked):
+    """fn applied to each local member's slices of `stacked`, results stacked [m_local, ...],
+    as `mapping` says (engine/member_map.py): a loop, jax.vmap (in groups), or under `unroll` a
+    Python loop. fn's model must be built with the mapping's convolution (`member_model`)."""
+    if mapping.form in SEQUENTIAL:
+        return mapping.conv.loop(fn, *stacked)
+    if mapping.form != "unroll":
+        return _in_groups(jax.vmap(fn), mapping, *stacked)
     count = jax.tree.leaves(stacked)[0].shape[0]
     outs = [fn(*jax.tree.map(lambda x, i=i: x[i], stacked)) for i in range(count)]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
-def _in_groups(fn: Callable, group: int, *stacked):
-    """fn (batched over members) on groups of `group` members one after another (a loop,
-    written out under member_conv.counting()); on all of them at once where group is 0."""
-    m = jax.tree.leaves(stacked)[0].shape[0]
+def _in_groups(fn: Callable, mapping: MemberMapping, *stacked):
+    """fn (batched over members) on groups of `mapping.group` members one after another (a
+    loop, written out where the mapping says); on all of them at once where group is 0."""
+    m, group = jax.tree.leaves(stacked)[0].shape[0], mapping.group
     if not 0 < group < m:
         return fn(*stacked)
     split = jax.tree.map(lambda x: x.reshape(m // group, group, *x.shape[1:]), stacked)
-    out = member_conv.loop(fn, *split)
+    out = mapping.conv.loop(fn, *split)
     return jax.tree.map(lambda x: x.reshape(m, *x.shape[2:]), out)
 
 
@@ -73,12 +73,13 @@ def _apply(workload: Workload, model, state: EnsembleState, x: jax.Array, train:
     return model.apply(variables, x, train=True, mutable=list(state.model_state))
 
 
-def member_model(workload: Workload, axis_name: str | None, model_parallel: int = 1):
-    """The module one device runs for a member: the whole member, or its share of a member
-    split over `model` (--model_parallel, models/resnet.py)."""
-    if model_parallel == 1:
-        return workload.model(axis_name)
-    return workload.split_model(axis_name, model_parallel)
+def member_model(workload: Workload, plan: StepPlan, axis_name: str | None):
+    """The module one device runs for a member under `plan`: the whole member, built with the
+    plan's convolution, or its share of a member split over `model` (--model_parallel,
+    models/resnet.py, whose convolutions keep lax's: engine/member_map.resolve_member_map)."""
+    if plan.model_parallel == 1:
+        return workload.model(axis_name, plan.conv.conv_general_dilated)
+    return workload.split_model(axis_name, plan.model_parallel)
 
 
 def member_gradients(workload: Workload, model, axis_name: str | None, state: EnsembleState, batch):
@@ -168,7 +169,7 @@ def member_train_step(
     """
     if axis_name is not None:
         raise ValueError("member_train_step is the one-device reference; see build_train_step")
-    model = member_model(workload, None)
+    model = workload.model(None)
     loss, grads, model_state, metrics = member_gradients(workload, model, None, state, batch)
     new_state, finite = member_update(tx, state, grads, model_state)
     return new_state, loss, metrics, finite & jnp.isfinite(loss)
@@ -194,10 +195,6 @@ def allreduce_scope(axis: str) -> str:
 MEMBERS = P(ENSEMBLE)
 
 
-def model_parallel_of(mesh: Mesh) -> int:
-    return mesh.shape.get(MODEL, 1)
-
-
 def step_specs(state_specs):
     """(state, local gradients [M, P_degree, ...], model state) specs. Without a tree of
     per-leaf specs (no --model_parallel) one prefix spec shards every leaf's member axis."""
@@ -211,21 +208,19 @@ def step_specs(state_specs):
     return state_specs, grads, state_specs.model_state
 
 
-def _local_gradients(
-    workload: Workload, mesh: Mesh, strategy: str, state_specs, how: MemberMapping
-):
+def _local_gradients(workload: Workload, plan: StepPlan):
     """shard_map: (state, batch) → (every device's local gradients [M, P_degree, ...], model
     state, loss [M], metrics {name: [M]}): the first half of the train step."""
-    state_spec, grads_spec, model_state_spec = step_specs(state_specs)
-    data = _axis_if_spread(mesh, DATA)
-    model = member_model(workload, data, model_parallel_of(mesh))
+    state_spec, grads_spec, model_state_spec = step_specs(plan.state_specs)
+    data = _axis_if_spread(plan.mesh, DATA)
+    model = member_model(workload, plan, data)
 
     def local_gradients(state, batch):
         step = lambda s, b: member_gradients(workload, model, data, s, b)  # noqa: E731
         # The gradient needs no optimizer state: a loop over members does not carry it.
         needed = state.replace(opt_state=None, step=None)
         with jax.named_scope(FORWARD_BACKWARD_SCOPE):
-            loss, grads, model_state, metrics = map_members(step, strategy, needed, batch, how=how)
+            loss, grads, model_state, metrics = map_members(step, plan.mapping, needed, batch)
         # [m_local, 1, ...]: each device's share goes out on its own row of `data`.
         grads = jax.tree.map(lambda g: g[:, None], grads)
         return grads, model_state, loss, metrics, _inputs_finite(batch, data)
@@ -237,7 +232,7 @@ def _local_gradients(
     # member's figures need no collective to leave the shard_map.
     return jax.shard_map(
         local_gradients,
-        mesh=mesh,
+        mesh=plan.mesh,
         in_specs=(state_spec, BATCH_SPEC if data else MEMBER_SPEC),
         out_specs=(grads_spec, model_state_spec, MEMBERS, MEMBERS, MEMBERS),
         check_vma=True,
@@ -277,28 +272,16 @@ def _summed(plan: AllreducePlan, grads):
     return local if plan.parallel_degree == 1 else reduce_gradients(plan, local)
 
 
-def _default_plan(mesh: Mesh) -> AllreducePlan:
-    return AllreducePlan("flat", "float32", mesh.shape[DATA], mesh.shape[DATA])
-
-
-def build_train_step(
-    workload: Workload,
-    tx: optax.GradientTransformation,
-    mesh: Mesh,
-    strategy: str,
-    plan: AllreducePlan | None = None,
-    state_specs: EnsembleState | None = None,
-    how: MemberMapping = SCAN,
-):
+def build_train_step(workload: Workload, tx: optax.GradientTransformation, plan: StepPlan):
     """jit of two shard_maps with the state donated: (state, batch) → (state, StepMetrics).
 
-    The first computes every device's local gradients; the second sums them over `data` as
-    `plan` says (engine/collectives.py; default: flat, float32) and updates the members.
-    `state_specs` (a tree of PartitionSpecs, axes.member_spec) is needed when the mesh's
-    `model` axis splits the members.
+    The first computes every device's local gradients, the members mapped as the plan says;
+    the second sums them over `data` as its all-reduce plan says (engine/collectives.py) and
+    updates the members. The plan's `state_specs` (a tree of PartitionSpecs,
+    axes.member_spec) are needed when the mesh's `model` axis splits the members.
     """
-    gradients = _local_gradients(workload, mesh, strategy, state_specs, how)
-    update = _update(tx, mesh, strategy, plan or _default_plan(mesh), state_specs)
+    gradients = _local_gradients(workload, plan)
+    update = _update(tx, plan)
 
     def train_step(state, batch):
         grads, model_state, loss, metrics, inputs_ok = gradients(state, batch)
@@ -309,40 +292,29 @@ def build_train_step(
     return jax.jit(train_step, donate_argnums=0)
 
 
-def build_update_step(
-    tx: optax.GradientTransformation,
-    mesh: Mesh,
-    strategy: str,
-    plan: AllreducePlan | None = None,
-    state_specs: EnsembleState | None = None,
-):
+def build_update_step(tx: optax.GradientTransformation, plan: StepPlan):
     """jit: (state, local gradients [M, P_degree, ...], model state) → (state, finite [M],
     skipped [M] or None, both sharded over `ensemble`): the train step's second half alone, so that a test can hand it local
     gradients of its own (a NaN on one device) and read the members' flags."""
-    return jax.jit(_update(tx, mesh, strategy, plan or _default_plan(mesh), state_specs))
+    return jax.jit(_update(tx, plan))
 
 
-def _update(
-    tx: optax.GradientTransformation,
-    mesh: Mesh,
-    strategy: str,
-    plan: AllreducePlan,
-    state_specs: EnsembleState | None,
-):
+def _update(tx: optax.GradientTransformation, plan: StepPlan):
     """shard_map: (state, local gradients, model state) → (state, finite [M], skipped [M]),
     the flags sharded over `ensemble`."""
-    pm = model_parallel_of(mesh)
-    if pm > 1 and state_specs is None:
+    pm = plan.model_parallel
+    if pm > 1 and plan.state_specs is None:
         raise ValueError("a mesh with a model axis needs the state's per-leaf specs")
     model_axis = MODEL if pm > 1 else None
-    state_spec, grads_spec, model_state_spec = step_specs(state_specs)
+    state_spec, grads_spec, model_state_spec = step_specs(plan.state_specs)
+    mapping = plan.mapping.update()
 
     def local_update(state, grads, model_state):
         with jax.named_scope(allreduce_scope(DATA)):
-            grads = _summed(plan, grads)
+            grads = _summed(plan.allreduce, grads)
         step = lambda s, g, ms: member_update(tx, s, g, ms, model_axis)  # noqa: E731
         with jax.named_scope(UPDATE_SCOPE):
-            new_state, finite = map_members(step, strategy, state, grads, model_state, how=GROUPED)
+            new_state, finite = map_members(step, mapping, state, grads, model_state)
         skipped = None if new_state.loss_scale is None else new_state.loss_scale.skipped
         return new_state, finite, skipped
 
@@ -350,32 +322,24 @@ def _update(
     # differentiated, and every device of a member ends with the same summed gradient.
     return jax.shard_map(
         local_update,
-        mesh=mesh,
+        mesh=plan.mesh,
         in_specs=(state_spec, grads_spec, model_state_spec),
         out_specs=(state_spec, MEMBERS, MEMBERS),
         check_vma=False,
     )
 
 
-def build_gradient_step(
-    workload: Workload,
-    mesh: Mesh,
-    strategy: str,
-    plan: AllreducePlan | None = None,
-    state_specs: EnsembleState | None = None,
-    how: MemberMapping = SCAN,
-):
+def build_gradient_step(workload: Workload, plan: StepPlan):
     """jit: (state, batch) → (local, summed), both [M, P_degree, ...] per parameter: every
     device's local gradient, and every device's copy of its member's gradient after the
     reduction over `data` — what the train step's update receives (still times the loss scale
     under --dtype=float16). The same local-gradient shard_map and reduction code as
     `build_train_step`, without the update: the check of each all-reduce mode and dtype."""
-    plan = plan or _default_plan(mesh)
-    _, grads_spec, _ = step_specs(state_specs)
-    gradients = _local_gradients(workload, mesh, strategy, state_specs, how)
+    _, grads_spec, _ = step_specs(plan.state_specs)
+    gradients = _local_gradients(workload, plan)
     summed = jax.shard_map(
-        lambda g: jax.tree.map(lambda x: x[:, None], _summed(plan, g)),
-        mesh=mesh,
+        lambda g: jax.tree.map(lambda x: x[:, None], _summed(plan.allreduce, g)),
+        mesh=plan.mesh,
         in_specs=(grads_spec,),
         out_specs=grads_spec,
         check_vma=False,

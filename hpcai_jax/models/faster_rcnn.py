@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from hpcai_jax.detection.anchors import AnchorSpec, anchor_grid
 from hpcai_jax.detection.boxes import area, clip, decode
@@ -25,7 +26,6 @@ from hpcai_jax.detection.roi_align import roi_align
 from hpcai_jax.detection.roi_sampling import roi_targets, rpn_targets
 from hpcai_jax.errors import UsageError
 from hpcai_jax.models.resnet import BottleneckResNetBlock, ResNetBlock
-from hpcai_jax.ops import member_conv
 
 HEAD_BOX_WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # Detectron2's box-head delta weights
 
@@ -152,12 +152,15 @@ class Backbone(nn.Module):
     small_stem: bool
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
+    # The convolution, flax's own nn.Conv argument: the engine passes its members' form
+    # (ops/member_conv.MemberConv), as flax's examples pass a `conv` module.
+    conv_general_dilated: Callable = lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x, train: bool):
         conv = functools.partial(
             nn.Conv,
-            conv_general_dilated=member_conv.conv_general_dilated,
+            conv_general_dilated=self.conv_general_dilated,
             use_bias=False,
             dtype=self.dtype,
         )
@@ -180,13 +183,14 @@ class RPNHead(nn.Module):
 
     anchors_per_location: int
     dtype: Any = jnp.float32
+    conv_general_dilated: Callable = lax.conv_general_dilated  # as Backbone's
 
     @nn.compact
     def __call__(self, x):
         init = nn.initializers.normal(0.01)
         conv = functools.partial(
             nn.Conv,
-            conv_general_dilated=member_conv.conv_general_dilated,
+            conv_general_dilated=self.conv_general_dilated,
             dtype=self.dtype,
             kernel_init=init,
         )
@@ -207,12 +211,13 @@ class Res5Head(nn.Module):
     num_filters: int
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
+    conv_general_dilated: Callable = lax.conv_general_dilated  # as Backbone's
 
     @nn.compact
     def __call__(self, x, train: bool):
         conv = functools.partial(
             nn.Conv,
-            conv_general_dilated=member_conv.conv_general_dilated,
+            conv_general_dilated=self.conv_general_dilated,
             use_bias=False,
             dtype=self.dtype,
         )
@@ -255,8 +260,10 @@ class FasterRCNN(nn.Module):
     settings: DetectorSettings = DetectorSettings()
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
+    conv_general_dilated: Callable = lax.conv_general_dilated  # as Backbone's
 
     def setup(self):
+        conv = self.conv_general_dilated
         self.backbone = Backbone(
             self.stage_sizes,
             self.block_cls,
@@ -264,11 +271,12 @@ class FasterRCNN(nn.Module):
             self.small_stem,
             self.dtype,
             self.bn_axis_name,
+            conv,
         )
-        self.rpn_head = RPNHead(self.anchor_spec.per_location, self.dtype)
+        self.rpn_head = RPNHead(self.anchor_spec.per_location, self.dtype, conv)
         if self.box_head == "res5":
             filters = self.num_filters * 2 ** len(self.stage_sizes)
-            self.box_features = Res5Head(filters, self.dtype, self.bn_axis_name)
+            self.box_features = Res5Head(filters, self.dtype, self.bn_axis_name, conv)
         else:
             self.box_features = FCHead(self.fc_dims, self.dtype)
         self.cls_score = nn.Dense(
@@ -439,6 +447,7 @@ def make_detector(
     dtype: Any = jnp.float32,
     bn_axis_name: str | None = None,
     image_shape: tuple[int, int, int] = (768, 1152, 16),
+    conv_general_dilated: Callable = lax.conv_general_dilated,
     **overrides,
 ) -> FasterRCNN:
     """Builds a member detector by name; overrides replace fields (e.g. settings=...)."""
@@ -450,5 +459,6 @@ def make_detector(
         image_shape=tuple(image_shape),
         dtype=dtype,
         bn_axis_name=bn_axis_name,
+        conv_general_dilated=conv_general_dilated,
         **arch,
     )

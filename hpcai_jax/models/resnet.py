@@ -23,7 +23,6 @@ import jax.numpy as jnp
 from jax import lax
 
 from hpcai_jax.axes import MODEL
-from hpcai_jax.ops import member_conv
 
 ModuleDef = Any
 
@@ -111,6 +110,9 @@ class ResNet(nn.Module):
     dtype: Any = jnp.float32
     bn_axis_name: str | None = None
     model_parallel: int = 1
+    # The convolution, flax's own nn.Conv argument: the engine passes its members' form
+    # (ops/member_conv.MemberConv), as flax's examples pass a `conv` module.
+    conv_general_dilated: Callable = lax.conv_general_dilated
 
     @nn.compact
     def __call__(self, x, train: bool = True):
@@ -123,7 +125,7 @@ class ResNet(nn.Module):
             self.model_parallel,
             use_bias=False,
             dtype=self.dtype,
-            conv_general_dilated=member_conv.conv_general_dilated,
+            conv_general_dilated=self.conv_general_dilated,
         )
         dense = functools.partial(
             split_features,
@@ -181,6 +183,7 @@ def make_resnet(
     dtype: Any = jnp.float32,
     bn_axis_name: str | None = None,
     model_parallel: int = 1,
+    conv_general_dilated: Callable = lax.conv_general_dilated,
 ) -> ResNet:
     """Builds a member model by name (config.MODELS)."""
     return ResNet(
@@ -188,5 +191,6 @@ def make_resnet(
         dtype=dtype,
         bn_axis_name=bn_axis_name,
         model_parallel=model_parallel,
+        conv_general_dilated=conv_general_dilated,
         **_ARCHS[name],
     )

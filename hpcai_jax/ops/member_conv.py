@@ -3,10 +3,10 @@
 `jax.vmap` over members whose convolution weights differ turns every convolution into a grouped
 one (`feature_group_count` = members) and its weight gradient into a grouped forward
 convolution with the images as its kernel (vmap of grad): 4-16x slower than the members'
-convolutions one by one on a CPU, and not matched to cuDNN's backward-filter on a GPU. Models
-build their convolutions with `conv_general_dilated` below (flax's `nn.Conv` takes it); outside a
-`formulation(...)` block it is `lax.conv_general_dilated`, so one member's program is unchanged.
-Inside one (the engine opens it around the members' vmap) a convolution is a `custom_vjp` whose
+convolutions one by one on a CPU, and not matched to cuDNN's backward-filter on a GPU. A
+`MemberConv` is the convolution a member's model is built with (flax's `nn.Conv` takes its
+`conv_general_dilated`, as flax's own examples take a `conv` module): `PLAIN` is
+`lax.conv_general_dilated`, one member's program unchanged. Any other is a `custom_vjp` whose
 forward and gradients are `custom_vmap` functions, and batching over the members runs, per
 `formulation`:
 
@@ -17,16 +17,15 @@ forward and gradients are `custom_vmap` functions, and batching over the members
 - "im2col" and "grouped_vjp": one kernel per layer for all the members (ops/member_batched.py):
   batched products over the k² shifted slices of the input, or one grouped convolution
   differentiated as such (grad of vmap); a 1×1 convolution is one batched product in both;
-- "grouped": XLA's own batching of the convolution and of its gradient (vmap of grad, above).
+- None: XLA's own batching of the convolution and of its gradient (vmap of grad, above).
 
-`counting()` unrolls the "loop" formulation's loops for XLA's cost analysis, which counts a
+`written_out` unrolls the "loop" formulation's loops for XLA's cost analysis, which counts a
 while loop's body once whatever its trip count (flops/crosscheck.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
+import dataclasses
 import functools
 
 import jax
@@ -36,95 +35,59 @@ from jax import lax
 from hpcai_jax.ops import member_batched
 from hpcai_jax.ops.member_batched import NHWC
 
-FORMULATIONS = ("loop", "im2col", "grouped_vjp", "grouped")
-
-_formulation: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "member_conv_formulation", default=None
-)
-_unrolled: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "member_conv_unrolled", default=False
-)
+FORMULATIONS = ("loop", "im2col", "grouped_vjp")
 
 
-@contextlib.contextmanager
-def formulation(name: str | None):
-    """Convolutions traced inside run as `name` when batched over members (None: XLA's own)."""
-    if name not in (None, *FORMULATIONS):
-        raise ValueError(f"member convolution formulation {name!r} not in {FORMULATIONS}")
-    token = _formulation.set(None if name == "grouped" else name)
-    try:
-        yield
-    finally:
-        _formulation.reset(token)
+@dataclasses.dataclass(frozen=True)
+class MemberConv:
+    """The members' convolution: how it batches over members (`formulation`, FORMULATIONS;
+    None: XLA's own) and whether loops over members are written out (`written_out`: the same
+    operations, visible to cost analysis). Hashable, so a flax module can hold it."""
+
+    formulation: str | None = None
+    written_out: bool = False
+
+    def __post_init__(self):
+        if self.formulation not in (None, *FORMULATIONS):
+            raise ValueError(f"member convolution {self.formulation!r} not in {FORMULATIONS}")
+
+    def loop(self, fn, *stacked):
+        """fn on each member's slices of `stacked`, results stacked: a loop over the leading
+        axis (`lax.map`), written out where `written_out` (one copy per member)."""
+        body = lambda carry, xs: (carry, fn(*xs))  # noqa: E731
+        return lax.scan(body, None, stacked, unroll=True if self.written_out else 1)[1]
+
+    def conv_general_dilated(self, lhs, rhs, window_strides, padding, **settings):
+        """`lax.conv_general_dilated`, batched over members as `formulation` says for a 2-D
+        NHWC × HWIO convolution without dilation or groups (every other one is lax's)."""
+        plain = functools.partial(lax.conv_general_dilated, lhs, rhs, window_strides, padding)
+        if self.formulation is None or lhs.ndim != 4 or not _plain_2d(lhs, rhs, settings):
+            return plain(**settings)
+        strides = tuple(window_strides)
+        if isinstance(padding, str):
+            pads = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], strides, padding)
+        else:
+            pads = padding
+        pads = tuple((int(lo), int(hi)) for lo, hi in pads)
+        return _member_conv(strides, pads, settings.get("precision"), self)(lhs, rhs)
 
 
-@contextlib.contextmanager
-def counting():
-    """The "loop" formulation's loops unrolled: the same operations, visible to cost analysis."""
-    token = _unrolled.set(True)
-    try:
-        yield
-    finally:
-        _unrolled.reset(token)
-
-
-def unrolled() -> bool:
-    """Inside `counting()`: loops over members are to be written out, not run as loops."""
-    return _unrolled.get()
-
-
+PLAIN = MemberConv()
 _NHWC = NHWC
 
 
-def conv_general_dilated(
-    lhs,
-    rhs,
-    window_strides,
-    padding,
-    lhs_dilation=None,
-    rhs_dilation=None,
-    dimension_numbers=None,
-    feature_group_count=1,
-    batch_group_count=1,
-    precision=None,
-    preferred_element_type=None,
-):
-    """`lax.conv_general_dilated`, with the members' batching of the formulation in force for a
-    2-D NHWC × HWIO convolution without dilation or groups (every other one is lax's)."""
-    plain = functools.partial(
-        lax.conv_general_dilated,
-        lhs,
-        rhs,
-        window_strides,
-        padding,
-        lhs_dilation=lhs_dilation,
-        rhs_dilation=rhs_dilation,
-        dimension_numbers=dimension_numbers,
-        feature_group_count=feature_group_count,
-        batch_group_count=batch_group_count,
-        precision=precision,
-        preferred_element_type=preferred_element_type,
-    )
-    if _formulation.get() is None or lhs.ndim != 4:
-        return plain()
-    dn = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+def _plain_2d(lhs, rhs, settings: dict) -> bool:
+    """A convolution the member forms take: NHWC × HWIO, no groups, dilation or result type."""
+    dn = lax.conv_dimension_numbers(lhs.shape, rhs.shape, settings.get("dimension_numbers"))
     ones = (1,) * (lhs.ndim - 2)
-    if (
-        dn != _NHWC
-        or feature_group_count != 1
-        or batch_group_count != 1
-        or tuple(lhs_dilation or ones) != ones
-        or tuple(rhs_dilation or ones) != ones
-        or preferred_element_type is not None
-    ):
-        return plain()
-    strides = tuple(window_strides)
-    if isinstance(padding, str):
-        pads = lax.padtype_to_pads(lhs.shape[1:3], rhs.shape[:2], strides, padding)
-    else:
-        pads = padding
-    pads = tuple((int(lo), int(hi)) for lo, hi in pads)
-    return _member_conv(strides, pads, precision)(lhs, rhs)
+    return (
+        dn == _NHWC
+        and settings.get("feature_group_count", 1) == 1
+        and settings.get("batch_group_count", 1) == 1
+        and tuple(settings.get("lhs_dilation") or ones) == ones
+        and tuple(settings.get("rhs_dilation") or ones) == ones
+        and settings.get("preferred_element_type") is None
+    )
 
 
 def _forward(x, w, strides, pads, precision):
@@ -177,28 +140,21 @@ def _weight_grad(x, dy, strides, pads, precision, k_hw):
     return dw.transpose(1, 2, 0, 3).astype(x.dtype)  # [C, kh, kw, O] → HWIO
 
 
-def loop(fn, *stacked):
-    """fn on each member's slices of `stacked`, results stacked: a loop over the leading axis
-    (`lax.map`), written out under `counting()` (the same operations, one copy per member)."""
-    body = lambda carry, xs: (carry, fn(*xs))  # noqa: E731
-    return lax.scan(body, None, stacked, unroll=True if _unrolled.get() else 1)[1]
-
-
-def _batched(fn, settings: tuple):
-    """A custom_vmap of the forward fn(x, w) whose batching over members is the formulation in
-    force (ops/member_batched.forward_rule); `settings`: (strides, pads, precision)."""
+def _batched(fn, settings: tuple, conv: MemberConv):
+    """A custom_vmap of the forward fn(x, w) whose batching over members is `conv`'s
+    (ops/member_batched.forward_rule); `settings`: (strides, pads, precision)."""
     mapped = jax.custom_batching.custom_vmap(fn)
     mapped.def_vmap(
         lambda n, batched, *args: member_batched.forward_rule(
-            _formulation.get(), fn, settings, loop, n, batched, args
+            conv.formulation, fn, settings, conv.loop, n, batched, args
         )
     )
     return mapped
 
 
-def _gradient(which: str, strides, pads, precision, in_hw, k_hw):
+def _gradient(which: str, strides, pads, precision, in_hw, k_hw, conv: MemberConv):
     """dx or dw (`which`) of one member from (x, w, dy), a custom_vmap batched over members as
-    the formulation says (ops/member_batched.gradient_rule); the two are apart, so that one
+    `conv` says (ops/member_batched.gradient_rule); the two are apart, so that one
     nothing needs (the input image's dx) is never computed."""
 
     def one(x, w, dy):
@@ -210,20 +166,21 @@ def _gradient(which: str, strides, pads, precision, in_hw, k_hw):
     settings = (strides, pads, precision)
     mapped.def_vmap(
         lambda n, batched, *args: member_batched.gradient_rule(
-            _formulation.get(), which, one, settings, loop, n, batched, args
+            conv.formulation, which, one, settings, conv.loop, n, batched, args
         )
     )
     return mapped
 
 
 @functools.cache
-def _member_conv(strides: tuple, pads: tuple, precision):
-    """The convolution with these static settings, with its custom vjp and batching."""
+def _member_conv(strides: tuple, pads: tuple, precision, member: MemberConv):
+    """The convolution with these static settings, with its custom vjp and `member`'s
+    batching."""
 
     def forward(x, w):
         return _forward(x, w, strides, pads, precision)
 
-    fwd_b = _batched(forward, (strides, pads, precision))
+    fwd_b = _batched(forward, (strides, pads, precision), member)
 
     @jax.custom_vjp
     def conv(x, w):
@@ -235,8 +192,8 @@ def _member_conv(strides: tuple, pads: tuple, precision):
     def conv_bwd(res, dy):
         x, w = res
         in_hw, k_hw = x.shape[1:3], w.shape[:2]
-        dx = _gradient("dx", strides, pads, precision, in_hw, k_hw)(x, w, dy)
-        dw = _gradient("dw", strides, pads, precision, in_hw, k_hw)(x, w, dy)
+        dx = _gradient("dx", strides, pads, precision, in_hw, k_hw, member)(x, w, dy)
+        dw = _gradient("dw", strides, pads, precision, in_hw, k_hw, member)(x, w, dy)
         return dx.astype(x.dtype), dw.astype(w.dtype)
 
     conv.defvjp(conv_fwd, conv_bwd)

@@ -134,6 +134,6 @@ def _log_mesh(setup: RunSetup) -> None:
         layout.parallel_degree,
         layout.model_parallel,
         layout.num_devices,
-        setup.member_strategy,
+        setup.plan.mapping.strategy,
         setup.member_strategy_why,
     )

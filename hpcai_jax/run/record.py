@@ -121,23 +121,15 @@ def _mesh(setup) -> train.Mesh:
         pipeline_stages=setup.config.mesh.pipeline_stages,
         devices_per_member=layout.devices_per_member,
         num_devices=layout.num_devices,
-        member_strategy=setup.member_strategy,
+        member_strategy=setup.plan.mapping.strategy,
         member_strategy_why=setup.member_strategy_why,
-        member_mapping=_member_mapping(setup),
+        member_mapping=setup.plan.mapping.recorded,
     )
-
-
-def _member_mapping(setup) -> str:
-    """unroll, or the form vmap ran (`form/k` with --member_group k of fewer members)."""
-    if setup.member_strategy != "vmap":
-        return "unroll"
-    how, m = setup.member_map, setup.layout.members_per_device
-    return f"{how.form}/{how.group}" if 0 < how.group < m else how.form
 
 
 def _precision(setup) -> train.Precision:
     """Table 2's precision and communication options, as the compiled step runs them."""
-    dtype, plan = setup.config.model.dtype, setup.allreduce
+    dtype, plan = setup.config.model.dtype, setup.plan.allreduce
     return train.Precision(
         dtype=dtype,
         master_weights="float32",

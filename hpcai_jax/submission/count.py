@@ -46,7 +46,6 @@ def count(config, claims: list[float]) -> dict:
     from hpcai_jax.engine.setup import build_setup
     from hpcai_jax.flops.crosscheck import crosscheck
     from hpcai_jax.flops.xla import xla_cost
-    from hpcai_jax.ops import member_conv
 
     config = declared(config)
     setup = build_setup(config, open_data=False)
@@ -55,8 +54,7 @@ def count(config, claims: list[float]) -> dict:
     lowered = setup.train_step.lower(setup.abstract_state, batch)
     counted = None
     if setup.count_step is not None:  # loops over members, written out for cost analysis
-        with member_conv.counting():
-            counted = setup.count_step.lower(setup.abstract_state, batch)
+        counted = setup.count_step.lower(setup.abstract_state, batch)
     analysis = (counted or lowered).cost_analysis()
     if isinstance(analysis, list | tuple):
         analysis = analysis[0] if analysis else None

@@ -20,6 +20,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+from jax import lax
 
 from hpcai_jax.data.source import DataSpec
 
@@ -36,10 +37,12 @@ class Workload(abc.ABC):
     model_name: str  # the --model value; without such a field, `name` (__getattr__)
 
     @abc.abstractmethod
-    def model(self, axis_name: str | None) -> nn.Module:
+    def model(self, axis_name: str | None, conv: Callable = lax.conv_general_dilated) -> nn.Module:
         """One member's model, called as model(x, train=bool). Statistics it keeps across a
         batch (BatchNorm) are reduced over the mesh axis `axis_name` (None: a batch that lives
-        on one device). Collections other than "params" are the member's model state."""
+        on one device). Collections other than "params" are the member's model state. `conv`:
+        its convolutions' `conv_general_dilated`, the step plan's members' form
+        (engine/plan.py); lax's is one member alone."""
 
     @abc.abstractmethod
     def inputs(self, batch: Batch) -> jax.Array:

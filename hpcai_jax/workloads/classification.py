@@ -7,11 +7,13 @@ The ensemble predicts the argmax of its members' mean softmax probabilities.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+from jax import lax
 
 from hpcai_jax.data.source import ImageSpec
 from hpcai_jax.models import int8
@@ -28,9 +30,13 @@ class ClassificationWorkload(Workload):
     name: str = "image_classification"
     metric: str = "top1_accuracy"
 
-    def model(self, axis_name: str | None) -> nn.Module:
+    def model(self, axis_name: str | None, conv: Callable = lax.conv_general_dilated) -> nn.Module:
         model = make_resnet(
-            self.model_name, self.spec.num_classes, int8.compute_dtype(self.dtype), axis_name
+            self.model_name,
+            self.spec.num_classes,
+            int8.compute_dtype(self.dtype),
+            axis_name,
+            conv_general_dilated=conv,
         )
         return int8.apply_policy(model, self.dtype)
 

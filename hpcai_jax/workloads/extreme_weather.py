@@ -14,10 +14,12 @@ additive: detections are matched to the ground truth on the device and histogram
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from hpcai_jax.data.climate import CLASSES, ClimateSpec
 from hpcai_jax.detection import average_precision as ap
@@ -39,13 +41,14 @@ class ExtremeWeatherWorkload(Workload):
     name: str = "extreme_weather"
     metric: str = "map_iou50"
 
-    def model(self, axis_name: str | None) -> nn.Module:
+    def model(self, axis_name: str | None, conv: Callable = lax.conv_general_dilated) -> nn.Module:
         model = faster_rcnn.make_detector(
             self.model_name,
             num_classes=self.spec.num_classes,
             dtype=int8.compute_dtype(self.dtype),
             bn_axis_name=axis_name,
             image_shape=self.spec.image_shape,
+            conv_general_dilated=conv,
         )
         return int8.apply_policy(model, self.dtype)
 

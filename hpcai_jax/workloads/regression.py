@@ -8,11 +8,13 @@ The ensemble predicts the mean of its members' predictions (bagging's original u
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from hpcai_jax.data.friedman import TableSpec
 from hpcai_jax.models import int8
@@ -39,8 +41,8 @@ class RegressionWorkload(Workload):
     name: str = "regression"
     metric: str = "r2"
 
-    def model(self, axis_name: str | None) -> nn.Module:
-        del axis_name  # nothing is reduced across a batch
+    def model(self, axis_name: str | None, conv: Callable = lax.conv_general_dilated) -> nn.Module:
+        del axis_name, conv  # nothing is reduced across a batch; no convolution
         return int8.apply_policy(MLP(dtype=int8.compute_dtype(self.dtype)), self.dtype)
 
     def inputs(self, batch) -> jax.Array:

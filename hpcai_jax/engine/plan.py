@@ -1,0 +1,105 @@
+"""The step plan: every choice the compiled steps make, resolved once by setup
+(engine/setup.py) and passed whole to the train step, the eval step, the counting program and
+the members' model. Nothing downstream re-decides or defaults one of them (docs/design.md).
+The choices themselves, and which one `auto` takes per backend: engine/member_map.py."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from jax.sharding import Mesh
+
+from hpcai_jax.engine.collectives import AllreducePlan
+from hpcai_jax.engine.member_map import FORMS, FORMULATIONS, Form
+from hpcai_jax.engine.mesh import MeshLayout
+from hpcai_jax.ops.member_conv import MemberConv
+
+
+@dataclasses.dataclass(frozen=True)
+class MemberMapping:
+    """How a device runs its members: `form` (FORMS); `group`, how many a jax.vmap form batches
+    at once (0: all of them), the groups one after another; `written_out`, loops over members
+    written out (the counting program: cost analysis counts a loop's body once)."""
+
+    form: Form
+    group: int = 0
+    written_out: bool = False
+
+    def __post_init__(self):
+        if self.form not in FORMS:
+            raise ValueError(f"member mapping {self.form!r} not in {FORMS}")
+
+    @property
+    def strategy(self) -> str:
+        """--member_strategy's value: `unroll`, or `vmap` for every jax.vmap form."""
+        return "unroll" if self.form == "unroll" else "vmap"
+
+    @property
+    def conv(self) -> MemberConv:
+        """The convolution the members' models are built with (ops/member_conv.py)."""
+        return MemberConv(FORMULATIONS[self.form], self.written_out)
+
+    @property
+    def recorded(self) -> str:
+        """The record's mesh.member_mapping: the form, `form/k` under --member_group=k."""
+        return f"{self.form}/{self.group}" if self.group else self.form
+
+    def has_loop(self, members: int) -> bool:
+        """Whether the step loops over members (cost analysis then counts one trip)."""
+        if self.form in ("scan", "conv_loop"):
+            return True
+        return self.form != "unroll" and 0 < self.group < members
+
+    def loop_trips(self, members: int) -> int:
+        """How often the step's loop over members runs in all (1: no loop): each member once
+        where members run in a loop, each group once under --member_group."""
+        if not self.has_loop(members):
+            return 1
+        return members if self.form in ("scan", "conv_loop") else members // self.group
+
+    def counting(self) -> MemberMapping | None:
+        """The mapping of the program XLA's cost analysis counts, or None where the compiled
+        step's own count holds (unroll, grouped): under the other jax.vmap forms, the members
+        in a loop written out, each convolution lax's own, whatever the form runs. Cost
+        analysis counts a loop's body once, and the batched products of im2col multiply the
+        padding's zeros as well: the FLOPs are the model's, one count for every form."""
+        if self.form in ("unroll", "grouped"):
+            return None
+        return MemberMapping("scan", written_out=True)
+
+    def update(self) -> MemberMapping:
+        """The optimizer update's mapping: plain jax.vmap (no convolution), or the loop."""
+        return self if self.form == "unroll" else GROUPED
+
+
+SCAN = MemberMapping("scan")
+GROUPED = MemberMapping("grouped")
+UNROLL = MemberMapping("unroll")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+    """mesh and layout; how a device runs its members (`mapping`, one Literal form); how a
+    member's gradient is summed over `data` (`allreduce`); the state's per-leaf PartitionSpecs
+    (`state_specs`, an EnsembleState of them under --model_parallel, else None)."""
+
+    mesh: Mesh
+    layout: MeshLayout
+    mapping: MemberMapping
+    allreduce: AllreducePlan
+    state_specs: object = None
+
+    @property
+    def conv(self) -> MemberConv:
+        """The convolution the members' model is built with (ops/member_conv.py)."""
+        return self.mapping.conv
+
+    @property
+    def model_parallel(self) -> int:
+        return self.layout.model_parallel
+
+    def counting(self) -> StepPlan | None:
+        """The plan of the program XLA's cost analysis counts (MemberMapping.counting), or
+        None where the compiled step's own count holds."""
+        mapping = self.mapping.counting()
+        return None if mapping is None else dataclasses.replace(self, mapping=mapping)
