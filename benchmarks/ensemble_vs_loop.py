@@ -33,11 +33,11 @@ import jax
 import numpy as np
 
 from hpcai_jax import config as C
+from hpcai_jax.config import VMAP_FORMS
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.compiled import compile_step
 from hpcai_jax.engine.member_map import (
     MEMBER_MAP_DEFAULTS,
-    MEMBER_MAPS,
     MEMBER_STRATEGY_DEFAULTS,
     ONE_KERNEL_PER_LAYER,
 )
@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--members", default="4,16,64", help="members per device")
     parser.add_argument("--batch_sizes", default="8,32,128", help="per-member batches")
-    parser.add_argument("--maps", default=",".join(MEMBER_MAPS), help="--member_map forms")
+    parser.add_argument("--maps", default=",".join(VMAP_FORMS), help="--member_map forms")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--unroll_max", type=int, default=16, help="largest M unroll is built")

@@ -6,6 +6,7 @@ records without JAX)."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -195,3 +196,48 @@ def test_the_engine_holds_only_what_a_training_run_uses():
     # It can fail: a module only a benchmark imports is not reached.
     graph["hpcai_jax.engine.only_a_benchmark"] = set()
     assert "hpcai_jax.engine.only_a_benchmark" not in _reaches(graph, ["hpcai_jax.run.trainer"])
+
+
+def floors() -> list[set[str]]:
+    """docs/design.md's floors, in order: the root modules (`x.py`) and packages (`x/`) each
+    bullet of its "The packages, floor by floor" list names."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    section = text[text.index("The packages, floor by floor") : text.index("## Facts")]
+    bullets = ("\n" + section).split("\n- ")[1:]
+    return [set(re.findall(r"`([a-z_]+(?:\.py|/))`", b)) for b in bullets]
+
+
+def test_every_root_module_has_a_floor():
+    """A module at the package root is named in one floor of docs/design.md's list."""
+    root = {p.name for p in PACKAGE.glob("*.py")} - {"__init__.py"}
+    named = [name for floor in floors() for name in floor if name.endswith(".py")]
+    assert root - set(named) == set(), "root modules without a floor"
+    assert len(named) == len(set(named)), "a module named on two floors"
+
+
+def test_the_root_floors_import_only_downward():
+    """Each root module imports only what sits on its floor or below it (root modules and
+    packages), and the foundations (the first floor) nothing of the package but errors.py."""
+    graph, listed = _imports(), floors()
+    assert listed[0] and "errors.py" in listed[0]
+    assert _root_floor_problems(graph, listed) == []
+    # It can fail: the settings importing the engine (config.py once did, for the forms).
+    graph["hpcai_jax.config"] = graph["hpcai_jax.config"] | {"hpcai_jax.engine.member_map"}
+    assert _root_floor_problems(graph, listed) == [("hpcai_jax.config", "hpcai_jax.engine")]
+
+
+def _root_floor_problems(graph, listed) -> list[tuple[str, str]]:
+    floor_of = {}
+    for i, names in enumerate(listed):
+        for name in names:
+            floor_of["hpcai_jax." + name.removesuffix(".py").removesuffix("/")] = i
+    problems = []
+    for module, deps in graph.items():
+        if module not in floor_of:
+            continue
+        for dep in deps:
+            owner = dep if dep in floor_of else ".".join(dep.split(".")[:2])
+            above = floor_of.get(owner, -1) > floor_of[module]
+            if above or (floor_of[module] == 0 and dep != "hpcai_jax.errors"):
+                problems.append((module, owner))
+    return sorted(set(problems))

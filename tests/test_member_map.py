@@ -12,7 +12,7 @@ from jax import lax
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.compiled import abstract_batch
-from hpcai_jax.engine.member_map import MEMBER_MAPS, resolve_member_map
+from hpcai_jax.engine.member_map import resolve_member_map
 from hpcai_jax.engine.plan import MemberMapping
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
@@ -167,7 +167,8 @@ STEPS = 2
 MAPPED = {
     "unroll": C.MeshConfig(4, 2, 4, member_strategy="unroll"),
     **{
-        form: C.MeshConfig(4, 2, 4, member_strategy="vmap", member_map=form) for form in MEMBER_MAPS
+        form: C.MeshConfig(4, 2, 4, member_strategy="vmap", member_map=form)
+        for form in C.VMAP_FORMS
     },
 }
 

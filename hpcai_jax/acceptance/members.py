@@ -13,7 +13,8 @@ import time
 
 from hpcai_jax.acceptance import member_layers
 from hpcai_jax.acceptance.items import PASS, WARN, Item, from_row
-from hpcai_jax.engine.member_map import MEMBER_MAPS, ONE_KERNEL_PER_LAYER
+from hpcai_jax.config import VMAP_FORMS
+from hpcai_jax.engine.member_map import ONE_KERNEL_PER_LAYER
 from hpcai_jax.nodecheck import training
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.rows import NA, skipped
@@ -99,7 +100,7 @@ def step_variants(
 ) -> dict[str, tuple[int, int, str, str, int]]:
     """name → (members, batch, strategy, member map, images per step per member): every
     --member_map form (or `forms`) and unroll, separate steps and the ideal."""
-    out = {f"vmap {how}": (m, b, "vmap", how, b) for how in forms or MEMBER_MAPS}
+    out = {f"vmap {how}": (m, b, "vmap", how, b) for how in forms or VMAP_FORMS}
     if forms is None:
         out["unroll"] = (m, b, "unroll", "auto", b)
     out["separate"] = (1, b, "unroll", "auto", b)  # M of these make one ensemble step

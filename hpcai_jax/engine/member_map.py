@@ -24,19 +24,9 @@ another (`lax.map`'s batch_size): the memory knob between `scan` and all members
 
 from __future__ import annotations
 
-import typing
-from typing import Literal
-
+from hpcai_jax.config import Form
 from hpcai_jax.errors import UsageError
 
-# How a device runs its members, resolved from both flags: `unroll` (--member_strategy=unroll)
-# or one of --member_map's jax.vmap forms (DOES says what each does, the defaults below
-# which one `auto` picks). Declared here once; config.py's choices, the step builders and
-# the record import it.
-Form = Literal["unroll", "scan", "conv_loop", "batched", "batched_grouped", "grouped"]
-FORMS: tuple[Form, ...] = typing.get_args(Form)
-MEMBER_STRATEGIES = ("vmap", "unroll")
-MEMBER_MAPS = FORMS[1:]  # --member_map's: the jax.vmap forms
 # The member convolutions' formulation (ops/member_conv.py) each form traces its members in.
 FORMULATIONS: dict[Form, str | None] = {
     "unroll": None,

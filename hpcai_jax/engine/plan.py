@@ -9,8 +9,9 @@ import dataclasses
 
 from jax.sharding import Mesh
 
+from hpcai_jax.config import FORMS, Form
 from hpcai_jax.engine.collectives import AllreducePlan
-from hpcai_jax.engine.member_map import FORMS, FORMULATIONS, Form
+from hpcai_jax.engine.member_map import FORMULATIONS
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.ops.member_conv import MemberConv
 
