@@ -62,13 +62,14 @@ def main() -> None:
     medians: dict[bool, list[float]] = {True: [], False: []}
     for r in range(args.rounds):
         for on in (True, False) if r % 2 == 0 else (False, True):
-            record, _ = train_and_evaluate(_config(args, out, f"r{r}-{on}", on))
-            median = record["timing"]["step_s"]["median_s"]
+            record = train_and_evaluate(_config(args, out, f"r{r}-{on}", on)).record
+            median = record.timing.step_s.median_s
             medians[on].append(median)
-            written = (record["observe"]["tensorboard"] or {}).get("scalars_written")
+            board = record.observe.tensorboard if record.observe else None
+            written = board.scalars_written if board else None
             print(
                 f"round {r} tensorboard {'on ' if on else 'off'}: median step {median * 1e3:.2f} ms"
-                f" over {record['timing']['timed_steps']} steps"
+                f" over {record.timing.timed_steps} steps"
                 + (f", {written} scalars written" if on else "")
             )
     write_s = _scalar_cost(out)

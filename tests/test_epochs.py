@@ -19,6 +19,7 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.data.pipeline import Prefetcher
 from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.flops import device_peaks
@@ -100,9 +101,9 @@ def run(tmp_path_factory):
             device_peaks, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"}
         )
         mp.setattr(device_peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
-        record, code = trainer.train_and_evaluate(config)
-    assert code == 0, record["reason"]
-    return record, tmp / "run.mllog", saved
+        done = trainer.train_and_evaluate(config)
+    assert done.exit_code == 0, done.record.reason
+    return records.to_dict(done.record), tmp / "run.mllog", saved
 
 
 @pytest.mark.slow

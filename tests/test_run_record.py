@@ -83,7 +83,8 @@ def _end(setup, progress, cost, cross, peaks, status, quality) -> run_record.Run
 def _build(setup, progress, cross, quality, status="complete", peaks=None):
     cost = XlaCost(cross.train_step_flops / DEVICES, None, DEVICES)
     peaks = peaks or {"datasheet_per_device": 2e9, "measured_per_device": 1e9}
-    return run_record.build(_end(setup, progress, cost, cross, peaks, status, quality))
+    end = _end(setup, progress, cost, cross, peaks, status, quality)
+    return records.to_dict(run_record.train_record(end))
 
 
 def test_flops_mfu_vflops_from_the_clock(setup):
@@ -107,7 +108,7 @@ def test_flops_mfu_vflops_from_the_clock(setup):
     assert q["oob"]["quality"] == 0.83
     assert len(record["data"]["distinct_fraction"]) == M
     assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
-    text = summary.summary(record)
+    text = summary.summary(records.read(record))
     assert "out-of-bag top1_accuracy" in text and "not official" in text and "FAILED" not in text
     assert "n/a (no completed epoch" in text
     # No Eq. 6 figure, so no VFLOPS: its why, and no arithmetic with n/a in it.
@@ -126,7 +127,7 @@ def test_a_pruned_member_counts_only_while_healthy(setup):
     assert q["member_mean"] == pytest.approx((0.80 + 0.82 + 0.84) / 3)  # kept members only
     assert q["members"] == [0.80, 0.10, 0.82, 0.84]  # the pruned one still listed
     assert q["kept_members"] == [0, 2, 3] and q["ensemble_members"] == 3
-    assert "0.1000 (pruned)" in summary.summary(record)
+    assert "0.1000 (pruned)" in summary.summary(records.read(record))
 
 
 def test_the_record_says_its_division(setup):
@@ -136,7 +137,7 @@ def test_the_record_says_its_division(setup):
     assert submission["violations"][0] == (
         "no official target for image_classification/resnet_small/fashion_mnist"
     )
-    text = summary.summary(record)
+    text = summary.summary(records.read(record))
     assert re.search(r"^division +open$", text, re.M)
     asked = record["config"]["mesh"]["members_per_device"]
     assert re.search(rf"^members per device +1 \(asked: {asked}\)$", text, re.M), text
@@ -166,7 +167,7 @@ def test_the_record_says_its_division(setup):
         record = _build(fake, _progress({}), _cross(M * 1e9), _quality([True] * 4))
         assert record["submission"]["division"] == division
         assert record["quality"]["target_is_official"] is official
-        assert re.search(f"^division +{division}\\b", summary.summary(record), re.M)
+        assert re.search(f"^division +{division}\\b", summary.summary(records.read(record)), re.M)
     assert record["mllog"] == os.path.abspath("logs/run.mllog")
 
 
@@ -197,7 +198,7 @@ def test_eq6_is_every_completed_epochs_flops_over_their_time(setup):
     assert m["flops_per_s_why"] is None
     assert m["vflops_per_s"] == pytest.approx(m["flops_per_s"] * (0.86 / 0.9) ** 5)
     assert m["flops_per_s_steady"] != m["flops_per_s"]
-    assert "38.67 GFLOP/s over 2 epoch(s)" in summary.summary(record)
+    assert "38.67 GFLOP/s over 2 epoch(s)" in summary.summary(records.read(record))
 
 
 def _curve(*points: tuple[int, float, float]) -> list[dict]:
@@ -213,7 +214,7 @@ def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
     record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
     assert (record["time_to_target_s"], record["time_to_target_why"]) == (21.0, None)
     assert record["quality"]["curve"] == progress.curve
-    assert "time to target" in summary.summary(record)
+    assert "time to target" in summary.summary(records.read(record))
     # Reached only after a resume: not an uninterrupted run's time.
     progress.resumes = [{"at_step": 40, "utc": "then"}]
     record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
@@ -226,14 +227,14 @@ def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
     assert record["time_to_target_why"] == (
         "the ensemble never reached the target 0.9: best 0.8500 in 1 evaluation(s)"
     )
-    assert "n/a (the ensemble never reached" in summary.summary(record)
+    assert "n/a (the ensemble never reached" in summary.summary(records.read(record))
     # The record is complete, its MLLOG's run_stop aborted: the summary says both.
     assert re.search(
         r"^status +complete, target not reached \(MLLOG run_stop: aborted, target 0.9 not "
         r"reached: ensemble 0.86\)$",
-        summary.summary(record),
+        summary.summary(records.read(record)),
         re.M,
-    ), summary.summary(record)
+    ), summary.summary(records.read(record))
 
 
 def test_exponent_zero_means_no_penalty(setup):
@@ -262,7 +263,7 @@ def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     assert f["crosscheck_ok"] is False and f["source"] == SOURCE_ANALYTIC
     assert f["per_step"] == analytic and "OUTSIDE" in f["source_reason"]
     assert record["metrics"]["flops_per_s_steady"] == pytest.approx(analytic * len(STEP_S) / WALL)
-    assert "CROSS-CHECK FAILED" in summary.summary(record)
+    assert "CROSS-CHECK FAILED" in summary.summary(records.read(record))
     # --flops_source=xla uses XLA's figure anyway, still flagged.
     forced = dataclasses.replace(
         setup.config, results=C.ResultsConfig(target_quality=0.9, flops_source="xla")
@@ -282,16 +283,16 @@ def test_the_step_on_the_roofline(setup):
         "bandwidth_per_device": 1e8,
         "bandwidth_source": "a test",
     }
-    record = run_record.build(
+    record = run_record.train_record(
         _end(setup, _progress({}), cost, cross, peaks, "complete", _quality([True] * 4))
     )
-    roof = record["roofline"]
-    assert roof["arithmetic_intensity_flops_per_byte"] == pytest.approx(5.0)
-    assert roof["ridge_point_flops_per_byte"] == pytest.approx(10.0)
-    assert roof["attainable_flops_per_s"] == pytest.approx(5e8) and roof["bound"] == "memory"
-    achieved = record["metrics"]["flops_per_s_per_device"]
-    assert roof["achieved_flops_per_s"] == achieved
-    assert roof["fraction_of_attainable"] == pytest.approx(achieved / 5e8)
+    roof = record.roofline
+    assert roof.arithmetic_intensity_flops_per_byte == pytest.approx(5.0)
+    assert roof.ridge_point_flops_per_byte == pytest.approx(10.0)
+    assert roof.attainable_flops_per_s == pytest.approx(5e8) and roof.bound == "memory"
+    achieved = record.metrics.flops_per_s_per_device
+    assert roof.achieved_flops_per_s == achieved
+    assert roof.fraction_of_attainable == pytest.approx(achieved / 5e8)
     assert _build(setup, _progress({}), cross, _quality([True] * 4))["roofline"] is None
 
 
@@ -327,7 +328,7 @@ def test_skipped_examples_join_this_segments_to_those_of_earlier_ones():
 
 def test_the_typed_record_survives_json(setup):
     """What the builders make (numpy figures, tuples and all) → its JSON text → the reader →
-    the same typed record; and `build` is that record's JSON layout."""
+    the same typed record."""
     progress = _progress({1: 3})
     progress.epochs = [{"index": 1, "first_step": 0, "steps": 32, "wall_s": 4.0}]
     progress.curve = _curve((32, 10.0, 0.85))
@@ -338,6 +339,3 @@ def test_the_typed_record_survives_json(setup):
     assert isinstance(typed, records.TrainRecord) and typed.schema_version == 2
     text = json.dumps(records.to_dict(typed), default=lambda v: v.tolist())
     assert records.read(json.loads(text)) == typed
-    built, layout = run_record.build(end), records.to_dict(typed)
-    built.pop("provenance"), layout.pop("provenance")  # made a moment apart: another utc
-    assert built == layout

@@ -31,6 +31,7 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.engine import compiled as step_module
 from hpcai_jax.engine import evaluate as evaluate_module
 from hpcai_jax.flops import device_peaks
@@ -98,7 +99,7 @@ class _Lowering:
 
 @dataclasses.dataclass
 class Run:
-    record: dict
+    record: records.TrainRecord
     exit_code: int
     now: float  # the fake clock at the end
     saves: list  # steps saved
@@ -178,18 +179,18 @@ def run(tmp_path_factory):
         )
         mp.setattr(Checkpointer, "save", save)
         mp.setattr(jax, "block_until_ready", block_until_ready)
-        record, code = trainer.train_and_evaluate(config)
+        done = trainer.train_and_evaluate(config)
     assert not owed, "a step's metrics were never waited for"
-    return Run(record, code, clock.now, saves, evaluated, eval_batches)
+    return Run(done.record, done.exit_code, clock.now, saves, evaluated, eval_batches)
 
 
 def test_steady_window_holds_the_steps_and_nothing_else(run):
     record = run.record
-    assert run.exit_code == 0 and record["status"] == "complete", record["reason"]
-    t = record["timing"]
-    assert t["timed_steps"] == STEPS == t["steps"]
-    assert record["data"]["epochs_trained"] == STEPS * B / N
-    assert t["step_s"] == pytest.approx(
+    assert run.exit_code == 0 and record.status == "complete", record.reason
+    t = record.timing
+    assert t.timed_steps == STEPS == t.steps
+    assert record.data.epochs_trained == STEPS * B / N
+    assert records.to_dict(t.step_s) == pytest.approx(
         {
             "count": STEPS,
             "min_s": min(STEP_S),
@@ -199,28 +200,28 @@ def test_steady_window_holds_the_steps_and_nothing_else(run):
             "total_s": sum(STEP_S),
         }
     ), "step times hold something other than the steps (compile, a save, evaluation?)"
-    assert t["train_wall_s"] == pytest.approx(sum(STEP_S))
+    assert t.train_wall_s == pytest.approx(sum(STEP_S))
     assert run.saves == [2, 4, STEPS] and len(run.evaluated) == 1
     # What is not in the window is booked where it belongs, and the whole adds up.
-    assert t["compile_s"] == pytest.approx(COMPILE_S)
-    assert t["checkpoint_s"] == pytest.approx(SAVES * SAVE_S)
-    assert t["eval_s"] == pytest.approx(EVAL_S)
-    assert t["total_wall_s"] == pytest.approx(run.now)
+    assert t.compile_s == pytest.approx(COMPILE_S)
+    assert t.checkpoint_s == pytest.approx(SAVES * SAVE_S)
+    assert t.eval_s == pytest.approx(EVAL_S)
+    assert t.total_wall_s == pytest.approx(run.now)
     assert run.now == pytest.approx(COMPILE_S + sum(STEP_S) + SAVES * SAVE_S + EVAL_S)
     # The steady figure: (FLOPs per step / M) × useful member-steps / timed seconds.
-    f, m = record["flops"], record["metrics"]
-    assert f["useful_member_steps"] == f["timed_member_steps"] == STEPS * M
-    assert f["per_step"] > 0
-    assert m["flops_per_s_steady"] == pytest.approx(f["per_step"] * STEPS / sum(STEP_S))
-    assert m["images_per_s"] == pytest.approx(M * B * STEPS / sum(STEP_S))
-    assert m["mfu_measured"] == pytest.approx(m["flops_per_s_steady"] / 8 / 1e9)
+    f, m = record.flops, record.metrics
+    assert f.useful_member_steps == f.timed_member_steps == STEPS * M
+    assert f.per_step > 0
+    assert m.flops_per_s_steady == pytest.approx(f.per_step * STEPS / sum(STEP_S))
+    assert m.images_per_s == pytest.approx(M * B * STEPS / sum(STEP_S))
+    assert m.mfu_measured == pytest.approx(m.flops_per_s_steady / 8 / 1e9)
     # Eq. 6 over the one completed epoch (steps 0-3): its steps and the save after step 2 (the
     # save after step 4, on the boundary, belongs to the next epoch); no compile, no evaluation.
     spe = N // B
-    (epoch,) = record["epochs"]
-    assert (epoch["index"], epoch["first_step"], epoch["steps"]) == (1, 0, spe)
-    assert epoch["wall_s"] == pytest.approx(sum(STEP_S[:spe]) + SAVE_S)
-    assert m["flops_per_s"] == pytest.approx(f["per_step"] * spe / epoch["wall_s"])
+    (epoch,) = record.epochs
+    assert (epoch.index, epoch.first_step, epoch.steps) == (1, 0, spe)
+    assert epoch.wall_s == pytest.approx(sum(STEP_S[:spe]) + SAVE_S)
+    assert m.flops_per_s == pytest.approx(f.per_step * spe / epoch.wall_s)
 
 
 def _mlp(params: dict, x: np.ndarray) -> np.ndarray:
@@ -264,7 +265,7 @@ def test_out_of_bag_matches_an_independent_reference(run):
     setup, state, pruned, quality = run.evaluated[0]
     assert pruned == frozenset()
     oob = quality.oob
-    assert run.record["quality"]["oob"] == oob.to_dict()
+    assert records.to_dict(run.record.quality.oob) == oob.to_dict()
     want_q, want_scored, want_voters = _reference_oob(setup, state, [True] * M)
     assert oob.subset == OOB_EXAMPLES
     assert (oob.scored, oob.mean_voters) == (want_scored, pytest.approx(want_voters)), (

@@ -50,12 +50,6 @@ class RunEnd:
     observe: train.Observe | None = None
 
 
-def build(end: RunEnd) -> dict:
-    """`train_record(end)`'s JSON layout: what the trainer writes, hands the MLLOG and
-    summarises."""
-    return records.to_dict(train_record(end))
-
-
 def train_record(end: RunEnd) -> records.TrainRecord:
     """The record, section by section (docs/record.md)."""
     setup, progress, status, quality = end.setup, end.progress, end.status, end.quality

@@ -8,12 +8,9 @@ from hpcai_jax.records import train
 from hpcai_jax.telemetry import mllog
 
 
-def summary(record: dict | records.TrainRecord, path: str | None = None) -> str:
-    """A short human-readable table of the record's headline figures; `path` is where it was
-    written (default: the "path" the trainer sets on the record it returns)."""
-    if path is None and isinstance(record, dict):
-        path = record.get("path")  # not a record field: the trainer's note of the file
-    r = records.read(record) if isinstance(record, dict) else record
+def summary(r: records.TrainRecord, path: str | None = None) -> str:
+    """A short human-readable table of the record's headline figures; `path`: where it was
+    written (None: nowhere, on a process that writes nothing)."""
     m, q, t, mesh, f = r.metrics, r.quality, r.timing, r.mesh, r.flops
     num = results.cell
     rows = [

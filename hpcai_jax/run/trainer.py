@@ -8,12 +8,13 @@ the step's path, docs/score.md what each figure means.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 
 import jax
 from absl import logging
 
-from hpcai_jax import distributed, results
+from hpcai_jax import distributed, records, results
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
@@ -48,28 +49,39 @@ from hpcai_jax.telemetry.profile import INPUT_WAIT, STEP_ANNOTATION
 
 def run_train(config: RunConfig) -> int:
     """`--mode=train`: the benchmark run; prints the summary (process 0), returns the exit code."""
-    record, exit_code = train_and_evaluate(config)
+    done = train_and_evaluate(config)
     if jax.process_index() == 0:
-        print(summary.summary(record))
-        if line := _interrupted_line(record, exit_code, config):
+        print(summary.summary(done.record, done.path))
+        if line := _interrupted_line(done, config):
             print(line, file=sys.stderr, flush=True)
-    return exit_code
+    return done.exit_code
 
 
-def _interrupted_line(record: dict, exit_code: int, config: RunConfig) -> str | None:
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """A training run's end: its typed record (as written), where it was written (None on the
+    processes that write nothing) and the exit code."""
+
+    record: records.TrainRecord
+    path: str | None
+    exit_code: int
+
+
+def _interrupted_line(done: Finished, config: RunConfig) -> str | None:
     """What a signal in the training loop or after it left (docs/reliability.md, Interrupts):
     a preempted run's checkpoint and partial record, or the record of a run that finished
     before it acted on the signal; None if no signal came."""
-    kept = f"the record {record['path']} ({record['status']})"
-    if record["status"] == Status.PARTIAL.value:
-        steps, where = record["timing"]["steps"], config.reliability.checkpoint_dir
+    record, exit_code = done.record, done.exit_code
+    kept = f"the record {done.path} ({record.status})"
+    if record.status == Status.PARTIAL.value:
+        steps, where = record.timing.steps, config.reliability.checkpoint_dir
         if where:
             return (
-                f"hpcai_jax: {record['reason']}: kept the checkpoint of step {steps} in {where}"
+                f"hpcai_jax: {record.reason}: kept the checkpoint of step {steps} in {where}"
                 f" and {kept}; the same command resumes; exit {exit_code}"
             )
         return (
-            f"hpcai_jax: {record['reason']}: kept {kept}; without --checkpoint_dir the run "
+            f"hpcai_jax: {record.reason}: kept {kept}; without --checkpoint_dir the run "
             f"cannot resume; exit {exit_code}"
         )
     if (name := interrupt.received()) is not None:
@@ -77,8 +89,8 @@ def _interrupted_line(record: dict, exit_code: int, config: RunConfig) -> str | 
     return None
 
 
-def train_and_evaluate(config: RunConfig) -> tuple[dict, int]:
-    """Runs the bagged-ensemble benchmark; returns its record (also written) and the exit code."""
+def train_and_evaluate(config: RunConfig) -> Finished:
+    """Runs the bagged-ensemble benchmark: its record (also written), path and exit code."""
     wall_start = run_clock.read()
     results.check_writable(config.results.results_dir)
     # A --stream_record is read before any work, so that a bad one fails at once.
@@ -130,8 +142,8 @@ class Trainer:
         self.batches: Prefetcher
         self.ctx: hooks.Context
 
-    def run(self) -> tuple[dict, int]:
-        """The stages in order; returns the record (also written) and the exit code."""
+    def run(self) -> Finished:
+        """The stages in order: the record (also written), its path and the exit code."""
         with contextlib.ExitStack() as held:
             if self.ckpt:  # waits for pending saves on every path, errors and divergence too
                 held.callback(self.ckpt.close)
@@ -250,7 +262,7 @@ class Trainer:
         self.guard.restore()
         return outcome
 
-    def record(self, outcome: Outcome) -> dict:
+    def record(self, outcome: Outcome) -> records.TrainRecord:
         """The run's record: its final quality, the members' last figures and every process's
         timing (the end of the run: every process is here); an epoch lasts as long as its
         slowest process took."""
@@ -279,11 +291,11 @@ class Trainer:
             interval=self.hooks.find(hooks.Checkpoint).interval,
             observe=self._observed(quality),
         )
-        record = run_record.build(end)
+        record = run_record.train_record(end)
         dog.close()
         return record
 
-    def write(self, record: dict, outcome: Outcome) -> tuple[dict, int]:
+    def write(self, record: records.TrainRecord, outcome: Outcome) -> Finished:
         """Writes the record; only then may the MLLOG say success (a run that can resume ends
         only a segment). Both are written under their partial names, then committed with the
         events and the kept weights (run/outputs.py)."""
@@ -292,11 +304,10 @@ class Trainer:
         resumable = outcome.status is Status.PARTIAL and self.ckpt is not None
         self.mlog.run_stop(record, resumable=resumable)
         if path is not None:
-            path = outputs.Outputs.of(config, progress.run_id).commit(record["status"], resumable)
+            path = outputs.Outputs.of(config, progress.run_id).commit(record.status, resumable)
         self.claimed.release()
         barrier("exit")
-        record["path"] = str(path) if path else None
-        return record, outcome.exit_code
+        return Finished(record, str(path) if path else None, outcome.exit_code)
 
     # What the stages share.
 
