@@ -19,7 +19,7 @@ from pathlib import Path
 
 from absl import flags
 
-from hpcai_jax import records, sweep_paper
+from hpcai_jax import records, sweep_paper, units
 from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import write_report
 from hpcai_jax.report.cli import Parser, positive_int
@@ -181,12 +181,6 @@ def command(
     ]
 
 
-def _num(value, fmt: str = "{:.4g}") -> str:
-    """A figure of the table, or n/a (results.cell's rule: importing hpcai_jax.results would
-    load JAX into the sweep's own process, which launches runs and never computes)."""
-    return "n/a" if value is None else fmt.format(value)
-
-
 def table(runs: list[records.TrainRecord]) -> str:
     lines = [
         f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
@@ -196,8 +190,8 @@ def table(runs: list[records.TrainRecord]) -> str:
         mesh, m, q = r.mesh, r.metrics, r.quality
         lines.append(
             f"{mesh.ensemble_size:>4} {mesh.parallel_degree:>8} {mesh.num_devices:>9} "
-            f"{_num(m.flops_per_s):>11} {_num(m.vflops_per_s):>11} "
-            f"{_num(q.ensemble, '{:.4f}'):>12} {_num(q.member_mean, '{:.4f}'):>11} "
+            f"{units.formatted(m.flops_per_s):>11} {units.formatted(m.vflops_per_s):>11} "
+            f"{units.formatted(q.ensemble, '{:.4f}'):>12} {units.formatted(q.member_mean, '{:.4f}'):>11} "
             f"{r.status:>9}  {r.run_id}"
         )
     return "\n".join(lines)

@@ -64,3 +64,8 @@ def ratio(a, b) -> str:
     """b / a to 4 significant digits, or n/a when either is missing or a is 0."""
     a, b = number(a), number(b)
     return "n/a" if a is None or b is None or a == 0 else f"{b / a:.{DIGITS}g}"
+
+
+def formatted(value, fmt: str = "{:.4g}") -> str:
+    """A figure for a summary line: formatted, or n/a when the record has none."""
+    return "n/a" if value is None else fmt.format(value)

@@ -22,7 +22,7 @@ from hpcai_jax import config as C
 from hpcai_jax import records
 from hpcai_jax.data.pipeline import Prefetcher
 from hpcai_jax.engine.step import StepMetrics
-from hpcai_jax.flops import device_peaks
+from hpcai_jax.flops import peaks
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, measured_step, trainer
 from hpcai_jax.run.checkpoint import Checkpointer
@@ -96,11 +96,9 @@ def run(tmp_path_factory):
         mp.setattr(measured_step, "compile_step", clock.after(COMPILE, measured_step.compile_step))
         # Not under test, and seconds each: the peak and bandwidth measurements at start.
         # The process's cache of them too: neither reuse a real one nor keep these fakes.
-        mp.setattr(device_peaks, "_MEASURED", {})
-        mp.setattr(
-            device_peaks, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"}
-        )
-        mp.setattr(device_peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
+        mp.setattr(peaks, "_MEASURED", {})
+        mp.setattr(peaks, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"})
+        mp.setattr(peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
         done = trainer.train_and_evaluate(config)
     assert done.exit_code == 0, done.record.reason
     return records.to_dict(done.record), tmp / "run.mllog", saved

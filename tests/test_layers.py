@@ -116,7 +116,13 @@ def test_no_engine_module_imports_a_concrete_workload_or_model():
 # The records' definitions and their reader (docs/record.md) sit below every mode and tool: the
 # engine layers build records, report/, submission/ and the MLLOG read them. They import only
 # themselves and the one exception type, and no package beyond Python's own and pydantic.
-RECORDS_MAY_IMPORT = ("hpcai_jax.records", "hpcai_jax.errors")
+# And the foundations their writer uses (records/write.py: the file modes, the run's lock).
+RECORDS_MAY_IMPORT = (
+    "hpcai_jax.records",
+    "hpcai_jax.errors",
+    "hpcai_jax.file_modes",
+    "hpcai_jax.locks",
+)
 RECORDS_MAY_USE = ("pydantic",)  # their declarations (docs/record.md is made from them)
 JAX_PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax", "qwix")
 

@@ -9,6 +9,7 @@ from helpers import tiny_config
 
 from hpcai_jax import records, results
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records import write as record_write
 
 
 def test_envelope_is_the_same_for_every_mode():
@@ -49,7 +50,7 @@ def test_nodes_are_host_names_and_hold_their_processes_devices():
 
 
 def test_run_id_is_the_run_name_or_a_fresh_one():
-    assert results.run_id(tiny_config(), "stream").startswith("stream-")
+    assert record_write.run_id(tiny_config(), "stream").startswith("stream-")
     import dataclasses
 
     from hpcai_jax import config as C
@@ -57,7 +58,7 @@ def test_run_id_is_the_run_name_or_a_fresh_one():
     named = dataclasses.replace(
         tiny_config(), results=C.ResultsConfig(run_name="mine", target_quality=0.9)
     )
-    assert results.run_id(named, "flops") == "mine"
+    assert record_write.run_id(named, "flops") == "mine"
 
 
 def test_a_record_is_claimed_once(tmp_path):
@@ -104,7 +105,7 @@ def test_a_full_disk_or_a_removed_directory_never_loses_a_record(tmp_path, monke
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         fsync(fd)
 
-    monkeypatch.setattr(results.os, "fsync", full)
+    monkeypatch.setattr(record_write.os, "fsync", full)
     with pytest.raises(UsageError, match=r"cannot write the record .*r\.json \(No space left"):
         results.write_record(str(tmp_path), "r", {"run_id": "r", "status": "complete"})
     assert (tmp_path / "r.json").read_bytes() == before

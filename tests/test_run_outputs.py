@@ -20,6 +20,7 @@ from helpers import run_in_process
 
 from hpcai_jax import results
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records import write as record_write
 from hpcai_jax.run import outputs
 from hpcai_jax.telemetry import mllog
 
@@ -56,7 +57,7 @@ def _write(path: Path, text: str) -> None:
 
 def _run_files(out: outputs.Outputs, tag: str, status: str, staged: bool) -> None:
     """One run's record, log and events (named by `tag`) at the final or the partial names."""
-    name = results.staged if staged else Path
+    name = record_write.staged if staged else Path
     _write(name(out.record), json.dumps({"run_id": "run", "status": status, "tag": tag}))
     _write(name(out.mllog), f"{tag} log\n")
     _write(name(out.events) / "events.out", f"{tag} events")
@@ -88,7 +89,7 @@ def test_a_preempted_run_never_replaces_a_finished_one(tmp_path, caplog):
     _run_files(out, "old", "complete", staged=False)
     before = _tree(tmp_path)
     _run_files(out, "new", "partial", staged=True)
-    assert out.commit("partial") == results.staged(out.record)
+    assert out.commit("partial") == record_write.staged(out.record)
     assert {k: v for k, v in _tree(tmp_path).items() if ".partial" not in k} == before
     assert "logs/run.mllog.partial" in caplog.text and "untouched" in caplog.text
     _run_files(out, "resumed", "complete", staged=True)
@@ -133,7 +134,7 @@ def test_sigint_waits_until_every_output_is_renamed(tmp_path, monkeypatch):
 def test_a_folder_is_staged_empty_or_with_what_the_run_wrote_before(tmp_path):
     final = tmp_path / "tensorboard" / "run"
     _write(final / "a", "segment 1")
-    _write(results.staged(final) / "stale", "an earlier try")
+    _write(record_write.staged(final) / "stale", "an earlier try")
     assert not outputs.stage_folder(final, resuming=False).exists()  # made by its writer
     staged = outputs.stage_folder(final, resuming=True)  # a copy of the committed folder
     assert (staged / "a").read_text() == "segment 1" and (final / "a").exists()
@@ -154,7 +155,7 @@ def test_the_mllog_is_written_at_its_partial_name_and_resumed_from_it(tmp_path):
     refused without --overwrite); a resumed one continues its partial log, else a copy of the
     committed one."""
     path, spare = tmp_path / "logs" / "run.mllog", tmp_path / "spare.mllog"
-    staged = results.staged(path)
+    staged = record_write.staged(path)
     _write(path, "the earlier run's log\n")
     with pytest.raises(UsageError, match="another run's log"):
         mllog._continued(_config(tmp_path), path, spare, "a", None, 0)
@@ -179,9 +180,9 @@ def test_records_logs_and_packages_honour_the_umask(tmp_path, monkeypatch):
         folder = tmp_path / f"{mask:o}"
         with umask(mask):
             record = results.write_record(str(folder), "run", {"run_id": "run"}, stage=True)
-            results.write_text_atomically(folder / "logs" / "run.mllog", "x\n")
-            made = Path(results.tempfile.mkdtemp(dir=folder))
-            results.as_created(made, directory=True)
+            record_write.write_text_atomically(folder / "logs" / "run.mllog", "x\n")
+            made = Path(record_write.tempfile.mkdtemp(dir=folder))
+            record_write.as_created(made, directory=True)
         assert _mode(record) == _mode(folder / "logs" / "run.mllog") == file_mode
         assert _mode(made) == dir_mode
 
@@ -215,5 +216,5 @@ def test_an_overwrite_that_fails_leaves_the_earlier_run_whole(tiny_run, tmp_path
             "--overwrite",
         )
     assert {p: p.read_bytes() for p in before} == before
-    assert "init_start" in results.staged(log).read_text()
-    assert not results.staged(record).exists()
+    assert "init_start" in record_write.staged(log).read_text()
+    assert not record_write.staged(record).exists()

@@ -34,7 +34,7 @@ from hpcai_jax import config as C
 from hpcai_jax import records
 from hpcai_jax.engine import compiled as step_module
 from hpcai_jax.engine import evaluate as evaluate_module
-from hpcai_jax.flops import device_peaks
+from hpcai_jax.flops import peaks
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, measured_step, trainer
 from hpcai_jax.run.checkpoint import Checkpointer
@@ -169,11 +169,9 @@ def run(tmp_path_factory):
         mp.setattr(step_module, "time", shim)
         mp.setattr(measured_step, "compile_step", compile_step)
         mp.setattr(evaluation, "evaluate", evaluate)
+        mp.setattr(peaks, "_MEASURED", {})  # no real peak cached by an earlier run, none kept
         mp.setattr(
-            device_peaks, "_MEASURED", {}
-        )  # no real peak cached by an earlier run, none kept
-        mp.setattr(
-            device_peaks,
+            peaks,
             "_peak_flops",
             lambda dtype: {"measured_per_device": 1e9, "measured_method": "-"},
         )

@@ -12,7 +12,7 @@ import dataclasses
 import jax
 from jax.sharding import Mesh
 
-from hpcai_jax import results
+from hpcai_jax import results, units
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.datasets import data_spec, resolved
 from hpcai_jax.engine.compiled import compile_abstract_step
@@ -35,6 +35,7 @@ from hpcai_jax.flops.tables import (
     train_table,
 )
 from hpcai_jax.flops.xla import XlaCost, xla_cost
+from hpcai_jax.records import write as record_write
 from hpcai_jax.records.flops import FlopsPeaks, FlopsRecord, FlopsReport
 
 
@@ -102,7 +103,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _fmt_ratio(r: float | None) -> str:
-    return results.cell(r, "{:.4f}")
+    return units.formatted(r, "{:.4f}")
 
 
 def measure_flops(config: RunConfig) -> FlopsResult:
@@ -257,7 +258,7 @@ def run_flops(config: RunConfig) -> int:
     """
     # The record states the data set's own values (its classes, its image size), as a run's does.
     config = dataclasses.replace(config, data=resolved(config.data, data_spec(config.data)))
-    run_id = results.run_id(config, "flops")
+    run_id = record_write.run_id(config, "flops")
     claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     result = measure_flops(config)
     if jax.process_index() == 0:

@@ -41,6 +41,7 @@ from hpcai_jax.nodecheck.budget import Allotment, Budget
 from hpcai_jax.nodecheck.rows import FAIL, WARN, Row, exit_code, skipped, table
 from hpcai_jax.nodecheck.step_fit import Sizing
 from hpcai_jax.records import nodecheck as checks
+from hpcai_jax.records import write as record_write
 from hpcai_jax.settings import Settings
 
 # A first guess of building the flagship step (set-up, initial state, compile), before one is
@@ -443,7 +444,7 @@ def run_check(config: Settings) -> int:
     """Runs the check, printing each item's rows as it finishes and rewriting the record
     (partial) each time; then the complete record, the verdict and the exit code."""
     started = time.perf_counter()
-    run_id = results.run_id(config, "check")
+    run_id = record_write.run_id(config, "check")
     claim = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     result = measure_check(config, started, Progress(config, run_id))
     record = check_record(config, run_id, result)

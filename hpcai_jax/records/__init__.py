@@ -1,4 +1,5 @@
-"""The records every mode writes, their definitions and their one reader (docs/record.md).
+"""The records every mode writes: their definitions, their one reader and their writer
+(write.py: the file's claim and atomic write; docs/record.md).
 
     records.read(path or JSON object) -> TrainRecord | StreamRecord | FlopsRecord | CheckRecord
     records.to_dict(record) -> its JSON layout

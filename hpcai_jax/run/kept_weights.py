@@ -20,8 +20,8 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from hpcai_jax import results
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records import write as record_write
 
 SUFFIX = ".weights"
 ITEMS = ("params", "model_state")
@@ -128,7 +128,7 @@ def keep(ctx, complete: bool) -> None:
         where = beside(config.results.results_dir, run_id)
         kept = "beside the record"
         # Under its partial name until the run commits its outputs together (run/outputs.py).
-        save(results.staged(where), tree)
+        save(record_write.staged(where), tree)
     value, arrays = digest(tree)
     ctx.mlog.weights_kept(value, {"arrays": arrays, "kept": kept, "path": str(where)})
     logging.info("kept the members' final weights (%s): %s, sha256 %s", kept, where, value)

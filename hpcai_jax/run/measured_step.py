@@ -16,7 +16,7 @@ from hpcai_jax.engine.compiled import compile_step, count_lowered
 from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.flops import counted_cache
 from hpcai_jax.flops.crosscheck import FlopFigures, crosscheck
-from hpcai_jax.flops.device_peaks import bandwidth_at_start, matmul_peaks
+from hpcai_jax.flops.peaks import bandwidth_at_start, matmul_peaks
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import interrupt, startup
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member

@@ -1,6 +1,6 @@
 """A training run's outputs as one unit (docs/reliability.md, "A run's outputs"): its record,
 MLLOG, TensorBoard events and kept weights are written under partial names (`PATH.partial`:
-`results.staged`) while it runs, and renamed to their final names together once all of them
+`record_write.staged`) while it runs, and renamed to their final names together once all of them
 are written, so that the final names never hold one run's file beside another's.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from absl import logging
 
-from hpcai_jax import results
+from hpcai_jax.records import write as record_write
 from hpcai_jax.run import kept_weights
 
 FINISHED = ("complete", "invalid")  # a record no preempted run's may replace
@@ -51,7 +51,11 @@ class Outputs:
         (`--overwrite`) keeps its files under their partial names, where its resume takes them
         up, and leaves the earlier run's whole."""
         if status not in FINISHED and _finished(self.record):
-            kept = [str(results.staged(p)) for p in self._files() if results.staged(p).exists()]
+            kept = [
+                str(record_write.staged(p))
+                for p in self._files()
+                if record_write.staged(p).exists()
+            ]
             logging.warning(
                 "%s holds a finished run: this one stopped before it finished, so its files are "
                 "kept under partial names (%s) and the earlier run's are untouched%s",
@@ -59,11 +63,11 @@ class Outputs:
                 ", ".join(kept),
                 "; the same command resumes it" if resumable else "",
             )
-            return results.staged(self.record)
+            return record_write.staged(self.record)
         replaced = []
         with _signals_held():
             for final in self._files():
-                replaced += _replace(results.staged(final), final)
+                replaced += _replace(record_write.staged(final), final)
         for old in replaced:
             shutil.rmtree(old, ignore_errors=True)
         return self.record
@@ -82,7 +86,7 @@ def stage_folder(final: str | Path, resuming: bool) -> Path:
     """The partial name a folder output is written under: a new run's starts empty; a resumed
     one's holds what the run wrote before (its own partial folder, else a copy of the final
     one), so that the commit replaces the final folder with the whole run's."""
-    final, staged = Path(final), results.staged(final)
+    final, staged = Path(final), record_write.staged(final)
     if not resuming:
         shutil.rmtree(staged, ignore_errors=True)
     elif not staged.exists() and final.is_dir():

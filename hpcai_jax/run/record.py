@@ -262,7 +262,7 @@ def _metrics(
 
 
 def _peak_flops(peaks: dict) -> train.PeakFlops:
-    """The peaks measured at start (flops/device_peaks.py); a figure not measured is None."""
+    """The peaks measured at start (flops/peaks.py); a figure not measured is None."""
     return train.PeakFlops(
         **{f.name: peaks.get(f.name) for f in dataclasses.fields(train.PeakFlops)}
     )

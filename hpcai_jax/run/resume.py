@@ -14,11 +14,12 @@ from typing import NamedTuple
 
 from absl import logging
 
-from hpcai_jax import distributed, results
+from hpcai_jax import distributed
 from hpcai_jax.config import RunConfig
 from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records import write as record_write
 from hpcai_jax.run.checkpoint import Checkpointer, fingerprint
 from hpcai_jax.run.progress import Progress
 
@@ -100,7 +101,7 @@ def start(setup: RunSetup, ckpt: Checkpointer | None, dropped: tuple[int, ...]) 
     config = setup.config
     if ckpt is None or ckpt.latest_step() is None:
         # One id for the whole job: each process would stamp its own time and pid.
-        run_id = distributed.from_process_zero(results.run_id(config, "train"))
+        run_id = distributed.from_process_zero(record_write.run_id(config, "train"))
         return Start(None, Progress(run_id=run_id), False)
     state, meta = ckpt.restore(setup.abstract_state)
     progress = Progress.from_meta(meta)

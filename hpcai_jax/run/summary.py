@@ -3,7 +3,7 @@ record itself (`records.read`), so that what is printed is what was written."""
 
 from __future__ import annotations
 
-from hpcai_jax import records, results, units
+from hpcai_jax import records, units
 from hpcai_jax.records import train
 from hpcai_jax.telemetry import mllog
 
@@ -12,7 +12,7 @@ def summary(r: records.TrainRecord, path: str | None = None) -> str:
     """A short human-readable table of the record's headline figures; `path`: where it was
     written (None: nowhere, on a process that writes nothing)."""
     m, q, t, mesh, f = r.metrics, r.quality, r.timing, r.mesh, r.flops
-    num = results.cell
+    num = units.formatted
     rows = [
         ("status", _status(r)),
         ("division", str(r.submission.division)),
@@ -96,7 +96,7 @@ def _members_per_device(r: records.TrainRecord) -> str:
 
 
 def _oob(q: train.Quality) -> str:
-    oob, num = q.oob, results.cell
+    oob, num = q.oob, units.formatted
     if not oob:
         return "n/a"
     return (
@@ -107,7 +107,7 @@ def _oob(q: train.Quality) -> str:
 
 def _scored_rows(r: records.TrainRecord) -> list[tuple[str, str]]:
     """VFLOPS and time to target, for a run with a quality target."""
-    q, m, num = r.quality, r.metrics, results.cell
+    q, m, num = r.quality, r.metrics, units.formatted
     if q.target is None:
         return []
     official = "official" if q.target_is_official else "not official"
@@ -130,7 +130,7 @@ def _scored_rows(r: records.TrainRecord) -> list[tuple[str, str]]:
 
 
 def _energy_line(energy: train.Energy) -> str:
-    num = results.cell
+    num = units.formatted
     if not energy.available:
         return f"not available ({energy.why or 'not measured'})"
     return (

@@ -24,6 +24,7 @@ from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.roofline import stream_bandwidth
 from hpcai_jax.records import train
+from hpcai_jax.records import write as record_write
 from hpcai_jax.run import (
     checkpoint_interval,
     hooks,
@@ -92,7 +93,7 @@ def _interrupted_line(done: Finished, config: RunConfig) -> str | None:
 def train_and_evaluate(config: RunConfig) -> Finished:
     """Runs the bagged-ensemble benchmark: its record (also written), path and exit code."""
     wall_start = run_clock.read()
-    results.check_writable(config.results.results_dir)
+    record_write.check_writable(config.results.results_dir)
     # A --stream_record is read before any work, so that a bad one fails at once.
     bandwidth = (
         stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
@@ -137,7 +138,7 @@ class Trainer:
         # Set by the stages, in their order.
         self.start: resume.Start
         self.mlog: MLLog
-        self.claimed: results.Claim
+        self.claimed: record_write.Claim
         self.measured: MeasuredStep
         self.batches: Prefetcher
         self.ctx: hooks.Context

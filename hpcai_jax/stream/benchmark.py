@@ -25,6 +25,7 @@ from hpcai_jax.dtypes import dtype as jnp_dtype
 from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records import stream as stream_records
+from hpcai_jax.records import write as record_write
 from hpcai_jax.records.stream import StreamRecord
 from hpcai_jax.settings import Settings
 from hpcai_jax.stream import report
@@ -413,7 +414,7 @@ def run_stream(config: Settings) -> int:
 
     Returns the process exit code: 0, or 1 when validation failed (BabelStream's non-zero exit).
     """
-    run_id = results.run_id(config, "stream")
+    run_id = record_write.run_id(config, "stream")
     claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     measured = measure_stream(config.stream)
     warn_problems(measured)

@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
-from hpcai_jax.results import as_created, cell
+from hpcai_jax.file_modes import as_created
 from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, streams, system
 from hpcai_jax.submission.logfile import Log, metadata
+from hpcai_jax.units import formatted
 
 
 class Found(NamedTuple):
@@ -166,12 +167,12 @@ def score_table(runs: list[records.TrainRecord]) -> str:
             str(mesh.ensemble_size),
             str(mesh.parallel_degree),
             f"{mesh.num_devices} × {r.provenance.device_kind}",
-            cell(m.flops_per_s),
-            cell(q.ensemble, "{:.4f}"),
-            cell(q.target, "{:g}"),
-            cell(m.penalty),
-            cell(m.vflops_per_s),
-            cell(r.time_to_target_s, "{:.1f}"),
+            formatted(m.flops_per_s),
+            formatted(q.ensemble, "{:.4f}"),
+            formatted(q.target, "{:g}"),
+            formatted(m.penalty),
+            formatted(m.vflops_per_s),
+            formatted(r.time_to_target_s, "{:.1f}"),
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)

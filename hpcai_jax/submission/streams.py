@@ -11,8 +11,8 @@ from pathlib import Path
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records.stream import Kernel, StreamRecord
-from hpcai_jax.results import cell
 from hpcai_jax.stream import report
+from hpcai_jax.units import formatted
 
 FOLDER, PRINTED = "stream", ".txt"  # stream/<run_id>.json, stream/<run_id>.txt
 KERNELS = ("copy", "mul", "add", "triad", "dot")
@@ -69,7 +69,7 @@ def section(streams: list[StreamRecord]) -> str:
     rows = [head, "|" + " --- |" * 12]
     for r in streams:
         cache = r.cache.bytes
-        gbs = [cell(k.gb_per_s, "{:.2f}") if k else "n/a" for k in map(r.kernels.get, KERNELS)]
+        gbs = [formatted(k.gb_per_s, "{:.2f}") if k else "n/a" for k in map(r.kernels.get, KERNELS)]
         cells = [
             r.run_id,
             f"{r.placement.num_devices} × {r.placement.device_kind}",

@@ -20,6 +20,7 @@ from absl import logging as absl_logging
 from hpcai_jax import nodes, records, results, rules
 from hpcai_jax.data import digest as data_digest
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records import write as record_write
 
 RULESET = Path(__file__).resolve().parents[1] / "mllog_rules" / "hpcai500.yaml"
 INSTALL = "pip install 'mlperf-logging>=4.1,<5'"
@@ -122,7 +123,7 @@ class MLLog:
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
         spare = Path(config.reliability.checkpoint_dir or ".") / f"{run_id or 'run'}.mllog"
-        staged = results.staged(path)  # where the lines go until the run commits its outputs
+        staged = record_write.staged(path)  # where the lines go until the run commits its outputs
         append, lost = _continued(config, Path(path), spare, run_id, resumed_at, lines_at_save)
         stream = _opened(path, append)
         handler = _KeptLines(stream)  # flushes every line, keeps it
@@ -351,7 +352,7 @@ class MLLog:
         why = self._kept.failed or "the file was removed or cut during the run"
         for target in (self._path, self._spare):
             try:
-                results.write_text_atomically(target, text)
+                record_write.write_text_atomically(target, text)
             except OSError as e:
                 why = f"{why}; {target}: {e.strerror or e}"
                 continue
@@ -414,7 +415,7 @@ def _mesh(setup, hosts: list[str]) -> dict:
 
 def _final(path: Path) -> Path:
     """--mllog's own name for `path`, which may be its partial name (PATH.partial)."""
-    return path.with_name(path.name.removesuffix(results.PARTIAL))
+    return path.with_name(path.name.removesuffix(record_write.PARTIAL))
 
 
 def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
@@ -461,7 +462,7 @@ def _continued(
     if resumed_at is None:
         _keep_earlier(path, config.results.overwrite, None)
         return False, False
-    staged, segment = results.staged(path), (run_id, resumed_at)
+    staged, segment = record_write.staged(path), (run_id, resumed_at)
     _take_up(path, staged)
     _recover(staged, spare, segment)
     lost = _cut_to_save(staged, segment, lines_at_save)
@@ -477,7 +478,7 @@ def _take_up(path: Path, staged: Path) -> None:
     try:
         if (staged.is_file() and staged.stat().st_size) or not path.is_file():
             return
-        results.write_text_atomically(staged, path.read_text(encoding="utf-8"))
+        record_write.write_text_atomically(staged, path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"--mllog={path}: cannot take the log up ({e})") from None
 
@@ -487,7 +488,7 @@ def _opened(path: str, append: bool):
     where it cannot be)."""
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        staged = results.staged(path)
+        staged = record_write.staged(path)
         return open(staged, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
     except OSError as e:
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
@@ -499,7 +500,7 @@ def _recover(path: Path, spare: Path, segment: tuple[str, int]) -> None:
     if _open_segment(path) == segment or _open_segment(spare) != segment:
         return
     try:
-        results.write_text_atomically(path, spare.read_text(encoding="utf-8"))
+        record_write.write_text_atomically(path, spare.read_text(encoding="utf-8"))
     except OSError as e:
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror or e})") from None
     absl_logging.warning("--mllog=%s: the log taken again from %s", _final(path), spare)
@@ -521,7 +522,7 @@ def _cut_to_save(path: Path, segment: tuple[str, int], lines_at_save: int) -> bo
     final = _final(path)
     try:
         final.with_name(final.name + ".lost").write_text("".join(lines[lines_at_save:]))
-        results.write_text_atomically(path, "".join(lines[:lines_at_save]))
+        record_write.write_text_atomically(path, "".join(lines[:lines_at_save]))
     except OSError as e:
         raise UsageError(f"--mllog={final}: cannot write the file ({e.strerror or e})") from None
     absl_logging.warning(

@@ -1,0 +1,158 @@
+"""Writing a record: its file's name and claim, and the atomic write that leaves the old record
+or the new one, never half of one. The writer of every mode (results.py adds the machine's
+provenance and writes on process 0 only); docs/reliability.md, Interrupts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from hpcai_jax.errors import UsageError
+from hpcai_jax.file_modes import as_created
+from hpcai_jax.locks import Busy, PathLock
+from hpcai_jax.records.envelope import Record
+from hpcai_jax.records.schema import to_dict
+
+
+def new_run_id(mode: str) -> str:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    return f"{mode}-{stamp}-{os.getpid()}"
+
+
+def run_id(config, mode: str) -> str:
+    """--run_name, the same in every mode: the record's exact id; else a fresh one."""
+    return config.results.run_name or new_run_id(mode)
+
+
+class Claim:
+    """A run's hold on its record's name until the record is written (process 0; a no-op
+    elsewhere): `release` after `write_record`; an error path releases it when it is collected,
+    and a dead process's hold ends with it (locks.py)."""
+
+    def __init__(self, lock: PathLock | None = None):
+        self._lock = lock
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+
+
+def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False) -> Claim:
+    """Refuses, before any compute, to overwrite another run's record, or to run while another
+    live run writes the same record (two runs given the same results directory and run id). A
+    resumed run may replace its own partial record; --overwrite replaces any finished record,
+    never a running one's. The writing process's (results.claim)."""
+    path = check_writable(results_dir) / f"{run_id}.json"
+    try:
+        lock = PathLock(str(path.parent / f".{run_id}.lock"))
+    except Busy as e:
+        raise UsageError(
+            f"--results_dir={results_dir}: run id {run_id} is in use by another run ({e}): "
+            f"choose another --run_name"
+        ) from None
+    except OSError as e:
+        raise UsageError(
+            f"--results_dir={results_dir}: cannot create a file there ({e.strerror})"
+        ) from None
+    if not path.exists() or overwrite:
+        return Claim(lock)
+    try:
+        existing = json.loads(path.read_text())
+    except (OSError, ValueError):
+        existing = {}
+    if resuming and existing.get("run_id") == run_id and existing.get("status") == "partial":
+        return Claim(lock)
+    lock.release()
+    raise UsageError(
+        f"--results_dir={results_dir} already holds a record of run id {run_id}: "
+        f"choose another --run_name, or pass --overwrite to replace it"
+    )
+
+
+def check_writable(results_dir: str) -> Path:
+    """Fails early (before any compute) when the results directory cannot be written."""
+    path = Path(results_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"--results_dir={results_dir}: cannot create directory ({e.strerror})"
+        ) from None
+    if not os.access(path, os.W_OK):
+        raise UsageError(f"--results_dir={results_dir}: directory is not writable")
+    return path
+
+
+PARTIAL = ".partial"  # a run's output under this suffix until its run commits it (run/outputs.py)
+
+
+def staged(path: str | Path) -> Path:
+    """Where a run writes `path` until it commits its outputs together: `PATH.partial`."""
+    path = Path(path)
+    return path.with_name(path.name + PARTIAL)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """`text` at `path`, its directory made, through a temporary file renamed over it: a reader
+    sees the old file or the new one, never half of one. Raises OSError (the temporary file
+    removed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            as_created(f.fileno())
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_record(results_dir: str, run_id: str, record: Record | dict, stage: bool = False) -> Path:
+    """Writes a record (typed, or its JSON layout) to `<results_dir>/<run_id>.json` atomically
+    (temp file + fsync + rename), or with `stage` to its partial name
+    (`<run_id>.json.partial`), which the training run commits with its other outputs
+    (run/outputs.py): a directory removed since the start is made again; a write that fails (a
+    full disk) leaves whatever record was there as it was, removes its temp file and raises
+    UsageError naming the path.
+
+    Returns the path written. The writing process's (results.write_record).
+    """
+    path = check_writable(results_dir) / f"{run_id}.json"
+    path = staged(path) if stage else path
+    if not isinstance(record, dict):
+        record = to_dict(record)
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            as_created(f.fileno())
+            json.dump(record, f, indent=2, sort_keys=False, default=_jsonable)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise UsageError(
+            f"--results_dir={results_dir}: cannot write the record {path} ({e.strerror}); "
+            "nothing there was replaced"
+        ) from None
+    except BaseException:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _jsonable(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
