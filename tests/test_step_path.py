@@ -58,7 +58,6 @@ def modules_on_the_path(setup) -> set[str]:
     one = trainer.Trainer(setup, None, 0.0, None)
     one.batches = Prefetcher(trainer._batches(setup), 0, setup.total_steps, 1)
     one.measured = types.SimpleNamespace(compiled=_Traced(setup.train_step))
-    one.ctx = types.SimpleNamespace(state=state)
     package = str(ROOT / "hpcai_jax") + "/"
     seen: set[str] = set()
 
@@ -69,7 +68,7 @@ def modules_on_the_path(setup) -> set[str]:
 
     sys.setprofile(profile)
     try:
-        one.step()
+        one.step(state)
     finally:
         sys.setprofile(None)
         one.batches.close()

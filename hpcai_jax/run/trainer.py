@@ -20,6 +20,7 @@ from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
+from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.roofline import stream_bandwidth
@@ -228,20 +229,19 @@ class Trainer:
                 ctx.dog.arm(f"step {step}", _recent_median(progress))
                 if injection and injection[1] == step:
                     ctx.state = hooks.poison(ctx.state, injection[0])
-                metrics = self.step()
+                ctx.state, metrics = self.step(ctx.state)
                 ctx.watch.add(step, metrics.finite, metrics.input_finite)
                 ctx.clock.dispatched(step, metrics)
             if stop := self.hooks.run(ctx, step + 1):
                 return stop
         return None
 
-    def step(self) -> StepMetrics:
+    def step(self, state: EnsembleState) -> tuple[EnsembleState, StepMetrics]:
         """One training step, the start of the step's path (docs/design.md): the members' batch,
-        then the compiled ensemble step (engine/step.py), which returns the updated state."""
+        then the compiled ensemble step (engine/step.py): the updated state and its metrics."""
         with jax.profiler.TraceAnnotation(INPUT_WAIT):
             batch = self.batches.next()
-        self.ctx.state, metrics = self.measured.compiled(self.ctx.state, batch)
-        return metrics
+        return self.measured.compiled(state, batch)
 
     def finish(self, stop: Stop | None) -> Outcome:
         """The loop's end: the trace closed, every step's flags read, the input pipeline
