@@ -138,13 +138,15 @@ def test_the_path_from_main_is_the_one_design_names_within_its_ceilings(tmp_path
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "trace_path.py"), str(out), *flags],
         cwd=ROOT,
-        env=subprocess_env(devices=1),
+        env=subprocess_env(devices=1, PYTHONPATH=str(ROOT)),  # this checkout's package
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert done.returncode == 0 and out.is_file(), done.stderr[-2000:]
-    seen, named = set(json.loads(out.read_text())), main_path()
+    traced = json.loads(out.read_text())
+    assert traced["package"] == str(ROOT / "hpcai_jax") + "/", traced["package"]
+    seen, named = set(traced["modules"]), main_path()
     assert "hpcai_jax/data/sampler.py" in seen  # the prefetch thread's, followed
     assert seen <= named, f"on the path, not in docs/design.md: {sorted(seen - named)}"
     assert seen == named, f"in docs/design.md, not on the path: {sorted(named - seen)}"

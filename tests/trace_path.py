@@ -1,5 +1,5 @@
 """Runs `python -m hpcai_jax.main` with the flags given and writes, as JSON to the file named
-first, the package's modules whose code ran on any thread (the main thread, the prefetch
+first, the package traced and its modules whose code ran on any thread (the main thread, the prefetch
 thread, every other) from the entry point to the trainer's first update: the return of its
 first `Trainer.step`. Then it ends the process at once (os._exit): the path stops there.
 
@@ -19,7 +19,9 @@ import sys
 import threading
 from pathlib import Path
 
-PACKAGE = str(Path(__file__).resolve().parents[1] / "hpcai_jax") + os.sep
+import hpcai_jax  # noqa: E402  (the package this interpreter imports: its files are traced)
+
+PACKAGE = str(Path(hpcai_jax.__file__).resolve().parent) + os.sep
 TRAINER = PACKAGE + os.path.join("run", "trainer.py")
 ENTRY = PACKAGE + "main.py"  # run as __main__: its top level is the run itself
 
@@ -52,7 +54,8 @@ def main() -> None:
             sys.setprofile(None)
             threading.setprofile(None)
             with lock:
-                Path(out).write_text(json.dumps(sorted(seen), indent=1) + "\n")
+                traced = {"package": PACKAGE, "modules": sorted(seen)}
+                Path(out).write_text(json.dumps(traced, indent=1) + "\n")
             os._exit(0)
 
     threading.setprofile(profile)
