@@ -8,6 +8,8 @@ import pytest
 from conftest import TINY
 from helpers import ROOT, assert_one_line_error, run_in_process, run_main
 
+from hpcai_jax import records
+
 
 def _walk(value, path=""):
     if isinstance(value, dict):
@@ -19,6 +21,7 @@ def _walk(value, path=""):
 
 def test_end_to_end_record(tiny_run):
     proc, record = tiny_run.proc, tiny_run.record
+    r = records.read(record)  # the typed record: its fields, where the checks read one
     # The record, and beside it the members' final weights (--keep_weights, run/kept_weights.py)
     # and the TensorBoard events (docs/observe.md).
     names = sorted(p.name for p in tiny_run.results.iterdir())
@@ -51,62 +54,60 @@ def test_end_to_end_record(tiny_run):
     ):
         value = dict(_walk(record))["/" + key]
         assert isinstance(value, int | float) and value > 0 and math.isfinite(value), (key, value)
-    assert record["timing"]["data_wait_s"] >= 0
-    assert record["mesh"]["shape"] == {"ensemble": 2, "data": 4, "model": 1}
-    assert record["timing"]["timed_steps"] == 3  # one warm-up step excluded
-    assert len(record["quality"]["members"]) == 4
-    assert all(0 < a <= 1 for a in record["quality"]["members"])
-    assert record["flops"]["source"] == "xla_cost_analysis"
-    assert record["flops"]["per_step"] == record["flops"]["xla_per_step"]
-    assert 0.9 < record["flops"]["crosscheck"]["xla_over_analytic"] < 1.2
-    assert record["provenance"]["versions"]["jax"]
-    assert record["provenance"]["git_commit"]
+    assert r.timing.data_wait_s >= 0
+    assert r.mesh.shape == {"ensemble": 2, "data": 4, "model": 1}
+    assert r.timing.timed_steps == 3  # one warm-up step excluded
+    assert len(r.quality.members) == 4
+    assert all(0 < a <= 1 for a in r.quality.members)
+    assert r.flops.source == "xla_cost_analysis"
+    assert r.flops.per_step == r.flops.xla_per_step
+    assert 0.9 < r.flops.crosscheck.xla_over_analytic < 1.2
+    assert r.provenance.versions["jax"]
+    assert r.provenance.git_commit
     for steady in ("", "_steady"):  # Eq. 6 over the epochs, and the steady-state figure
         expected_vflops = (
-            record["metrics"][f"flops_per_s{steady}"]
-            * (record["quality"]["ensemble"] / record["quality"]["target"])
-            ** record["quality"]["exponent"]
+            getattr(r.metrics, f"flops_per_s{steady}")
+            * (r.quality.ensemble / r.quality.target) ** r.quality.exponent
         )
-        assert record["metrics"][f"vflops_per_s{steady}"] == pytest.approx(expected_vflops)
+        assert getattr(r.metrics, f"vflops_per_s{steady}") == pytest.approx(expected_vflops)
     assert "ensemble top1_accuracy" in proc.stdout
     # 2 epochs of 2 steps (32 examples), each timed and counted: Eq. 6 is their FLOPs over their
     # wall time (the per-epoch figure's own checks are tests/test_epochs.py's).
-    epochs = record["epochs"]
-    assert [(e["index"], e["first_step"], e["steps"]) for e in epochs] == [(1, 0, 2), (2, 2, 2)]
-    assert record["metrics"]["flops_per_s"] == pytest.approx(
-        sum(e["flops"] for e in epochs) / sum(e["wall_s"] for e in epochs)
+    epochs = r.epochs
+    assert [(e.index, e.first_step, e.steps) for e in epochs] == [(1, 0, 2), (2, 2, 2)]
+    assert r.metrics.flops_per_s == pytest.approx(
+        sum(e.flops for e in epochs) / sum(e.wall_s for e in epochs)
     )
     # Evaluated after each epoch, below the target 0.9: no time to target, and why.
-    assert [(p["step"], p["epoch"]) for p in record["quality"]["curve"]] == [(2, 1), (4, 2)]
-    assert record["quality"]["curve"][-1]["ensemble"] == record["quality"]["ensemble"]
-    assert record["time_to_target_s"] is None
-    assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
-    assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
+    assert [(p.step, p.epoch) for p in r.quality.curve] == [(2, 1), (4, 2)]
+    assert r.quality.curve[-1].ensemble == r.quality.ensemble
+    assert r.time_to_target_s is None
+    assert r.time_to_target_why.startswith("the ensemble never reached the target 0.9")
+    assert r.timing.eval_s > 0 and r.quality.stopped_at_target is False
     # The score's provenance: bagging, the out-of-bag estimate, the target, the FLOP source.
-    assert all(0.4 < f < 0.85 for f in record["data"]["distinct_fraction"])  # 32 examples
-    oob = record["quality"]["oob"]
-    assert oob["subset"] == 32 and 0 < oob["scored"] < 32 and 0 <= oob["quality"] <= 1
-    assert 1 <= oob["mean_voters"] < 4
-    assert record["quality"]["target_is_official"] is False and record["quality"]["target"] == 0.9
-    assert record["flops"]["crosscheck_ok"] is True
-    assert "all 8 devices at once" in record["peak_flops"]["measured_method"]
+    assert all(0.4 < f < 0.85 for f in r.data.distinct_fraction)  # 32 examples
+    oob = r.quality.oob
+    assert oob.subset == 32 and 0 < oob.scored < 32 and 0 <= oob.quality <= 1
+    assert 1 <= oob.mean_voters < 4
+    assert r.quality.target_is_official is False and r.quality.target == 0.9
+    assert r.flops.crosscheck_ok is True
+    assert "all 8 devices at once" in r.peak_flops.measured_method
     # Members never exchange training data; what a member sends goes over `data`.
-    assert record["comm"]["payload_bytes"]["ensemble"] == 0
-    assert record["comm"]["payload_bytes"]["data"] > 0
+    assert r.comm.payload_bytes["ensemble"] == 0
+    assert r.comm.payload_bytes["data"] > 0
     # One node: every training byte on the wire stays inside it (intra + inter = Σ wire).
-    assert record["comm"]["nodes"] == 1 and record["comm"]["link_bytes"]["inter_node"] == 0
-    assert record["comm"]["link_bytes"]["intra_node"] == sum(record["comm"]["wire_bytes"].values())
-    assert record["memory_per_device"]["argument_bytes"] > 0
-    assert record["energy"]["available"] is False and "cpu" in record["energy"]["why"]
-    roof = record["roofline"]
-    assert roof["bandwidth_bytes_per_s"] > 1e8 and "measured at start" in roof["bandwidth_source"]
+    assert r.comm.nodes == 1 and r.comm.link_bytes.inter_node == 0
+    assert r.comm.link_bytes.intra_node == sum(r.comm.wire_bytes.values())
+    assert r.memory_per_device.argument_bytes > 0
+    assert r.energy.available is False and "cpu" in r.energy.why
+    roof = r.roofline
+    assert roof.bandwidth_bytes_per_s > 1e8 and "measured at start" in roof.bandwidth_source
     # 2 members per device run in a loop, whose body XLA's cost analysis counts once: its bytes,
     # hence the intensity and the bound, are unknown, and the note says why (never estimated).
-    assert (
-        "bytes accessed unknown: the compiled step runs its 2 members per device"
-        in (record["flops"]["xla_note"])
+    assert "bytes accessed unknown: the compiled step runs its 2 members per device" in (
+        r.flops.xla_note
     )
-    assert roof["arithmetic_intensity_flops_per_byte"] is None and roof["bound"] is None
+    assert roof.arithmetic_intensity_flops_per_byte is None and roof.bound is None
 
 
 @pytest.mark.parametrize(
