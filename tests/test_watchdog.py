@@ -102,13 +102,19 @@ def test_a_checkpoint_save_is_bounded_by_the_floor(capfd, monkeypatch, fake_time
 
     monkeypatch.setattr(hooks.Context, "save", save)
     ctx = hooks.Context(None, None, None, _Clock(), None, None, _Checkpointer(), 10, dog)
-    checkpoint = hooks.Checkpoint(interval_rule.fixed(2))
+    checkpoint = hooks.Checkpoint(interval_rule.fixed(2), _Checkpointer(), total=10)
+    run = hooks.Services(ctx)
+
+    def after(done: int) -> hooks.StepInfo:
+        return hooks.StepInfo(done, 10, None, None, None)
+
     try:
-        checkpoint(ctx, 2)  # in time
+        assert checkpoint.due(2) and not checkpoint.due(3)  # its schedule: every 2 steps
+        checkpoint(after(2), run)  # in time
         fake_time.advance(1000)
         assert not fired.wait(SILENT_S) and exits == []
         save_s[0] = 1.0  # past the floor
-        checkpoint(ctx, 4)
+        checkpoint(after(4), run)
         assert exits == [HUNG_EXIT_CODE]
     finally:
         dog.close()

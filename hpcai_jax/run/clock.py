@@ -88,8 +88,9 @@ class RunClock:
         self.last_metrics: StepMetrics | None = None
         self.energy_start: EnergyReading | None = None
         self.energy_end: EnergyReading | None = None
-        # Called as each step is booked: (step, its metrics, its time or None if untimed).
-        self.on_step: list[Callable[[int, StepMetrics, float | None], None]] = []
+        # The steps booked since a hook last read them (`drain_booked`), kept only once one
+        # asks (`keep_booked`, the curves): (step, its metrics, its time or None if untimed).
+        self._booked: list[tuple[int, StepMetrics, float | None]] | None = None
 
     def start(self) -> float:
         """run_start: the segment's training time begins now (after compiling)."""
@@ -127,8 +128,19 @@ class RunClock:
             self.energy_start = read_energy()
         self._last_done, self.last_metrics = now, metrics
         self._progress.step = step + 1
-        for listener in self.on_step:  # after the reading: in the next step's shadow
-            listener(step, metrics, seconds)
+        if self._booked is not None:  # read by a hook, in the next step's shadow
+            self._booked.append((step, metrics, seconds))
+
+    def keep_booked(self) -> None:
+        """From now on, keep each booked step for `drain_booked`."""
+        self._booked = []
+
+    def drain_booked(self) -> list[tuple[int, StepMetrics, float | None]]:
+        """The steps booked since the last call (none unless `keep_booked`)."""
+        if not self._booked:
+            return []
+        booked, self._booked = self._booked, []
+        return booked
 
     @contextlib.contextmanager
     def checkpointing(self):

@@ -1,8 +1,13 @@
-"""What happens between training steps, one hook per concern, each registered with its period
-(`Hooks.add(hook, every=N)`, levanter's `TrainerHooks.add_hook`; big_vision's `itstime`): the
-divergence check, the progress line, the evaluation (and the stop at target), the curves, the
-preemption agreement, the checkpoint and the profile window. The trainer runs them in the order
-they were added after every step; a hook that ends the run returns a `Stop`.
+"""What happens between training steps, one hook per concern, each registered with its
+schedule (`Hooks.add(hook, every=N)` or `when=`, levanter's `TrainerHooks.add_hook`; big_vision's
+`itstime`): the divergence check, the progress line, the evaluation (and the stop at target),
+the curves, the preemption agreement, the checkpoint and the profile window. The trainer runs
+them in the order they were added; a hook that ends the run returns a `Stop`.
+
+A hook is called as hook(info, run): `info` (StepInfo) is what it reads, the step count, the
+state, the latest booked step's metrics and the run's bookkeeping; `run` (Services) is what it
+may ask of the trainer: book the step in flight, agree with the other processes, read the
+members' flags, evaluate, save, keep the watchdog's bounds. Nothing else of the run reaches it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from hpcai_jax import distributed
 from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.engine.state import EnsembleState
+from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.errors import PREEMPTED_EXIT_CODE
 from hpcai_jax.run import checkpoint_interval as interval_rule
 from hpcai_jax.run import clock as run_clock
@@ -76,35 +82,106 @@ _H = TypeVar("_H")
 @dataclasses.dataclass(frozen=True)
 class Registered:
     """A hook and its schedule: after every `every` steps (0: never), and after the last step
-    too where `at_last`."""
+    too where `at_last`; or, for a schedule the hook learns as the run goes (the checkpoint's
+    interval, the profile window), whenever `when(done)` says."""
 
     hook: Hook
     every: int
     at_last: bool = False
+    when: Callable[[int], bool] | None = None
+
+    def due(self, done: int, total: int) -> bool:
+        if self.when is not None:
+            return self.when(done)
+        return due(done, self.every, total if self.at_last else None)
 
 
 class Hooks:
-    """The hooks between steps, in the order they run, each with its period."""
+    """The hooks between steps, in the order they run, each with its schedule."""
 
     def __init__(self) -> None:
         self._registered: list[Registered] = []
 
-    def add(self, hook: _H, every: int = 1, *, at_last: bool = False) -> _H:
-        """Registers `hook` to run after every `every` steps (and after the last: `at_last`)."""
-        self._registered.append(Registered(hook, every, at_last))
+    def add(
+        self,
+        hook: _H,
+        every: int = 1,
+        *,
+        at_last: bool = False,
+        when: Callable[[int], bool] | None = None,
+    ) -> _H:
+        """Registers `hook` to run after every `every` steps (and after the last: `at_last`),
+        or whenever `when(done)` holds."""
+        self._registered.append(Registered(hook, every, at_last, when))
         return hook
 
     def run(self, ctx: Context, done: int) -> Stop | None:
         """Runs the hooks due after `done` steps; the first Stop ends the round and the run."""
+        run = Services(ctx)
         for r in self._registered:
-            due_now = due(done, r.every, ctx.total_steps if r.at_last else None)
-            if due_now and (stop := r.hook(ctx, done)):
+            if not r.due(done, ctx.total_steps):
+                continue
+            info = StepInfo(done, ctx.total_steps, ctx.state, ctx.clock.last_metrics, ctx.progress)
+            if stop := r.hook(info, run):
                 return stop
         return None
 
-    def find(self, kind: type[_H]) -> _H | None:
-        """The first registered hook of type `kind`, if any."""
-        return next((r.hook for r in self._registered if isinstance(r.hook, kind)), None)
+
+@dataclasses.dataclass(frozen=True)
+class StepInfo:
+    """What a hook reads after a step (levanter's `StepInfo`): `done` of `total` steps
+    dispatched, the members' `state` after them, the latest booked step's `metrics` (its loss
+    and training metrics; None before one is booked) and the run's bookkeeping (`progress`:
+    the booked step count, step times, evaluations, epochs), read only."""
+
+    done: int
+    total: int
+    state: EnsembleState
+    metrics: StepMetrics | None
+    progress: Progress
+
+
+class Services:
+    """What a hook may ask of the trainer between steps (module docstring)."""
+
+    def __init__(self, ctx: Context):
+        self._ctx = ctx
+
+    def flush(self) -> StepMetrics | None:
+        """Books the step in flight (waits for it); the latest booked step's metrics."""
+        self._ctx.clock.flush()
+        return self._ctx.clock.last_metrics
+
+    def agreeing(self, several: bool):
+        """A host collective of every process, booked as agreement time (run/clock.py)."""
+        return self._ctx.clock.agreeing(several)
+
+    def aside(self):
+        """Host work that is no step's and no epoch's (run/clock.py)."""
+        return self._ctx.clock.aside()
+
+    def diverged(self, keep_last: bool) -> str | None:
+        """The members' finite flags read: why the run is invalid, or None."""
+        return self._ctx.watch.check(keep_last=keep_last)
+
+    def evaluate(self, *, training: bool) -> EnsembleQuality | None:
+        """The ensemble evaluated now, the watchdog standing down until its first batch."""
+        self._ctx.unwatched()  # what precedes the first batch (its setup) is not a step's
+        return self._ctx.evaluate(oob=False, training=training)
+
+    @contextlib.contextmanager
+    def saving(self, what: str):
+        """A save inside the training time: bounded by the watchdog, booked as checkpoint time."""
+        with self._ctx.bounded(what), self._ctx.clock.checkpointing():
+            yield
+
+    def save(self, step: int) -> None:
+        """A checkpoint of the run now (inside `saving`)."""
+        self._ctx.save(step)
+
+    def booked(self) -> list[tuple[int, StepMetrics, float | None]]:
+        """The steps booked since the last call: (step, metrics, seconds or None if untimed)."""
+        return self._ctx.clock.drain_booked()
 
 
 @dataclasses.dataclass
@@ -163,7 +240,7 @@ class Context:
         self.ckpt.save(step, self.state, self.progress.to_meta())
 
 
-Hook = Callable[[Context, int], Stop | None]
+Hook = Callable[[StepInfo, Services], Stop | None]
 
 
 @dataclasses.dataclass
@@ -171,9 +248,9 @@ class DivergenceCheck:
     """Reads the members' finite flags (registered every --divergence_check_every steps and
     after the last one); under --on_divergence=stop a non-finite member ends the run."""
 
-    def __call__(self, ctx: Context, done: int) -> Stop | None:
-        with ctx.clock.agreeing(jax.process_count() > 1):  # a gather of every process's flags
-            why = ctx.watch.check(keep_last=True)
+    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+        with run.agreeing(jax.process_count() > 1):  # a gather of every process's flags
+            why = run.diverged(keep_last=True)
         return Stop(Status.INVALID, why) if why else None
 
 
@@ -188,34 +265,35 @@ class ProgressLine:
     examples_per_step: int
     logged: int = dataclasses.field(default=-1, init=False)  # the last N a line was written for
 
-    def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if self.every and done == ctx.total_steps:
-            self._line(ctx)  # the step before the last, where its line is due
-            ctx.clock.flush()
-        self._line(ctx)
+    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+        metrics = info.metrics
+        if self.every and info.done == info.total:
+            self._line(info, metrics)  # the step before the last, where its line is due
+            metrics = run.flush()
+        self._line(info, metrics)
         return None
 
-    def _line(self, ctx: Context) -> None:
-        completed, metrics = ctx.progress.step, ctx.clock.last_metrics
+    def _line(self, info: StepInfo, metrics) -> None:
+        completed, total = info.progress.step, info.total
         if metrics is None or completed == self.logged:
             return
-        if not due(completed, self.every, ctx.total_steps):
+        if not due(completed, self.every, total):
             return
         self.logged = completed
         if jax.process_index() != 0:  # one progress line per job, not one per process
             return
-        step_s = ctx.progress.step_s
+        step_s = info.progress.step_s
         median = float(np.median(step_s)) if step_s else 0.0
         logging.info(
             "step %d/%d  loss %.4f  %s  %s examples/s  ETA %s",
             completed,
-            ctx.total_steps,
+            total,
             member_figures.local_mean(metrics.loss),
             "  ".join(
                 f"train {k} {member_figures.local_mean(v):.3f}" for k, v in metrics.metrics.items()
             ),
             f"{self.examples_per_step / median:.0f}" if median else "-",
-            format_duration((ctx.total_steps - completed) * median),
+            format_duration((total - completed) * median),
         )
 
 
@@ -228,12 +306,12 @@ class Evaluation:
     target: float | None = None
     last: tuple[int, EnsembleQuality | None] | None = None
 
-    def __call__(self, ctx: Context, done: int) -> Stop | None:
-        ctx.clock.flush()
-        if why := ctx.watch.check(keep_last=False):
+    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+        done = info.done
+        run.flush()
+        if why := run.diverged(keep_last=False):
             return Stop(Status.INVALID, why)
-        ctx.unwatched()  # what precedes the first batch (its setup) is not a step's
-        quality = ctx.evaluate(oob=False, training=True)
+        quality = run.evaluate(training=True)
         self.last = (done, quality)
         if self.target is not None and evaluation.reached(quality, self.target):
             logging.info("the ensemble reached the target %g at step %d", self.target, done)
@@ -249,11 +327,12 @@ class Preemption:
     guard: PreemptionGuard
     every: int
 
-    def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if done >= ctx.total_steps:
+    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+        done = info.done
+        if done >= info.total:
             return None
         at_check = done % self.every == 0
-        with ctx.clock.agreeing(at_check and jax.process_count() > 1):
+        with run.agreeing(at_check and jax.process_count() > 1):
             stop = self.guard.stop_now(at_check)
         if stop:
             return Stop(Status.PARTIAL, f"preempted by {self.guard.signal_name} at step {done}")
@@ -268,52 +347,60 @@ class Checkpoint:
     (run/checkpoint_interval.py); `interval` is what the record says."""
 
     interval: interval_rule.Interval
+    ckpt: Checkpointer | None = None
     probe_at: int | None = None  # auto: the step of the probe save; None once decided
+    total: int = 0  # the run's steps: none is saved at or after the last (the final save is)
+    mtbf: tuple[float | None, int] = (None, 1)  # --mtbf_hours, and the devices it scales by
 
-    def __call__(self, ctx: Context, done: int) -> Stop | None:
-        if ctx.ckpt is None or done >= ctx.total_steps:
-            return None
+    def due(self, done: int) -> bool:
+        """The schedule: the probe at `probe_at` under auto, then every interval's steps."""
+        if self.ckpt is None or done >= self.total:
+            return False
         if self.probe_at is not None:
-            if done >= self.probe_at:
-                self._probe(ctx, done)
+            return done >= self.probe_at
+        return self.ckpt.due(done)
+
+    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+        done = info.done
+        if self.probe_at is not None:
+            self._probe(info, run)
             return None
-        if ctx.ckpt.due(done):
-            with ctx.bounded(f"the checkpoint save of step {done}"), ctx.clock.checkpointing():
-                ctx.save(done)
+        with run.saving(f"the checkpoint save of step {done}"):
+            run.save(done)
         return None
 
-    def _probe(self, ctx: Context, done: int) -> None:
-        with ctx.bounded(f"the probe save of step {done}"), ctx.clock.checkpointing():
+    def _probe(self, info: StepInfo, run: Services) -> None:
+        done = info.done
+        with run.saving(f"the probe save of step {done}"):
             start = run_clock.read()
-            ctx.save(done)
+            run.save(done)
             saved = run_clock.read()
-            ctx.ckpt.wait()
+            self.ckpt.wait()
             written = run_clock.read()
-        step_s = interval_rule.median_step(ctx.progress.step_s) or (saved - start)
+        step_s = interval_rule.median_step(info.progress.step_s) or (saved - start)
         # Every process must save at the same steps: process 0's measurements decide.
         figures = np.asarray([saved - start, written - start, step_s], np.float64)
         save_s, write_s, step_s = (float(v) for v in distributed.allgather(figures)[0])
-        mtbf_h, mtbf_why = interval_rule.mtbf_hours(
-            ctx.setup.config.reliability.mtbf_hours, ctx.setup.layout.num_devices
-        )
+        mtbf_h, mtbf_why = interval_rule.mtbf_hours(*self.mtbf)
         self.interval = interval_rule.young_daly(
-            save_s, write_s, step_s, mtbf_h, mtbf_why, ctx.total_steps - done
+            save_s, write_s, step_s, mtbf_h, mtbf_why, info.total - done
         )
-        ctx.ckpt.every, self.probe_at = self.interval.steps, None
+        self.ckpt.every, self.probe_at = self.interval.steps, None
         logging.info("checkpoint interval %s", self.interval.why)
 
 
-def checkpoint(setup: RunSetup, first: int) -> Checkpoint:
+def checkpoint(setup: RunSetup, first: int, ckpt: Checkpointer | None) -> Checkpoint:
     """Saves every --checkpoint_every steps, or under auto a probe save after the warm-up and
     PROBE_STEPS timed steps of this segment, whose times set the interval."""
-    rc = setup.config.reliability
-    if not rc.checkpoint_dir:
+    rc, total = setup.config.reliability, setup.total_steps
+    if not rc.checkpoint_dir or ckpt is None:
         return Checkpoint(interval_rule.Interval(None, "no --checkpoint_dir"))
     if not rc.checkpoint_auto:
-        return Checkpoint(interval_rule.fixed(rc.checkpoint_steps))
+        return Checkpoint(interval_rule.fixed(rc.checkpoint_steps), ckpt, total=total)
     probe_at = first + setup.config.train.timing_warmup_steps + interval_rule.PROBE_STEPS
-    mtbf_h, _ = interval_rule.mtbf_hours(rc.mtbf_hours, setup.layout.num_devices)
-    return Checkpoint(interval_rule.not_probed(probe_at, mtbf_h), probe_at)
+    mtbf = (rc.mtbf_hours, setup.layout.num_devices)
+    mtbf_h, _ = interval_rule.mtbf_hours(*mtbf)
+    return Checkpoint(interval_rule.not_probed(probe_at, mtbf_h), ckpt, probe_at, total, mtbf)
 
 
 def settle(ctx: Context, stop: Stop | None) -> Outcome:

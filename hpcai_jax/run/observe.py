@@ -37,18 +37,19 @@ class Curves:
     points: int = 0
     epochs: int = 0
 
-    def completed(self, step: int, metrics, seconds: float | None) -> None:
-        """The run clock booked `step` (run/clock.py `on_step`): its loss, and its rate if timed."""
-        if self.log is None:
-            return
-        self.log.scalar("train/loss", member_figures.local_mean(metrics.loss), step + 1)
-        if seconds:
-            self.log.scalar("train/examples_per_s", self.examples_per_step / seconds, step + 1)
+    def completed(self, booked) -> None:
+        """The steps the run clock booked since the last call, (step, metrics, seconds or None
+        if untimed) each: their loss, and their rate where timed."""
+        for step, metrics, seconds in booked:
+            self.log.scalar("train/loss", member_figures.local_mean(metrics.loss), step + 1)
+            if seconds:
+                self.log.scalar("train/examples_per_s", self.examples_per_step / seconds, step + 1)
 
-    def __call__(self, ctx, done: int) -> None:
-        progress = ctx.progress
+    def __call__(self, info, run) -> None:
+        progress = info.progress
         if self.log is None:
             return None
+        self.completed(run.booked())
         if len(progress.curve) > self.points or len(progress.epochs) > self.epochs:
             self._evaluations(progress)
             self._epochs(progress)
@@ -78,11 +79,13 @@ class Curves:
                     "eq6/flops_per_s", epoch.flops_per_s, epoch.first_step + epoch.steps
                 )
 
-    def finish(self, quality, step: int) -> train.TensorBoard | None:
-        """The end's figures (a complete run's final quality and out-of-bag estimate, an
-        engine.evaluate.EnsembleQuality or None), then closes; returns what the record says."""
+    def finish(self, quality, step: int, booked) -> train.TensorBoard | None:
+        """The end's figures (the steps booked after the last hook, a complete run's final
+        quality and out-of-bag estimate, an engine.evaluate.EnsembleQuality or None), then
+        closes; returns what the record says."""
         if self.log is None:
             return None
+        self.completed(booked)
         if quality is not None:
             self.log.scalar("final/ensemble", quality.ensemble, step)
             if quality.oob is not None and quality.oob.quality is not None:
@@ -94,9 +97,10 @@ class Curves:
 def curves(
     setup, run_id: str, flops_per_step: float | None, clock, resuming: bool = False
 ) -> Curves:
-    """Process 0's curves under --tensorboard, told of each step by the run clock, written under
-    the folder's partial name until the run commits its outputs (a resumed run's beside what
-    the run wrote before); a hook that writes nothing otherwise."""
+    """Process 0's curves under --tensorboard, reading the steps the run clock booked (the clock
+    keeps them for it), written under the folder's partial name until the run commits its
+    outputs (a resumed run's beside what the run wrote before); a hook that writes nothing
+    otherwise."""
     config, m = setup.config, setup.layout.ensemble_size
     on = config.results.tensorboard and jax.process_index() == 0
     final = outputs.tensorboard_dir(config, run_id)
@@ -108,7 +112,7 @@ def curves(
         final,
     )
     if hook.log is not None:
-        clock.on_step.append(hook.completed)
+        clock.keep_booked()
     return hook
 
 
@@ -123,22 +127,29 @@ class ProfileWindow:
     hlo_text: str
     aside_s: float = 0.0
 
-    def __call__(self, ctx, done: int) -> None:
+    total: int = 0  # the run's steps: a trace still running at the last one is stopped there
+
+    def due(self, done: int) -> bool:
+        """The schedule: the window's first step and its last (or the run's, inside it)."""
         if self.trace is None:
-            return None
-        if done == self.first:
-            with ctx.clock.aside() as span:
+            return False
+        return done in (self.first, self.last) or (done == self.total and self.trace.active)
+
+    def __call__(self, info, run) -> None:
+        if info.done == self.first:
+            with run.aside() as span:
                 self.trace.start(self.hlo_text)
             self.aside_s += span.stop() - span.start
-        elif done == self.last or (done == ctx.total_steps and self.trace.active):
-            self.close(ctx.clock)
+        else:
+            self.close(run.aside)
         return None
 
-    def close(self, clock) -> None:
-        """Stops the trace, if it runs (also when the loop ends early)."""
+    def close(self, aside) -> None:
+        """Stops the trace, if it runs (also when the loop ends early); `aside`: the run
+        clock's (run/clock.py)."""
         if self.trace is None or not self.trace.active:
             return
-        with clock.aside() as span:
+        with aside() as span:
             self.trace.stop()
         self.aside_s += span.stop() - span.start
 
@@ -164,4 +175,4 @@ def profile_window(setup, run_id: str, hlo_text: str) -> ProfileWindow | None:
     traces = config.results.profile_all_processes or jax.process_index() == 0
     process = os.path.join(profile_dir(config, run_id), f"process_{jax.process_index()}")
     trace = Trace(process) if traces else None
-    return ProfileWindow(window[0], window[1], trace, hlo_text)
+    return ProfileWindow(window[0], window[1], trace, hlo_text, total=setup.total_steps)

@@ -143,6 +143,11 @@ class Trainer:
         self.measured: MeasuredStep
         self.batches: Prefetcher
         self.ctx: hooks.Context
+        # The hooks whose results the record reads (`_register_hooks`).
+        self.evaluation: hooks.Evaluation
+        self.curves: observe.Curves
+        self.checkpoint: hooks.Checkpoint
+        self.window: observe.ProfileWindow | None = None
 
     def run(self) -> Finished:
         """The stages in order: the record (also written), its path and the exit code."""
@@ -209,9 +214,9 @@ class Trainer:
         self.guard = PreemptionGuard()
         held.callback(self.guard.restore)
         self._register_hooks()
-        window = self.hooks.find(observe.ProfileWindow)
+        window = self.window
         if window is not None:  # a run that ends inside the window still writes its trace
-            held.callback(window.close, ctx.clock)
+            held.callback(window.close, ctx.clock.aside)
         with startup.phase("barrier"):
             barrier("before-timing")
         self.mlog.run_start(progress.step, ctx.clock.start())
@@ -248,9 +253,8 @@ class Trainer:
         stopped, the clock finished, the final checkpoint and the kept weights, then the signal
         handlers restored."""
         ctx = self.ctx
-        window = self.hooks.find(observe.ProfileWindow)
-        if window is not None:
-            window.close(ctx.clock)
+        if self.window is not None:
+            self.window.close(ctx.clock.aside)
         ctx.dog.arm("the last step and the processes' final check", _recent_median(ctx.progress))
         ctx.clock.flush()
         outcome = hooks.settle(ctx, stop)
@@ -269,9 +273,8 @@ class Trainer:
         slowest process took."""
         ctx, setup = self.ctx, self.setup
         progress, clock, dog = ctx.progress, ctx.clock, ctx.dog
-        evaluations = self.hooks.find(hooks.Evaluation)
         complete = outcome.status is Status.COMPLETE
-        quality = hooks.final_quality(ctx, complete, evaluations.last)
+        quality = hooks.final_quality(ctx, complete, self.evaluation.last)
         dog.arm("the processes' end-of-run gather", _recent_median(progress))
         final = None if clock.last_metrics is None else gather_tree(clock.last_metrics)
         timings = run_clock.per_process(progress, setup.mesh, setup.layout.members_per_device)
@@ -289,7 +292,7 @@ class Trainer:
             outcome.stopped_at_target,
             energy=(clock.energy_start, clock.energy_end),
             per_process=timings,
-            interval=self.hooks.find(hooks.Checkpoint).interval,
+            interval=self.checkpoint.interval,
             observe=self._observed(quality),
         )
         record = run_record.train_record(end)
@@ -355,33 +358,36 @@ class Trainer:
         )
 
     def _register_hooks(self) -> None:
-        """The hooks in the order they run after each step; the profile window, if any, last
-        (it starts its trace after the step's other work)."""
+        """The schedule between steps, in the order the hooks run; the profile window, if any,
+        last (it starts its trace after the step's other work). Period 1: the hook acts on
+        whatever each step booked (a progress line once a due step is booked, each step's
+        curve point, a SIGTERM noted, agreed every `check_every`)."""
         setup, ctx = self.setup, self.ctx
         config = setup.config
         tc, rc = config.train, config.reliability
         check_every = rc.divergence_check_every or tc.log_every
         target = config.quality_target().target if config.scored and tc.stop_at_target else None
+        run_id, flops = ctx.progress.run_id, self.measured.flops.train_step_flops
+        self.evaluation = hooks.Evaluation(target)
+        self.curves = observe.curves(setup, run_id, flops, ctx.clock, self.start.resuming)
+        self.checkpoint = hooks.checkpoint(setup, ctx.progress.step, self.ckpt)
+        self.window = observe.profile_window(setup, run_id, self.measured.compiled.as_text())
         add = self.hooks.add
-        add(hooks.DivergenceCheck(), check_every, at_last=True)
-        add(hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size))
-        add(hooks.Evaluation(target), tc.eval_every_epochs * setup.sampler.steps_per_epoch)
-        flops = self.measured.flops.train_step_flops
-        add(observe.curves(setup, ctx.progress.run_id, flops, ctx.clock, self.start.resuming))
-        add(hooks.Preemption(self.guard, check_every))
-        add(hooks.checkpoint(setup, ctx.progress.step))
-        if config.results.profile_range:
-            add(
-                observe.profile_window(setup, ctx.progress.run_id, self.measured.compiled.as_text())
-            )
+        add(hooks.DivergenceCheck(), every=check_every, at_last=True)
+        add(hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size), every=1)
+        add(self.evaluation, every=tc.eval_every_epochs * setup.sampler.steps_per_epoch)
+        add(self.curves, every=1)
+        add(hooks.Preemption(self.guard, check_every), every=1)
+        add(self.checkpoint, when=self.checkpoint.due)
+        if self.window is not None:
+            add(self.window, when=self.window.due)
 
     def _observed(self, quality: EnsembleQuality | None) -> train.Observe:
         """The record's `observe` section: the curves closed with the final quality, the trace."""
-        curves = self.hooks.find(observe.Curves)
-        window = self.hooks.find(observe.ProfileWindow)
+        booked = self.ctx.clock.drain_booked()
         return train.Observe(
-            tensorboard=curves.finish(quality, self.ctx.progress.step),
-            profile=window.summary() if window else None,
+            tensorboard=self.curves.finish(quality, self.ctx.progress.step, booked),
+            profile=self.window.summary() if self.window else None,
         )
 
 

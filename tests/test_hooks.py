@@ -1,0 +1,58 @@
+"""run/hooks.py's registry: each hook runs on its schedule (a period, the last step, or a `when`
+it learns as the run goes), reads a StepInfo, asks the trainer's Services, and the first Stop
+ends the round."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hpcai_jax.run import hooks
+
+
+def _ctx(total: int = 10):
+    clock = SimpleNamespace(last_metrics="metrics", flush=lambda: None)
+    return SimpleNamespace(
+        total_steps=total, state="state", clock=clock, progress=SimpleNamespace(step=0)
+    )
+
+
+def test_each_hook_runs_on_its_schedule_and_reads_the_step_info():
+    calls: list[tuple[str, int]] = []
+
+    def hook(name):
+        def call(info: hooks.StepInfo, run: hooks.Services):
+            assert isinstance(run, hooks.Services)
+            assert (info.total, info.state, info.metrics) == (10, "state", "metrics")
+            calls.append((name, info.done))
+
+        return call
+
+    registry = hooks.Hooks()
+    registry.add(hook("every 3, last"), every=3, at_last=True)
+    registry.add(hook("every 4"), every=4)
+    registry.add(hook("never"), every=0)
+    registry.add(hook("when 5"), when=lambda done: done == 5)
+    ctx = _ctx()
+    for done in range(1, 11):
+        assert registry.run(ctx, done) is None
+    assert calls == [
+        ("every 3, last", 3),
+        ("every 4", 4),
+        ("when 5", 5),
+        ("every 3, last", 6),
+        ("every 4", 8),
+        ("every 3, last", 9),
+        ("every 3, last", 10),
+    ]
+
+
+def test_the_first_stop_ends_the_round():
+    stop = hooks.Stop(hooks.Status.PARTIAL, "preempted")
+    later: list[int] = []
+    registry = hooks.Hooks()
+    registry.add(lambda info, run: stop if info.done == 2 else None)
+    registry.add(lambda info, run: later.append(info.done))
+    ctx = _ctx()
+    assert registry.run(ctx, 1) is None
+    assert registry.run(ctx, 2) is stop
+    assert later == [1]  # the hook after the stop did not run in its round
