@@ -101,52 +101,52 @@ def run(tmp_path_factory):
         mp.setattr(peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
         done = trainer.train_and_evaluate(config)
     assert done.exit_code == 0, done.record.reason
-    return records.to_dict(done.record), tmp / "run.mllog", saved
+    return done.record, tmp / "run.mllog", saved
 
 
 @pytest.mark.slow
 def test_epoch_and_steady_windows_on_the_fake_clock(run):
     record, _, _ = run
-    epochs, timing = record["epochs"], record["timing"]
-    assert [(e["index"], e["first_step"], e["steps"]) for e in epochs] == [(1, 0, 8), (2, 8, 8)]
+    epochs, timing = record.epochs, record.timing
+    assert [(e.index, e.first_step, e.steps) for e in epochs] == [(1, 0, 8), (2, 8, 8)]
     # An epoch: its steps, their input waits, and the save inside it (at step 6, at step 12).
     # Never the compilation, never an evaluation.
-    assert [e["wall_s"] for e in epochs] == [8 * (WAIT + STEP) + SAVE] * 2
+    assert [e.wall_s for e in epochs] == [8 * (WAIT + STEP) + SAVE] * 2
     # The steady window: timed steps 1..15 and the input waits after step 0 completed (steps
     # 2..15); no save, no evaluation, no compilation.
-    assert timing["timed_steps"] == 15
-    assert timing["train_wall_s"] == 15 * STEP + 14 * WAIT
-    assert timing["eval_s"] == 2 * EVAL  # the final quality is the second evaluation's
-    assert timing["checkpoint_s"] == 3 * SAVE  # steps 6, 12, and the final save
+    assert timing.timed_steps == 15
+    assert timing.train_wall_s == 15 * STEP + 14 * WAIT
+    assert timing.eval_s == 2 * EVAL  # the final quality is the second evaluation's
+    assert timing.checkpoint_s == 3 * SAVE  # steps 6, 12, and the final save
     # Eq. 6: every completed epoch's FLOPs (all 4 members healthy) over their time.
-    per_step = record["flops"]["per_step"]
-    assert [e["flops"] for e in epochs] == [8 * per_step, 8 * per_step]
-    assert epochs[0]["flops_per_s"] == pytest.approx(8 * per_step / epochs[0]["wall_s"])
-    m = record["metrics"]
-    assert m["flops_per_s"] == pytest.approx(16 * per_step / sum(e["wall_s"] for e in epochs))
-    assert m["flops_per_s_why"] is None
-    assert m["flops_per_s_steady"] == pytest.approx(15 * per_step / timing["train_wall_s"])
-    assert m["vflops_per_s"] == pytest.approx(m["flops_per_s"] * m["penalty"])
-    assert m["vflops_per_s_steady"] == pytest.approx(m["flops_per_s_steady"] * m["penalty"])
+    per_step = record.flops.per_step
+    assert [e.flops for e in epochs] == [8 * per_step, 8 * per_step]
+    assert epochs[0].flops_per_s == pytest.approx(8 * per_step / epochs[0].wall_s)
+    m = record.metrics
+    assert m.flops_per_s == pytest.approx(16 * per_step / sum(e.wall_s for e in epochs))
+    assert m.flops_per_s_why is None
+    assert m.flops_per_s_steady == pytest.approx(15 * per_step / timing.train_wall_s)
+    assert m.vflops_per_s == pytest.approx(m.flops_per_s * m.penalty)
+    assert m.vflops_per_s_steady == pytest.approx(m.flops_per_s_steady * m.penalty)
 
 
 @pytest.mark.slow
 def test_stopped_at_target_with_its_curve_and_time_to_target(run):
     record, _, _ = run
-    q, epoch = record["quality"], 8 * (WAIT + STEP)
-    assert record["status"] == "complete" and q["stopped_at_target"] is True
-    assert record["timing"]["steps"] == 16 < record["timing"]["planned_steps"] == 24
-    curve = q["curve"]
-    assert [(p["epoch"], p["step"]) for p in curve] == [(1.0, 8), (2.0, 16)]
+    q, epoch = record.quality, 8 * (WAIT + STEP)
+    assert record.status == "complete" and q.stopped_at_target is True
+    assert record.timing.steps == 16 < record.timing.planned_steps == 24
+    curve = q.curve
+    assert [(p.epoch, p.step) for p in curve] == [(1.0, 8), (2.0, 16)]
     # Seconds since run_start at the end of each evaluation: the epochs and evaluations so far.
-    assert [p["wall_s"] for p in curve] == [epoch + SAVE + EVAL, 2 * (epoch + SAVE + EVAL)]
-    assert curve[0]["ensemble"] < TARGET <= curve[1]["ensemble"]
-    assert record["time_to_target_s"] == curve[1]["wall_s"]
-    assert record["time_to_target_why"] is None
+    assert [p.wall_s for p in curve] == [epoch + SAVE + EVAL, 2 * (epoch + SAVE + EVAL)]
+    assert curve[0].ensemble < TARGET <= curve[1].ensemble
+    assert record.time_to_target_s == curve[1].wall_s
+    assert record.time_to_target_why is None
     # The run's quality is the evaluation that reached the target, with the out-of-bag estimate.
-    assert q["ensemble"] == curve[1]["ensemble"] and q["members"] == curve[1]["members"]
-    assert q["oob"]["subset"] == 64
-    assert len(curve[1]["members"]) == 4 and curve[1]["member_mean"] == q["member_mean"]
+    assert q.ensemble == curve[1].ensemble and q.members == curve[1].members
+    assert q.oob.subset == 64
+    assert len(curve[1].members) == 4 and curve[1].member_mean == q.member_mean
 
 
 @pytest.mark.slow
@@ -155,7 +155,7 @@ def test_the_runs_mllog_passes_the_checker(run, tmp_path):
     lines = [json.loads(line.removeprefix(":::MLLOG ")) for line in log.read_text().splitlines()]
     evals = [line for line in lines if line["key"] == "eval_accuracy"]
     assert [line["metadata"]["epoch_num"] for line in evals] == [1, 2]
-    assert [line["value"] for line in evals] == [p["ensemble"] for p in record["quality"]["curve"]]
+    assert [line["value"] for line in evals] == [p.ensemble for p in record.quality.curve]
     at = {
         (line["key"], line["metadata"].get("epoch_num")): line["time_ms"]
         for line in lines
@@ -163,9 +163,9 @@ def test_the_runs_mllog_passes_the_checker(run, tmp_path):
     }
     # The log times the run on the record's clock: eval_stop - run_start is the time to target.
     to_target = at[("eval_stop", 2)] - at[("run_start", None)]
-    assert abs(to_target - record["time_to_target_s"] * 1e3) <= 1
+    assert abs(to_target - record.time_to_target_s * 1e3) <= 1
     flops = next(line for line in lines if line["key"] == "flops_per_s")
-    assert flops["value"] == record["metrics"]["flops_per_s"] and flops["metadata"]["epochs"] == 2
+    assert flops["value"] == record.metrics.flops_per_s and flops["metadata"]["epochs"] == 2
     proc = subprocess.run(
         mllog.checker_command(log, tmp_path / "checker.log"),
         cwd=tmp_path,
@@ -184,12 +184,13 @@ def test_checkpoints_carry_the_completed_epochs_and_the_open_ones_time(run):
     # Step 12: epoch 1 complete, 4 steps of epoch 2 booked, one evaluation; what a resume from
     # it reports (Progress.from_meta).
     meta = Progress.from_meta(json.loads(json.dumps(saved[12])))
-    assert meta.epochs == [{k: record["epochs"][0][k] for k in meta.epochs[0]}]
+    assert meta.epochs == [{k: getattr(record.epochs[0], k) for k in meta.epochs[0]}]
     assert meta.epoch_open_s == 4 * (WAIT + STEP)
-    assert meta.curve == record["quality"]["curve"][:1]
-    assert meta.run_s == record["epochs"][0]["wall_s"] + EVAL + 4 * (WAIT + STEP)
+    assert meta.curve == records.to_dict(record.quality.curve[:1])
+    assert meta.run_s == record.epochs[0].wall_s + EVAL + 4 * (WAIT + STEP)
     assert Progress.from_meta(saved[16]).epochs == [
-        {k: e[k] for k in ("index", "first_step", "steps", "wall_s")} for e in record["epochs"]
+        {k: getattr(e, k) for k in ("index", "first_step", "steps", "wall_s")}
+        for e in record.epochs
     ]
 
 

@@ -83,32 +83,31 @@ def _end(setup, progress, cost, cross, peaks, status, quality) -> run_record.Run
 def _build(setup, progress, cross, quality, status="complete", peaks=None):
     cost = XlaCost(cross.train_step_flops / DEVICES, None, DEVICES)
     peaks = peaks or {"datasheet_per_device": 2e9, "measured_per_device": 1e9}
-    end = _end(setup, progress, cost, cross, peaks, status, quality)
-    return records.to_dict(run_record.train_record(end))
+    return run_record.train_record(_end(setup, progress, cost, cross, peaks, status, quality))
 
 
 def test_flops_mfu_vflops_from_the_clock(setup):
     record = _build(setup, _progress({}), _cross(M * 1e9), _quality([True] * 4))
-    m = record["metrics"]
-    assert record["flops"]["useful_member_steps"] == 5 * M == record["flops"]["timed_member_steps"]
+    m = record.metrics
+    assert record.flops.useful_member_steps == 5 * M == record.flops.timed_member_steps
     flops = M * 1e9 * len(STEP_S) / WALL  # per-step FLOPs × timed steps / timed seconds
-    assert m["flops_per_s_steady"] == pytest.approx(flops)
-    assert m["flops_per_s_per_device"] == pytest.approx(flops / DEVICES)
-    assert m["mfu_measured"] == pytest.approx(flops / DEVICES / 1e9)
-    assert m["mfu_datasheet"] == pytest.approx(flops / DEVICES / 2e9)
-    assert m["penalty"] == pytest.approx((0.86 / 0.9) ** 5)
-    assert m["vflops_per_s_steady"] == pytest.approx(flops * (0.86 / 0.9) ** 5)
+    assert m.flops_per_s_steady == pytest.approx(flops)
+    assert m.flops_per_s_per_device == pytest.approx(flops / DEVICES)
+    assert m.mfu_measured == pytest.approx(flops / DEVICES / 1e9)
+    assert m.mfu_datasheet == pytest.approx(flops / DEVICES / 2e9)
+    assert m.penalty == pytest.approx((0.86 / 0.9) ** 5)
+    assert m.vflops_per_s_steady == pytest.approx(flops * (0.86 / 0.9) ** 5)
     # 6 steps of an epoch of 32: no Eq. 6 figure, and the record and the summary say why.
-    assert record["epochs"] == [] and m["flops_per_s"] is None and m["vflops_per_s"] is None
-    assert m["flops_per_s_why"].startswith("no completed epoch (6 steps of 32 per epoch)")
-    assert m["images_per_s"] == m["useful_images_per_s"] == pytest.approx(M * B * 5 / WALL)
-    q = record["quality"]
-    assert (q["target"], q["exponent"], q["target_is_official"]) == (0.9, 5.0, False)
-    assert q["member_mean"] == pytest.approx((0.80 + 0.10 + 0.82 + 0.84) / 4)
-    assert q["oob"]["quality"] == 0.83
-    assert len(record["data"]["distinct_fraction"]) == M
-    assert all(0.55 < f < 0.72 for f in record["data"]["distinct_fraction"])  # 512 examples
-    text = summary.summary(records.read(record))
+    assert record.epochs == [] and m.flops_per_s is None and m.vflops_per_s is None
+    assert m.flops_per_s_why.startswith("no completed epoch (6 steps of 32 per epoch)")
+    assert m.images_per_s == m.useful_images_per_s == pytest.approx(M * B * 5 / WALL)
+    q = record.quality
+    assert (q.target, q.exponent, q.target_is_official) == (0.9, 5.0, False)
+    assert q.member_mean == pytest.approx((0.80 + 0.10 + 0.82 + 0.84) / 4)
+    assert q.oob.quality == 0.83
+    assert len(record.data.distinct_fraction) == M
+    assert all(0.55 < f < 0.72 for f in record.data.distinct_fraction)  # 512 examples
+    text = summary.summary(record)
     assert "out-of-bag top1_accuracy" in text and "not official" in text and "FAILED" not in text
     assert "n/a (no completed epoch" in text
     # No Eq. 6 figure, so no VFLOPS: its why, and no arithmetic with n/a in it.
@@ -118,34 +117,34 @@ def test_flops_mfu_vflops_from_the_clock(setup):
 def test_a_pruned_member_counts_only_while_healthy(setup):
     # Member 1 went non-finite at step 3: its timed steps 1 and 2 were useful work, 3..5 were not.
     record = _build(setup, _progress({1: 3}), _cross(M * 1e9), _quality([True, False, True, True]))
-    m, q = record["metrics"], record["quality"]
+    m, q = record.metrics, record.quality
     useful = 3 * 5 + 2
-    assert record["flops"]["useful_member_steps"] == useful
-    assert m["flops_per_s_steady"] == pytest.approx(1e9 * useful / WALL)
-    assert m["useful_images_per_s"] == pytest.approx(B * useful / WALL)
-    assert m["images_per_s"] == pytest.approx(B * M * 5 / WALL)  # every member's, all the time
-    assert q["member_mean"] == pytest.approx((0.80 + 0.82 + 0.84) / 3)  # kept members only
-    assert q["members"] == [0.80, 0.10, 0.82, 0.84]  # the pruned one still listed
-    assert q["kept_members"] == [0, 2, 3] and q["ensemble_members"] == 3
-    assert "0.1000 (pruned)" in summary.summary(records.read(record))
+    assert record.flops.useful_member_steps == useful
+    assert m.flops_per_s_steady == pytest.approx(1e9 * useful / WALL)
+    assert m.useful_images_per_s == pytest.approx(B * useful / WALL)
+    assert m.images_per_s == pytest.approx(B * M * 5 / WALL)  # every member's, all the time
+    assert q.member_mean == pytest.approx((0.80 + 0.82 + 0.84) / 3)  # kept members only
+    assert q.members == [0.80, 0.10, 0.82, 0.84]  # the pruned one still listed
+    assert q.kept_members == [0, 2, 3] and q.ensemble_members == 3
+    assert "0.1000 (pruned)" in summary.summary(record)
 
 
 def test_the_record_says_its_division(setup):
     record = _build(setup, _progress({}), _cross(M * 1e9), _quality([True] * 4))
-    submission = record["submission"]
-    assert submission["division"] == "open" and len(submission["violations"]) == 4
-    assert submission["violations"][0] == (
+    submission = record.submission
+    assert submission.division == "open" and len(submission.violations) == 4
+    assert submission.violations[0] == (
         "no official target for image_classification/resnet_small/fashion_mnist"
     )
-    text = summary.summary(records.read(record))
+    text = summary.summary(record)
     assert re.search(r"^division +open$", text, re.M)
-    asked = record["config"]["mesh"]["members_per_device"]
+    asked = record.config["mesh"]["members_per_device"]
     assert re.search(rf"^members per device +1 \(asked: {asked}\)$", text, re.M), text
     broken = re.findall(r"^  rule broken +(.+)$", text, re.M)
-    assert broken == submission["violations"]  # each rule printed, not a pointer to the record
+    assert broken == submission.violations  # each rule printed, not a pointer to the record
     flops = re.search(r"^FLOPS \(Eq. 6, per epoch\) +(\S+ \S+)", text, re.M).group(1)
     assert re.fullmatch(r"[\d.]+ [kMGTPE]?FLOP/s|n/a \(.*", flops), flops
-    assert record["mllog"] is None
+    assert record.mllog is None
     # ResNet-50 on imagenet2012 by the rules (nothing loaded): closed, scored officially; the
     # same run on 1,000 images: open, and its target no longer official.
     closed = C.RunConfig(
@@ -165,20 +164,20 @@ def test_the_record_says_its_division(setup):
     ):
         fake = dataclasses.replace(setup, config=config, datasets=unloaded)
         record = _build(fake, _progress({}), _cross(M * 1e9), _quality([True] * 4))
-        assert record["submission"]["division"] == division
-        assert record["quality"]["target_is_official"] is official
-        assert re.search(f"^division +{division}\\b", summary.summary(records.read(record)), re.M)
-    assert record["mllog"] == os.path.abspath("logs/run.mllog")
+        assert record.submission.division == division
+        assert record.quality.target_is_official is official
+        assert re.search(f"^division +{division}\\b", summary.summary(record), re.M)
+    assert record.mllog == os.path.abspath("logs/run.mllog")
 
 
 def test_an_invalid_run_has_no_flops(setup):
     progress = _progress({1: 3})
     progress.epochs = [{"index": 1, "first_step": 0, "steps": 32, "wall_s": 4.0}]
     record = _build(setup, progress, _cross(M * 1e9), None, status="invalid")
-    m = record["metrics"]
-    assert m["flops_per_s"] is None and m["vflops_per_s"] is None
-    assert m["flops_per_s_steady"] is None and m["flops_per_s_why"] == "the run is invalid"
-    assert record["epochs"][0]["flops"] is None and record["epochs"][0]["wall_s"] == 4.0
+    m = record.metrics
+    assert m.flops_per_s is None and m.vflops_per_s is None
+    assert m.flops_per_s_steady is None and m.flops_per_s_why == "the run is invalid"
+    assert record.epochs[0].flops is None and record.epochs[0].wall_s == 4.0
 
 
 def test_eq6_is_every_completed_epochs_flops_over_their_time(setup):
@@ -191,14 +190,14 @@ def test_eq6_is_every_completed_epochs_flops_over_their_time(setup):
         {"index": 2, "first_step": 32, "steps": 32, "wall_s": 2.0},
     ]
     record = _build(setup, progress, _cross(M * 1e9), _quality([True, False, True, True]))
-    epochs, m = record["epochs"], record["metrics"]
-    assert [e["flops"] for e in epochs] == [1e9 * 4 * 32, 1e9 * (3 * 32 + 8)]
-    assert [e["flops_per_s"] for e in epochs] == pytest.approx([1e9 * 128 / 4, 1e9 * 104 / 2])
-    assert m["flops_per_s"] == pytest.approx(1e9 * (128 + 104) / 6)  # not (32 + 52) / 2 GFLOP/s
-    assert m["flops_per_s_why"] is None
-    assert m["vflops_per_s"] == pytest.approx(m["flops_per_s"] * (0.86 / 0.9) ** 5)
-    assert m["flops_per_s_steady"] != m["flops_per_s"]
-    assert "38.67 GFLOP/s over 2 epoch(s)" in summary.summary(records.read(record))
+    epochs, m = record.epochs, record.metrics
+    assert [e.flops for e in epochs] == [1e9 * 4 * 32, 1e9 * (3 * 32 + 8)]
+    assert [e.flops_per_s for e in epochs] == pytest.approx([1e9 * 128 / 4, 1e9 * 104 / 2])
+    assert m.flops_per_s == pytest.approx(1e9 * (128 + 104) / 6)  # not (32 + 52) / 2 GFLOP/s
+    assert m.flops_per_s_why is None
+    assert m.vflops_per_s == pytest.approx(m.flops_per_s * (0.86 / 0.9) ** 5)
+    assert m.flops_per_s_steady != m.flops_per_s
+    assert "38.67 GFLOP/s over 2 epoch(s)" in summary.summary(record)
 
 
 def _curve(*points: tuple[int, float, float]) -> list[dict]:
@@ -212,29 +211,29 @@ def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
     progress = _progress({})
     progress.curve = _curve((32, 10.0, 0.85), (64, 21.0, 0.91), (96, 33.0, 0.93))
     record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
-    assert (record["time_to_target_s"], record["time_to_target_why"]) == (21.0, None)
-    assert record["quality"]["curve"] == progress.curve
-    assert "time to target" in summary.summary(records.read(record))
+    assert (record.time_to_target_s, record.time_to_target_why) == (21.0, None)
+    assert records.to_dict(record.quality.curve) == progress.curve
+    assert "time to target" in summary.summary(record)
     # Reached only after a resume: not an uninterrupted run's time.
     progress.resumes = [{"at_step": 40, "utc": "then"}]
     record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
-    assert record["time_to_target_s"] is None
-    assert "after a resume at step 40" in record["time_to_target_why"]
+    assert record.time_to_target_s is None
+    assert "after a resume at step 40" in record.time_to_target_why
     # Never reached: the best evaluation says by how much.
     progress.resumes, progress.curve = [], _curve((32, 10.0, 0.85))
     record = _build(setup, progress, _cross(M * 1e9), _quality([True] * 4))
-    assert record["time_to_target_s"] is None
-    assert record["time_to_target_why"] == (
+    assert record.time_to_target_s is None
+    assert record.time_to_target_why == (
         "the ensemble never reached the target 0.9: best 0.8500 in 1 evaluation(s)"
     )
-    assert "n/a (the ensemble never reached" in summary.summary(records.read(record))
+    assert "n/a (the ensemble never reached" in summary.summary(record)
     # The record is complete, its MLLOG's run_stop aborted: the summary says both.
     assert re.search(
         r"^status +complete, target not reached \(MLLOG run_stop: aborted, target 0.9 not "
         r"reached: ensemble 0.86\)$",
-        summary.summary(records.read(record)),
+        summary.summary(record),
         re.M,
-    ), summary.summary(records.read(record))
+    ), summary.summary(record)
 
 
 def test_exponent_zero_means_no_penalty(setup):
@@ -247,9 +246,9 @@ def test_exponent_zero_means_no_penalty(setup):
         _cross(M * 1e9),
         _quality([True] * 4),
     )
-    assert record["metrics"]["penalty"] == 1.0
-    m = record["metrics"]
-    assert m["vflops_per_s_steady"] == m["flops_per_s_steady"]
+    assert record.metrics.penalty == 1.0
+    m = record.metrics
+    assert m.vflops_per_s_steady == m.flops_per_s_steady
 
 
 def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
@@ -259,11 +258,11 @@ def test_a_failed_crosscheck_falls_back_to_the_analytic_count(setup):
     assert cross.crosscheck_ok is False and cross.xla_over_analytic == pytest.approx(3)
     assert cross.train_step_flops_source == SOURCE_ANALYTIC
     record = _build(setup, _progress({}), cross, _quality([True] * 4))
-    f = record["flops"]
-    assert f["crosscheck_ok"] is False and f["source"] == SOURCE_ANALYTIC
-    assert f["per_step"] == analytic and "OUTSIDE" in f["source_reason"]
-    assert record["metrics"]["flops_per_s_steady"] == pytest.approx(analytic * len(STEP_S) / WALL)
-    assert "CROSS-CHECK FAILED" in summary.summary(records.read(record))
+    f = record.flops
+    assert f.crosscheck_ok is False and f.source == SOURCE_ANALYTIC
+    assert f.per_step == analytic and "OUTSIDE" in f.source_reason
+    assert record.metrics.flops_per_s_steady == pytest.approx(analytic * len(STEP_S) / WALL)
+    assert "CROSS-CHECK FAILED" in summary.summary(record)
     # --flops_source=xla uses XLA's figure anyway, still flagged.
     forced = dataclasses.replace(
         setup.config, results=C.ResultsConfig(target_quality=0.9, flops_source="xla")
@@ -293,7 +292,7 @@ def test_the_step_on_the_roofline(setup):
     achieved = record.metrics.flops_per_s_per_device
     assert roof.achieved_flops_per_s == achieved
     assert roof.fraction_of_attainable == pytest.approx(achieved / 5e8)
-    assert _build(setup, _progress({}), cross, _quality([True] * 4))["roofline"] is None
+    assert _build(setup, _progress({}), cross, _quality([True] * 4)).roofline is None
 
 
 def test_the_memory_roof_from_a_stream_record(tmp_path):
