@@ -37,6 +37,21 @@ def _importing(frame) -> bool:
     return False
 
 
+def _thread_targets() -> set[str]:
+    """The package's modules whose functions the live threads were started to run: on the
+    path whether or not the thread has been scheduled yet (the watchdog's, started just
+    before the first step)."""
+    found = set()
+    for thread in threading.enumerate():
+        target = getattr(getattr(thread, "_target", None), "__func__", None) or getattr(
+            thread, "_target", None
+        )
+        path = getattr(getattr(target, "__code__", None), "co_filename", "")
+        if path.startswith(PACKAGE):
+            found.add("hpcai_jax/" + path.removeprefix(PACKAGE).replace(os.sep, "/"))
+    return found
+
+
 def main() -> None:
     out, flags = sys.argv[1], sys.argv[2:]
     seen: set[str] = set()
@@ -54,6 +69,7 @@ def main() -> None:
             sys.setprofile(None)
             threading.setprofile(None)
             with lock:
+                seen.update(_thread_targets())  # a thread started but not yet scheduled
                 traced = {"package": PACKAGE, "modules": sorted(seen)}
                 Path(out).write_text(json.dumps(traced, indent=1) + "\n")
             os._exit(0)
