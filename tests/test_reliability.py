@@ -24,6 +24,7 @@ from helpers import (
 )
 
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records import read, to_dict
 from hpcai_jax.run.checkpoint import Checkpointer
 
 RUN = [
@@ -73,7 +74,7 @@ def _final_params(checkpoint_dir):
 def _record(results_dir):
     records = sorted(results_dir.glob("*.json"))
     assert len(records) == 1, records
-    return json.loads(records[0].read_text())
+    return read(records[0])
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +101,12 @@ def interrupted(tmp_path_factory):
     proc.stderr.read()
     assert proc.wait(timeout=120) == 75
     partial = _record(tmp_path / "r")
-    assert partial["status"] == "partial" and "SIGTERM" in partial["reason"]
-    stopped_at = partial["timing"]["steps"]
+    assert partial.status == "partial" and "SIGTERM" in partial.reason
+    stopped_at = partial.timing.steps
     # The guard is read every step (--log_every=1): the run stops a step or two after the signal,
     # before the second epoch ends, so the resumed run starts in it and crosses into the third.
     assert 10 <= stopped_at < 2 * 8
-    assert partial["data"]["steps_per_epoch"] == 8
+    assert partial.data.steps_per_epoch == 8
     # The run is not over: its log ends a segment, and claims no run_stop.
     first_log = _mllog(tmp_path / "run.mllog")
     assert first_log[-1]["key"] == "segment_stop" and "run_stop" not in _keys(first_log)
@@ -152,31 +153,31 @@ def test_sigterm_then_resume_on_another_mesh_matches_uninterrupted_run(
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     record = _record(tmp_path / "r")
-    assert record["status"] == "complete" and record["run_id"] == "interrupted"
-    assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
+    assert record.status == "complete" and record.run_id == "interrupted"
+    assert [r.at_step for r in record.resumes] == [stopped_at]
     # On another mesh: 4 devices, one member each, where the checkpoint was saved on 8 with 2.
-    resumed_on = record["resumes"][0]["mesh"]
+    resumed_on = record.resumes[0].mesh
     assert (resumed_on["num_devices"], resumed_on["members_per_device"]) == (4, 1)
-    assert resumed_on["parallel_degree"] == 1
-    assert (record["mesh"]["parallel_degree"], record["mesh"]["members_per_device"]) == (1, 1)
+    assert resumed_on["parallel_degree"] == 1  # a mapping field
+    assert (record.mesh.parallel_degree, record.mesh.members_per_device) == (1, 1)
     # Timed steps: both segments, each without its first (warm-up) step.
-    assert record["timing"]["timed_steps"] == STEPS - 2
-    assert record["metrics"]["flops_per_s"] > 0 and record["metrics"]["flops_per_s_steady"] > 0
+    assert record.timing.timed_steps == STEPS - 2
+    assert record.metrics.flops_per_s > 0 and record.metrics.flops_per_s_steady > 0
     # Epochs completed before the preemption come back from the checkpoint as they were; the
     # interrupted one is completed by the resumed segment.
-    assert len(partial["epochs"]) == 1
-    assert [e["index"] for e in record["epochs"]] == [1, 2]
+    assert len(partial.epochs) == 1
+    assert [e.index for e in record.epochs] == [1, 2]
     # (Their FLOPs are counted with the last segment's per-step count: XLA's count on the
     # other mesh differs by < 1%, in the cross-device parts of the step.)
     timed = ("index", "first_step", "steps", "wall_s")
-    assert [{k: e[k] for k in timed} for e in record["epochs"][:1]] == [
-        {k: e[k] for k in timed} for e in partial["epochs"]
+    assert [{k: getattr(e, k) for k in timed} for e in record.epochs[:1]] == [
+        {k: getattr(e, k) for k in timed} for e in partial.epochs
     ]
-    assert record["epochs"][0]["flops"] == pytest.approx(partial["epochs"][0]["flops"], rel=0.01)
-    assert all(e["wall_s"] > 0 for e in record["epochs"])
-    uninterrupted = _record(whole / "r")["quality"]
+    assert record.epochs[0].flops == pytest.approx(partial.epochs[0].flops, rel=0.01)
+    assert all(e.wall_s > 0 for e in record.epochs)
+    uninterrupted = _record(whole / "r").quality
     for key in ("ensemble", "members", "oob"):  # the same parameters give the same quality
-        assert record["quality"][key] == uninterrupted[key], key
+        assert getattr(record.quality, key) == getattr(uninterrupted, key), key
 
     # One log for the whole run, the first segment's lines kept as they were: the resumed one
     # appended its start (on its mesh), the rest of epoch 2 (its earlier part carried), epoch 3's
@@ -227,16 +228,16 @@ def test_a_resume_on_fewer_devices_goes_on_with_the_members_that_fit(whole, inte
     resumed = run_main(*args, "--resume_members=fit", devices=3)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     record = _record(tmp_path / "r")  # the members that fit: 3 of 4
-    assert record["status"] == "complete" and record["mesh"]["ensemble_size"] == 3
-    assert [r["at_step"] for r in record["resumes"]] == [stopped_at]
-    assert record["members"]["dropped"] == [
+    assert record.status == "complete" and record.mesh.ensemble_size == 3
+    assert [r.at_step for r in record.resumes] == [stopped_at]
+    assert to_dict(record.members.dropped) == [
         {"member": 3, "step": stopped_at, "why": "--resume_members=fit on 3 devices"}
     ]
-    assert len(record["quality"]["members"]) == 3
+    assert len(record.quality.members) == 3
     # Member-steps: the timed steps of the first segment had 4 members, the second's 3.
     first_timed = stopped_at - 1  # each segment's first step is a warm-up
     second_timed = STEPS - stopped_at - 1
-    assert record["flops"]["useful_member_steps"] == 4 * first_timed + 3 * second_timed
+    assert record.flops.useful_member_steps == 4 * first_timed + 3 * second_timed
     _, params_whole = _final_params(whole / "ck")
     _, params_fit = _final_params(tmp_path / "ck")
     for a, b in zip(_leaves(params_whole), _leaves(params_fit), strict=True):
@@ -348,23 +349,21 @@ def test_diverged_member(tmp_path, policy):
         f"--results_dir={tmp_path}",
     )
     record = _record(tmp_path)
-    assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
+    assert record.divergence.nonfinite_first_step == {"1": 2}
     if policy == "stop":
         assert proc.returncode == 1, proc.stderr[-2000:]
-        assert record["status"] == "invalid"
-        assert "member 1 diverged at step 2" in record["reason"]
-        assert (
-            record["metrics"]["flops_per_s"] is None and record["metrics"]["vflops_per_s"] is None
-        )
+        assert record.status == "invalid"
+        assert "member 1 diverged at step 2" in record.reason
+        assert record.metrics.flops_per_s is None and record.metrics.vflops_per_s is None
     else:
         assert proc.returncode == 0, proc.stderr[-2000:]
-        assert record["status"] == "complete"
-        assert record["divergence"]["pruned_members"] == [1]
-        assert record["quality"]["ensemble_members"] == 3
-        assert 0 < record["quality"]["ensemble"] <= 1
+        assert record.status == "complete"
+        assert record.divergence.pruned_members == [1]
+        assert record.quality.ensemble_members == 3
+        assert 0 < record.quality.ensemble <= 1
         # FLOPS counts healthy member-steps only: 5 timed steps, member 1 healthy for none of them
         # after step 2 (timed steps are 1..5: member 1 contributes steps 1 only).
-        assert record["flops"]["useful_member_steps"] == 5 * 3 + 1
+        assert record.flops.useful_member_steps == 5 * 3 + 1
 
 
 @pytest.mark.slow
@@ -397,17 +396,17 @@ def test_existing_record_is_not_overwritten(tmp_path):
     assert (tmp_path / "same.json").read_text() != original
     # 2 steps of an epoch of 8: no Eq. 6 figure, hence no VFLOPS; the record says why. One
     # evaluation, at the end, below the target 0.9: no time to target, and why.
-    record = json.loads((tmp_path / "same.json").read_text())
-    assert record["epochs"] == [] and record["metrics"]["flops_per_s"] is None
-    assert record["metrics"]["vflops_per_s"] is None and record["metrics"]["flops_per_s_steady"]
-    why = record["metrics"]["flops_per_s_why"]
+    record = read(tmp_path / "same.json")
+    assert record.epochs == [] and record.metrics.flops_per_s is None
+    assert record.metrics.vflops_per_s is None and record.metrics.flops_per_s_steady
+    why = record.metrics.flops_per_s_why
     assert why.startswith("no completed epoch (2 steps of 8 per epoch): Eq. 6 is per epoch"), why
     assert f"n/a ({why}" in forced.stdout  # the summary gives the record's reason
-    (point,) = record["quality"]["curve"]
-    assert (point["step"], point["ensemble"]) == (2, record["quality"]["ensemble"])
-    assert record["time_to_target_s"] is None
-    assert record["time_to_target_why"].startswith("the ensemble never reached the target 0.9")
-    assert record["timing"]["eval_s"] > 0 and record["quality"]["stopped_at_target"] is False
+    (point,) = record.quality.curve
+    assert (point.step, point.ensemble) == (2, record.quality.ensemble)
+    assert record.time_to_target_s is None
+    assert record.time_to_target_why.startswith("the ensemble never reached the target 0.9")
+    assert record.timing.eval_s > 0 and record.quality.stopped_at_target is False
     # The record, the members' kept weights (--keep_weights) and the TensorBoard events
     # (docs/observe.md); no temp files left.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
@@ -466,9 +465,9 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
     first = _mllog(results_dir / "run.mllog")
     assert first[0]["key"] == "cache_clear" and first[-1]["key"] == "segment_stop"
     record = _record(results_dir)
-    assert record["status"] == "partial" and record["reason"] == "preempted by SIGTERM at step 3"
-    assert record["divergence"]["nonfinite_first_step"] == {"1": 2}
-    assert record["divergence"]["pruned_members"] == [1]
+    assert record.status == "partial" and record.reason == "preempted by SIGTERM at step 3"
+    assert record.divergence.nonfinite_first_step == {"1": 2}
+    assert record.divergence.pruned_members == [1]
     assert sorted(os.listdir(tmp_path / "ck")) == ["2", "3"]  # both complete, no temp left
     step, _ = _final_params(tmp_path / "ck")
     assert step == 3
