@@ -13,6 +13,7 @@ from conftest import TINY
 from helpers import ROOT, assert_one_line_error, run_in_process
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.telemetry import mllog
 
@@ -21,7 +22,7 @@ from hpcai_jax.telemetry import mllog
 def good_run(tiny_run):
     """The session's tiny CLI run, made with --mllog (the log's directory did not exist yet): 2
     epochs of 2 steps, the ensemble evaluated after each (Eq. 6 needs a completed epoch)."""
-    return tiny_run.mllog, tiny_run.record
+    return tiny_run.mllog, records.read(tiny_run.record)
 
 
 def _lines(text: str) -> list[dict]:
@@ -48,44 +49,41 @@ def test_run_log_passes_the_checker(good_run, tmp_path):
     value = {key: line["value"] for key, line in first.items()}
     assert value["submission_benchmark"] == "hpcai500_image_classification"
     # Fashion-MNIST has no official target: open, by the rules the record's division follows.
-    assert value["submission_division"] == "open" == record["submission"]["division"]
-    assert (
-        first["submission_division"]["metadata"]["violations"]
-        == (record["submission"]["violations"])
-    )
-    assert record["submission"]["violations"][0].startswith("no official target for")
+    assert value["submission_division"] == "open" == record.submission.division
+    assert first["submission_division"]["metadata"]["violations"] == (record.submission.violations)
+    assert record.submission.violations[0].startswith("no official target for")
     assert (value["submission_org"], value["submission_platform"]) == ("Test Org", "8 CPU devices")
     assert value["submission_status"] == "onprem"
     assert (value["number_of_nodes"], value["accelerators_per_node"]) == (1, 8)
-    assert record["mllog"] == str(log)  # the record names its log
+    assert record.mllog == str(log)  # the record names its log
     assert (value["number_of_models"], value["per_model_batch_size"]) == (4, 16)
     assert value["global_batch_size"] == 64
     assert value["opt_name"] == "sgd" and value["opt_base_learning_rate"] == 0.1 * 16 / 256
     evals = [line for line in lines if line["key"] == "eval_accuracy"]
     assert [e["metadata"]["epoch_num"] for e in evals] == [1, 2]
-    assert [e["value"] for e in evals] == [p["ensemble"] for p in record["quality"]["curve"]]
-    assert last["eval_accuracy"]["value"] == record["quality"]["ensemble"]
+    assert [e["value"] for e in evals] == [p.ensemble for p in record.quality.curve]
+    assert last["eval_accuracy"]["value"] == record.quality.ensemble
     assert first["eval_accuracy"]["metadata"]["metric"] == "top1_accuracy"
     assert first["flops_per_s"]["metadata"]["epochs"] == 2
-    assert value["flops_per_s"] == record["metrics"]["flops_per_s"]
-    assert value["vflops_per_s"] == record["metrics"]["vflops_per_s"]
+    assert value["flops_per_s"] == record.metrics.flops_per_s
+    assert value["vflops_per_s"] == record.metrics.vflops_per_s
     assert first["epoch_start"]["metadata"]["epoch_num"] == 1
-    assert value["flops_per_step"] == record["flops"]["per_step"]
-    assert first["flops_per_step"]["metadata"]["source"] == record["flops"]["source"]
+    assert value["flops_per_step"] == record.flops.per_step
+    assert first["flops_per_step"]["metadata"]["source"] == record.flops.source
     # An epoch's lines are at the record's epoch boundaries: its wall time to the millisecond.
     starts = [x["time_ms"] for x in lines if x["key"] == "epoch_start"]
     stops = [x for x in lines if x["key"] == "epoch_stop"]
-    assert [x["metadata"]["steps"] for x in stops] == [e["steps"] for e in record["epochs"]]
-    for start, stop, epoch in zip(starts, stops, record["epochs"], strict=True):
-        assert abs((stop["time_ms"] - start) / 1e3 - epoch["wall_s"]) < 0.002
+    assert [x["metadata"]["steps"] for x in stops] == [e.steps for e in record.epochs]
+    for start, stop, epoch in zip(starts, stops, record.epochs, strict=True):
+        assert abs((stop["time_ms"] - start) / 1e3 - epoch.wall_s) < 0.002
     assert abs(starts[0] - first["run_start"]["time_ms"]) <= 1  # the first starts at run_start
     # The target (0.9) is out of reach of 4 steps: aborted as MLPerf reads it, yet complete.
     stop = lines[-1]
-    assert stop["key"] == "run_stop" and record["status"] == "complete"
+    assert stop["key"] == "run_stop" and record.status == "complete"
     assert (
         stop["metadata"]["status"] == "aborted" and stop["metadata"]["record_status"] == "complete"
     )
-    reason = f"target 0.9 not reached: ensemble {record['quality']['ensemble']:g}"
+    reason = f"target 0.9 not reached: ensemble {record.quality.ensemble:g}"
     assert stop["metadata"]["reason"].startswith(reason)
     assert first["run_start"]["metadata"]["file"] == "hpcai_jax/run/trainer.py"
     # Every workload, optimizer and schedule the engine runs is one the ruleset accepts.
@@ -243,10 +241,10 @@ def test_lines_in_time_order_at_their_call_sites_with_exact_qualities(good_run):
     for line, (file, lineno) in zip(startup, sites, strict=True):
         source = (ROOT / file).read_text().splitlines()[lineno - 1]
         assert line["key"] in source, (line["key"], file, lineno, source)
-    n, q = record["data"]["eval_examples"], record["quality"]
+    n, q = record.data.eval_examples, record.quality
     values = [line["value"] for line in lines if line["key"] == "eval_accuracy"]
-    values += [q["ensemble"], *q["members"]]
-    values += [v for point in q["curve"] for v in (point["ensemble"], *point["members"])]
+    values += [q.ensemble, *q.members]
+    values += [v for point in q.curve for v in (point.ensemble, *point.members)]
     assert all(v == round(v * n) / n for v in values), values
 
 
@@ -256,11 +254,11 @@ def test_a_run_that_missed_its_target_is_scored_packed_and_checked(tiny_run, tmp
     flagfile states the data set's classes."""
     from hpcai_jax.submission.__main__ import main
 
-    record = tiny_run.record
-    q, m = record["quality"], record["metrics"]
-    assert q["ensemble"] < q["target"] == 0.9
-    assert m["penalty"] == pytest.approx((q["ensemble"] / 0.9) ** 5)
-    assert m["vflops_per_s"] == pytest.approx(m["flops_per_s"] * m["penalty"])
+    record = records.read(tiny_run.record)
+    q, m = record.quality, record.metrics
+    assert q.ensemble < q.target == 0.9
+    assert m.penalty == pytest.approx((q.ensemble / 0.9) ** 5)
+    assert m.vflops_per_s == pytest.approx(m.flops_per_s * m.penalty)
     system = tmp_path / "site.json"
     system.write_text(json.dumps({"interconnect": "none: one host"}))
     out = tmp_path / "package"
