@@ -215,12 +215,12 @@ def test_a_resume_falls_back_to_the_newest_intact_step_and_ends_as_the_whole_run
     assert len(moved) == 2 and all("before saving step 4" in line for line in moved)
 
     record, uninterrupted = _record(tmp_path / "r"), _record(whole / "r")
-    assert record["status"] == "complete" and record["run_id"] == "whole"
+    assert record.status == "complete" and record.run_id == "whole"
     # Resumed the run whole from step 2 of 6.
-    assert [r["at_step"] for r in record["resumes"]] == [2]
-    assert record["timing"]["planned_steps"] == 6 and record["members"]["dropped"] == []
+    assert [r.at_step for r in record.resumes] == [2]
+    assert record.timing.planned_steps == 6 and record.members.dropped == []
     for key in ("ensemble", "members", "oob"):
-        assert record["quality"][key] == uninterrupted["quality"][key], key
+        assert getattr(record.quality, key) == getattr(uninterrupted.quality, key), key
     names = _steps(tmp_path / "ck")
     assert [n for n in names if ".corrupt-" not in n] == ["2", "4", "6"]
     assert sorted(n.split(".")[0] for n in names if ".corrupt-" in n) == ["4", "6"]

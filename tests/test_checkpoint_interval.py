@@ -47,11 +47,11 @@ def test_auto_probes_a_save_and_saves_at_the_interval_it_chose(tmp_path):
         f"--results_dir={tmp_path}/r",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    reliability = _record(tmp_path / "r")["reliability"]
-    every = reliability["checkpoint_every_steps"]
+    reliability = _record(tmp_path / "r").reliability
+    every = reliability.checkpoint_every_steps
     assert every is not None and every >= 1, reliability
-    assert reliability["checkpoint_every_why"].startswith("auto: sqrt(2 x ")
-    assert reliability["mtbf_hours"] == pytest.approx(1e-7)
+    assert reliability.checkpoint_every_why.startswith("auto: sqrt(2 x ")
+    assert reliability.mtbf_hours == pytest.approx(1e-7)
     probe = 1 + interval.PROBE_STEPS  # --timing_warmup_steps=1
     saved = sorted(int(p.name) for p in (tmp_path / "ck").iterdir() if p.name.isdigit())
     expected = sorted({probe, steps} | {s for s in range(probe + 1, steps) if s % every == 0})
