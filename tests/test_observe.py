@@ -15,6 +15,7 @@ import pytest
 from conftest import TINY
 from helpers import run_in_process
 
+from hpcai_jax import records
 from hpcai_jax.report import timeline
 from hpcai_jax.telemetry import events, profile
 
@@ -30,25 +31,25 @@ def _scalars(directory) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_the_tiny_runs_curves_read_back_as_its_record_says(tiny_run):
-    record = tiny_run.record
-    seen = record["observe"]["tensorboard"]
-    assert seen["dir"] == str(tiny_run.results / "tensorboard" / "real-train")
-    assert seen["lost"] is None and seen["scalars_lost"] == 0
-    curves = _scalars(seen["dir"])
-    assert sum(len(v) for v in curves.values()) == seen["scalars_written"]
+    record = records.read(tiny_run.record)
+    seen = record.observe.tensorboard
+    assert seen.dir == str(tiny_run.results / "tensorboard" / "real-train")
+    assert seen.lost is None and seen.scalars_lost == 0
+    curves = _scalars(seen.dir)
+    assert sum(len(v) for v in curves.values()) == seen.scalars_written
     assert [s for s, _ in curves["train/loss"]] == [1, 2, 3, 4]
     # The last step's loss is the record's, averaged over the members.
     last = curves["train/loss"][-1][1]
-    assert last == pytest.approx(sum(record["train"]["final_loss"]) / 4, rel=1e-5)
-    assert len(curves["train/examples_per_s"]) == record["timing"]["timed_steps"]
-    for point in record["quality"]["curve"]:
-        assert (point["step"], pytest.approx(point["ensemble"])) in curves["quality/ensemble"]
-        for i, q in enumerate(point["members"]):
-            assert (point["step"], pytest.approx(q)) in curves[f"quality/member_{i}"]
+    assert last == pytest.approx(sum(record.train.final_loss) / 4, rel=1e-5)
+    assert len(curves["train/examples_per_s"]) == record.timing.timed_steps
+    for point in record.quality.curve:
+        assert (point.step, pytest.approx(point.ensemble)) in curves["quality/ensemble"]
+        for i, q in enumerate(point.members):
+            assert (point.step, pytest.approx(q)) in curves[f"quality/member_{i}"]
     assert [v for _, v in curves["eq6/flops_per_s"]] == pytest.approx(
-        [e["flops_per_s"] for e in record["epochs"]]
+        [e.flops_per_s for e in record.epochs]
     )
-    oob = record["quality"]["oob"]["quality"]
+    oob = record.quality.oob.quality
     assert curves["final/out_of_bag"] == [(4, pytest.approx(oob))]
 
 
@@ -116,15 +117,15 @@ def test_a_profiled_run_writes_its_trace_with_the_named_phases(tmp_path):
         "--nokeep_weights",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    record = json.loads((tmp_path / "r" / "prof.json").read_text())
-    seen = record["observe"]
-    assert seen["tensorboard"] is None and not (tmp_path / "r" / "tensorboard").exists()
-    traced = seen["profile"]
-    assert traced["steps"] == [2, 4] and traced["traced"] and traced["lost"] is None
-    assert traced["dir"] == str(tmp_path / "r" / "prof.profile" / "process_0")
-    assert traced["perfetto_trace"].endswith("perfetto_trace.json.gz")
-    assert traced["aside_s"] > 0
-    assert any(v.startswith("--profile_steps=2:4") for v in record["submission"]["violations"])
+    record = records.read(tmp_path / "r" / "prof.json")
+    seen = record.observe
+    assert seen.tensorboard is None and not (tmp_path / "r" / "tensorboard").exists()
+    traced = seen.profile
+    assert traced.steps == [2, 4] and traced.traced and traced.lost is None
+    assert traced.dir == str(tmp_path / "r" / "prof.profile" / "process_0")
+    assert traced.perfetto_trace.endswith("perfetto_trace.json.gz")
+    assert traced.aside_s > 0
+    assert any(v.startswith("--profile_steps=2:4") for v in record.submission.violations)
     spans = timeline.phase_spans(tmp_path / "r" / "prof.profile" / "process_0")
     assert [s for s, _ in spans["train_step"]] and len(spans["train_step"]) == 2
     for phase in ("input_wait", "members_forward_backward", "grad_allreduce_data"):
