@@ -166,7 +166,8 @@ class Services:
 
     def evaluate(self, *, training: bool) -> EnsembleQuality | None:
         """The ensemble evaluated now, the watchdog standing down until its first batch."""
-        self._ctx.unwatched()  # what precedes the first batch (its setup) is not a step's
+        if self._ctx.dog is not None:  # the setup before its first batch is not a step's:
+            self._ctx.dog.disarm()  # each batch re-arms the watchdog (run/evaluation.py)
         return self._ctx.evaluate(oob=False, training=training)
 
     @contextlib.contextmanager
@@ -197,12 +198,6 @@ class Context:
     ckpt: Checkpointer | None
     total_steps: int
     dog: Watchdog | None = None  # bounds steps, agreements, saves, eval batches
-
-    def unwatched(self) -> None:
-        """What follows may rightly take long (an evaluation, which re-arms the watchdog batch
-        by batch): the watchdog stands down until it is armed again."""
-        if self.dog is not None:
-            self.dog.disarm()
 
     @contextlib.contextmanager
     def bounded(self, what: str):

@@ -419,9 +419,9 @@ def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
     """The checkpoint a complete or preempted run ends with. Still under the preemption guard:
     a SIGTERM now is noted, not fatal, so the save is never cut short by it."""
     if ctx.ckpt and outcome.status is not Status.INVALID:
-        step = ctx.progress.step
-        with ctx.bounded(f"the final checkpoint save of step {step}"), ctx.clock.checkpointing():
-            ctx.save(step)
+        step, run = ctx.progress.step, hooks.Services(ctx)
+        with run.saving(f"the final checkpoint save of step {step}"):
+            run.save(step)
             ctx.ckpt.close()  # the record may only say "resumable" once the save is complete
     elif outcome.status is Status.PARTIAL:
         logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")
