@@ -103,6 +103,7 @@ def test_a_typed_record_survives_json(tiny_run):
     assert again == record
     changed = dataclasses.replace(record, run_id="other")
     assert records.read(json.loads(json.dumps(records.to_dict(changed)))) != record
+    assert records.read(record) is record  # a typed record is already read
 
 
 def test_the_version_1_converter(tiny_run):

@@ -32,13 +32,16 @@ def load(path: str | Path) -> dict:
         raise RecordError(f"unreadable or not JSON ({type(e).__name__})") from e
 
 
-def read(source: str | Path | dict) -> AnyRecord:
-    """The record in a file (or an already loaded JSON object), typed by its mode.
+def read(source: str | Path | dict | AnyRecord) -> AnyRecord:
+    """The record in a file (or an already loaded JSON object), typed by its mode; a typed
+    record is handed back as it is, so a caller holding either never converts first.
 
     Raises:
       RecordError: not JSON, not a record (no or an unknown "mode"), a version this hpcai_jax
         does not know, or a value of the wrong shape; the message says which, in a few words.
     """
+    if isinstance(source, tuple(KINDS.values())):
+        return source
     data = load(source) if isinstance(source, str | Path) else source
     if not isinstance(data, dict) or "mode" not in data:
         raise RecordError('no "mode" field')
