@@ -31,7 +31,7 @@ def test_each_hook_runs_on_its_schedule_and_reads_the_step_info():
     registry.add(hook("every 3, last"), every=3, at_last=True)
     registry.add(hook("every 4"), every=4)
     registry.add(hook("never"), every=0)
-    registry.add(hook("when 5"), when=lambda done: done == 5)
+    registry.add(hook("when 5"), when=lambda info: info.done == 5)
     ctx = _ctx()
     for done in range(1, 11):
         assert registry.run(ctx, done) is None
@@ -56,3 +56,19 @@ def test_the_first_stop_ends_the_round():
     assert registry.run(ctx, 1) is None
     assert registry.run(ctx, 2) is stop
     assert later == [1]  # the hook after the stop did not run in its round
+
+
+def test_a_progress_line_is_due_once_a_due_step_is_booked_and_after_the_last():
+    """The line's schedule, in the registry: the booked step count, not the dispatched one
+    (a step is booked one dispatch late), each due count once, and the last step always."""
+    line = hooks.ProgressLine(every=2, examples_per_step=8)
+
+    def info(done: int, booked: int, metrics="metrics") -> hooks.StepInfo:
+        return hooks.StepInfo(done, 6, None, metrics, SimpleNamespace(step=booked))
+
+    assert not line.due(info(2, 1))  # step 2 dispatched, only step 1 booked
+    assert line.due(info(3, 2)) and not line.due(info(3, 2, metrics=None))
+    line.logged = 2  # its line written
+    assert not line.due(info(4, 2)) and not line.due(info(4, 3))
+    assert line.due(info(6, 5))  # the last step: waited for
+    assert not hooks.ProgressLine(every=0, examples_per_step=8).due(info(6, 5))  # no lines

@@ -5,7 +5,6 @@ the process with HUNG_EXIT_CODE and one line; stalls of a few seconds are left a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -14,6 +13,7 @@ import time
 import pytest
 from helpers import FakeClock, packs_and_passes_check, run_in_process
 
+from hpcai_jax import records
 from hpcai_jax.run import checkpoint_interval as interval_rule
 from hpcai_jax.run import guards, hooks
 from hpcai_jax.run.guards import HUNG_EXIT_CODE, Watchdog
@@ -109,7 +109,7 @@ def test_a_checkpoint_save_is_bounded_by_the_floor(capfd, monkeypatch, fake_time
         return hooks.StepInfo(done, 10, None, None, None)
 
     try:
-        assert checkpoint.due(2) and not checkpoint.due(3)  # its schedule: every 2 steps
+        assert checkpoint.due(after(2)) and not checkpoint.due(after(3))  # every 2 steps
         checkpoint(after(2), run)  # in time
         fake_time.advance(1000)
         assert not fired.wait(SILENT_S) and exits == []
@@ -227,7 +227,7 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
     resumed = run_in_process(*run, "--parallel_degree=2")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     (path,) = (tmp_path / "r").glob("*.json")
-    record = json.loads(path.read_text())  # resumed from its newest checkpoint, of 2000 steps
-    assert [r["at_step"] for r in record["resumes"]] == [saved[-1]]
-    assert record["timing"]["planned_steps"] == 2000
+    record = records.read(path)  # resumed from its newest checkpoint, of 2000 steps
+    assert [r.at_step for r in record.resumes] == [saved[-1]]
+    assert record.timing.planned_steps == 2000
     assert packs_and_passes_check(path, tmp_path)

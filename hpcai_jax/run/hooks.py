@@ -88,12 +88,12 @@ class Registered:
     hook: Hook
     every: int
     at_last: bool = False
-    when: Callable[[int], bool] | None = None
+    when: Callable[[StepInfo], bool] | None = None
 
-    def due(self, done: int, total: int) -> bool:
+    def due(self, info: StepInfo) -> bool:
         if self.when is not None:
-            return self.when(done)
-        return due(done, self.every, total if self.at_last else None)
+            return self.when(info)
+        return due(info.done, self.every, info.total if self.at_last else None)
 
 
 class Hooks:
@@ -108,20 +108,20 @@ class Hooks:
         every: int = 1,
         *,
         at_last: bool = False,
-        when: Callable[[int], bool] | None = None,
+        when: Callable[[StepInfo], bool] | None = None,
     ) -> _H:
         """Registers `hook` to run after every `every` steps (and after the last: `at_last`),
-        or whenever `when(done)` holds."""
+        or whenever `when(info)` holds."""
         self._registered.append(Registered(hook, every, at_last, when))
         return hook
 
     def run(self, ctx: Context, done: int) -> Stop | None:
         """Runs the hooks due after `done` steps; the first Stop ends the round and the run."""
         run = Services(ctx)
-        for r in self._registered:
-            if not r.due(done, ctx.total_steps):
-                continue
+        for r in self._registered:  # a hook before may have booked a step: a fresh info each
             info = StepInfo(done, ctx.total_steps, ctx.state, ctx.clock.last_metrics, ctx.progress)
+            if not r.due(info):
+                continue
             if stop := r.hook(info, run):
                 return stop
         return None
@@ -260,9 +260,22 @@ class ProgressLine:
     examples_per_step: int
     logged: int = dataclasses.field(default=-1, init=False)  # the last N a line was written for
 
+    def due(self, info: StepInfo) -> bool:
+        """The schedule: once a due step is booked (its line not yet written), and after the
+        last step, which is waited for."""
+        return bool(self.every) and (info.done == info.total or self._due(info, info.metrics))
+
+    def _due(self, info: StepInfo, metrics) -> bool:
+        completed = info.progress.step
+        return (
+            metrics is not None
+            and completed != self.logged
+            and due(completed, self.every, info.total)
+        )
+
     def __call__(self, info: StepInfo, run: Services) -> Stop | None:
         metrics = info.metrics
-        if self.every and info.done == info.total:
+        if info.done == info.total:
             self._line(info, metrics)  # the step before the last, where its line is due
             metrics = run.flush()
         self._line(info, metrics)
@@ -270,9 +283,7 @@ class ProgressLine:
 
     def _line(self, info: StepInfo, metrics) -> None:
         completed, total = info.progress.step, info.total
-        if metrics is None or completed == self.logged:
-            return
-        if not due(completed, self.every, total):
+        if not self._due(info, metrics):
             return
         self.logged = completed
         if jax.process_index() != 0:  # one progress line per job, not one per process
@@ -347,8 +358,9 @@ class Checkpoint:
     total: int = 0  # the run's steps: none is saved at or after the last (the final save is)
     mtbf: tuple[float | None, int] = (None, 1)  # --mtbf_hours, and the devices it scales by
 
-    def due(self, done: int) -> bool:
+    def due(self, info: StepInfo) -> bool:
         """The schedule: the probe at `probe_at` under auto, then every interval's steps."""
+        done = info.done
         if self.ckpt is None or done >= self.total:
             return False
         if self.probe_at is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import TYPE_CHECKING
 
 import jax
 
@@ -16,6 +17,9 @@ from hpcai_jax.run import member_figures, outputs
 from hpcai_jax.run import record as run_record
 from hpcai_jax.telemetry.events import EventLog
 from hpcai_jax.telemetry.profile import Trace
+
+if TYPE_CHECKING:  # run/hooks.py calls the window: imported for the annotation only
+    from hpcai_jax.run.hooks import StepInfo
 
 
 def profile_dir(config, run_id: str) -> str:
@@ -129,8 +133,9 @@ class ProfileWindow:
 
     total: int = 0  # the run's steps: a trace still running at the last one is stopped there
 
-    def due(self, done: int) -> bool:
+    def due(self, info: StepInfo) -> bool:
         """The schedule: the window's first step and its last (or the run's, inside it)."""
+        done = info.done
         if self.trace is None:
             return False
         return done in (self.first, self.last) or (done == self.total and self.trace.active)

@@ -359,9 +359,10 @@ class Trainer:
 
     def _register_hooks(self) -> None:
         """The schedule between steps, in the order the hooks run; the profile window, if any,
-        last (it starts its trace after the step's other work). Period 1: the hook acts on
-        whatever each step booked (a progress line once a due step is booked, each step's
-        curve point, a SIGTERM noted, agreed every `check_every`)."""
+        last (it starts its trace after the step's other work). Each schedule is here: a
+        period, or `when=` for those learnt as the run goes (a progress line once a due step
+        is booked, one dispatch late; the checkpoint's interval; the profile window). Period
+        1: each step's curve point, and a SIGTERM read (agreed every `check_every`)."""
         setup, ctx = self.setup, self.ctx
         config = setup.config
         tc, rc = config.train, config.reliability
@@ -374,7 +375,8 @@ class Trainer:
         self.window = observe.profile_window(setup, run_id, self.measured.compiled.as_text())
         add = self.hooks.add
         add(hooks.DivergenceCheck(), every=check_every, at_last=True)
-        add(hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size), every=1)
+        line = hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size)
+        add(line, when=line.due)
         add(self.evaluation, every=tc.eval_every_epochs * setup.sampler.steps_per_epoch)
         add(self.curves, every=1)
         add(hooks.Preemption(self.guard, check_every), every=1)
