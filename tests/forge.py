@@ -119,25 +119,26 @@ class Forged:
         r["time_to_target_why"] = None if reached else "never reached"
 
     def _log(self, eq6: float, penalty: float) -> None:
-        r, q = self.record, self.record["quality"]
-        self.one("flops_per_step")["value"] = r["flops"]["per_step"]
-        self.one("number_of_models")["value"] = r["mesh"]["ensemble_size"]
-        for point, (_, acc) in zip(q["curve"], self.evaluations(), strict=True):
-            acc["value"] = point["ensemble"]
-            acc["metadata"].update(member_mean=point["member_mean"], target=q["target"])
+        r = records.read(self.record)  # the forged record, edited and re-derived
+        q = r.quality
+        self.one("flops_per_step")["value"] = r.flops.per_step
+        self.one("number_of_models")["value"] = r.mesh.ensemble_size
+        for point, (_, acc) in zip(q.curve, self.evaluations(), strict=True):
+            acc["value"] = point.ensemble
+            acc["metadata"].update(member_mean=point.member_mean, target=q.target)
         line = self.one("flops_per_s")
         line["value"] = eq6
-        line["metadata"].update(per_step=r["flops"]["per_step"], epochs=len(r["epochs"]))
+        line["metadata"].update(per_step=r.flops.per_step, epochs=len(r.epochs))
         line = self.one("vflops_per_s")
         line["value"] = eq6 * penalty
         line["metadata"].update(
-            target=q["target"], exponent=q["exponent"], quality=q["ensemble"], penalty=penalty
+            target=q.target, exponent=q.exponent, quality=q.ensemble, penalty=penalty
         )
         # success where the forged curve reaches the target, as the writer decides it.
         line = self.one("run_stop")
         line["metadata"] = {
             **{k: v for k, v in line["metadata"].items() if k in ("file", "lineno")},
-            **mllog.outcome(records.read(r)),
+            **mllog.outcome(r),
         }
 
     def save(self, folder: Path, run: str) -> None:
@@ -145,7 +146,7 @@ class Forged:
         (folder / f"{run}.json").write_text(json.dumps(self.record))
         log = "".join(PREFIX + json.dumps(line) + "\n" for line in self.lines)
         (folder / f"{run}.mllog").write_text(log)
-        lines = flagfile.lines(self.record["config"], run)
+        lines = flagfile.lines(records.read(self.record).config, run)
         header = f"# run {run}: its configuration, rebuilt from the record's config section\n"
         (folder / f"{run}.flags").write_text(header + "\n".join(lines) + "\n")
 

@@ -12,6 +12,7 @@ from conftest import TINY
 from helpers import assert_one_line_error, run_in_process
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.data import fashion_mnist, friedman
 from hpcai_jax.data.datasets import resolved, synthetic_spec
 from hpcai_jax.errors import UsageError
@@ -19,7 +20,7 @@ from hpcai_jax.submission import flagfile
 
 
 def test_the_record_and_its_flagfile_state_the_data_sets_classes(tiny_run):
-    config = tiny_run.record["config"]
+    config = records.read(tiny_run.record).config
     assert config["data"]["dataset"] == "fashion_mnist"
     assert config["data"]["num_classes"] == 10  # not the flag's default
     assert config["data"]["image_size"] == 28  # Fashion-MNIST's 28×28, not 0

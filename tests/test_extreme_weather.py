@@ -3,8 +3,6 @@ exactly as its members would alone, its ensemble (averaging on shared proposals)
 identical members and blind to member order, and a CLI run records mAP and the FLOP shares of
 the detector's non-matmul stages."""
 
-import json
-
 import jax
 import numpy as np
 import pytest
@@ -12,6 +10,7 @@ from helpers import run_in_process, train_alone
 from jax.sharding import NamedSharding
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.axes import BATCH_SPEC
 from hpcai_jax.data.pipeline import eval_batches, train_batches
 from hpcai_jax.engine.setup import build_setup
@@ -207,17 +206,17 @@ def cli_run(tmp_path_factory):
         "--run_name=ew",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((out / "ew.json").read_text()), proc
+    return records.read(out / "ew.json"), proc
 
 
 @pytest.mark.slow
 def test_cli_run_records_detection_quality(cli_run):
     record, _ = cli_run
-    q = record["quality"]
-    assert q["metric"] == "map_iou50" and q["exponent"] == 10.0
-    assert len(q["members"]) == 2 and q["oob"]["subset"] == 16
-    details = q["details"]["ensemble"]
-    assert details["map_iou50"] == q["ensemble"]
+    q = record.quality
+    assert q.metric == "map_iou50" and q.exponent == 10.0
+    assert len(q.members) == 2 and q.oob.subset == 16
+    details = q.details["ensemble"]
+    assert details["map_iou50"] == q.ensemble
     assert set(details["ap_iou50_per_class"]) == {"TD", "TC", "ETC", "AR"}
     assert sum(details["ground_truth_per_class"].values()) > 0
     assert 0 <= details["map_iou50_binning_bound"] <= 1
@@ -226,14 +225,14 @@ def test_cli_run_records_detection_quality(cli_run):
 @pytest.mark.slow
 def test_cli_run_states_the_detector_stages_share_of_flops(cli_run):
     record, _ = cli_run
-    cross = record["flops"]["crosscheck"]
-    assert cross["crosscheck_ok"], cross["source_reason"]
-    scopes = cross["scopes"]
+    cross = record.flops.crosscheck
+    assert cross.crosscheck_ok, cross.source_reason
+    scopes = cross.scopes
     assert {"nms", "roi_align"} <= set(scopes)
     for name, figures in scopes.items():
         assert figures["flops_per_step"] > 0, name
         assert 0 < figures["share_of_step"] < 1, name
-    assert not any("no FLOP rule" in note for note in cross["notes"]), cross["notes"]
+    assert not any("no FLOP rule" in note for note in cross.notes), cross.notes
 
 
 def test_bad_image_size_is_one_line_on_the_command_line(tmp_path):

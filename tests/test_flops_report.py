@@ -71,18 +71,19 @@ def test_flops_mode_prints_the_report_and_writes_the_record(tmp_path: Path):
         assert text in out, out
     (path,) = tmp_path.glob("flops-*.json")
     record = json.loads(path.read_text())
-    flops = record["flops"]
-    assert flops["train_step_flops_source"] == "xla_cost_analysis"
-    assert abs(flops["xla_over_analytic"] - 1) < 0.05
-    assert flops["crosscheck_ok"] is True
-    assert flops["apc"] == flops["train_step_flops"] == flops["xla_train_step_flops"]
-    assert {row["kind"] for row in flops["forward"]["operators"]} >= {
+    typed = records.read(path)
+    flops = typed.flops
+    assert flops.train_step_flops_source == "xla_cost_analysis"
+    assert abs(flops.xla_over_analytic - 1) < 0.05
+    assert flops.crosscheck_ok is True
+    assert flops.apc == flops.train_step_flops == flops.xla_train_step_flops
+    assert {row["kind"] for row in flops.forward["operators"]} >= {
         "convolution",
         "normalization",
     }
-    assert record["peaks"]["measured_matmul_flops_per_s"] > 0
-    assert record["config"]["mode"] == "flops"
-    assert record["config"]["data"]["num_classes"] == 1000
-    assert record["config"]["data"]["image_size"] == 28
-    typed = records.read(path)  # the typed record is the file's JSON, field for field
+    assert typed.peaks.measured_matmul_flops_per_s > 0
+    assert typed.config["mode"] == "flops"
+    assert typed.config["data"]["num_classes"] == 1000
+    assert typed.config["data"]["image_size"] == 28
+    # The typed record is the file's JSON, field for field.
     assert isinstance(typed, records.FlopsRecord) and records.to_dict(typed) == record

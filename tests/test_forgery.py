@@ -14,6 +14,7 @@ import forge
 import pytest
 from helpers import ROOT, check_cli
 
+from hpcai_jax import records
 from hpcai_jax.submission import README, SYSTEM, verify
 from hpcai_jax.submission.__main__ import main
 
@@ -35,8 +36,9 @@ def forged(package, tmp_path, capsys) -> forge.Forged:
 
 def _mfu(record: dict) -> float:
     """Eq. 6 FLOPS over the devices' own measured matmul peak."""
-    roof = record["mesh"]["num_devices"] * record["peak_flops"]["measured_per_device"]
-    return record["metrics"]["flops_per_s"] / roof
+    r = records.read(record)
+    roof = r.mesh.num_devices * r.peak_flops.measured_per_device
+    return r.metrics.flops_per_s / roof
 
 
 def _uniform(f: forge.Forged, s: float) -> None:

@@ -1,7 +1,6 @@
 """The JPEG training pipeline: tfds array_record images decoded and augmented in grain workers."""
 
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
@@ -14,6 +13,7 @@ import tensorflow_datasets as tfds
 from helpers import colour_image, run_in_process, shm_blocks, shm_lasting, three_class_image_info
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.axes import DATA, ENSEMBLE
 from hpcai_jax.data import augment, jpeg_region
 from hpcai_jax.data.datasets import open_datasets
@@ -206,7 +206,7 @@ def test_main_trains_a_jpeg_set_through_the_workers(jpeg_dir, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = tmp_path.glob("*.json")
-    record = json.loads(path.read_text())
-    quality, timing = record["quality"], record["timing"]
-    assert quality["metric"] == "top1_accuracy" and 0 <= quality["ensemble"] <= 1
-    assert timing["steps"] == 3 and 0 <= timing["data_wait_s"] <= timing["train_wall_s"]
+    record = records.read(path)
+    quality, timing = record.quality, record.timing
+    assert quality.metric == "top1_accuracy" and 0 <= quality.ensemble <= 1
+    assert timing.steps == 3 and 0 <= timing.data_wait_s <= timing.train_wall_s

@@ -2,8 +2,6 @@
 the same members data-parallel, their layers really are split, the step's HLO gathers over
 `model` only, and impossible splits fail in one line."""
 
-import json
-
 import jax
 import numpy as np
 import pytest
@@ -11,6 +9,7 @@ from helpers import run_in_process, tiny_config
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax import config as C
+from hpcai_jax import records
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
@@ -153,17 +152,13 @@ def test_record_names_the_split_and_its_traffic(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (path,) = tmp_path.glob("*.json")
-    record = json.loads(path.read_text())
-    mesh = record["mesh"]
-    assert mesh["shape"] == {"ensemble": 2, "data": 2, "model": 2}
-    assert (mesh["model_parallel"], mesh["pipeline_stages"], mesh["devices_per_member"]) == (
-        2,
-        1,
-        4,
-    )
-    assert record["precision"]["grad_allreduce_dtype"] == "bfloat16"
-    comm = record["comm"]
-    assert comm["payload_bytes"]["ensemble"] == 0 and comm["payload_bytes"]["model"] > 0
-    assert any(k.startswith("all-gather") for k in comm["by_collective"]["model"])
-    assert record["flops"]["crosscheck"]["crosscheck_ok"] is True
-    assert 0.0 <= record["quality"]["ensemble"] <= 1.0
+    record = records.read(path)
+    mesh = record.mesh
+    assert mesh.shape == {"ensemble": 2, "data": 2, "model": 2}
+    assert (mesh.model_parallel, mesh.pipeline_stages, mesh.devices_per_member) == (2, 1, 4)
+    assert record.precision.grad_allreduce_dtype == "bfloat16"
+    comm = record.comm
+    assert comm.payload_bytes["ensemble"] == 0 and comm.payload_bytes["model"] > 0
+    assert any(k.startswith("all-gather") for k in comm.by_collective["model"])
+    assert record.flops.crosscheck.crosscheck_ok is True
+    assert 0.0 <= record.quality.ensemble <= 1.0

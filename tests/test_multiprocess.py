@@ -17,6 +17,8 @@ import pytest
 from helpers import ROOT, packs_and_passes_check, run_in_process, subprocess_env
 from test_reliability import _final_params, _leaves
 
+from hpcai_jax import records
+
 pytestmark = pytest.mark.multiprocess
 
 # Seconds the processes may take to start and join: a loaded machine can spend minutes on importing
@@ -153,9 +155,9 @@ def test_two_processes_match_one_process(tmp_path):
     assert "auto-detected slurm" in outputs[1] and "process 1 of 2" in outputs[1]
 
     one = json.loads(next((tmp_path / "r1").glob("*.json")).read_text())
-    records = list((tmp_path / "r2").glob("*.json"))
-    assert len(records) == 1  # process 0 writes, alone
-    two = json.loads(records[0].read_text())
+    paths = list((tmp_path / "r2").glob("*.json"))
+    assert len(paths) == 1  # process 0 writes, alone
+    two = json.loads(paths[0].read_text())
     assert two["provenance"]["process_count"] == 2 and two["provenance"]["device_count"] == 8
     assert len(two["provenance"]["hosts"]) == 2
     assert two["quality"]["ensemble"] == pytest.approx(one["quality"]["ensemble"], abs=1e-9)
@@ -233,11 +235,11 @@ def test_a_killed_process_ends_the_job_as_lost_and_the_resume_matches(tmp_path):
     # closed there, the resumed one appended; the run packs and passes submission check.
     assert "the log is cut back to the checkpoint's" in resumed.stderr
     assert packs_and_passes_check(next((tmp_path / "r").glob("*.json")), tmp_path)
-    record = json.loads(next((tmp_path / "r").glob("*.json")).read_text())
+    record = records.read(next((tmp_path / "r").glob("*.json")))
     # From a periodic checkpoint: the newest complete one (the one in flight at the kill, or a
     # process that lagged behind process 0, may leave it one period back).
-    at = record["resumes"][0]["at_step"]
-    assert record["status"] == "complete" and 20 <= at < 300 and at % 20 == 0, at
+    at = record.resumes[0].at_step
+    assert record.status == "complete" and 20 <= at < 300 and at % 20 == 0, at
     whole = run_in_process(
         *KILLED, f"--checkpoint_dir={tmp_path}/ck1", f"--results_dir={tmp_path}/r1"
     )
@@ -269,13 +271,13 @@ def test_stream_across_two_processes_reports_all_eight_devices(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = proc.stdout + proc.stderr
     assert "[p0] Figure of merit: Triad" in out and "[p1] Figure of merit" not in out
-    records = list(tmp_path.glob("*.json"))
-    assert len(records) == 1  # process 0 reports
-    record = json.loads(records[0].read_text())
+    paths = list(tmp_path.glob("*.json"))
+    assert len(paths) == 1  # process 0 reports
+    record = records.read(paths[0])
     # Placed on all 8 devices of the 2 processes.
-    assert record["placement"]["num_devices"] == 8 and record["placement"]["process_count"] == 2
+    assert record.placement.num_devices == 8 and record.placement.process_count == 2
     # 8 MiB per array by hand, below the 4x-cache rule: validated, and marked as such.
-    assert record["validation"]["passed"] and record["status"] == "small_arrays"
+    assert record.validation.passed and record.status == "small_arrays"
 
 
 def epochs_logged(mllog: Path) -> int:
@@ -335,23 +337,23 @@ def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
     text = "".join(output) + rest
     assert proc.returncode == 0, text[-3000:]
-    record = json.loads(next(tmp_path.glob("*.json")).read_text())
-    per = record["timing"]["per_process"]
-    assert [p["process_index"] for p in per] == [0, 1, 2, 3]
-    assert [p["members"] for p in per] == [[0], [1], [2], [3]]
-    stalled = int(np.argmax(per[2]["epoch_wall_s"]))  # the epoch process 2 was stopped in
-    walls = [p["epoch_wall_s"][stalled] for p in per]
+    record = records.read(next(tmp_path.glob("*.json")))
+    per = record.timing.per_process
+    assert [p.process_index for p in per] == [0, 1, 2, 3]
+    assert [p.members for p in per] == [[0], [1], [2], [3]]
+    stalled = int(np.argmax(per[2].epoch_wall_s))  # the epoch process 2 was stopped in
+    walls = [p.epoch_wall_s[stalled] for p in per]
     # The stopped process: a step holding the whole stop (it began before the SIGSTOP and ended
     # after the SIGCONT), inside that epoch's wall time.
-    assert per[2]["step_s"]["max_s"] >= stall, per
-    assert walls[2] >= per[2]["step_s"]["max_s"], walls
+    assert per[2].step_s.max_s >= stall, per
+    assert walls[2] >= per[2].step_s.max_s, walls
     # Eq. 6's epochs are the slowest process's, and FLOPS is computed from them.
-    epochs = record["epochs"]
+    epochs = record.epochs
     for i, epoch in enumerate(epochs):
-        assert epoch["wall_s"] == pytest.approx(max(p["epoch_wall_s"][i] for p in per))
+        assert epoch.wall_s == pytest.approx(max(p.epoch_wall_s[i] for p in per))
     # ... so the job's epoch holds the stop too (another process, slow on a loaded machine, may
     # have taken longer still: the stop need not be the slowest).
-    assert epochs[stalled]["wall_s"] >= walls[2]
-    assert record["metrics"]["flops_per_s"] == pytest.approx(
-        sum(e["flops"] for e in epochs) / sum(e["wall_s"] for e in epochs), rel=1e-9
+    assert epochs[stalled].wall_s >= walls[2]
+    assert record.metrics.flops_per_s == pytest.approx(
+        sum(e.flops for e in epochs) / sum(e.wall_s for e in epochs), rel=1e-9
     )

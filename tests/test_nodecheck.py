@@ -133,9 +133,10 @@ def check_run(tmp_path_factory):
 
 def test_check_prints_one_row_per_item_and_writes_them(check_run):
     proc, record = check_run
-    rows = record["check"]["rows"]
-    assert record["mode"] == "check" and record["status"] == "complete"
-    items = [r["item"] for r in rows]
+    typed = records.read(record)
+    rows = typed.check.rows
+    assert typed.mode == "check" and typed.status == "complete"
+    items = [r.item for r in rows]
     for item in (
         "devices",
         "stream triad per device",
@@ -146,7 +147,7 @@ def test_check_prints_one_row_per_item_and_writes_them(check_run):
     ):
         assert item in items
         assert any(line.startswith(item) for line in proc.stdout.splitlines()), item
-    assert all(r["status"] != PASS for r in rows if r["measured"] is None)
+    assert all(r.status != PASS for r in rows if r.measured is None)
     assert "# all_reduce on intra_node, n = 8 per group" in proc.stdout
     # nccl-tests' header before the tables: its parameters and one line per rank.
     assert re.search(
@@ -158,28 +159,29 @@ def test_check_prints_one_row_per_item_and_writes_them(check_run):
     assert sum(line.startswith("#  Rank ") for line in proc.stdout.splitlines()) == 8
     assert "# broadcast on intra_node" in proc.stdout and "# sendrecv on intra_node" in proc.stdout
     assert "host cores per device" in items  # not judged on a CPU: n/a, not PASS
-    assert next(r for r in rows if r["item"] == "host cores per device")["status"] == NA
-    typed = records.read(record)  # the typed record is the file's JSON, field for field
+    assert next(r for r in rows if r.item == "host cores per device").status == NA
+    # The typed record is the file's JSON, field for field.
     assert isinstance(typed, records.CheckRecord) and records.to_dict(typed) == record
     assert typed.check.verdict == record["check"]["verdict"]
 
 
 def test_a_degraded_or_corrupting_collective_fails_its_rows_and_the_exit_code(check_run):
     proc, record = check_run
-    rows = {r["item"]: r for r in record["check"]["rows"]}
+    typed = records.read(record)
+    rows = {r.item: r for r in typed.check.rows}
     # 4 s measure 1 KiB only: a bandwidth there proves nothing, so even the link made 1000x
     # slow is not judged (test_nodecheck_tables fails it on a plateau); never PASS, no FAIL.
     slow = rows[f"{SLOW} busbw intra_node"]
-    assert slow["status"] == WARN and slow["note"].startswith("not judged: ")
+    assert slow.status == WARN and slow.note.startswith("not judged: ")
     assert all(
-        r["status"] == WARN and "not judged" in r["note"]
+        r.status == WARN and "not judged" in r.note
         for r in rows.values()
-        if " busbw " in r["item"] and r["item"] != f"{CORRUPT} busbw intra_node"
+        if " busbw " in r.item and r.item != f"{CORRUPT} busbw intra_node"
     )
-    assert rows[f"{CORRUPT} busbw intra_node"]["status"] == FAIL
-    assert rows[f"{CORRUPT} busbw intra_node"]["note"].startswith("data check: wrong 1 at 1 KiB")
+    assert rows[f"{CORRUPT} busbw intra_node"].status == FAIL
+    assert rows[f"{CORRUPT} busbw intra_node"].note.startswith("data check: wrong 1 at 1 KiB")
     assert proc.returncode == 1
-    assert record["reason"] == f"FAIL: {CORRUPT} busbw intra_node"
+    assert typed.reason == f"FAIL: {CORRUPT} busbw intra_node"
     assert "verdict: FAIL (1 FAIL)" in proc.stdout
     # nccl-tests' table: the in-place #wrong column and the out-of-bounds line say it too.
     table = proc.stdout[proc.stdout.index(f"# {CORRUPT} on intra_node") :]
@@ -191,13 +193,13 @@ def test_a_degraded_or_corrupting_collective_fails_its_rows_and_the_exit_code(ch
 
 def test_the_collective_table_is_nccl_tests(check_run):
     _, record = check_run
-    points = record["check"]["collectives"]
-    reduce = [p for p in points if p["op"] == "all_reduce"]
-    assert [p["size_bytes"] for p in reduce] == [1024 << i for i in range(len(reduce))]
+    points = records.read(record).check.collectives
+    reduce = [p for p in points if p.op == "all_reduce"]
+    assert [p.size_bytes for p in reduce] == [1024 << i for i in range(len(reduce))]
     for p in points:
-        factor = collectives.bus_factor(p["op"], p["n"])
-        assert p["algbw"] == pytest.approx(p["size_bytes"] / p["time_s"])
-        assert p["busbw"] == pytest.approx(p["algbw"] * factor)
+        factor = collectives.bus_factor(p.op, p.n)
+        assert p.algbw == pytest.approx(p.size_bytes / p.time_s)
+        assert p.busbw == pytest.approx(p.algbw * factor)
 
 
 def test_the_data_check_knows_broadcast_alltoall_and_sendrecv():
@@ -221,9 +223,10 @@ def test_the_data_check_knows_broadcast_alltoall_and_sendrecv():
 
 def test_items_the_budget_leaves_out_warn_saying_so(check_run):
     _, record = check_run
-    left_out = [r for r in record["check"]["rows"] if r["note"].startswith("skipped:")]
-    assert left_out and all(r["status"] == WARN for r in left_out)
-    assert record["check"]["budget"]["wall_s"] < 4 + 120
+    check = records.read(record).check
+    left_out = [r for r in check.rows if r.note.startswith("skipped:")]
+    assert left_out and all(r.status == WARN for r in left_out)
+    assert check.budget.wall_s < 4 + 120
 
 
 def test_a_bad_budget_is_a_usage_error():
@@ -278,10 +281,10 @@ def test_two_processes_on_two_nodes_measure_inside_and_between(tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    record = json.loads((tmp_path / "check2.json").read_text())
-    axes = {p["axis"]: p["n"] for p in record["check"]["collectives"]}
+    record = records.read(tmp_path / "check2.json")
+    axes = {p.axis: p.n for p in record.check.collectives}
     assert axes == {"intra_node": 4, "inter_node": 2, "world": 8}
-    assert record["check"]["system"]["nodes"] == ["local-node0", "local-node1"]
+    assert record.check.system.nodes == ["local-node0", "local-node1"]
     assert "# all_reduce on inter_node, n = 2 per group" in proc.stdout
 
 

@@ -171,6 +171,6 @@ def test_the_report_links_a_runs_events_and_shows_each_members_curve(tiny_run, t
     beside = series.observed(collect([str(tmp_path / "real-train.json")]).train)[0].events
     assert beside == tmp_path / "tensorboard" / "real-train"
     (curve,) = series.quality_curves(train)
-    members = [p["members"] for p in tiny_run.record["quality"]["curve"]]
+    members = [p.members for p in records.read(tiny_run.record).quality.curve]
     for point, expected in zip(curve.points, members, strict=True):
         assert list(point.members) == pytest.approx(expected)

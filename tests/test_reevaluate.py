@@ -18,6 +18,7 @@ import pytest
 from helpers import check_cli
 from test_forgery import quality_raised_to_a_count, times_scaled_within_the_peak
 
+from hpcai_jax import records
 from hpcai_jax.run import kept_weights
 from hpcai_jax.submission.__main__ import main
 
@@ -53,7 +54,7 @@ def test_the_run_keeps_its_weights_and_logs_their_digest(tiny_run, package):
     tree = kept_weights.load(package / f"{RUN}{kept_weights.SUFFIX}")
     assert kept_weights.digest(tree) == (line["value"], line["metadata"]["arrays"])
     assert kept_weights.digest(kept_weights.load(kept))[0] == line["value"]
-    m = tiny_run.record["mesh"]["ensemble_size"]
+    m = records.read(tiny_run.record).mesh.ensemble_size
     assert all(a.shape[0] == m for _, a in kept_weights.named(tree))  # stacked [M, ...]
     assert {name.split("/")[0] for name, _ in kept_weights.named(tree)} == {"params", "model_state"}
 
@@ -61,13 +62,14 @@ def test_the_run_keeps_its_weights_and_logs_their_digest(tiny_run, package):
 def test_reevaluate_and_a_rerun_give_the_runs_figures(package, tiny_run, capsys):
     code, out, err = _cli(capsys, "check", package, "--reevaluate", "--rerun_steps=2")
     assert (code, out[-1], err) == (0, "PASS", []), out
-    q, per_step = tiny_run.record["quality"], tiny_run.record["flops"]["per_step"]
+    record = records.read(tiny_run.record)
+    q, per_step = record.quality, record.flops.per_step
     rerun, reevaluated = out[0], out[1]
     assert rerun.startswith(f"measured: run {RUN}: re-run for 2 steps on 8 cpu devices (the run's")
     assert f"flops.per_step {per_step:.6g} (the record's {per_step:.6g})" in rerun
     assert reevaluated.startswith(f"measured: run {RUN}: re-evaluated {RUN}.weights on 8 cpu")
-    figures = ", ".join(f"{v:.6g}" for v in q["members"])
-    assert f"ensemble {q['ensemble']:.6g} (the log's {q['ensemble']:.6g})" in reevaluated
+    figures = ", ".join(f"{v:.6g}" for v in q.members)
+    assert f"ensemble {q.ensemble:.6g} (the log's {q.ensemble:.6g})" in reevaluated
     assert f"members [{figures}] (the record's [{figures}])" in reevaluated
 
 
@@ -75,13 +77,13 @@ def test_a_quality_raised_to_a_count_fails_reevaluate_naming_the_member(forged, 
     quality_raised_to_a_count(forged)  # counts of the 300 examples: check alone passes them
     code, out, err = _cli(capsys, "check", forged.folder, "--reevaluate")
     assert code == 1 and not err, out
-    real = tiny_run.record["quality"]
+    real = records.read(tiny_run.record).quality
     how = f"re-evaluated from {RUN}.weights on 8 cpu devices"
     assert (
-        f"run {RUN}: {RUN}.mllog eval_accuracy 0.95 (the final evaluation) != {real['ensemble']:.6g} {how}"
-        in "\n".join(out)
+        f"run {RUN}: {RUN}.mllog eval_accuracy 0.95 (the final evaluation) "
+        f"!= {real.ensemble:.6g} {how}" in "\n".join(out)
     )
-    for i, member in enumerate(real["members"]):
+    for i, member in enumerate(real.members):
         line = f"run {RUN}: {RUN}.json quality.members[{i}] 0.95 != {member:.6g} {how}"
         assert any(x.startswith(line) and "± 1 of the 300 held-out examples" in x for x in out)
 

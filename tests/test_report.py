@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 from helpers import ROOT, run_in_process
 
+from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.report import compare, plots, write_report
 from hpcai_jax.report.__main__ import main as report_main
@@ -197,9 +198,9 @@ def test_flops_table_holds_the_records_figures_and_the_linear_ideal(report, resu
     assert f_scale == 1e9
     by_run = {r["run"]: r for r in table}
     for run in ("s-M1", "s-M2", "s-M4", "t-M2"):
-        record = json.loads((results / f"{run}.json").read_text())
-        assert by_run[run][flops_h] == figure(record["metrics"]["flops_per_s"], f_scale)
-        assert by_run[run][vflops_h] == figure(record["metrics"]["vflops_per_s"], v_scale)
+        record = records.read(results / f"{run}.json")
+        assert by_run[run][flops_h] == figure(record.metrics.flops_per_s, f_scale)
+        assert by_run[run][vflops_h] == figure(record.metrics.vflops_per_s, v_scale)
     # P_degree = 2: the ideal is the Sys_scale-2 run's FLOPS scaled linearly; P_degree = 4 has
     # one run: no ideal, no ratio (not 1, as if it scaled perfectly).
     assert [by_run[r][ideal_h] for r in ("s-M1", "s-M2", "s-M4")] == ["10", "20", "40"]

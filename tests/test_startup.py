@@ -9,6 +9,7 @@ import sys
 import pytest
 from helpers import ROOT, FakeClock, subprocess_env
 
+from hpcai_jax import records
 from hpcai_jax.run import startup
 
 
@@ -46,8 +47,8 @@ def test_the_tiny_run_records_every_phase_it_went_through(tiny_run):
     assert sorted(phases) == sorted(f"{name}_s" for name in startup.PHASES)
     for name in startup.PHASES:  # the compile's and every one after it included
         assert phases[f"{name}_s"] is not None and phases[f"{name}_s"] >= 0, name
-    per = tiny_run.record["timing"]["per_process"]
-    assert len(per) == 1 and per[0]["startup_s"] >= phases["compile_s"]
+    per = records.read(tiny_run.record).timing.per_process
+    assert len(per) == 1 and per[0].startup_s >= phases["compile_s"]
 
 
 def test_every_phase_after_the_compile_says_so_before_the_first_step(tiny_run):

@@ -3,12 +3,13 @@ the shipped flagfile runs, and a two-process job shards the arrays over both pro
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
 import pytest
 from helpers import ROOT, run_main
+
+from hpcai_jax import records
 
 pytestmark = pytest.mark.slow  # each runs the CLI in a process
 
@@ -71,12 +72,12 @@ def test_shipped_flagfile_runs(tmp_path):
     below = "below NERSC-10's 4x-cache rule"
     assert lines[-2].startswith(f"Arrays {below} (--allow_small_arrays), this measures a cache")
     assert lines[-1].endswith(f"; arrays {below})")
-    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("stream-*.json")]
-    assert record["validation"]["passed"] and record["array"]["elements"] == 65536
-    assert (record["mode"], record["status"]) == ("stream", "small_arrays")
-    assert record["reason"].startswith(f"arrays {below}: one array 0.5 MiB < 4 x largest cache")
-    assert not record["cache"]["size_rule_ok"]
-    assert record["printed"] == proc.stdout
+    [record] = [records.read(p) for p in tmp_path.glob("stream-*.json")]
+    assert record.validation.passed and record.array.elements == 65536
+    assert (record.mode, record.status) == ("stream", "small_arrays")
+    assert record.reason.startswith(f"arrays {below}: one array 0.5 MiB < 4 x largest cache")
+    assert not record.cache.size_rule_ok
+    assert record.printed == proc.stdout
 
 
 def test_run_name_is_the_record_id_in_every_mode(tmp_path):
@@ -131,6 +132,6 @@ def test_two_processes_shard_the_arrays_and_process_zero_reports(tmp_path):
     assert "[p0] BabelStream" in lines and "[p1] BabelStream" not in lines  # process 0 reports
     assert "[p0] Placement: all 8 devices of 2 process(es), arrays sharded 8 ways" in lines
     assert [x for x in lines if x.startswith("[p0] ")][-1].startswith("[p0] Figure of merit: Triad")
-    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("stream-*.json")]
-    assert record["placement"]["num_devices"] == 8 and record["placement"]["process_count"] == 2
-    assert record["validation"]["passed"]
+    [record] = [records.read(p) for p in tmp_path.glob("stream-*.json")]
+    assert record.placement.num_devices == 8 and record.placement.process_count == 2
+    assert record.validation.passed

@@ -90,21 +90,21 @@ def test_stream_mode_prints_babelstream_output_and_writes_the_record(
     assert out[-1].startswith("Figure of merit: Triad ")  # printed last
     [path] = tmp_path.glob("stream-*.json")
     record = json.loads(path.read_text())
-    assert record["mode"] == "stream" and record["status"] == "complete"
-    assert record["cache"]["size_rule_ok"] and record["printed"] == printed
-    assert record["array"]["elements"] == N and record["array"]["bytes_per_array"] == 8 * N
-    assert record["placement"]["num_devices"] == 1
-    assert record["validation"]["passed"] is True
-    assert set(record["kernels"]) == {"copy", "mul", "add", "triad", "dot"}
-    assert record["kernels"]["triad"]["xla_bytes_accessed"] == 3 * 8 * N
-    assert all(record["allocation"][k]["buffer_reused"] for k in ("copy", "mul", "add", "triad"))
-    assert record["metrics"]["stream/triad/gb_per_s"] == record["figure_of_merit"]["gb_per_s"] > 0
-    assert record["config"]["stream"]["precision"] == "float64"
-    assert "versions" in record["provenance"]
+    r = records.read(path)
+    assert r.mode == "stream" and r.status == "complete"
+    assert r.cache.size_rule_ok and r.printed == printed
+    assert r.array.elements == N and r.array.bytes_per_array == 8 * N
+    assert r.placement.num_devices == 1
+    assert r.validation.passed is True
+    assert set(r.kernels) == {"copy", "mul", "add", "triad", "dot"}
+    assert r.kernels["triad"].xla_bytes_accessed == 3 * 8 * N
+    assert all(r.allocation[k].buffer_reused for k in ("copy", "mul", "add", "triad"))
+    assert r.metrics["stream/triad/gb_per_s"] == r.figure_of_merit.gb_per_s > 0
+    assert r.config["stream"]["precision"] == "float64"
+    assert "versions" in record["provenance"]  # the key itself, in the file's JSON
     # The reader's typed record is the file's JSON, field for field (docs/record.md).
-    typed = records.read(path)
-    assert isinstance(typed, records.StreamRecord) and typed.schema_version == 2
-    assert records.to_dict(typed) == record
+    assert isinstance(r, records.StreamRecord) and r.schema_version == 2
+    assert records.to_dict(r) == record
 
 
 def test_csv_mode_prints_only_csv_on_stdout(tmp_path, capsys):
@@ -125,6 +125,6 @@ def test_validation_failure_exits_one_and_says_why(tmp_path, capsys, monkeypatch
     assert run_stream(_config(tmp_path, kernels="triad")) == 1
     assert "Validation failed on a[]" in capsys.readouterr().err
     [path] = tmp_path.glob("stream-*.json")
-    record = json.loads(path.read_text())
-    assert record["status"] == "invalid" and record["reason"].startswith("validation failed: ")
-    assert record["validation"]["checks"]["a"]["passed"] is False
+    record = records.read(path)
+    assert record.status == "invalid" and record.reason.startswith("validation failed: ")
+    assert record.validation.checks["a"].passed is False

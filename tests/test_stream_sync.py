@@ -10,6 +10,7 @@ import sys
 import pytest
 from helpers import ROOT
 
+from hpcai_jax import records
 from hpcai_jax.config import ResultsConfig
 from hpcai_jax.settings import Settings
 from hpcai_jax.stream import run_stream
@@ -142,14 +143,14 @@ def test_each_gives_one_figure_per_device(tmp_path, capsys):
     assert [r[:2] for r in rows] == [[str(i), "0"] for i in range(8)]
     assert "the slowest of 8 devices, each measured alone" in out[-1]
     [path] = tmp_path.glob("stream-*.json")
-    record = json.loads(path.read_text())
-    assert record["placement"]["mode"] == "each" and record["placement"]["num_devices"] == 8
-    per_device = record["per_device"]
-    assert [d["device_id"] for d in per_device] == list(range(8))
-    rates = [d["kernels"]["triad"]["gb_per_s"] for d in per_device]
+    record = records.read(path)
+    assert record.placement.mode == "each" and record.placement.num_devices == 8
+    per_device = record.per_device
+    assert [d.device_id for d in per_device] == list(range(8))
+    rates = [d.kernels["triad"].gb_per_s for d in per_device]
     assert all(r > 0 for r in rates) and len(set(rates)) > 1  # measured, not divided
-    assert record["kernels"]["triad"]["gb_per_s"] == min(rates)
-    assert record["figure_of_merit"]["gb_per_s"] == min(rates)
+    assert record.kernels["triad"].gb_per_s == min(rates)
+    assert record.figure_of_merit.gb_per_s == min(rates)
     # The table's rate column is each device's own MBytes/sec.
     assert [float(r[2]) for r in rows] == pytest.approx([r * 1e3 for r in rates], abs=5e-4)
 
@@ -184,9 +185,9 @@ def test_each_across_two_processes_reports_all_eight_devices(tmp_path):
     start = lines.index(next(x for x in lines if x.startswith("device,process,function,")))
     rows = [x.split(",") for x in lines[start + 1 : start + 9]]
     assert [(r[1], r[2]) for r in rows] == [(str(d // 4), "Triad") for d in range(8)]
-    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("stream-*.json")]
-    assert [(str(d["device_id"]), d["process_index"]) for d in record["per_device"]] == [
+    [record] = [records.read(p) for p in tmp_path.glob("stream-*.json")]
+    assert [(str(d.device_id), d.process_index) for d in record.per_device] == [
         (r[0], int(r[1])) for r in rows
     ]
-    assert len({d["device_id"] for d in record["per_device"]}) == 8
-    assert record["validation"]["passed"] and record["placement"]["process_count"] == 2
+    assert len({d.device_id for d in record.per_device}) == 8
+    assert record.validation.passed and record.placement.process_count == 2

@@ -13,6 +13,7 @@ import forge
 import pytest
 from helpers import check_cli
 
+from hpcai_jax import records
 from hpcai_jax.submission.__main__ import main
 
 RUN = "real-train"
@@ -185,7 +186,7 @@ def test_recount(package, tiny_run, tmp_path, capsys):
     assert _cli(capsys, "check", both) == (0, ["PASS"], [])
     code, out, err = _cli(capsys, "check", "--recount", both)
     assert code == 1 and not err
-    per_step = tiny_run.record["flops"]["per_step"]
+    per_step = records.read(tiny_run.record).flops.per_step
     # The tiny run's members are mapped (docs/members.md): its count is the step with its loops
     # written out, before optimisation, so the lowered count judges the forgery, no compile.
     assert out == [
@@ -210,7 +211,7 @@ def test_recount_of_a_closed_imagenet_package_needs_no_imagenet(
     monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path / "no-tensorflow-datasets"))
     code, out, err = _cli(capsys, "check", "--recount", copy)
     assert code == 1 and not err
-    claimed = json.loads((copy / f"{RUN}.json").read_text())["flops"]["per_step"]
+    claimed = records.read(copy / f"{RUN}.json").flops.per_step
     line = next(x for x in out if "recounted" in x)
     assert line.startswith(f"run {RUN}: {RUN}.json flops.per_step {claimed:.6g} != 1.5"), line
     assert line.endswith(
@@ -247,7 +248,7 @@ def test_one_line_errors(tiny_run, package, tmp_path, capsys):
 
 def test_a_record_moved_with_its_log_packs_from_where_it_lies(tiny_run, tmp_path, capsys):
     # Copied off the cluster: the record names the log where the run wrote it, which is gone.
-    log = Path(tiny_run.record["mllog"])
+    log = Path(records.read(tiny_run.record).mllog)
     moved = tmp_path / "from-cluster"
     moved.mkdir()
     shutil.copy(log, moved / log.name)
@@ -342,9 +343,9 @@ def with_stream(tiny_run, tmp_path_factory) -> Path:
 
 
 def test_a_stream_run_packs_with_its_printed_output(with_stream, capsys):
-    record = json.loads((STREAM_RECORDS / f"{STREAM}.json").read_text())
+    record = records.read(STREAM_RECORDS / f"{STREAM}.json")
     printed = (with_stream / "stream" / f"{STREAM}.txt").read_text()
-    assert printed == record["printed"] and "Figure of merit: Triad" in printed
+    assert printed == record.printed and "Figure of merit: Triad" in printed
     copied = (with_stream / "stream" / f"{STREAM}.json").read_bytes()
     assert copied == (STREAM_RECORDS / f"{STREAM}.json").read_bytes()
     readme = (with_stream / "README.md").read_text()

@@ -1,6 +1,5 @@
 """The paper's scalability and trade-off sweeps: their plans, and a real local sweep."""
 
-import json
 import re
 import subprocess
 import sys
@@ -8,6 +7,7 @@ import sys
 import pytest
 from helpers import ROOT
 
+from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.sweep import EPILOG, Point, base_seed, command, jobs, main, mllog_path, plan
 
@@ -213,12 +213,12 @@ def test_local_tradeoff_sweep(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     names = sorted(p.name for p in tmp_path.glob("*.json"))
     assert names == ["sweep-tradeoff-M1-P2.json", "sweep-tradeoff-M2-P1.json"]
-    record = json.loads((tmp_path / "sweep-tradeoff-M2-P1.json").read_text())
-    assert record["mesh"]["ensemble_size"] == 2 and record["mesh"]["num_devices"] == 2
+    record = records.read(tmp_path / "sweep-tradeoff-M2-P1.json")
+    assert record.mesh.ensemble_size == 2 and record.mesh.num_devices == 2
     # One MLLOG per run, each named in its record.
     logs = sorted(p.name for p in (tmp_path / "logs").iterdir())
     assert logs == ["sweep.sweep-tradeoff-M1-P2.mllog", "sweep.sweep-tradeoff-M2-P1.mllog"]
-    assert record["mllog"] == str(tmp_path / "logs" / "sweep.sweep-tradeoff-M2-P1.mllog")
+    assert record.mllog == str(tmp_path / "logs" / "sweep.sweep-tradeoff-M2-P1.mllog")
     assert '"key": "run_stop"' in (tmp_path / "logs" / logs[1]).read_text()
     assert "Sys_scale" in proc.stdout and proc.stdout.count("complete") >= 2
     _check_report(tmp_path)
@@ -237,12 +237,12 @@ def _check_report(results_dir):
     scale = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}[prefix]
     assert {r["run"] for r in rows} == {"sweep-tradeoff-M1-P2", "sweep-tradeoff-M2-P1"}
     for row in rows:
-        record = json.loads((results_dir / f"{row['run']}.json").read_text())
+        record = records.read(results_dir / f"{row['run']}.json")
         assert (row["M"], row["Sys_scale"]) == (
-            str(record["mesh"]["ensemble_size"]),
-            str(record["mesh"]["num_devices"]),
+            str(record.mesh.ensemble_size),
+            str(record.mesh.num_devices),
         )
-        assert row[column] == f"{record['metrics']['flops_per_s'] / scale:.4g}"
+        assert row[column] == f"{record.metrics.flops_per_s / scale:.4g}"
     pngs = [line[line.index("](") + 2 : -1] for line in md.splitlines() if line[:2] == "!["]
     assert {"scalability.png", "tradeoff_sys2.png", "mfu.png"} <= set(pngs)
     for name in pngs:

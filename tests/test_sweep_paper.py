@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from helpers import ROOT, FakeClock
 
+from hpcai_jax import records
 from hpcai_jax import sweep_paper as sp
 
 
@@ -167,8 +168,8 @@ def test_one_tiny_real_point(tmp_path):
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[1/1] fig5-M1-flops seed 1000 done in " in proc.stdout
-    record = json.loads((tmp_path / "paper-fig5-M1-flops-s1000.json").read_text())
-    assert record["status"] == "complete" and record["config"]["train"]["seed"] == 1000
+    record = records.read(tmp_path / "paper-fig5-M1-flops-s1000.json")
+    assert record.status == "complete" and record.config["train"]["seed"] == 1000
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "[1/1] fig5-M1-flops seed 1000: done before, skipped" in again.stdout
     assert again.stdout.rstrip().endswith("sweep: 1 of 1 run(s) completed")
