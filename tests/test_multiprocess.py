@@ -154,27 +154,34 @@ def test_two_processes_match_one_process(tmp_path):
     outputs = _slurm_step(*RUN, f"--checkpoint_dir={tmp_path}/ck2", f"--results_dir={tmp_path}/r2")
     assert "auto-detected slurm" in outputs[1] and "process 1 of 2" in outputs[1]
 
-    one = json.loads(next((tmp_path / "r1").glob("*.json")).read_text())
+    one = records.read(next((tmp_path / "r1").glob("*.json")))
     paths = list((tmp_path / "r2").glob("*.json"))
     assert len(paths) == 1  # process 0 writes, alone
-    two = json.loads(paths[0].read_text())
-    assert two["provenance"]["process_count"] == 2 and two["provenance"]["device_count"] == 8
-    assert len(two["provenance"]["hosts"]) == 2
-    assert two["quality"]["ensemble"] == pytest.approx(one["quality"]["ensemble"], abs=1e-9)
-    np.testing.assert_allclose(two["quality"]["members"], one["quality"]["members"], atol=1e-9)
-    assert two["flops"]["per_step"] == pytest.approx(one["flops"]["per_step"], rel=0.01)
+    two = records.read(paths[0])
+    assert two.provenance.process_count == 2 and two.provenance.device_count == 8
+    assert len(two.provenance.hosts) == 2
+    assert two.quality.ensemble == pytest.approx(one.quality.ensemble, abs=1e-9)
+    np.testing.assert_allclose(two.quality.members, one.quality.members, atol=1e-9)
+    assert two.flops.per_step == pytest.approx(one.flops.per_step, rel=0.01)
     # Each process builds the out-of-bag votes of its own devices' members: the same estimate.
-    assert two["quality"]["oob"] == pytest.approx(one["quality"]["oob"])
+    oob_one, oob_two = one.quality.oob, two.quality.oob
+    assert oob_two.quality == pytest.approx(oob_one.quality)
+    assert oob_two.mean_voters == pytest.approx(oob_one.mean_voters)
+    assert (oob_two.scored, oob_two.subset, oob_two.why_none) == (
+        oob_one.scored,
+        oob_one.subset,
+        oob_one.why_none,
+    )
     # Members 2 and 3 live on process 1's devices: their figures are process 1's own.
-    assert two["data"]["distinct_fraction"] == one["data"]["distinct_fraction"]
+    assert two.data.distinct_fraction == one.data.distinct_fraction
     # Two nodes, and each member's 2 devices on one of them: its gradient all-reduce never
     # crosses (telemetry/comm.py; tests/test_comm.py has a member spanning two nodes).
-    assert (one["comm"]["nodes"], two["comm"]["nodes"]) == (1, 2)
+    assert (one.comm.nodes, two.comm.nodes) == (1, 2)
     # The provenance (and MLLOG) count nodes the same way (hpcai_jax.nodes), not by hostname.
-    assert two["provenance"]["number_of_nodes"] == 2
-    assert two["provenance"]["hosts"] == ["node0", "node1"]
-    assert two["comm"]["link_bytes"] == one["comm"]["link_bytes"]
-    assert two["comm"]["link_bytes"]["inter_node"] == 0 < two["comm"]["link_bytes"]["intra_node"]
+    assert two.provenance.number_of_nodes == 2
+    assert two.provenance.hosts == ["node0", "node1"]
+    assert two.comm.link_bytes == one.comm.link_bytes
+    assert two.comm.link_bytes.inter_node == 0 < two.comm.link_bytes.intra_node
 
     _, params_one = _final_params(tmp_path / "ck1")
     _, params_two = _final_params(tmp_path / "ck2")
