@@ -2,11 +2,13 @@
 trains each member exactly as unroll and as the member alone, counts the same FLOPs, and its
 program does not grow with the members."""
 
+import ast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import tiny_config, train_alone
+from helpers import ROOT, tiny_config, train_alone
 from jax import lax
 
 from hpcai_jax import config as C
@@ -340,3 +342,42 @@ def test_the_record_names_the_resolved_mapping():
     assert mapping(grouped) == "batched/2"
     every = C.MeshConfig(4, 4, 1, member_strategy="vmap", member_map="batched", member_group=4)
     assert mapping(every) == "batched"  # all the device's members at once: no groups
+
+
+# The names under which a function takes the member mapping (or one of the two flags it
+# merges): with a string default, a second default beside config.py's would come back.
+MAPPING_PARAMETERS = {"how", "form", "mapping", "member_map", "strategy", "member_strategy"}
+
+
+def _string_defaults(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, function, parameter) of every mapping parameter given a string default."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            args = node.args
+            positional = [*args.posonlyargs, *args.args]
+            defaults = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+            pairs = [
+                *zip(positional, defaults, strict=True),
+                *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+            ]
+            found += [
+                (node.lineno, getattr(node, "name", "<lambda>"), arg.arg)
+                for arg, default in pairs
+                if arg.arg in MAPPING_PARAMETERS
+                and isinstance(default, ast.Constant)
+                and isinstance(default.value, str)
+            ]
+    return found
+
+
+def test_no_function_defaults_the_member_mapping_to_a_string():
+    """One default per choice: `--member_strategy` and `--member_map` are defaulted in config.py
+    (MeshConfig) only; setup resolves them into the step plan, which every builder takes."""
+    assert _string_defaults(ast.parse('def f(x, how="scan"): pass')) == [(1, "f", "how")]
+    found = [
+        (str(path.relative_to(ROOT)), *hit)
+        for path in sorted((ROOT / "hpcai_jax").rglob("*.py"))
+        for hit in _string_defaults(ast.parse(path.read_text()))
+    ]
+    assert not found, found

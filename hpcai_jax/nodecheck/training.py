@@ -52,21 +52,22 @@ def step_config(
     members_per_device: int = 1,
     batch_size: int | None = None,
     dtype: str | None = None,
-    strategy: str = "auto",
+    strategy: str | None = None,
     devices: int | None = None,
-    member_map: str = "auto",
+    member_map: str | None = None,
 ) -> C.RunConfig:
     """The configured workload, model and dtype on generated data, with `members_per_device`
-    members on every device (of `devices`, default all) and P_degree = 1."""
+    members on every device (of `devices`, default all) and P_degree = 1. The members'
+    strategy and map are the flags' defaults (`MeshConfig`'s) unless given."""
     devices = devices or jax.device_count()
+    chosen = {"member_strategy": strategy, "member_map": member_map}
     return dataclasses.replace(
         config,
         mesh=C.MeshConfig(
             ensemble_size=devices * members_per_device,
             members_per_device=members_per_device,
             parallel_degree=1,
-            member_strategy=strategy,
-            member_map=member_map,
+            **{name: value for name, value in chosen.items() if value is not None},
         ),
         data=dataclasses.replace(config.data, dataset=GENERATED[config.model.workload]),
         model=dataclasses.replace(config.model, dtype=dtype or config.model.dtype),
