@@ -166,6 +166,9 @@ def _complete_steps(checkpoint_dir) -> list[int]:
 # The watchdog's floor in the job below: it bounds the saves too, and a loaded machine's first
 # orbax save of device arrays takes seconds, so not the 3 s a step would allow.
 FLOOR_S = 8
+# Steps enough that no process ends its run before the stop lands (a checkpoint on disk, read
+# by a 50 ms poll, after the first 50); the resume runs the rest.
+STOPPED_RUN_STEPS = 600
 
 
 @pytest.mark.multiprocess
@@ -179,7 +182,7 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
 
     run = [
         *ONE_MEMBER_EACH,
-        "--steps=2000",
+        f"--steps={STOPPED_RUN_STEPS}",
         "--checkpoint_every=50",
         f"--checkpoint_dir={tmp_path}/ck",
         f"--results_dir={tmp_path}/r",
@@ -222,12 +225,12 @@ def test_a_stopped_process_ends_the_others_with_the_hung_code(tmp_path):
     assert "Fatal Python error" not in text, text[-3000:]
     assert not list((tmp_path / "r").glob("*.json"))  # no record of a run that did not finish
     saved = _complete_steps(tmp_path / "ck")
-    assert saved and saved[-1] < 2000, saved
+    assert saved and saved[-1] < STOPPED_RUN_STEPS, saved
     # Resumed on one process of 8 devices (P_degree 2: another machine shape).
     resumed = run_in_process(*run, "--parallel_degree=2")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     (path,) = (tmp_path / "r").glob("*.json")
-    record = records.read(path)  # resumed from its newest checkpoint, of 2000 steps
+    record = records.read(path)  # resumed from its newest checkpoint
     assert [r.at_step for r in record.resumes] == [saved[-1]]
-    assert record.timing.planned_steps == 2000
+    assert record.timing.planned_steps == STOPPED_RUN_STEPS
     assert packs_and_passes_check(path, tmp_path)
