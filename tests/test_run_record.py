@@ -227,13 +227,29 @@ def test_time_to_target_is_the_first_evaluation_that_reached_it(setup):
         "the ensemble never reached the target 0.9: best 0.8500 in 1 evaluation(s)"
     )
     assert "n/a (the ensemble never reached" in summary.summary(record)
-    # The record is complete, its MLLOG's run_stop aborted: the summary says both.
+    # Without --mllog no MLLOG is named: the line says what missed the target.
+    assert record.mllog is None
+    assert re.search(
+        r"^status +complete, target 0.9 not reached: ensemble 0.86$", summary.summary(record), re.M
+    ), summary.summary(record)
+    assert "MLLOG" not in summary.summary(record)
+    # With one, the record is complete, its MLLOG's run_stop aborted: the summary says both.
+    logged = dataclasses.replace(record, mllog="/abs/run.mllog")
     assert re.search(
         r"^status +complete, target not reached \(MLLOG run_stop: aborted, target 0.9 not "
         r"reached: ensemble 0.86\)$",
-        summary.summary(record),
+        summary.summary(logged),
         re.M,
-    ), summary.summary(record)
+    ), summary.summary(logged)
+
+
+def test_the_summary_names_the_form_the_members_ran_as(setup):
+    record = _build(setup, _progress({}), _cross(M * 1e9), _quality([True] * 4))
+    vmap = dataclasses.replace(record.mesh, member_strategy="vmap", member_mapping="scan")
+    text = summary.summary(dataclasses.replace(record, mesh=vmap))
+    assert re.search(r"P_model=1 strategy=vmap, run as scan$", text, re.M), text
+    unroll = dataclasses.replace(record.mesh, member_strategy="unroll", member_mapping="unroll")
+    assert summary.summary(dataclasses.replace(record, mesh=unroll)).count("strategy=unroll\n")
 
 
 def test_exponent_zero_means_no_penalty(setup):

@@ -20,7 +20,7 @@ def summary(r: records.TrainRecord, path: str | None = None) -> str:
         (
             "mesh (ensemble x data x model)",
             f"{mesh.shape}  M={mesh.ensemble_size} P_degree={mesh.parallel_degree} "
-            f"P_model={mesh.model_parallel} strategy={mesh.member_strategy}",
+            f"P_model={mesh.model_parallel} {_strategy(mesh)}",
         ),
         ("members per device", _members_per_device(r)),
         ("steps", f"{t.steps} of {t.planned_steps} ({t.timed_steps} timed)"),
@@ -75,15 +75,27 @@ def _bandwidth(roofline: train.Roofline | None) -> str:
     return f"{units.si(roofline.bandwidth_bytes_per_s, 'B/s')} ({roofline.bandwidth_source})"
 
 
+def _strategy(mesh: train.Mesh) -> str:
+    """The strategy asked and, where it differs, the form the members ran as (vmap runs as one
+    of the --member_map forms): a reader sees how the step ran, not only the flag."""
+    ran = mesh.member_mapping
+    if ran is None or ran == mesh.member_strategy:
+        return f"strategy={mesh.member_strategy}"
+    return f"strategy={mesh.member_strategy}, run as {ran}"
+
+
 def _status(r: records.TrainRecord) -> str:
-    """The record's status, in the MLLOG's words too where they differ: a complete run that
-    missed its target is scored, and its run_stop says aborted (telemetry/mllog.py)."""
+    """The record's status; a complete run that missed its target is scored, and where the run
+    wrote an MLLOG (`--mllog`) its run_stop says aborted, which the line says too
+    (telemetry/mllog.py). Without an MLLOG, none is named."""
     if r.status != "complete":
         return r.status + (f" ({r.reason})" if r.reason else "")
     stop = mllog.outcome(r)
     if stop["status"] == "success":
         return "complete, target reached"
     why = stop["reason"]
+    if r.mllog is None:
+        return f"complete, {why}"
     words = "target not reached" if "not reached" in why else why
     return f"complete, {words} (MLLOG run_stop: aborted, {why})"
 
