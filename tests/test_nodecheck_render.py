@@ -103,7 +103,8 @@ def test_the_loop_gives_each_item_its_share_and_hands_the_step_on(monkeypatch):
     step_estimate = 2.0 + 3 * 0.7  # the step's build and three of its slowest steps
     args = {name: others for name, _, others in calls}
     assert args["matmul"][:2] == ["cpu", 512]  # a CPU's matmuls at n = 512 (and the room)
-    assert args["train"] == [10.0]  # the guess, before a step is built
+    # The guess, before a step is built; the fake matmul row measured no dtype's rate.
+    assert args["train"] == [10.0, {}]
     assert args["strategy"] == args["dtypes"] == [pytest.approx(step_estimate)]
     assert 123.0 in args["input"]  # the step's rate
     assert 123.0 * 8 in args["data"]  # the host's: the step's rate x local devices

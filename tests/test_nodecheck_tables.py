@@ -12,7 +12,17 @@ import math
 import pytest
 
 from hpcai_jax.data import open_files
-from hpcai_jax.nodecheck import collective_rows, collectives, data, nccl_table, runner, system
+from hpcai_jax.nodecheck import (
+    collective_rows,
+    collectives,
+    data,
+    expectations,
+    inputs,
+    nccl_table,
+    runner,
+    system,
+    training,
+)
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.collectives import Point
 from hpcai_jax.nodecheck.rows import FAIL, NA, PASS, WARN, Row, exit_code, table
@@ -215,24 +225,64 @@ INFO = {
 }
 
 
-def test_rows_a_cpu_does_not_judge_say_n_a_and_change_no_verdict():
-    (cores,) = system.host_rows(INFO)
-    assert cores.status == NA and cores.measured == 0.25 and "not judged" in cores.note
-    (gpu,) = system.host_rows({**INFO, "backend": "gpu"})
-    assert gpu.status == WARN  # 0.25 cores per GPU: judged there, and short
-    assert exit_code([cores]) == 0
-    result = runner.CheckResult(
+def _verdict(*rows: Row) -> str:
+    """The check's verdict on these rows alone."""
+    return runner.CheckResult(
         info={},
-        items=(("system", (Row("devices", PASS, 8.0, 8.0), cores)),),
+        items=(("system", rows),),
         points=(),
         train_step=None,
         member_strategy=None,
         budget_s=1.0,
         used_s={},
         wall_s=1.0,
-    )
-    assert result.verdict == "PASS"
+    ).verdict
+
+
+def test_rows_a_cpu_does_not_judge_say_n_a_and_change_no_verdict():
+    (cores,) = system.host_rows(INFO)
+    assert cores.status == NA and cores.measured == 0.25 and "not judged" in cores.note
+    (gpu,) = system.host_rows({**INFO, "backend": "gpu"})
+    assert gpu.status == WARN  # 0.25 cores per GPU: judged there, and short
+    assert exit_code([cores]) == 0
+    assert _verdict(Row("devices", PASS, 8.0, 8.0), cores) == "PASS"
     assert table([cores]).splitlines()[1].split()[4:9] == ["0.25", "-", "cores", "-", "n/a"]
+
+
+def test_what_a_cpu_node_cannot_be_judged_on_is_n_a_so_it_can_pass(monkeypatch):
+    """Energy counters a CPU does not have, collectives on one device and a workload without
+    JPEGs are n/a, not WARN: a CPU node whose judged rows pass has the verdict PASS."""
+    (energy,) = system.energy_rows()  # the suite runs on CPU devices: no counter to read
+    assert energy.status == NA and energy.note.startswith("not judged on a CPU: ")
+    monkeypatch.setattr(runner.jax, "device_count", lambda: 1)
+    (alone,), points, _ = runner.measure_collectives(_allotment(), "cpu", "cpu")
+    assert alone.status == NA and points == [] and "one device" in alone.note
+    (jpegs,) = inputs.input_rows("regression", 32, _allotment(), 1.0, 2, 1)
+    assert jpegs.status == NA and "decodes no JPEGs" in jpegs.note
+    assert _verdict(Row("devices", PASS, 1.0, 1.0), energy, alone, jpegs) == "PASS"
+
+
+def test_a_cpu_figure_says_it_is_a_reference_machines_lower_bound():
+    assert "reference: 2-core x86 CI machine" in expectations.CPU_SOURCE
+    assert "lower bound, not this host's expectation" in expectations.CPU_SOURCE
+
+
+def test_the_mfu_row_divides_by_the_matmul_this_check_measured():
+    rows = [
+        Row("matmul float32 per device", PASS, 4e9, 2e9),
+        Row("matmul bfloat16 per device", WARN, None, 6e9),  # measured nothing
+    ]
+    measured = training.measured_matmul(rows)
+    assert measured == {"float32": 4e9}
+    for dtype in ("float32", "int8"):  # int8 steps compute around float32
+        row = training._mfu_row("train step FLOP/s per device", dtype, 1e9, measured)
+        assert (row.expected, row.ratio) == (4e9, 0.25), row
+        assert row.source == "this check's measured matmul float32 per device"
+        assert row.note == "ratio = MFU against the matmul float32 rate this check measured"
+    # No measured matmul of the dtype on a CPU: the reference machine's figure is not used.
+    unmeasured = training._mfu_row("train step FLOP/s per device", "bfloat16", 1e9, measured)
+    assert unmeasured.status == NA and unmeasured.expected is None
+    assert "no matmul bfloat16 row measured" in unmeasured.note
 
 
 def _allotment(seconds: float = 5.0) -> Allotment:

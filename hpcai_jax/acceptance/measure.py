@@ -21,7 +21,7 @@ from hpcai_jax.acceptance.items import FAIL, PASS, WARN, Item, from_row
 from hpcai_jax.acceptance.sizes import Sizes
 from hpcai_jax.nodecheck import compute, expectations, inputs, system, training
 from hpcai_jax.nodecheck.budget import Allotment
-from hpcai_jax.nodecheck.rows import skipped
+from hpcai_jax.nodecheck.rows import NA, skipped
 from hpcai_jax.nodecheck.runner import measure_collectives
 from hpcai_jax.settings import Settings
 from hpcai_jax.stream import measure_bandwidth
@@ -47,6 +47,7 @@ class Context:
     backend: str
     step_rate: float | None = None  # images/s per device of the 1-member step
     build_s: float | None = None  # the 1-member step's build (set-up + compile)
+    matmul: dict[str, float] = dataclasses.field(default_factory=dict)  # measured FLOP/s by dtype
     out_dir: Path | None = None  # OUT_DIR, for a group's files beside acceptance.json
 
     def build_estimate_s(self) -> float:
@@ -143,7 +144,9 @@ def matmul_items(ctx: Context, allotment: Allotment) -> list[Item]:
     cap = ctx.sizes.matmul_budget_s
     if cap is not None and allotment.seconds > cap:  # the peak routine fills what it is given
         allotment = dataclasses.replace(allotment, seconds=cap)
-    return _rows("matmul", compute.matmul_rows(ctx.backend, allotment, size=ctx.sizes.matmul_size))
+    rows = compute.matmul_rows(ctx.backend, allotment, size=ctx.sizes.matmul_size)
+    ctx.matmul = training.measured_matmul(rows)
+    return _rows("matmul", rows)
 
 
 def node_items(ctx: Context, allotment: Allotment) -> list[Item]:
@@ -178,7 +181,7 @@ def train_items(ctx: Context, allotment: Allotment) -> list[Item]:
     """The flagship step at one member per device: rate, MFU, memory, XLA against the analytic
     FLOPs (the node check's rows), and the energy per image."""
     rows, section = training.train_rows(
-        ctx.base, allotment, ctx.build_estimate_s(), ctx.sizes.max_steps
+        ctx.base, allotment, ctx.build_estimate_s(), ctx.sizes.max_steps, matmul=ctx.matmul
     )
     items = _rows("train", rows)
     if section:
@@ -245,7 +248,7 @@ def input_items(ctx: Context, allotment: Allotment) -> list[Item]:
     needed = ctx.step_rate * jax.local_device_count() if ctx.step_rate else None
     note = f"{cores} processes for {window:.1f} s, {len(encoded)} ImageNet-like JPEGs to {ctx.sizes.image_size}²"
     if ctx.backend == "cpu":
-        verdict, note = WARN, note + "; not judged on a CPU (the step and the decode share cores)"
+        verdict, note = NA, note + "; not judged on a CPU (the step and the decode share cores)"
     elif needed is None:
         verdict, note = WARN, note + "; no step rate measured to compare with"
     else:

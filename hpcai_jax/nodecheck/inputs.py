@@ -17,7 +17,7 @@ from PIL import Image
 
 from hpcai_jax.data import augment
 from hpcai_jax.nodecheck.budget import Allotment
-from hpcai_jax.nodecheck.rows import Row, judge, skipped
+from hpcai_jax.nodecheck.rows import Row, judge, not_judged, skipped
 
 
 def photo_like(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
@@ -68,7 +68,9 @@ def input_rows(
     devices / cores. Below 1 the host starves its devices (WARN: a bottleneck, not a fault)."""
     item = "input images per core-second"
     if workload != "image_classification":
-        return [skipped(item, f"--workload={workload} decodes no JPEGs")]
+        return [
+            not_judged(item, None, "img/s", f"not judged: --workload={workload} decodes no JPEGs")
+        ]
     if allotment.left_s() < 0.5:
         return [skipped(item, f"{max(0.0, allotment.left_s()):.1f} s left")]
     rng = np.random.default_rng(0)

@@ -38,7 +38,7 @@ from hpcai_jax.nodecheck import (
     training,
 )
 from hpcai_jax.nodecheck.budget import Allotment, Budget
-from hpcai_jax.nodecheck.rows import FAIL, WARN, Row, exit_code, skipped, table
+from hpcai_jax.nodecheck.rows import FAIL, WARN, Row, exit_code, not_judged, table
 from hpcai_jax.nodecheck.step_fit import Sizing
 from hpcai_jax.records import nodecheck as checks
 from hpcai_jax.records import write as record_write
@@ -54,10 +54,11 @@ def measure_collectives(
     allotment, kind: str, backend: str, room: memory.Room | None = None
 ) -> tuple[list[Row], list[collectives.Point], collectives.Run | None]:
     """The collective rows, the points measured and nccl-tests' header of the measurement (none,
-    and a WARN row, on one device). The largest message is cut so that its buffers fit `room`
+    and an n/a row, on one device). The largest message is cut so that its buffers fit `room`
     (None: not checked)."""
     if jax.device_count() == 1:
-        return [skipped("collectives", "one device: nothing to communicate with")], [], None
+        row = not_judged("collectives", None, "", "not judged: one device, nothing to talk to")
+        return [row], [], None
     layout = collectives.node_layout()
     largest = collectives.max_message_bytes(jax.devices()[0])
     sizes = collectives.message_sizes(largest)
@@ -125,6 +126,7 @@ class Context:
     train_step: dict | None = None
     member_strategy: dict | None = None
     sizing: Sizing = dataclasses.field(default_factory=Sizing)
+    matmul: dict[str, float] = dataclasses.field(default_factory=dict)  # measured FLOP/s by dtype
 
     @property
     def backend(self) -> str:
@@ -152,12 +154,9 @@ def _stream(ctx: Context, allotment: Allotment) -> list[Row]:
 
 def matmul_rates(ctx: Context, rows: list[Row]) -> dict[str, float]:
     """FLOP/s per device by dtype: the matmul rows' measured figures, else the expected ones."""
-    rates = {}
+    rates = training.measured_matmul(rows)
     for dtype in compute.MATMUL_DTYPES:
-        measured = next(
-            (r.measured for r in rows if r.item == f"matmul {dtype} per device" and r.measured),
-            None,
-        )
+        measured = rates.get(dtype)
         if measured is None and ctx.backend == "cpu":
             measured = expectations.CPU["matmul_host"][dtype] / jax.local_device_count()
         elif measured is None:
@@ -171,6 +170,7 @@ def _matmul(ctx: Context, allotment: Allotment) -> list[Row]:
     size = 512 if ctx.backend == "cpu" else None
     rows = compute.matmul_rows(ctx.backend, allotment, size=size, room=ctx.room)
     ctx.sizing.rates = matmul_rates(ctx, rows)
+    ctx.matmul = training.measured_matmul(rows)
     return rows
 
 
@@ -184,7 +184,9 @@ def _train(ctx: Context, allotment: Allotment) -> list[Row]:
     """The flagship step; its build and step times become the later items' estimate."""
     if not ctx.sizing.rates:
         ctx.sizing.rates = matmul_rates(ctx, [])
-    rows, step = training.train_rows(ctx.config, allotment, ctx.estimate_s, sizing=ctx.sizing)
+    rows, step = training.train_rows(
+        ctx.config, allotment, ctx.estimate_s, sizing=ctx.sizing, matmul=ctx.matmul
+    )
     ctx.train_step = step
     if step:
         slowest = max(step["step_s"]) if step["step_s"] else 0.0

@@ -112,8 +112,11 @@ def host_rows(info: dict) -> list[Row]:
 
 def energy_rows() -> list[Row]:
     """The energy counters of this process's devices read twice, the second at least the first.
-    Where there is none (CPU, TPU, no nvidia-ml-py) the row WARNs saying why."""
+    A CPU has none to read: not judged (n/a). Where an accelerator has none (TPU, no
+    nvidia-ml-py) the row WARNs saying why."""
     first = read_energy()
+    if not first.available and jax.default_backend() == "cpu":
+        return [not_judged("energy counters", None, "", f"not judged on a CPU: {first.why}")]
     if not first.available:
         return [Row("energy counters", WARN, note=first.why)]
     second = read_energy()

@@ -11,6 +11,7 @@ collectives rows measure the links); the strategy comparison two per device at h
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 import time
 
@@ -23,10 +24,9 @@ from hpcai_jax.engine.member_map import MEMBER_STRATEGY_DEFAULTS
 from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.flops.xla import xla_cost
-from hpcai_jax.nodecheck import expectations
 from hpcai_jax.nodecheck.budget import Allotment, agree
 from hpcai_jax.nodecheck.memory import Room
-from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge, skipped
+from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge, not_judged, skipped
 from hpcai_jax.nodecheck.step_fit import DoesNotFit, Sizing, build_step
 from hpcai_jax.run import member_figures
 from hpcai_jax.stream.placement import device_memory_bytes
@@ -41,7 +41,8 @@ GENERATED = {
 }
 CHECK_DTYPES = ("float16", "bfloat16", "int8")
 MAX_STEPS = 20
-# FLOP/s of the step over the matmul peak (MFU): ResNet-50 in bfloat16 reaches 30-50 % on
+# FLOP/s of the step over the matmul rate this check measured in its dtype (MFU against the
+# achieved peak, which a datasheet MFU sits below): ResNet-50 in bfloat16 reaches 30-50 % on
 # recent GPUs and TPUs; under 5 % is worth a look, under 0.5 % is broken.
 MFU_PASS, MFU_WARN = 0.05, 0.005
 MEMORY_PASS, MEMORY_WARN = 0.9, 1.0  # of device memory: over 90 % leaves no room, over 100 % OOMs
@@ -154,13 +155,11 @@ def _all_local(flags) -> bool:
     return all(bool(np.all(v)) for v in member_figures.local(flags).values())
 
 
-def _peak(backend: str, kind: str, dtype: str) -> tuple[float | None, str]:
-    matmul = "float32" if dtype == "int8" else dtype  # int8 steps compute around float32
-    if backend == "cpu":
-        figure = expectations.CPU["matmul_host"].get(matmul)
-        per_device = figure / jax.local_device_count() if figure else None
-        return per_device, f"CPU matmul {matmul} {expectations.CPU_SOURCE}"
-    return peak_flops_per_device(kind, matmul), f"datasheet {matmul} peak (flops/peaks.py)"
+def measured_matmul(rows: list[Row]) -> dict[str, float]:
+    """FLOP/s per device by dtype that this check's matmul rows measured (compute.matmul_rows's
+    items); a dtype whose row measured nothing is absent."""
+    found = (re.fullmatch(r"matmul (\w+) per device", r.item) for r in rows)
+    return {m[1]: r.measured for m, r in zip(found, rows, strict=True) if m and r.measured}
 
 
 # The least share of an item's time its timed steps are sized for, when the build estimate
@@ -197,10 +196,12 @@ def train_rows(
     estimate_s: float,
     max_steps: int = MAX_STEPS,
     sizing: Sizing | None = None,
+    matmul: dict[str, float] | None = None,
 ) -> tuple[list[Row], dict]:
     """The flagship step's rows, and the record's section (the step's figures, for the input row
     and the strategy item's compile estimate). Skipped when `estimate_s` (a compile and a few
-    steps) does not fit, or when not one example fits the memory room (`sizing`)."""
+    steps) does not fit, or when not one example fits the memory room (`sizing`). `matmul`: the
+    FLOP/s per device this check measured by dtype (`measured_matmul`), the MFU's denominator."""
     items = (
         "train step per device",
         "train step FLOP/s per device",
@@ -235,7 +236,7 @@ def train_rows(
     section["memory"] = memory
     rows = [
         _rate_row(items[0], run, rate, cut),
-        _mfu_row(items[1], cfg.model.dtype, flop_rate),
+        _mfu_row(items[1], cfg.model.dtype, flop_rate, matmul or {}),
         _memory_row(items[2], memory),
         _crosscheck_row(items[3], flops),
     ]
@@ -279,19 +280,23 @@ def _rate_row(item: str, run: StepRun, rate: float | None, cut: str) -> Row:
     return Row(item, PASS, rate, None, "ex/s", "", note)
 
 
-def _mfu_row(item: str, dtype: str, flop_rate: float | None) -> Row:
-    """The step's FLOP/s per device over the backend's matmul peak in `dtype` (MFU)."""
-    peak, source = _peak(jax.default_backend(), jax.devices()[0].device_kind, dtype)
-    return judge(
-        item,
-        flop_rate,
-        peak,
-        unit="FLOP/s",
-        source=source,
-        pass_at=MFU_PASS,
-        warn_at=MFU_WARN,
-        note="ratio = MFU",
-    )
+def _mfu_row(item: str, dtype: str, flop_rate: float | None, matmul: dict[str, float]) -> Row:
+    """The step's FLOP/s per device over the matmul rate this check measured in `dtype` (MFU
+    against the achieved peak). Without a measured matmul: an accelerator's datasheet peak, said
+    so; on a CPU not judged (the reference machine's figure says nothing of this host's peak)."""
+    kind = "float32" if dtype == "int8" else dtype  # int8 steps compute around float32
+    thresholds = {"unit": "FLOP/s", "pass_at": MFU_PASS, "warn_at": MFU_WARN}
+    if matmul.get(kind):
+        source = f"this check's measured matmul {kind} per device"
+        note = f"ratio = MFU against the matmul {kind} rate this check measured"
+        return judge(item, flop_rate, matmul[kind], source=source, note=note, **thresholds)
+    if jax.default_backend() == "cpu":
+        why = f"not judged: no matmul {kind} row measured, and a CPU has no datasheet peak"
+        return not_judged(item, flop_rate, "FLOP/s", why)
+    peak = peak_flops_per_device(jax.devices()[0].device_kind, kind)
+    source = f"datasheet {kind} peak (flops/peaks.py)"
+    note = f"ratio = MFU against the datasheet: no matmul {kind} row measured"
+    return judge(item, flop_rate, peak, source=source, note=note, **thresholds)
 
 
 def _memory_row(item: str, memory: dict | None) -> Row:
