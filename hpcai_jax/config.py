@@ -778,9 +778,34 @@ class RunConfig:
             not self.train.stop_at_target or self.scored,
             f"--stop_at_target: --dataset={self.data.dataset} has no held-out quality to reach",
         )
+        if self.mode == "train":
+            self._training_rules()
         if self.scored:
             self.quality_target()
         return self
+
+    def _training_rules(self) -> None:
+        """Rules between a training run's flags that the run would otherwise meet late (the
+        profile window past the last step) or never say (a warm-up longer than the run,
+        checkpoints with nowhere to go)."""
+        every = self.reliability.checkpoint_every
+        _require(
+            every == "0" or bool(self.reliability.checkpoint_dir),
+            f"--checkpoint_every={every}: needs --checkpoint_dir (without it no checkpoint is "
+            "written)",
+        )
+        window, steps = self.results.profile_range, self.train.steps
+        _require(
+            not (window and steps and window[1] > steps),
+            f"--profile_steps={self.results.profile_steps}: the run has {steps} steps; B may be "
+            f"at most {steps}",
+        )
+        warmup, epochs = self.optim.warmup_epochs, self.train.epochs
+        _require(
+            steps > 0 or warmup <= epochs,
+            f"--warmup_epochs={warmup:g}: longer than the run's --epochs={epochs:g} (the "
+            "learning rate would never reach its peak); expected at most --epochs",
+        )
 
     def to_dict(self) -> dict:
         return fields.as_dict(self)

@@ -175,14 +175,29 @@ def _shown(name: str, value: Any) -> str:
     return shown or '""'
 
 
+# The parts of the configuration a mode never reads: a flag of one of them, set, is said to be
+# ignored in the start-up table rather than listed as if it took effect.
+IGNORED_BY_MODE: dict[str, tuple[str, ...]] = {
+    "stream": ("mesh", "data", "model", "optim", "train", "reliability", "check"),
+}
+
+
 def settings_table(config: Settings) -> str:
     """The start-up account of a run: a heading, then a row of flag, value and default for each
-    setting that is not its default (the record holds the whole configuration)."""
+    setting that is not its default (the record holds the whole configuration); a setting the
+    mode does not read says so on its row (`IGNORED_BY_MODE`)."""
     changed = changed_settings(config)
     if not changed:
         return f"hpcai_jax {config.mode}: all settings at their defaults"
+    ignored = IGNORED_BY_MODE.get(config.mode, ())
     rows = [("flag", "value", "default")] + [
-        (f"--{name}", _shown(name, value), _shown(name, _default(name))) for name, value in changed
+        (
+            f"--{name}",
+            _shown(name, value),
+            _shown(name, _default(name))
+            + (f"  (ignored by --mode={config.mode})" if FLAG_FIELDS[name][0] in ignored else ""),
+        )
+        for name, value in changed
     ]
     # A long value (a path) overflows its column rather than widening every row.
     widths = [min(max(len(row[i]) for row in rows), 32) for i in range(2)]

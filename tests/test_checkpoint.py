@@ -169,7 +169,7 @@ def test_several_changes_are_named_in_sorted_order():
         ("data", {"oob_examples": 123, "prefetch": 1}),
         ("train", {"eval_batch_size": 50, "log_every": 1, "timing_warmup_steps": 0}),
         ("results", {"run_name": "other", "target_quality": 0.5}),
-        ("reliability", {"checkpoint_every": "9", "keep_checkpoints": 5}),
+        ("reliability", {"checkpoint_every": "9", "checkpoint_dir": "ck", "keep_checkpoints": 5}),
         ("distributed", {"timeout_s": 5, "local_device_ids": "all"}),
     ],
 )

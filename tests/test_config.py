@@ -103,6 +103,24 @@ def test_any_other_run_must_name_its_target(dataset, model):
     assert (target.target, target.exponent, target.target_is_official) == (0.9, 5.0, False)
 
 
+def test_the_cross_rules_leave_what_works_alone():
+    """A warm-up as long as the run, a profile window ending at the last step, checkpoints with
+    their directory, and --steps (whose epochs the data decides) pass."""
+    data = C.DataConfig(dataset="synthetic")
+    Settings(
+        data=data, optim=C.OptimConfig(warmup_epochs=3), train=C.TrainConfig(epochs=3)
+    ).validate()
+    Settings(
+        data=data, optim=C.OptimConfig(warmup_epochs=5), train=C.TrainConfig(steps=3)
+    ).validate()
+    Settings(
+        data=data, results=C.ResultsConfig(profile_steps="1:3"), train=C.TrainConfig(steps=3)
+    ).validate()
+    Settings(
+        data=data, reliability=C.ReliabilityConfig(checkpoint_dir="ck", checkpoint_every="5")
+    ).validate()
+
+
 def test_unscored_runs_need_no_target():
     Settings(data=C.DataConfig(dataset="synthetic")).validate()
     Settings(mode="flops").validate()
@@ -141,6 +159,22 @@ def test_quality_exponent_zero_means_zero():
                 train=C.TrainConfig(stop_at_target=True, eval_every_epochs=1),
             ),
             "--stop_at_target: --dataset=synthetic has no held-out quality to reach",
+        ),
+        (
+            dict(reliability=C.ReliabilityConfig(checkpoint_every="5")),
+            "--checkpoint_every=5: needs --checkpoint_dir",
+        ),
+        (
+            dict(reliability=C.ReliabilityConfig(checkpoint_every="auto")),
+            "--checkpoint_every=auto: needs --checkpoint_dir",
+        ),
+        (
+            dict(optim=C.OptimConfig(warmup_epochs=5), train=C.TrainConfig(epochs=3)),
+            r"--warmup_epochs=5: longer than the run's --epochs=3 \(the learning rate would",
+        ),
+        (
+            dict(results=C.ResultsConfig(profile_steps="5:7"), train=C.TrainConfig(steps=3)),
+            "--profile_steps=5:7: the run has 3 steps; B may be at most 3",
         ),
     ],
 )
@@ -363,3 +397,20 @@ def test_the_training_configuration_imports_no_mode():
     assert {"hpcai_jax.nodecheck.config", "hpcai_jax.stream.config"} <= composed
     assert {f.name for f in dataclasses.fields(Settings)} >= {"stream", "check", "distributed"}
     assert not {"stream", "distributed"} & {f.name for f in dataclasses.fields(C.RunConfig)}
+
+
+def test_more_examples_than_the_split_holds_is_one_warning(caplog):
+    """--train_examples past the split's end trains on all of it: a warning says so, and that
+    the record's data section holds the count used."""
+    from hpcai_jax.data import datasets, friedman
+
+    config = C.DataConfig(dataset="friedman1", train_examples=10**7, eval_examples=10)
+    with caplog.at_level("WARNING"):
+        loaded = datasets.open_datasets(config)
+    assert len(loaded.train) == friedman.TRAIN_EXAMPLES
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line == (
+        f"--train_examples=10000000: the training split of --dataset=friedman1 has "
+        f"{friedman.TRAIN_EXAMPLES} examples; the run uses all {friedman.TRAIN_EXAMPLES} (the "
+        "record's data section says so, its config keeps the flag as given)"
+    )

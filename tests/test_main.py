@@ -317,3 +317,38 @@ def test_processes_other_than_0_log_only_warnings(monkeypatch, process, verbosit
         assert logging.get_verbosity() == levels[after]
     finally:
         logging.set_verbosity(before)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--profile_steps=5:7", "--steps=3"), "--profile_steps=5:7: the run has 3 steps"),
+        (("--checkpoint_every=5",), "--checkpoint_every=5: needs --checkpoint_dir"),
+        (("--warmup_epochs=5", "--epochs=3"), "--warmup_epochs=5: longer than the run's"),
+    ],
+)
+def test_dry_run_refuses_what_the_run_refuses(tmp_path, args, fragment):
+    """Flags that conflict or do nothing are refused by the flags' validation, before --dry_run
+    prints its plan: the plan never passes what the run would refuse."""
+    proc = run_in_process(
+        f"--flagfile={ROOT}/configs/quickstart.flags",
+        f"--results_dir={tmp_path}/r",
+        "--dry_run",
+        *args,
+    )
+    assert_one_line_error(proc, fragment)
+    assert not (tmp_path / "r").exists()
+
+
+def test_flags_a_stream_run_does_not_read_are_said_to_be_ignored(tmp_path):
+    proc = run_in_process(
+        "--mode=stream",
+        "--batch_size=32",
+        "--array_mib=1",
+        f"--results_dir={tmp_path}/r",
+        "--dry_run",
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("  --")}
+    assert rows["--batch_size"].endswith("128  (ignored by --mode=stream)"), rows
+    assert "ignored" not in rows["--array_mib"] and "ignored" not in rows["--mode"]

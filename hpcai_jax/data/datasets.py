@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from absl import logging
+
 from hpcai_jax.config import DataConfig
 from hpcai_jax.data import fashion_mnist, friedman
 from hpcai_jax.data.climate_train import ClimateTrainSet
@@ -158,6 +160,26 @@ def open_datasets(config: DataConfig) -> Datasets:
             f"--dataset={config.dataset} ({train.shards} training and {held_out.shards} "
             "held-out shards)",
         )
+    _warn_past_the_end(config, "train_examples", "training", len(train))
+    _warn_past_the_end(config, "eval_examples", "held-out", len(held_out))
     return Datasets(
         train.spec, train.head(config.train_examples), held_out.head(config.eval_examples)
     )
+
+
+def _warn_past_the_end(config: DataConfig, name: str, split: str, size: int) -> None:
+    """One line where --train_examples or --eval_examples asks for more than the split holds:
+    the run takes the whole split, which the record's `data` section states (its `config`
+    keeps the flag as given)."""
+    asked = getattr(config, name)
+    if asked > size:
+        logging.warning(
+            "--%s=%d: the %s split of --dataset=%s has %d examples; the run uses all %d "
+            "(the record's data section says so, its config keeps the flag as given)",
+            name,
+            asked,
+            split,
+            config.dataset,
+            size,
+            size,
+        )
