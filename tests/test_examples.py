@@ -205,3 +205,20 @@ def _help_of(tool_main) -> str:
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         tool_main(["--help"])
     return out.getvalue()
+
+
+def test_the_submission_help_packs_the_record_its_own_run_writes():
+    """The help's pack example takes a record the example before it writes: named by
+    --run_name (not train-<UTC>-<pid>), with the MLLOG pack requires."""
+    lines = submission_cli.parser().format_help().splitlines()
+    run = next(line for line in lines if "python -m hpcai_jax.main " in line)
+    pack = next(line for line in lines if "python -m hpcai_jax.submission pack " in line)
+    name = re.search(r"--run_name=(\S+)", run)[1]
+    assert re.search(r"--mllog=\S+", run) and "'.[mllog]'" in "\n".join(lines)
+    results = next(
+        line.split("=", 1)[1]
+        for line in (ROOT / "configs" / "quickstart.flags").read_text().splitlines()
+        if line.startswith("--results_dir=")
+    )
+    assert "--flagfile=configs/quickstart.flags" in run
+    assert f"{results}/{name}.json" in pack.split()

@@ -17,7 +17,9 @@ EPILOG = """\
 check prints what a re-evaluation or a re-run measured (`measured: ...` lines), then PASS
 (exit 0) or one line per failure (exit 1); bad input is one line on stderr and exit 2.
 
-examples:
+examples: a run a package can take has an MLLOG (--mllog, which needs the mllog extra:
+pip install -e '.[mllog]') and a record named by --run_name (else train-<UTC>-<pid>):
+  python -m hpcai_jax.main --flagfile=configs/quickstart.flags --run_name=quickstart --mllog=results/quickstart.mllog
   python -m hpcai_jax.submission pack results/quickstart.json --out=submission
   python -m hpcai_jax.submission check submission --recount
 """
