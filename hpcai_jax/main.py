@@ -19,7 +19,7 @@ import sys  # noqa: E402
 
 from absl import app, flags, logging  # noqa: E402
 
-from hpcai_jax import distributed, gpu_settings  # noqa: E402
+from hpcai_jax import distributed, flagfiles, gpu_settings  # noqa: E402
 from hpcai_jax import flags as hflags  # noqa: E402
 from hpcai_jax import help as help_text  # noqa: E402
 from hpcai_jax.errors import UsageError  # noqa: E402
@@ -50,7 +50,9 @@ def _parse(argv: list[str]) -> list[str]:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     try:
-        return hflags.FLAGS(argv)
+        return hflags.FLAGS([argv[0], *flagfiles.expand(argv[1:])])
+    except UsageError as e:
+        _fail(str(e))
     except flags.Error as e:
         _fail(str(e).splitlines()[0] if str(e) else type(e).__name__)
 
