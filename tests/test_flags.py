@@ -163,6 +163,16 @@ def test_derive_it_is_spelled_once():
     assert magic == {"array_mib", "array_fraction", "image_size", "num_classes", "data_workers"}
 
 
+def test_a_special_number_says_what_it_means_in_the_help():
+    """A setting that accepts 0 or -1 outside its range (--array_mib=0: not set, the size then
+    automatic) says so in its help, as `0: ...` or `-1: ...`."""
+    for path, owner, field in SETTINGS:
+        allowed = getattr(field.metadata.get("accepts"), "allow", ())
+        help_text = hflags.field_metadata(owner, field)["help"]
+        for value in {0, -1} & set(allowed):
+            assert f"{value}: " in help_text, (path[-1], help_text)
+
+
 @pytest.mark.parametrize("name", DERIVED)
 def test_auto_and_its_former_number_both_derive(name, parse):
     """Existing flagfiles and configs/*.flags keep working: the former 0 (or -1) is a

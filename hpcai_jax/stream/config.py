@@ -38,11 +38,18 @@ class StreamConfig(Checked):
         note="or auto for the rule's size",
     )
     array_mib: float = _field(
-        0.0, "STREAM: MiB per array.", gt=0, allow=(0,), unit="MiB per array", note=_UNSET
+        0.0,
+        "STREAM: MiB per array (0: not set; with none of --array_size, --array_mib and "
+        "--array_fraction set, the size is automatic: --array_size's rule).",
+        gt=0,
+        allow=(0,),
+        unit="MiB per array",
+        note=_UNSET,
     )
     array_fraction: float = _field(
         0.0,
-        "STREAM: fraction of one device's memory for the three arrays.",
+        "STREAM: fraction of one device's memory for the three arrays (0: not set; the size "
+        "is then --array_size's or --array_mib's, else automatic).",
         gt=0,
         lt=1,
         allow=(0,),
