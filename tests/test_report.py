@@ -506,6 +506,24 @@ def test_cli_writes_the_report_under_the_first_results_directory(results, tmp_pa
     assert proc.stdout.strip() == f"report: {folder / 'report' / 'report.md'}"
 
 
+def test_no_records_names_each_files_reason_as_pack_does(tmp_path):
+    """A truncated record and one of an unknown schema_version: the line says why each is not
+    a record (it said only 'none with a known "mode"')."""
+    text = (ROOT / "tests" / "data" / "tiny_run_record.json").read_text()
+    future = {**json.loads(text), "schema_version": 999}
+    folder = write(tmp_path / "bad", {"a.json": text[: len(text) // 2], "b.json": future})
+    assert_one_line_error(
+        cli(str(folder), "--out", str(tmp_path / "out")),
+        f"no hpcai_jax records in {folder}: 2 JSON file(s), none a record: ",
+        "a.json: not a hpcai_jax record: unreadable or not JSON (JSONDecodeError)",
+        "b.json: not a hpcai_jax record: schema_version 999: this hpcai_jax reads versions",
+    )
+    for extra in ("c.json", "d.json"):
+        write(folder, {extra: future})
+    assert_one_line_error(cli(str(folder), "--out", str(tmp_path / "out")), "; and 2 more")
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_input_is_one_line_and_exit_2(results, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -232,6 +232,20 @@ def _majority(group: list[Record]) -> tuple[dict, list[Record], list[Record], in
     return majority, [group[i] for i in best], others, tied
 
 
+# The files' reasons a "no records" line names (the rest are counted).
+REASONS_NAMED = 2
+
+
+def _why_none(skipped: list[Skipped]) -> str:
+    """Why none of the JSON files is a record, in their own words (a truncated file, an unknown
+    schema_version), as `pack` names them: the first few, then how many more."""
+    named = "; ".join(f"{s.path.name}: {s.why}" for s in skipped[:REASONS_NAMED])
+    more = len(skipped) - REASONS_NAMED
+    return f"{len(skipped)} JSON file(s), none a record: {named}" + (
+        f"; and {more} more" if more > 0 else ""
+    )
+
+
 def collect(paths: list[str], runs: tuple[str, ...] = ()) -> Collection:
     """Loads every record under `paths` and decides which ones the report plots; `runs`, run
     ids or file names (--run), keeps only those records.
@@ -262,10 +276,7 @@ def collect(paths: list[str], runs: tuple[str, ...] = ()) -> Collection:
         else:
             candidates.setdefault(record.mode, []).append(record)
     if not found:
-        raise UsageError(
-            f"no hpcai_jax records in {', '.join(paths)}: "
-            f'{len(files)} JSON file(s), none with a known "mode"'
-        )
+        raise UsageError(f"no hpcai_jax records in {', '.join(paths)}: {_why_none(skipped)}")
     _check_selected(runs, skipped, candidates, paths)
     used, majority, notes = {}, {}, []
     for mode, group in candidates.items():
