@@ -381,3 +381,15 @@ def test_the_layer_summary_leaves_out_a_form_that_failed_on_a_layer():
     rows += [row("b", "batched", 0.5), row("a", "grouped", 0.1)]  # grouped failed on b
     assert member_layers.summary(rows, 4, 32) == {"sequential": 9.0, "batched": 3.0}
     assert member_layers.summary(rows, 16, 32) == {}
+
+
+def test_render_takes_help_for_help_and_an_option_for_no_folder(tmp_path, capsys, monkeypatch):
+    """`render --help` printed 'no acceptance journal there' for a folder named --help."""
+    monkeypatch.chdir(tmp_path)
+    assert render.main(["--help"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(render.USAGE) and "acceptance.json" in out and err == ""
+    assert render.main(["--bogus", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"render: --bogus: not an option of render; {render.USAGE}\n" and out == ""
+    assert list(tmp_path.iterdir()) == []

@@ -128,12 +128,26 @@ def exit_code(doc: dict) -> int:
     return 1 if doc["verdict"] == FAIL else 0
 
 
+USAGE = "usage: python -m hpcai_jax.acceptance.render OUT_DIR [--interrupted_exit=CODE]"
+HELP = (
+    "Writes acceptance.json and acceptance.md from OUT_DIR's journal and prints the summary\n"
+    "(docs/acceptance.md); --interrupted_exit=CODE first reports the group a measuring process\n"
+    "that died with CODE left unfinished."
+)
+
+
 def main(argv: list[str]) -> int:
     """Finishes a run whose measuring process died: its group is reported, then the files."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(f"{USAGE}\n\n{HELP}")
+        return 0
     args = [a for a in argv if not a.startswith("--interrupted_exit=")]
     codes = [a.split("=", 1)[1] for a in argv if a.startswith("--interrupted_exit=")]
+    if unknown := [a for a in args if a.startswith("-")]:
+        print(f"render: {unknown[0]}: not an option of render; {USAGE}", file=sys.stderr)
+        return 2
     if len(args) != 1 or (codes and not codes[0].lstrip("-").isdigit()):
-        print("render: usage: OUT_DIR [--interrupted_exit=CODE]", file=sys.stderr)
+        print(f"render: {USAGE}", file=sys.stderr)
         return 2
     out_dir = Path(args[0])
     journal = Journal(out_dir)
