@@ -223,7 +223,8 @@ flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> beside PATH
 Every run gets --sweep_plan=<experiment>:<smoke|full>:<digest>, the plan's fingerprint (the
 digest: of the flags that decide its results, hpcai_jax/sweep_plan.py), kept in its record.
 Ctrl-C stops the run in progress as its own Ctrl-C would (its record written, its lock
-released), then the sweep, in one line, exit 130; a second Ctrl-C stops the run now.
+released), then the sweep, in one line, exit 130; a second Ctrl-C stops the run now. SIGTERM
+and SIGHUP are passed on to the run the same way (exit 128 + the signal).
 
 --repeats=K runs the whole sweep K times; repeat k runs with --seed = (the runs' --seed, 0 if
 none, + k) mod 2^32 and is named <name>-<experiment>-M<M>-P<P_degree>-r<k>. The report sums up
@@ -372,18 +373,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interruptible(argv: list[str]) -> int:
-    """The sweep; Ctrl-C ends it in one line and exit 130, after the run in progress stopped
-    and released its record (sweep_plan.run)."""
+    """The sweep; Ctrl-C (or SIGTERM, SIGHUP) ends it in one line and exit 128 + the signal,
+    after the run in progress stopped and released its record (sweep_plan.run)."""
     try:
         return _sweep(argv)
     except KeyboardInterrupt:
-        print(
-            f"{PROG}: interrupted (Ctrl-C): the run in progress was stopped; the records "
-            "written stay (--experiment=paper: the same command resumes the plan)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return INTERRUPTED
+        why, code = "Ctrl-C", INTERRUPTED
+    except sweep_plan.Stopped as e:
+        why, code = str(e), 128 + e.signum
+    print(
+        f"{PROG}: interrupted ({why}), a run in progress stopped first; every record written "
+        "stays (--experiment=paper: the same command resumes the plan)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return code
 
 
 def _sweep(argv: list[str]) -> int:

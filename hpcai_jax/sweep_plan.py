@@ -79,12 +79,41 @@ def refuse_others(paths: list[Path], plan: str) -> None:
     )
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGHUP reached the sweep: passed on to the run, which has stopped."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
 def run(cmd: list[str], env: dict | None = None) -> int:
     """One run's process, its exit code. Ctrl-C reaches the sweep alone (the run has a process
     group of its own) and is passed on once: the run stops as after its own Ctrl-C, writes its
     record and releases its lock, and the sweep then stops (KeyboardInterrupt). A second Ctrl-C
-    passes on a second SIGINT and kills the run STOP_NOW_S later if it is still there."""
+    passes on a second SIGINT and kills the run STOP_NOW_S later if it is still there. SIGTERM
+    and SIGHUP are passed on too (a run outside the terminal's group would not see a hang-up),
+    and the sweep stops when the run has (Stopped)."""
     proc = subprocess.Popen(cmd, env=env, process_group=0)
+    got: list[int] = []
+
+    def forward(signum, _frame):
+        got.append(signum)
+        proc.send_signal(signum)
+
+    kept = {n: signal.signal(n, forward) for n in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        code = _wait(proc)
+    finally:
+        for n, handler in kept.items():
+            signal.signal(n, handler)
+    if got:
+        raise Stopped(got[0])
+    return code
+
+
+def _wait(proc: subprocess.Popen) -> int:
+    """The run's exit code; on Ctrl-C, the run stopped first (`run`), then KeyboardInterrupt."""
     try:
         return proc.wait()
     except KeyboardInterrupt:

@@ -10,7 +10,7 @@ from helpers import ROOT
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.sweep import EPILOG, Point, base_seed, command, jobs, main, mllog_path, plan
-from hpcai_jax.sweep_plan import fingerprint
+from hpcai_jax.sweep_plan import Stopped, fingerprint
 
 # The CPU launcher the sweep's --help gives as its example: the one the local sweep below runs.
 LOCAL_LAUNCHER = re.search(r"--launcher='(python launch/local\.py [^']*)'", EPILOG).group(1)
@@ -182,6 +182,13 @@ def test_ctrl_c_ends_the_sweep_in_one_line_and_exit_130(capsys, monkeypatch):
     assert code == 130 and out.count("+ ") == 1
     assert err.count("\n") == 1 and err.startswith("hpcai_jax.sweep: interrupted (Ctrl-C)"), err
 
+    def terminated(cmd):
+        raise Stopped(15)
+
+    monkeypatch.setattr("hpcai_jax.sweep.sweep_plan.run", terminated)
+    code, out, err = sweep(capsys, "--experiment=tradeoff", "--sys_scale=2", "--results_dir=x")
+    assert code == 143 and err.startswith("hpcai_jax.sweep: interrupted (SIGTERM)"), err
+
 
 @pytest.mark.parametrize(
     "argv, fragment",
@@ -296,27 +303,29 @@ def test_a_failed_point_still_ends_in_the_summary_naming_it(capsys, monkeypatch,
     )
 
 
-# A run as sweep_plan.run sees one: it holds a lock file (as a run holds its record's), says
-# so, and on SIGINT releases it and exits 130 (main's first Ctrl-C) unless told to ignore it.
+# A run as sweep_plan.run sees one: it holds a lock file (as a run holds its record's), and on
+# SIGINT or SIGTERM releases it and exits 130 or 75 (main's), unless told to ignore SIGINT.
 CHILD = """
 import os, signal, sys, time
 lock, ignore = sys.argv[1], sys.argv[2] == "ignore"
-def stop(*_):
+def stop(signum, _):
     os.unlink(lock)
-    sys.exit(130)
+    sys.exit(130 if signum == signal.SIGINT else 75)
 signal.signal(signal.SIGINT, signal.SIG_IGN if ignore else stop)
+signal.signal(signal.SIGTERM, stop)
 open(lock, "w").close()
 time.sleep(60)
 """
 
 
 @pytest.mark.slow  # starts a (JAX-free) process
-@pytest.mark.parametrize("ignore", [False, True])
-def test_ctrl_c_stops_the_run_and_its_lock_goes_with_it(tmp_path, monkeypatch, ignore):
+@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c ignored", "sigterm"])
+def test_a_signal_stops_the_run_and_its_lock_goes_with_it(tmp_path, monkeypatch, how):
     """Ctrl-C reaches the sweep alone (the run has its own process group) and is passed on:
     the run stops as after its own Ctrl-C, its lock released, and only then the sweep raises
-    KeyboardInterrupt. One that ignores it is killed STOP_NOW_S after a second Ctrl-C. Before,
-    subprocess.run killed the run 0.25 s after the Ctrl-C: its lock stayed."""
+    KeyboardInterrupt. One that ignores it is killed STOP_NOW_S after a second Ctrl-C. SIGTERM
+    is passed on too, then Stopped. Before, subprocess.run killed the run 0.25 s after the
+    Ctrl-C: its lock stayed."""
     import os
     import signal
     import threading
@@ -326,18 +335,21 @@ def test_ctrl_c_stops_the_run_and_its_lock_goes_with_it(tmp_path, monkeypatch, i
 
     monkeypatch.setattr(sweep_plan, "STOP_NOW_S", 0.5)
     lock = tmp_path / ".run.lock"
-    arg = "ignore" if ignore else "stop"
+    ignore = how == "ctrl-c ignored"
+    signum = signal.SIGTERM if how == "sigterm" else signal.SIGINT
 
     def press_ctrl_c():
         while not lock.exists():
             time.sleep(0.02)
         for _ in range(2 if ignore else 1):
-            os.kill(os.getpid(), signal.SIGINT)  # the sweep's SIGINT, as a terminal sends it
+            os.kill(os.getpid(), signum)  # the sweep's signal, as a terminal or SLURM sends it
             time.sleep(0.3)
 
     threading.Thread(target=press_ctrl_c, daemon=True).start()
     start = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        sweep_plan.run([sys.executable, "-c", CHILD, str(lock), arg])
+    expected = sweep_plan.Stopped if how == "sigterm" else KeyboardInterrupt
+    with pytest.raises(expected):
+        sweep_plan.run([sys.executable, "-c", CHILD, str(lock), "ignore" if ignore else "stop"])
     assert time.monotonic() - start < 30
     assert lock.exists() == ignore  # released by the run itself; a killed run's stays
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's own handler back
