@@ -213,9 +213,10 @@ def finished(path: Path) -> bool:
 
 
 def run_plan(runs: list[PaperRun], results_dir: str, main_args: list[str], clock=time):
-    """Runs the plan in order, skipping the runs it finished before (a record of another plan
-    refuses it, in one line, before any run); returns (records written, failed runs). A failed
-    run ends neither the plan nor its summary."""
+    """Runs the plan in order, skipping the runs it finished before and running again, over
+    their records, those it left partial or invalid (a record of another plan refuses it, in one
+    line, before any run); returns (records written, failed runs). A failed run ends neither
+    the plan nor its summary."""
     plan = plan_of(bool(runs) and runs[0].smoke, main_args)
     sweep_plan.refuse_others([Path(results_dir) / f"{r.name}.json" for r in runs], plan)
     written, failed = [], []
@@ -227,6 +228,8 @@ def run_plan(runs: list[PaperRun], results_dir: str, main_args: list[str], clock
             written.append(str(path))
             continue
         cmd = paper_command(run, results_dir, main_args, plan)
+        if sweep_plan.stamp(path) == plan:  # its own partial or invalid record: replaced
+            cmd.append("--overwrite")
         start = clock.monotonic()
         devices = run.point.ensemble_size * run.point.parallel_degree
         returncode = sweep_plan.run(cmd, env=child_env(devices))

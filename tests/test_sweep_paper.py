@@ -124,6 +124,9 @@ def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monke
     written, failed = sp.run_plan(runs, str(tmp_path), [], clock=clock)
     out = capsys.readouterr().out.splitlines()
     assert len(started) == 2
+    # the interrupted run's partial record is this plan's: replaced (else the run refuses to
+    # start over a record); the third had none
+    assert [c[-1] == "--overwrite" for c in started] == [True, False]
     assert out == [
         f"[1/3] control-M1-alldata seed {runs[0].seed}: done before, skipped",
         f"[2/3] control-M1-alldata seed {runs[1].seed} FAILED (exit 1) after 12s",
