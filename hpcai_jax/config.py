@@ -22,6 +22,7 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
 from hpcai_jax.fields import field as _field
 from hpcai_jax.quality_targets import QualityTarget, resolve_target
+from hpcai_jax.records.train import SweepPlan
 
 MODES = ("train", "flops", "stream", "check")
 RESUME_MEMBERS = ("all", "fit")  # --resume_members: docs/reliability.md
@@ -92,6 +93,15 @@ def _increasing_epochs(text: str) -> bool:
 def _file_name_safe(name: str) -> bool:
     """Whether a run id can be a record's file name in --results_dir."""
     return "/" not in name and name not in (".", "..")
+
+
+def _sweep_plan(text: str) -> bool:
+    """Whether --sweep_plan is empty or a plan's fingerprint (records/train.SWEEP_PLAN)."""
+    try:
+        SweepPlan.parse(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _step_range(text: str) -> bool:
@@ -551,6 +561,15 @@ class ResultsConfig(Checked):
         "The system's availability, written to the MLLOG's submission_status: onprem or cloud "
         "(available now), preview (available within the rules' window), research (neither).",
         choices=SUBMISSION_STATUSES,
+    )
+    # Set by python -m hpcai_jax.sweep (hpcai_jax/sweep_plan.py); the record's sweep_plan.
+    sweep_plan: str = _field(
+        "",
+        "The sweep plan this run belongs to, <experiment>:<smoke|full>:<digest>, which "
+        "python -m hpcai_jax.sweep gives each of its runs and reads back from its record before "
+        "taking the run as done. Empty: not a sweep's run.",
+        valid=_sweep_plan,
+        message="expected <experiment>:<smoke|full>:<16 hex digits>",
     )
     stream_record: str = _field(
         "",

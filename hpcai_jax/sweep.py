@@ -13,19 +13,18 @@ import argparse
 import dataclasses
 import math
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-from absl import flags
-
-from hpcai_jax import records, sweep_paper, units
+from hpcai_jax import records, sweep_paper, sweep_plan, units
 from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import write_report
 from hpcai_jax.report.cli import Parser, positive_int
 
 PROG = "hpcai_jax.sweep"
 SEEDS = 2**32  # --seed's range (config.TrainConfig.seed): a derived seed wraps around it
+PLACEHOLDERS = ("devices", "nodes", "devices_per_node")  # --launcher's
+INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,10 +88,7 @@ def tradeoff_sizes(sys_scale: int, ensemble_sizes: tuple[int, ...] = ()) -> tupl
 
 def flag_value(main_args: list[str], name: str) -> str:
     """The value the runs' flags give --`name` (flagfiles read, the last one wins), or ''."""
-    try:
-        args = flags.FlagValues().read_flags_from_files(main_args, force_gnu=False)
-    except flags.Error as e:
-        raise UsageError(str(e).splitlines()[0].removeprefix("ERROR:: ")) from None
+    args = sweep_plan.expanded(main_args)
     value = ""
     for i, arg in enumerate(args):
         if arg.startswith(f"--{name}="):
@@ -151,6 +147,23 @@ def run_mllog(path: str, run_name: str) -> str:
     return str(base.with_name(f"{base.stem}.{run_name}{base.suffix}"))
 
 
+def check_launcher(template: str) -> None:
+    """One line, exit 2, for a --launcher template `command` could not fill."""
+    try:
+        template.format(**dict.fromkeys(PLACEHOLDERS, 1))
+    except KeyError as e:
+        why = f"unknown placeholder {{{e.args[0]}}}"
+    except (IndexError, ValueError) as e:
+        why = str(e) if isinstance(e, ValueError) else "a placeholder without a name"
+    else:
+        return
+    accepted = ", ".join(f"{{{x}}}" for x in PLACEHOLDERS)
+    raise UsageError(
+        f"--launcher={template}: {why}; expected the placeholders {accepted} only "
+        "({{ and }} for a literal brace)"
+    )
+
+
 def command(
     point: Point,
     launcher: str,
@@ -159,9 +172,11 @@ def command(
     main_args: list[str],
     mllog: str = "",
     seed: int | None = None,
+    plan: str = "",
 ) -> list[str]:
     """The run's command line; `mllog`, the --mllog of the runs' flags, becomes the run's own
-    file (`run_mllog`); a repeat's `seed` overrides the runs' --seed (absl: the last one wins)."""
+    file (`run_mllog`); a repeat's `seed` overrides the runs' --seed (absl: the last one wins);
+    `plan`, the sweep's fingerprint (sweep_plan.py), comes last."""
     nodes = -(-point.devices // devices_per_node)
     prefix = launcher.format(
         devices=point.devices, nodes=nodes, devices_per_node=min(devices_per_node, point.devices)
@@ -178,6 +193,7 @@ def command(
         *([f"--seed={seed}"] if seed is not None else []),
         f"--run_name={run_name}",
         *([f"--mllog={run_mllog(mllog, run_name)}"] if mllog else []),
+        *([f"--sweep_plan={plan}"] if plan else []),
     ]
 
 
@@ -204,6 +220,12 @@ flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> beside PATH
 --launcher is a template whose placeholders are {devices} (= Sys_scale = M × P_degree),
 {nodes} (= {devices} / --devices_per_node, rounded up) and {devices_per_node}.
 
+Every run gets --sweep_plan=<experiment>:<smoke|full>:<digest>, the plan's fingerprint (the
+digest: of the flags that decide its results, hpcai_jax/sweep_plan.py), kept in its record.
+Ctrl-C stops the run in progress as its own Ctrl-C would (its record written, its lock
+released), then the sweep, in one line, exit 130; a second Ctrl-C stops the run now. SIGTERM
+and SIGHUP are passed on to the run the same way (exit 128 + the signal).
+
 --repeats=K runs the whole sweep K times; repeat k runs with --seed = (the runs' --seed, 0 if
 none, + k) mod 2^32 and is named <name>-<experiment>-M<M>-P<P_degree>-r<k>. The report sums up
 each configuration's repeats (its Repeats section: N, mean, spread, 95 % Student-t interval).
@@ -222,14 +244,20 @@ forced count set per run: devices simulated on shared cores, so FLOPS cannot gro
                               ((8, 1) is fig5-M8: at P_degree 1 both policies are one)
   control-M4-nobag            M = 4, --bootstrap=none (independent initialisations only)
   control-M1-alldata          one member on all the data (--bootstrap=none)
-A progress line per run; a rerun skips every run whose record is complete; a failed run stops
-none of the others and the summary names it. --smoke: the same plan at toy size, one seed;
---only=LABEL,...: those points. Flags after -- are added to every run's (the last one wins).
---dry_run prints the commands and the plan's estimated time.
+A progress line per run; a rerun skips every run whose record is complete and of the same plan
+(fingerprint above), and refuses, in one line, a folder holding another plan's record under one
+of its runs' names; a failed run stops none of the others and the summary names it. --smoke:
+the same plan at toy size, one seed, its runs named smoke-paper-<point>-s<seed>; --only=LABEL,...:
+those points (the same plan: a rerun of some points finds their records). Flags after -- are
+added to every run's (the last one wins). --dry_run prints the commands, each as a shell runs
+it (its XLA_FLAGS in front), and the plan's estimated time.
 
 examples:
   # the paper's experiments on this machine (22 min on 2 quiet cores: docs/paper.md):
   python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
+  # the same plan at toy size first (a few minutes), its commands and estimate only:
+  python -m hpcai_jax.sweep --experiment=paper --smoke --results_dir=results/paper
+  python -m hpcai_jax.sweep --experiment=paper --only=fig5-M8 --dry_run
   # on this machine's CPU (launch/local.py: {nodes} processes of {devices_per_node} devices):
   python -m hpcai_jax.sweep --experiment=tradeoff --sys_scale=2 --devices_per_node=2 \\
       --launcher='python launch/local.py --num_processes={nodes} --devices_per_process={devices_per_node} --' \\
@@ -300,25 +328,36 @@ def parser() -> Parser:
         "started plainly on this machine)",
     )
     p.add_argument(
-        "--results_dir", default="results", metavar="DIR", help="where the runs write records"
-    )
-    p.add_argument("--name", default="sweep", metavar="PREFIX", help="prefix of the runs' ids")
-    p.add_argument(
         "--repeats",
         type=positive_int,
         default=1,
         metavar="K",
         help="runs of each point, each with its own --seed (below)",
     )
-    p.add_argument("--dry_run", action="store_true", help="print the commands only")
+    _output_arguments(p)
     _paper_arguments(p)
     return p
+
+
+def _output_arguments(p: Parser) -> None:
+    """Where the runs write, their names, and the dry run."""
+    p.add_argument(
+        "--results_dir", default="results", metavar="DIR", help="where the runs write records"
+    )
+    p.add_argument("--name", default="sweep", metavar="PREFIX", help="prefix of the runs' ids")
+    p.add_argument(
+        "--dry_run",
+        action="store_true",
+        help="print the commands only (paper: as a shell runs them, and the estimated time)",
+    )
 
 
 def _paper_arguments(p: Parser) -> None:
     """--experiment=paper's own flags."""
     p.add_argument(
-        "--smoke", action="store_true", help="paper: the same plan at toy size, one seed"
+        "--smoke",
+        action="store_true",
+        help="paper: the same plan at toy size, one seed, its runs named smoke-paper-…",
     )
     p.add_argument(
         "--only",
@@ -330,7 +369,25 @@ def _paper_arguments(p: Parser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return tool_main(PROG, _sweep, sys.argv[1:] if argv is None else argv)
+    return tool_main(PROG, _interruptible, sys.argv[1:] if argv is None else argv)
+
+
+def _interruptible(argv: list[str]) -> int:
+    """The sweep; Ctrl-C (or SIGTERM, SIGHUP) ends it in one line and exit 128 + the signal,
+    after the run in progress stopped and released its record (sweep_plan.run)."""
+    try:
+        return _sweep(argv)
+    except KeyboardInterrupt:
+        why, code = "Ctrl-C", INTERRUPTED
+    except sweep_plan.Stopped as e:
+        why, code = str(e), 128 + e.signum
+    print(
+        f"{PROG}: interrupted ({why}), a run in progress stopped first; every record written "
+        "stays (--experiment=paper: the same command resumes the plan)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return code
 
 
 def _sweep(argv: list[str]) -> int:
@@ -340,6 +397,10 @@ def _sweep(argv: list[str]) -> int:
     args = parser().parse_args(own)
     if args.experiment == "paper":
         return _paper(args, main_args)
+    for flag, given in (("--smoke", args.smoke), ("--only", args.only)):
+        if given:
+            raise UsageError(f"{flag}: only for --experiment=paper, not {args.experiment}")
+    check_launcher(args.launcher)
     try:
         points = plan(
             args.experiment,
@@ -351,8 +412,28 @@ def _sweep(argv: list[str]) -> int:
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
+    runs, written, failed = _run_jobs(args, points, main_args)
+    if runs:
+        print(table(runs))
+    reported = not written or _report(written, Path(args.results_dir) / "report")
+    if not args.dry_run:
+        print(summary(len(runs) + len(failed), failed), flush=True)
+    return 1 if failed or not reported else 0
+
+
+def _run_jobs(args, points: list[Point], main_args: list[str]):
+    """Each job's command printed, then run (not under --dry_run): (records read, record paths
+    written, failed runs)."""
     mllog = mllog_path(main_args)
     seed = base_seed(main_args) if args.repeats > 1 else 0
+    fingerprint = sweep_plan.fingerprint(
+        args.experiment,
+        False,
+        main_args,
+        members_per_device=args.members_per_device,
+        devices_per_node=args.devices_per_node,
+        launcher=args.launcher,
+    )
     runs, written, failed = [], [], []
     for job in jobs(points, args.repeats, args.name, args.experiment, seed):
         cmd = command(
@@ -363,25 +444,21 @@ def _sweep(argv: list[str]) -> int:
             [*main_args, f"--results_dir={args.results_dir}"],
             mllog,
             job.seed,
+            fingerprint,
         )
         print("+ " + shlex.join(cmd), flush=True)
         if args.dry_run:
             continue
         path = Path(args.results_dir) / f"{job.run_name}.json"
         older = path.exists()  # another sweep's record: reported only if this run replaced it
-        returncode = subprocess.run(cmd).returncode
+        returncode = sweep_plan.run(cmd)
         if path.exists() and (returncode == 0 or not older):
             written.append(str(path))  # a failed run's invalid or partial record included
         if returncode != 0:
             failed.append(f"{job.run_name} (exit {returncode})")
             continue
         runs.append(records.read(path))
-    if runs:
-        print(table(runs))
-    reported = not written or _report(written, Path(args.results_dir) / "report")
-    if not args.dry_run:
-        print(summary(len(runs) + len(failed), failed), flush=True)
-    return 1 if failed or not reported else 0
+    return runs, written, failed
 
 
 def _paper(args, main_args: list[str]) -> int:
@@ -392,14 +469,14 @@ def _paper(args, main_args: list[str]) -> int:
         raise UsageError(f"--only={unknown[0]}: expected one of {', '.join(sorted(labels))}")
     runs = sweep_paper.paper_runs(args.smoke, args.only)
     if args.dry_run:
+        plan_ = sweep_paper.plan_of(args.smoke, main_args)
         for run in runs:
-            cmd = sweep_paper.paper_command(run, args.results_dir, args.smoke, main_args)
-            print("+ " + shlex.join(cmd), flush=True)
-        if not args.smoke:
-            minutes = sweep_paper.estimate_s(runs, main_args) / 60
-            print(f"{len(runs)} run(s), about {minutes:.0f} min on 2 quiet cores (estimated)")
+            cmd = sweep_paper.paper_command(run, args.results_dir, main_args, plan_)
+            print("+ " + sweep_paper.shown(run, cmd), flush=True)
+        minutes = sweep_paper.estimate_s(runs, main_args) / 60
+        print(f"{len(runs)} run(s), about {minutes:.0f} min on 2 quiet cores (estimated)")
         return 0
-    written, failed = sweep_paper.run_plan(runs, args.results_dir, args.smoke, main_args)
+    written, failed = sweep_paper.run_plan(runs, args.results_dir, main_args)
     reported = not written or _report(written, Path(args.results_dir) / "report")
     print(summary(len(runs), failed), flush=True)
     return 1 if failed or not reported else 0

@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
+import shlex
 import sys
 import time
 from pathlib import Path
 
-from hpcai_jax import records
+from hpcai_jax import records, sweep_plan
 
 FORCE = "--xla_force_host_platform_device_count"
 SEEDS = 3  # seeds per point
@@ -61,7 +61,8 @@ FLAGS = (
     "--log_every=100",
 )
 # --smoke: the same plan at toy size, one seed (a test runs it end to end); after the point's
-# flags, so a FLOPS-only point's subset is toy-sized too.
+# flags, so a FLOPS-only point's subset is toy-sized too. Its runs are named smoke-paper-…: a
+# smoke record never has a full run's name, and its plan's fingerprint differs too.
 SMOKE = (
     "--batch_size=16",
     "--train_examples=128",
@@ -99,10 +100,11 @@ POINTS = (
 class PaperRun:
     point: PaperPoint
     seed: int
+    smoke: bool = False
 
     @property
     def name(self) -> str:
-        return f"paper-{self.point.label}-s{self.seed}"
+        return f"{'smoke-' if self.smoke else ''}paper-{self.point.label}-s{self.seed}"
 
 
 def paper_runs(smoke: bool = False, only: tuple[str, ...] = ()) -> list[PaperRun]:
@@ -114,13 +116,19 @@ def paper_runs(smoke: bool = False, only: tuple[str, ...] = ()) -> list[PaperRun
         for point in POINTS:
             k += 1
             if s < point.seeds and (not only or point.label in only):
-                runs.append(PaperRun(point, SEED_SPACING * k))
+                runs.append(PaperRun(point, SEED_SPACING * k, smoke))
     return runs
 
 
-def paper_command(run: PaperRun, results_dir: str, smoke: bool, main_args: list[str]) -> list:
+def plan_of(smoke: bool, main_args: list[str]) -> str:
+    """The plan's fingerprint (sweep_plan.py): the shared flags, --smoke's and the caller's.
+    Neither --only nor --results_dir changes it: a rerun of some points finds their records."""
+    return sweep_plan.fingerprint("paper", smoke, [*FLAGS, *(SMOKE if smoke else ()), *main_args])
+
+
+def paper_command(run: PaperRun, results_dir: str, main_args: list[str], plan: str = "") -> list:
     """The run's command line: the shared flags, the point's, --smoke's, then the caller's
-    (absl: the last one wins)."""
+    (absl: the last one wins), and the plan's fingerprint after them (no flag replaces it)."""
     p = run.point
     return [
         sys.executable,
@@ -128,7 +136,7 @@ def paper_command(run: PaperRun, results_dir: str, smoke: bool, main_args: list[
         "hpcai_jax.main",
         *FLAGS,
         *p.flags,
-        *(SMOKE if smoke else ()),
+        *(SMOKE if run.smoke else ()),
         f"--ensemble_size={p.ensemble_size}",
         f"--parallel_degree={p.parallel_degree}",
         "--members_per_device=1",
@@ -136,7 +144,14 @@ def paper_command(run: PaperRun, results_dir: str, smoke: bool, main_args: list[
         f"--run_name={run.name}",
         f"--results_dir={results_dir}",
         *main_args,
+        *([f"--sweep_plan={plan}"] if plan else []),
     ]
+
+
+def shown(run: PaperRun, cmd: list[str]) -> str:
+    """The command as a shell runs it, its XLA_FLAGS (the point's device count) in front."""
+    flags = child_env(run.point.ensemble_size * run.point.parallel_degree)["XLA_FLAGS"]
+    return f"XLA_FLAGS={shlex.quote(flags)} {shlex.join(cmd)}"
 
 
 # The estimate's rates, on 2 quiet cores (how they were measured: the module's docstring).
@@ -152,14 +167,25 @@ def _flag(cmd: list, name: str, default: float) -> float:
     return float(values[-1]) if values else default
 
 
+def _epochs(cmd: list, n: float) -> float:
+    """The epochs a run trains: --epochs, or --steps' batches (a member's, --batch_policy's)."""
+    steps = _flag(cmd, "steps", 0)
+    if not steps:
+        return _flag(cmd, "epochs", 1)
+    per_device = "--batch_policy=per_device" in cmd
+    batch = _flag(cmd, "batch_size", 32) * (_flag(cmd, "parallel_degree", 1) if per_device else 1)
+    return steps * batch / n
+
+
 def estimate_s(runs: list[PaperRun], main_args: tuple[str, ...] | list[str] = ()) -> float:
     """The plan's wall time on 2 quiet cores, estimated (the caller's flags counted): images
     trained and evaluated per member at the quickstart's rates, plus a start-up per run. A
     model for sizing, not a measurement."""
     total = 0.0
     for run in runs:
-        cmd = paper_command(run, "", False, list(main_args))
-        n, epochs = _flag(cmd, "train_examples", 60_000), _flag(cmd, "epochs", 1)
+        cmd = paper_command(run, "", list(main_args))
+        n = _flag(cmd, "train_examples", 60_000)
+        epochs = _epochs(cmd, n)
         every, evals = _flag(cmd, "eval_every_epochs", 0), 1
         if every:  # each K epochs, then the final one unless the last was at the end
             evals = int(epochs // every) + (epochs % every > 0)
@@ -186,9 +212,13 @@ def finished(path: Path) -> bool:
         return False
 
 
-def run_plan(runs: list[PaperRun], results_dir: str, smoke: bool, main_args: list[str], clock=time):
-    """Runs the plan in order, skipping finished runs; returns (records written, failed runs).
-    A failed run ends neither the plan nor its summary."""
+def run_plan(runs: list[PaperRun], results_dir: str, main_args: list[str], clock=time):
+    """Runs the plan in order, skipping the runs it finished before and running again, over
+    their records, those it left partial or invalid (a record of another plan refuses it, in one
+    line, before any run); returns (records written, failed runs). A failed run ends neither
+    the plan nor its summary."""
+    plan = plan_of(bool(runs) and runs[0].smoke, main_args)
+    sweep_plan.refuse_others([Path(results_dir) / f"{r.name}.json" for r in runs], plan)
     written, failed = [], []
     for k, run in enumerate(runs, 1):
         path = Path(results_dir) / f"{run.name}.json"
@@ -197,10 +227,12 @@ def run_plan(runs: list[PaperRun], results_dir: str, smoke: bool, main_args: lis
             print(f"{head}: done before, skipped", flush=True)
             written.append(str(path))
             continue
-        cmd = paper_command(run, results_dir, smoke, main_args)
+        cmd = paper_command(run, results_dir, main_args, plan)
+        if sweep_plan.stamp(path) == plan:  # its own partial or invalid record: replaced
+            cmd.append("--overwrite")
         start = clock.monotonic()
         devices = run.point.ensemble_size * run.point.parallel_degree
-        returncode = subprocess.run(cmd, env=child_env(devices)).returncode
+        returncode = sweep_plan.run(cmd, env=child_env(devices))
         took = clock.monotonic() - start
         if returncode == 0 and finished(path):
             print(f"{head} done in {took:.0f}s", flush=True)

@@ -306,6 +306,7 @@ FORMAT_CASES = {
     "run_name": "a/b",
     "inject_nan": "1-3",
     "profile_steps": "4:2",
+    "sweep_plan": "paper:full:x",
 }
 
 

@@ -139,6 +139,16 @@ def test_every_documented_command_runs():
     assert ran >= 35  # the extraction still finds the documentation's commands
 
 
+def test_the_paper_sweeps_documented_forms_are_among_those_run():
+    """docs/paper.md's sweep commands (its full plan, --smoke, --dry_run, --only, the trade-off)
+    are run above under --dry_run, each point's main command planned: none is set aside."""
+    found = [e for e in examples() if e.where.startswith("docs/paper.md:")]
+    sweeps = [e for e in found if e.module == "hpcai_jax.sweep" and "--help" not in e.args]
+    used = {a.split("=", 1)[0] for e in sweeps for a in e.args}
+    assert {"--experiment", "--smoke", "--dry_run", "--only", "--results_dir"} <= used, used
+    assert any("--experiment=tradeoff" in e.args for e in sweeps)
+
+
 def test_mentions_are_still_in_the_docs():
     """A mention the docs no longer make is a stale exception."""
     found = {_text(e) for e in documented(ROOT)}

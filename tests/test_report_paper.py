@@ -102,6 +102,16 @@ def test_points_come_from_the_run_names(records):
     assert paper.paper_runs([Record(Path("x.json"), BASE)]) == {}
 
 
+def test_a_smoke_plans_runs_count_only_without_the_full_plans(raw, records):
+    """smoke-paper-… records (sweep --smoke's toy runs) make the section alone, and are left
+    out beside full runs: a toy run of seed 4000 is no fourth seed of fig5-M8."""
+    toy = copy.deepcopy(raw[0])
+    toy["run_id"] = "smoke-paper-fig5-M8-s4000"
+    smoke = Record(Path("smoke-paper-fig5-M8-s4000.json"), toy)
+    assert [r.record for r in paper.paper_runs([smoke])["fig5-M8"]] == [smoke]
+    assert paper.paper_runs([*records, smoke]) == paper.paper_runs(records)
+
+
 def test_sub_ensemble_rows_are_intervals_over_the_seeds(records):
     rows = paper.sub_ensemble_rows(paper.largest(paper.paper_runs(records)))
     assert [r[0] for r in rows] == [str(k) for k in range(1, 9)]

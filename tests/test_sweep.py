@@ -10,6 +10,7 @@ from helpers import ROOT
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.sweep import EPILOG, Point, base_seed, command, jobs, main, mllog_path, plan
+from hpcai_jax.sweep_plan import Stopped, fingerprint
 
 # The CPU launcher the sweep's --help gives as its example: the one the local sweep below runs.
 LOCAL_LAUNCHER = re.search(r"--launcher='(python launch/local\.py [^']*)'", EPILOG).group(1)
@@ -160,6 +161,33 @@ def test_dry_run_prints_every_repeat_with_its_seed(capsys):
         ["seed=11", "run_name=sweep-tradeoff-M2-P1-r1"],
         ["seed=11", "run_name=sweep-tradeoff-M1-P2-r1"],
     ]
+    # Every run carries the sweep's fingerprint, last; the runs' flags and the sweep's own
+    # result-deciding flags change it, the seed of a repeat (chosen by the plan) does not.
+    stamps = {c.rsplit(" ", 1)[1] for c in commands}
+    assert len(stamps) == 1 and stamps.pop().startswith("--sweep_plan=tradeoff:full:")
+    assert fingerprint("tradeoff", False, ["--seed=10"], members_per_device=1) != fingerprint(
+        "tradeoff", False, ["--seed=10"], members_per_device=0
+    )
+
+
+def test_ctrl_c_ends_the_sweep_in_one_line_and_exit_130(capsys, monkeypatch):
+    """A KeyboardInterrupt out of a run (sweep_plan.run stops the run first) or between runs:
+    one line naming what happened, no traceback, exit 130."""
+
+    def interrupted(cmd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("hpcai_jax.sweep.sweep_plan.run", interrupted)
+    code, out, err = sweep(capsys, "--experiment=tradeoff", "--sys_scale=2", "--results_dir=x")
+    assert code == 130 and out.count("+ ") == 1
+    assert err.count("\n") == 1 and err.startswith("hpcai_jax.sweep: interrupted (Ctrl-C)"), err
+
+    def terminated(cmd):
+        raise Stopped(15)
+
+    monkeypatch.setattr("hpcai_jax.sweep.sweep_plan.run", terminated)
+    code, out, err = sweep(capsys, "--experiment=tradeoff", "--sys_scale=2", "--results_dir=x")
+    assert code == 143 and err.startswith("hpcai_jax.sweep: interrupted (SIGTERM)"), err
 
 
 @pytest.mark.parametrize(
@@ -172,6 +200,15 @@ def test_dry_run_prints_every_repeat_with_its_seed(capsys):
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--ensemble_sizes=2,3"], "--ensemble_sizes: M=3 does not divide --sys_scale=2"),
         (["--ensemble_sizes=0,2"], "--ensemble_sizes=0,2: expected every M >= 1"),
+        (["--smoke"], "--smoke: only for --experiment=paper, not tradeoff"),
+        (["--only=fig5-M8"], "--only: only for --experiment=paper, not tradeoff"),
+        (
+            ["--launcher=srun -N {nodez}"],
+            "--launcher=srun -N {nodez}: unknown placeholder {nodez}; expected the placeholders "
+            "{devices}, {nodes}, {devices_per_node} only ({{ and }} for a literal brace)",
+        ),
+        (["--launcher=srun -N {nodes"], "--launcher=srun -N {nodes: expected '}' before end"),
+        (["--launcher=srun -N {}"], "--launcher=srun -N {}: a placeholder without a name"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv, fragment):
@@ -254,10 +291,7 @@ def test_a_failed_point_still_ends_in_the_summary_naming_it(capsys, monkeypatch,
     """A point whose run exits non-zero: the sweep goes on to the next, then prints its summary
     line naming the failed point, and exits 1."""
     codes = iter([2, 2])
-    monkeypatch.setattr(
-        "hpcai_jax.sweep.subprocess.run",
-        lambda cmd: subprocess.CompletedProcess(cmd, next(codes)),
-    )
+    monkeypatch.setattr("hpcai_jax.sweep.sweep_plan.run", lambda cmd: next(codes))
     code, out, _ = sweep(
         capsys, "--experiment=tradeoff", "--sys_scale=2", f"--results_dir={tmp_path}"
     )
@@ -267,3 +301,55 @@ def test_a_failed_point_still_ends_in_the_summary_naming_it(capsys, monkeypatch,
         "sweep: 0 of 2 run(s) completed; failed: sweep-tradeoff-M2-P1 (exit 2), "
         "sweep-tradeoff-M1-P2 (exit 2)"
     )
+
+
+# A run as sweep_plan.run sees one: it holds a lock file (as a run holds its record's), and on
+# SIGINT or SIGTERM releases it and exits 130 or 75 (main's), unless told to ignore SIGINT.
+CHILD = """
+import os, signal, sys, time
+lock, ignore = sys.argv[1], sys.argv[2] == "ignore"
+def stop(signum, _):
+    os.unlink(lock)
+    sys.exit(130 if signum == signal.SIGINT else 75)
+signal.signal(signal.SIGINT, signal.SIG_IGN if ignore else stop)
+signal.signal(signal.SIGTERM, stop)
+open(lock, "w").close()
+time.sleep(60)
+"""
+
+
+@pytest.mark.slow  # starts a (JAX-free) process
+@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c ignored", "sigterm"])
+def test_a_signal_stops_the_run_and_its_lock_goes_with_it(tmp_path, monkeypatch, how):
+    """Ctrl-C reaches the sweep alone (the run has its own process group) and is passed on:
+    the run stops as after its own Ctrl-C, its lock released, and only then the sweep raises
+    KeyboardInterrupt. One that ignores it is killed STOP_NOW_S after a second Ctrl-C. SIGTERM
+    is passed on too, then Stopped. Before, subprocess.run killed the run 0.25 s after the
+    Ctrl-C: its lock stayed."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from hpcai_jax import sweep_plan
+
+    monkeypatch.setattr(sweep_plan, "STOP_NOW_S", 0.5)
+    lock = tmp_path / ".run.lock"
+    ignore = how == "ctrl-c ignored"
+    signum = signal.SIGTERM if how == "sigterm" else signal.SIGINT
+
+    def press_ctrl_c():
+        while not lock.exists():
+            time.sleep(0.02)
+        for _ in range(2 if ignore else 1):
+            os.kill(os.getpid(), signum)  # the sweep's signal, as a terminal or SLURM sends it
+            time.sleep(0.3)
+
+    threading.Thread(target=press_ctrl_c, daemon=True).start()
+    start = time.monotonic()
+    expected = sweep_plan.Stopped if how == "sigterm" else KeyboardInterrupt
+    with pytest.raises(expected):
+        sweep_plan.run([sys.executable, "-c", CHILD, str(lock), "ignore" if ignore else "stop"])
+    assert time.monotonic() - start < 30
+    assert lock.exists() == ignore  # released by the run itself; a killed run's stays
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's own handler back

@@ -4,6 +4,7 @@ tiny real point."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -65,10 +66,10 @@ def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
 
 def test_a_runs_command_and_devices():
     run = next(r for r in sp.paper_runs() if r.point.label == "fig7-M2-P4")
-    cmd = sp.paper_command(run, "out", False, ["--epochs=1"])
+    cmd = sp.paper_command(run, "out", ["--epochs=1"], "paper:full:0123456789abcdef")
     assert cmd[1:3] == ["-m", "hpcai_jax.main"]
     assert "--dataset=fashion_mnist" in cmd and "--batch_policy=per_device" in cmd
-    assert cmd[-9:] == [
+    assert cmd[-10:] == [
         "--batch_policy=per_device",
         "--eval_every_epochs=1",
         "--ensemble_size=2",
@@ -77,19 +78,28 @@ def test_a_runs_command_and_devices():
         f"--seed={run.seed}",
         f"--run_name={run.name}",
         "--results_dir=out",
-        "--epochs=1",  # the caller's flags last: they win
+        "--epochs=1",  # the caller's flags after the plan's: they win
+        "--sweep_plan=paper:full:0123456789abcdef",  # ... except the plan's fingerprint
     ]
-    smoke = sp.paper_command(run, "out", True, [])
+    smoke_run = next(r for r in sp.paper_runs(smoke=True) if r.point.label == "fig7-M2-P4")
+    smoke = sp.paper_command(smoke_run, "out", [])
     assert "--steps=2" in smoke and len(sp.paper_runs(smoke=True)) == len(sp.POINTS)
-    flops = sp.paper_command(sp.paper_runs(smoke=True)[0], "out", True, [])
+    flops = sp.paper_command(sp.paper_runs(smoke=True)[0], "out", [])
     assert flops.index("--train_examples=128") > flops.index("--train_examples=4096")
     env = sp.child_env(8, {"XLA_FLAGS": "--xla_foo=1 --xla_force_host_platform_device_count=2"})
     assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=8"
     assert sp.child_env(1, {})["XLA_FLAGS"] == "--xla_force_host_platform_device_count=1"
 
 
-def _record(path, status: str) -> None:
-    path.write_text(json.dumps({"status": status}))
+FULL = sp.plan_of(False, [])  # the full plan's fingerprint, no flags of the caller's
+
+
+def _record(path, status: str, plan: str = FULL) -> None:
+    path.write_text(json.dumps({"status": status, "sweep_plan": plan}))
+
+
+def _flag(cmd: list[str], name: str) -> str:
+    return next(a for a in cmd if a.startswith(f"--{name}=")).split("=", 1)[1]
 
 
 def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monkeypatch, capsys):
@@ -103,17 +113,20 @@ def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monke
     def fake_run(cmd, env):
         started.append(cmd)
         clock.advance(12)
-        name = next(a for a in cmd if a.startswith("--run_name=")).split("=", 1)[1]
+        name = _flag(cmd, "run_name")
         if name == runs[1].name:
-            return SimpleNamespace(returncode=1)
-        _record(tmp_path / f"{name}.json", "complete")
-        return SimpleNamespace(returncode=0)
+            return 1
+        _record(tmp_path / f"{name}.json", "complete", _flag(cmd, "sweep_plan"))
+        return 0
 
-    monkeypatch.setattr(sp.subprocess, "run", fake_run)
+    monkeypatch.setattr(sp.sweep_plan, "run", fake_run)
     monkeypatch.setattr(sp.records, "read", lambda p: SimpleNamespace(**json.loads(p.read_text())))
-    written, failed = sp.run_plan(runs, str(tmp_path), False, [], clock=clock)
+    written, failed = sp.run_plan(runs, str(tmp_path), [], clock=clock)
     out = capsys.readouterr().out.splitlines()
     assert len(started) == 2
+    # the interrupted run's partial record is this plan's: replaced (else the run refuses to
+    # start over a record); the third had none
+    assert [c[-1] == "--overwrite" for c in started] == [True, False]
     assert out == [
         f"[1/3] control-M1-alldata seed {runs[0].seed}: done before, skipped",
         f"[2/3] control-M1-alldata seed {runs[1].seed} FAILED (exit 1) after 12s",
@@ -149,6 +162,98 @@ def test_the_dry_run_prints_the_plan_and_its_estimate(capsys):
     )
     assert main(["--experiment=paper", "--dry_run", "--results_dir=out", "--", "--epochs=1"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] != out[-1]  # the caller's flags counted
+    # --smoke: its own estimate, its 9 runs' start-ups and toy work (before: none printed)
+    assert main(["--experiment=paper", "--smoke", "--dry_run", "--results_dir=out"]) == 0
+    smoke = capsys.readouterr().out.splitlines()
+    minutes = sp.estimate_s(sp.paper_runs(smoke=True)) / 60
+    assert smoke[-1] == f"9 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
+    assert smoke[-1] != out[-1] and all(" --steps=2 " in line for line in smoke[:-1])
+
+
+def test_the_dry_run_prints_commands_that_run_as_printed(capsys, monkeypatch):
+    """Each line is a shell command: the run's XLA_FLAGS (its device count, the caller's other
+    XLA flags kept) assigned in front of it, as the real run's environment has them."""
+    from hpcai_jax.sweep import main
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    assert main(["--experiment=paper", "--only=fig7-M2-P4", "--dry_run"]) == 0
+    lines = capsys.readouterr().out.splitlines()[:-1]
+    assert len(lines) == 3
+    words = shlex.split(lines[0].removeprefix("+ "))
+    run = sp.paper_runs(only=("fig7-M2-P4",))[0]
+    assert words[0] == (
+        "XLA_FLAGS=--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=8"
+    )
+    assert words[1:] == sp.paper_command(run, "results", [], FULL)
+
+
+def test_the_plans_fingerprint_is_its_size_and_its_result_flags():
+    """Smoke and full differ, the caller's flags and a flagfile's content count; the flags that
+    only place outputs, --only and --results_dir do not."""
+    smoke = sp.plan_of(True, [])
+    assert smoke.startswith("paper:smoke:") and FULL.startswith("paper:full:")
+    assert smoke.split(":")[2] != FULL.split(":")[2]
+    assert sp.plan_of(False, ["--epochs=1"]) != FULL
+    assert sp.plan_of(False, ["--mllog=a.log", "--run_name=x", "--nooverwrite"]) == FULL
+    assert records.train.SweepPlan.parse(FULL) is not None  # the flag's form, as main checks it
+
+
+def _sweep_to_fake_runs(monkeypatch, tmp_path, record: dict) -> list[list[str]]:
+    """Every run the sweep starts writes a copy of `record`, its run id and plan the command's."""
+    from hpcai_jax import sweep
+
+    started = []
+
+    def fake_run(cmd, env):
+        started.append(cmd)
+        out = {**record, "run_id": _flag(cmd, "run_name"), "sweep_plan": None}
+        plan = sp.records.train.SweepPlan.parse(_flag(cmd, "sweep_plan"))
+        out["sweep_plan"] = records.to_dict(plan)
+        (tmp_path / f"{out['run_id']}.json").write_text(json.dumps(out))
+        return 0
+
+    monkeypatch.setattr(sp.sweep_plan, "run", fake_run)
+    monkeypatch.setattr(sweep, "_report", lambda paths, out: True)
+    return started
+
+
+@pytest.mark.slow  # reads the shared CLI run's record
+def test_a_smoke_plans_records_are_never_taken_by_the_full_plan(
+    tmp_path, monkeypatch, capsys, tiny_run
+):
+    """The issue's sequence, each run a copy of a real record: `--smoke`, then the full plan's
+    fig5-M8 runs all three (before: `done before, skipped`, a 2-step toy taken as the paper's
+    run); a record of another plan under a full run's name (an older results folder) refuses
+    the plan in one line, exit 2, nothing run; the full plan's own record is skipped."""
+    from hpcai_jax.sweep import main
+
+    started = _sweep_to_fake_runs(monkeypatch, tmp_path, tiny_run.record)
+    assert main(["--experiment=paper", "--smoke", f"--results_dir={tmp_path}"]) == 0
+    assert len(started) == 9 and all(_flag(c, "run_name").startswith("smoke-") for c in started)
+    smoke = records.read(tmp_path / "smoke-paper-fig5-M8-s4000.json")
+    assert str(smoke.sweep_plan) == sp.plan_of(True, [])
+    started.clear()
+    capsys.readouterr()
+    assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 0
+    assert [_flag(c, "run_name") for c in started] == [
+        f"paper-fig5-M8-s{s}" for s in (4000, 13000, 22000)
+    ]
+    assert "done before" not in capsys.readouterr().out
+    # again: the full plan's records are its own, skipped
+    started.clear()
+    assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 0
+    assert not started and capsys.readouterr().out.count("done before, skipped") == 3
+    # a smoke record (and an unstamped one) under the full plan's names: refused
+    (tmp_path / "smoke-paper-fig5-M8-s4000.json").replace(tmp_path / "paper-fig5-M8-s4000.json")
+    unstamped = {**tiny_run.record, "run_id": "paper-fig5-M8-s13000"}
+    (tmp_path / "paper-fig5-M8-s13000.json").write_text(json.dumps(unstamped))
+    assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert not started and err.count("\n") == 1, err
+    assert (
+        f"paper-fig5-M8-s4000.json and 1 more written by another plan "
+        f"(plan {sp.plan_of(True, [])}; this one is {FULL})" in err
+    )
 
 
 def test_an_unknown_point_is_one_line_and_exit_2(capsys):
@@ -160,16 +265,28 @@ def test_an_unknown_point_is_one_line_and_exit_2(capsys):
 
 
 @pytest.mark.slow
-def test_one_tiny_real_point(tmp_path):
-    """The smoke plan's one-member point, end to end: its record, the progress line, the
-    summary; then a rerun skips it."""
+def test_one_tiny_real_point(tmp_path, monkeypatch, capsys):
+    """The smoke plan's one-member point, end to end: its record (named smoke-…, stamped with
+    the smoke plan), the progress line, the summary; then a rerun skips it, and the full plan
+    neither skips its own run for it nor takes it under a full run's name."""
     argv = [sys.executable, "-m", "hpcai_jax.sweep", "--experiment=paper", "--smoke"]
     argv += ["--only=fig5-M1-flops", f"--results_dir={tmp_path}"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "[1/1] fig5-M1-flops seed 1000 done in " in proc.stdout
-    record = records.read(tmp_path / "paper-fig5-M1-flops-s1000.json")
+    path = tmp_path / "smoke-paper-fig5-M1-flops-s1000.json"
+    record = records.read(path)
     assert record.status == "complete" and record.config["train"]["seed"] == 1000
+    assert str(record.sweep_plan) == sp.plan_of(True, [])
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "[1/1] fig5-M1-flops seed 1000: done before, skipped" in again.stdout
     assert again.stdout.rstrip().endswith("sweep: 1 of 1 run(s) completed")
+    full = ["--experiment=paper", "--only=fig5-M1-flops", f"--results_dir={tmp_path}"]
+    from hpcai_jax.sweep import main
+
+    started = _sweep_to_fake_runs(monkeypatch, tmp_path, json.loads(path.read_text()))
+    assert main(full) == 0 and len(started) == 3  # the smoke run's record taken for none
+    path.replace(tmp_path / "paper-fig5-M1-flops-s1000.json")  # as before smoke- names
+    capsys.readouterr()
+    assert main(full) == 2
+    assert "paper-fig5-M1-flops-s1000.json written by another plan" in capsys.readouterr().err

@@ -4,6 +4,8 @@ computed."""
 
 from __future__ import annotations
 
+import re
+
 from hpcai_jax.records.envelope import Record
 from hpcai_jax.records.fields import field
 from hpcai_jax.records.schema import section
@@ -575,6 +577,33 @@ class Observe:
     profile: Profile | None = field("the profiler trace; None without `--profile_steps`")
 
 
+# A sweep plan's fingerprint as --sweep_plan gives it: <experiment>:<smoke|full>:<16 hex digits>.
+SWEEP_PLAN = re.compile(r"(?P<experiment>[a-z_]+):(?P<size>smoke|full):(?P<digest>[0-9a-f]{16})")
+
+
+@section
+class SweepPlan:
+    experiment: str = field("the sweep's --experiment: paper, scalability or tradeoff")
+    size: str = field("full, or smoke (`--smoke`: the plan at toy size)")
+    digest: str = field(
+        "the first 16 hex digits of the SHA-256 of the flags that decide the plan's results "
+        "(`hpcai_jax/sweep_plan.py`)"
+    )
+
+    def __str__(self) -> str:
+        return f"{self.experiment}:{self.size}:{self.digest}"
+
+    @classmethod
+    def parse(cls, text: str) -> SweepPlan | None:
+        """The plan `--sweep_plan` names (None for ''); ValueError for any other form."""
+        if not text:
+            return None
+        match = SWEEP_PLAN.fullmatch(text)
+        if not match:
+            raise ValueError(f"expected <experiment>:<smoke|full>:<16 hex digits>, got {text!r}")
+        return cls(**match.groupdict())
+
+
 @section
 class TrainRecord(Record):
     submission: Submission = field("the division the run qualifies for (docs/score.md §10)")
@@ -621,4 +650,10 @@ class TrainRecord(Record):
     observe: Observe | None = field(
         "what was written to look inside the run (docs/observe.md); None in records written "
         "before it"
+    )
+    sweep_plan: SweepPlan | None = field(
+        "the sweep plan that ran it (`--sweep_plan`, given by `hpcai_jax/sweep.py`): a rerun of "
+        "the plan takes the record as done only under the same fingerprint; left out outside a "
+        "sweep",
+        omit_none=True,
     )

@@ -25,6 +25,7 @@ OUTPUT_ONLY = (
     "results.results_dir",
     "results.overwrite",
     "results.mllog",  # one file per run (a sweep's runs each have their own)
+    "results.sweep_plan",  # the plan's fingerprint: its runs' flags, already compared
     "results.stream_record",  # where the roofline's bandwidth is read from
     "results.submission_org",
     "results.submission_platform",

@@ -19,7 +19,8 @@ from hpcai_jax.report.markdown import heading, image, table
 from hpcai_jax.report.repeats import Summary, summarise
 from hpcai_jax.units import cell, number, prefix
 
-NAME = re.compile(r"^paper-(?P<label>.+)-s(?P<seed>\d+)$")
+# A smoke plan's runs are smoke-paper-…: reported only where no full run is among the records.
+NAME = re.compile(r"^(?P<smoke>smoke-)?paper-(?P<label>.+)-s(?P<seed>\d+)$")
 BOOTSTRAP_DRAWS = 10_000
 BOOTSTRAP_SEED = 0
 # Fig. 5's points trained only for their FLOPS (one epoch of a small subset): their quality, and
@@ -66,11 +67,13 @@ class Run:
 
 
 def paper_runs(records: list[Record]) -> dict[str, list[Run]]:
-    """The paper records by point label, each point's runs by seed; other records left out."""
+    """The paper records by point label, each point's runs by seed; other records left out,
+    and a smoke plan's where a full plan's are there (toy runs are no seeds of the real ones)."""
     points: dict[str, list[Run]] = {}
-    for r in records:
-        match = NAME.match(r.run_id)
-        if match and r.mode == "train":
+    matches = [(NAME.match(r.run_id), r) for r in records if r.mode == "train"]
+    full = any(m and not m.group("smoke") for m, _ in matches)
+    for match, r in matches:
+        if match and not (full and match.group("smoke")):
             run = Run(match.group("label"), int(match.group("seed")), r)
             points.setdefault(run.label, []).append(run)
     return {label: sorted(runs, key=lambda r: r.seed) for label, runs in sorted(points.items())}

@@ -101,6 +101,7 @@ def train_record(end: RunEnd) -> records.TrainRecord:
         time_to_target_why=to_target_why,
         train=_final_step(end.last_metrics),
         observe=end.observe,
+        sweep_plan=train.SweepPlan.parse(config.results.sweep_plan),
     )
 
 
