@@ -163,7 +163,10 @@ def main(argv: list[str]) -> None:
             _check_layout(config)
             startup.valid()
             interrupt.exit_at_once(f"--mode={config.mode}")
-        sys.exit(run_mode(config))
+        code = run_mode(config)
+        if config.mode in ("flops", "stream"):  # train and check name their record themselves
+            interrupt.keeping("the run had ended, its record written")
+        sys.exit(code)
     except interrupt.Interrupted as e:
         print(e.line(), file=sys.stderr, flush=True)
         sys.exit(e.exit_code)

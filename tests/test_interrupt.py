@@ -314,6 +314,8 @@ START_UP = [
     ("start-up: traffic took", "SIGINT", "peaks"),
     ("start-up: peaks took", "SIGTERM", "stream"),
 ]
+# The first signal's answer, at once (from the watcher thread), before the line that ends it.
+ACK = re.compile(r"hpcai_jax: (SIGINT|SIGTERM): stopping after .+ \(Ctrl-C again to stop now\)")
 LINE = re.compile(
     r"hpcai_jax: interrupted by (SIGINT|SIGTERM) during start-up \((.+)\): no step ran and "
     r"no record was written; exit (\d+)"
@@ -358,24 +360,25 @@ def test_sigint_at_each_start_up_phase_ends_cleanly(tmp_path, record_property):
     for cue, sig, phase in START_UP:
         code, own = _interrupted(tmp_path, "new", cue, sig)
         record_property(phase, f"{code} {own}")
-        assert len(own) == 1 and (m := LINE.fullmatch(own[0])), (phase, own)
+        assert len(own) == 2 and ACK.fullmatch(own[0]), (phase, own)
+        assert (m := LINE.fullmatch(own[1])), (phase, own)
         assert m.group(1) == sig and code == int(m.group(3)) == 128 + getattr(signal, sig)
         assert not list((tmp_path / "r").glob("*.json")), phase
     code, own = _interrupted(tmp_path, "ck", "start-up: barrier took", "SIGINT")
     record_property("first step", f"{code} {own}")
-    assert code == 75 and len(own) == 1, own
+    assert code == 75 and len(own) == 2 and ACK.fullmatch(own[0]), own
     assert re.fullmatch(
         rf"hpcai_jax: preempted by SIGINT at step (\d+): kept the checkpoint of step \1 in "
         rf"{tmp_path}/ck and the record \S+\.json \(partial\); the same command resumes; exit 75",
-        own[0],
+        own[1],
     ), own
     code, own = _interrupted(tmp_path, "ck", "start-up: state (checkpoint) took", "SIGTERM")
     record_property("resumed start-up", f"{code} {own}")
-    assert code == 75 and len(own) == 1, own
+    assert code == 75 and len(own) == 2 and ACK.fullmatch(own[0]), own
     assert re.fullmatch(
         rf"hpcai_jax: interrupted by SIGTERM during start-up \(.+\): kept the checkpoint of "
         rf"step \d+ in {tmp_path}/ck \(no step ran\); the same command resumes; exit 75",
-        own[0],
+        own[1],
     ), own
 
 

@@ -331,6 +331,7 @@ class Trainer:
         self.mlog.run_stop(record, resumable=resumable)
         if path is not None:
             path = outputs.Outputs.of(config, progress.run_id).commit(record.status, resumable)
+            interrupt.keeping(f"kept the record {path} ({record.status})")
         self.claimed.release()
         barrier("exit")
         return Finished(record, str(path) if path else None, outcome.exit_code)
