@@ -241,6 +241,7 @@ SHORT = [
 ]
 
 
+@pytest.mark.slow  # two runs compiled, in process
 def test_a_signal_in_the_final_evaluation_ends_it_with_a_partial_record(tmp_path, monkeypatch):
     """SIGINT as the final evaluation's first batch starts: the run stops before the second,
     writes a partial record saying so and exits 75; the same command then resumes from the
