@@ -41,7 +41,7 @@ class Stopped(Exception):
 
 
 @contextlib.contextmanager
-def _watched(dog, step: int, what: str):
+def _watched(dog, step: int, what: str = "the evaluation"):
     """Yields the evaluation's on_batch. Before each batch: a signal noted stops the
     evaluation there (`Stopped`; one process only: several would have to agree at each batch,
     so theirs run to the end), and the watchdog is re-armed at its floor (an evaluation may
