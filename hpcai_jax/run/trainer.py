@@ -271,7 +271,7 @@ class Trainer:
         ctx.dog.disarm()
         self.batches.close()
         ctx.clock.finish()
-        interrupt.at("the final checkpoint and weights", ", then write a partial record")
+        interrupt.at("the final checkpoint and weights")  # then the final evaluation stops
         _final_save(ctx, outcome)
         with ctx.bounded("keeping the members' final weights"):
             kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
@@ -281,7 +281,7 @@ class Trainer:
     def final_quality(self, outcome: Outcome) -> tuple[Outcome, EnsembleQuality | None]:
         """A complete run's final quality (None for another); a signal during its evaluation
         makes the run `partial` (resumable from the final checkpoint, which re-evaluates)."""
-        interrupt.at("the final evaluation")
+        interrupt.at("the set-up of the final evaluation")  # each batch names itself
         try:
             complete = outcome.status is Status.COMPLETE
             return outcome, hooks.final_quality(self.ctx, complete, self.evaluation.last)
