@@ -442,7 +442,8 @@ def _recent_median(progress) -> float | None:
 
 def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
     """The checkpoint a complete or preempted run ends with. Still under the preemption guard:
-    a SIGTERM now is noted, not fatal, so the save is never cut short by it."""
+    a SIGTERM now is noted, not fatal, so the save is never cut short by it (a second SIGINT,
+    a person's "stop now", does: run/interrupt.py)."""
     if ctx.ckpt and outcome.status is not Status.INVALID:
         step, run = ctx.progress.step, hooks.Services(ctx)
         with run.saving(f"the final checkpoint save of step {step}"):
