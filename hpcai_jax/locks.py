@@ -6,6 +6,8 @@ same checkpoint steps. The lock is `flock` on a hidden file: the kernel drops it
 process dies however it dies (SIGKILL included), so a requeued job is never locked out by the
 job it replaces, and the file is removed on release. Where the file system does not support
 `flock` (some network mounts), the lock is skipped with a warning rather than failing the run.
+A process that ends at once (a second Ctrl-C: run/interrupt.py) removes its files first
+(`release_all`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import errno
 import fcntl
 import os
 import socket
+import weakref
 
 from absl import logging
+
+_held: weakref.WeakSet[PathLock] = weakref.WeakSet()  # the locks this process holds
 
 
 class Busy(Exception):
@@ -55,12 +60,14 @@ class PathLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}".encode())
         self._fd = fd
+        _held.add(self)
 
     def release(self) -> None:
         """Removes the file, then unlocks; safe to repeat."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
+        _held.discard(self)
         with contextlib.suppress(OSError):  # its directory was removed: nothing to clean
             os.unlink(self.path)
         os.close(fd)
@@ -68,3 +75,10 @@ class PathLock:
     def __del__(self):
         with contextlib.suppress(Exception):  # at interpreter exit the kernel drops it anyway
             self.release()
+
+
+def release_all() -> None:
+    """Every lock this process holds released, its file removed: before an exit that skips
+    the clean-ups (`os._exit`), which would leave the files (the kernel drops the locks)."""
+    for lock in list(_held):
+        lock.release()

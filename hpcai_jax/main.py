@@ -16,10 +16,11 @@ if __name__ == "__main__":
 import logging as std_logging  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from absl import app, flags, logging  # noqa: E402
 
-from hpcai_jax import distributed, flagfiles, gpu_settings  # noqa: E402
+from hpcai_jax import distributed, flagfiles, gpu_settings, locks  # noqa: E402
 from hpcai_jax import flags as hflags  # noqa: E402
 from hpcai_jax import help as help_text  # noqa: E402
 from hpcai_jax.errors import UsageError  # noqa: E402
@@ -99,6 +100,41 @@ def _quiet_other_processes() -> None:
         logging.set_verbosity(logging.WARNING)
 
 
+def _missing(path: str) -> list[Path]:
+    """The folders of `path` that do not exist yet, deepest first: those the run may make."""
+    if not path:
+        return []
+    folder, missing = Path(path).absolute(), []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+class _MadeFolders:
+    """The results and checkpoint folders this run made, removed at its end while empty (an
+    error or an interrupt before anything was written): a folder that existed is never
+    touched. Process 0's alone once the job is known: another process would race its
+    writes."""
+
+    def __init__(self, config):
+        reliability = getattr(config, "reliability", None)
+        dirs = (config.results.results_dir, getattr(reliability, "checkpoint_dir", ""))
+        self.folders = [f for d in dirs for f in _missing(d)]
+        self.mine = True
+
+    def remove_empty(self) -> None:
+        if not self.mine:
+            return
+        for folder in self.folders:  # deepest first; one that is not empty keeps its parents
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                break
+
+
 def main(argv: list[str]) -> None:
     installed = interrupt.install()  # already, under `python -m`: at the top of this file
     startup.begin()
@@ -106,10 +142,13 @@ def main(argv: list[str]) -> None:
     _quiet_libraries()
     if len(argv) > 1:
         _fail(f"unexpected arguments {' '.join(argv[1:])!r}: every setting is a --flag")
+    made = None
     try:
         config = hflags.config_from_flags()
         if DRY_RUN.value:
             _dry_run(config)
+        made = _MadeFolders(config)
+        interrupt.on_hard_exit(made.remove_empty)
         # Before JAX starts its backend: XLA and the GPU client read these once, at start.
         applied = gpu_settings.apply(gpu_settings.select(config.gpu_settings))
         # Errors before tables: the phase lines and the settings wait until the mode has checked
@@ -118,6 +157,7 @@ def main(argv: list[str]) -> None:
         with startup.phase("distributed"):
             distributed.initialize(config.distributed)
         startup.quiet(_process_index() != 0)
+        made.mine = _process_index() == 0
         _quiet_other_processes()
         with startup.phase("imports"):
             run_mode = _MODES[config.mode]()
@@ -125,7 +165,10 @@ def main(argv: list[str]) -> None:
             _check_layout(config)
             startup.valid()
             interrupt.exit_at_once(f"--mode={config.mode}")
-        sys.exit(run_mode(config))
+        code = run_mode(config)
+        if config.mode in ("flops", "stream"):  # train and check name their record themselves
+            interrupt.keeping("the run had ended, its record written")
+        sys.exit(code)
     except interrupt.Interrupted as e:
         print(e.line(), file=sys.stderr, flush=True)
         sys.exit(e.exit_code)
@@ -134,8 +177,11 @@ def main(argv: list[str]) -> None:
     except Exception as e:
         distributed.exit_if_lost(e)
         raise
-    finally:  # a refused run logs nothing it held
+    finally:  # a refused run logs nothing it held, and leaves no empty folder it made
         startup.drop()
+        locks.release_all()  # an error's claim, which its traceback would keep until the exit
+        if made is not None:
+            made.remove_empty()
         if installed:  # main called in a process that is not its own (a test): put back
             interrupt.restore()
 

@@ -42,6 +42,7 @@ from hpcai_jax.nodecheck.rows import FAIL, WARN, Row, exit_code, not_judged, tab
 from hpcai_jax.nodecheck.step_fit import Sizing
 from hpcai_jax.records import nodecheck as checks
 from hpcai_jax.records import write as record_write
+from hpcai_jax.run import interrupt
 from hpcai_jax.settings import Settings
 
 # A first guess of building the flagship step (set-up, initial state, compile), before one is
@@ -376,7 +377,9 @@ class Progress:
         # The envelope (provenance: a collective, and a git call) is made once, then reused.
         record = check_record(self.config, self.run_id, result, "partial", reason, self._base)
         self._base = self._base or record
-        results.write_record(self.config.results.results_dir, self.run_id, record)
+        path = results.write_record(self.config.results.results_dir, self.run_id, record)
+        # A signal now ends the check at once (run/interrupt.py): its line names this record.
+        interrupt.keeping(f"kept the partial record {path} ({reason})" if path else "")
 
     def _print(self, text: str | None) -> None:
         if text is not None and jax.process_index() == 0:
@@ -451,6 +454,7 @@ def run_check(config: Settings) -> int:
     result = measure_check(config, started, Progress(config, run_id))
     record = check_record(config, run_id, result)
     path = results.write_record(config.results.results_dir, run_id, record)
+    interrupt.keeping(f"kept the record {path} ({record.status})" if path else "")
     claim.release()
     if jax.process_index() == 0:
         print(render_verdict(result))

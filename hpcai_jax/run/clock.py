@@ -171,16 +171,19 @@ class RunClock:
         """An evaluation, yielding its `Span`: booked as evaluation time and, during training,
         cut out of its epoch (Eq. 6 counts training time only), from the last booked instant
         (the check of who votes, just before it, is the evaluation's too), so that the next
-        epoch starts after it, as the MLLOG's lines are ordered."""
+        epoch starts after it, as the MLLOG's lines are ordered. An evaluation stopped by a
+        signal (run/evaluation.Stopped) is booked as far as it went."""
         self.flush()
         booked = self._last_done
         span = Span(read())
-        yield span
-        end = span.stop()
-        self._progress.eval_s += end - span.start
-        if training:
-            self._last_done = read()
-            self._epochs.excise(self._last_done - booked)
+        try:
+            yield span
+        finally:
+            end = span.stop()
+            self._progress.eval_s += end - span.start
+            if training:
+                self._last_done = read()
+                self._epochs.excise(self._last_done - booked)
 
     @contextlib.contextmanager
     def aside(self):

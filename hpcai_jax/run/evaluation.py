@@ -17,28 +17,51 @@ import numpy as np
 from absl import logging
 
 from hpcai_jax.engine.evaluate import EnsembleQuality, evaluate, out_of_bag
+from hpcai_jax.run import interrupt
 from hpcai_jax.run.clock import RunClock
 from hpcai_jax.run.progress import Progress
 from hpcai_jax.telemetry.mllog import MLLog
 from hpcai_jax.telemetry.profile import EVALUATION
 
 
+class Stopped(Exception):
+    """A signal noted during an evaluation, acted on before its next batch: the run ends
+    `partial`, its reason naming the batch (docs/reliability.md, Interrupts)."""
+
+    def __init__(self, signal_name: str, what: str, batch: int, batches: int):
+        super().__init__(signal_name, what, batch, batches)
+        self.signal_name, self.what, self.batch, self.batches = signal_name, what, batch, batches
+
+    @property
+    def reason(self) -> str:
+        return (
+            f"preempted by {self.signal_name} during {self.what}: the evaluation was "
+            f"interrupted at batch {self.batch} of {self.batches}"
+        )
+
+
 @contextlib.contextmanager
-def _watched(dog, step: int):
-    """Yields the evaluation's on_batch: the watchdog re-armed before each batch at its floor
-    (an evaluation may rightly take minutes; one batch, the first one's compile included, does
-    not take --watchdog_min_s), disarmed at the end; None without a watchdog."""
-    if dog is None:
-        yield None
-        return
+def _watched(dog, step: int, what: str = "the evaluation"):
+    """Yields the evaluation's on_batch. Before each batch: a signal noted stops the
+    evaluation there (`Stopped`; one process only: several would have to agree at each batch,
+    so theirs run to the end), and the watchdog is re-armed at its floor (an evaluation may
+    rightly take minutes; one batch, the first one's compile included, does not take
+    --watchdog_min_s), disarmed at the end."""
+    alone, doing = jax.process_count() == 1, interrupt.doing()
 
     def on_batch(done: int, batches: int) -> None:
-        dog.arm(f"evaluation batch {done + 1} of {batches} at step {step}", None)
+        if alone and (name := interrupt.received()) is not None:
+            raise Stopped(name, what, done + 1, batches)
+        interrupt.at(f"batch {done + 1} of {batches} of {what}" if alone else what)
+        if dog is not None:
+            dog.arm(f"evaluation batch {done + 1} of {batches} at step {step}", None)
 
     try:
         yield on_batch
     finally:
-        dog.disarm()
+        interrupt.at(*doing)
+        if dog is not None:
+            dog.disarm()
 
 
 def evaluate_now(
@@ -54,10 +77,12 @@ def evaluate_now(
 ) -> EnsembleQuality | None:
     """The ensemble's quality at `progress.step` (its out-of-bag estimate too with `oob`);
     during training the evaluation is cut out of its epoch. With `dog` (run/watchdog.Watchdog)
-    each eval batch is bounded by --watchdog_min_s."""
+    each eval batch is bounded by --watchdog_min_s. A signal noted meanwhile stops it before
+    its next batch (`Stopped`)."""
+    what = f"the evaluation at step {progress.step}" if training else "the final evaluation"
     with (
         clock.evaluating(training) as span,
-        _watched(dog, progress.step) as on_batch,
+        _watched(dog, progress.step, what) as on_batch,
         jax.profiler.TraceAnnotation(EVALUATION),  # a phase of a profiler trace
     ):
         quality = evaluate(setup, state, frozenset(progress.diverged), oob=oob, on_batch=on_batch)
@@ -81,7 +106,8 @@ def with_oob(
 ) -> EnsembleQuality:
     """An evaluation taken at the final step, completed with the out-of-bag estimate: the run's
     quality without evaluating the held-out set a second time."""
-    with clock.evaluating(training=False), _watched(dog, step) as on_batch:
+    what = "the final evaluation's out-of-bag estimate"
+    with clock.evaluating(training=False), _watched(dog, step, what) as on_batch:
         oob = out_of_bag(setup, state, np.asarray(quality.kept), on_batch)
     return dataclasses.replace(quality, oob=oob)
 

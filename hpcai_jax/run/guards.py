@@ -33,8 +33,9 @@ FAILED_EXIT_CODE = 1
 
 class PreemptionGuard:
     """Takes the signals over from start-up (run/interrupt.py): one noted before the loop, or
-    during it, stops the run at the next agreed step boundary; one after the loop is noted and
-    the run finishes (its final save is never cut short)."""
+    during it, stops the run at the next agreed step boundary (or an evaluation before its next
+    batch: run/evaluation.py); one after the loop is noted, the final save completes and the
+    final evaluation stops before its next batch. A second SIGINT ends the process at once."""
 
     def __init__(self):
         self._peer = False

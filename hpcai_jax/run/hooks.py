@@ -317,7 +317,10 @@ class Evaluation:
         run.flush()
         if why := run.diverged(keep_last=False):
             return Stop(Status.INVALID, why)
-        quality = run.evaluate(training=True)
+        try:
+            quality = run.evaluate(training=True)
+        except evaluation.Stopped as e:  # a signal: the run ends here, resumable
+            return Stop(Status.PARTIAL, e.reason)
         self.last = (done, quality)
         if self.target is not None and evaluation.reached(quality, self.target):
             logging.info("the ensemble reached the target %g at step %d", self.target, done)
@@ -431,7 +434,7 @@ def final_quality(
 ) -> EnsembleQuality | None:
     """A complete run's quality: the last evaluation where it was taken at the final step (only
     the out-of-bag estimate still to compute), else a final evaluation; None for a run that did
-    not complete."""
+    not complete. A signal during it raises run/evaluation.Stopped."""
     if not complete:
         return None
     if last_eval and last_eval[0] == ctx.progress.step and last_eval[1]:

@@ -28,6 +28,7 @@ from hpcai_jax.records import train
 from hpcai_jax.records import write as record_write
 from hpcai_jax.run import (
     checkpoint_interval,
+    evaluation,
     hooks,
     interrupt,
     kept_weights,
@@ -161,8 +162,8 @@ class Trainer:
                 raise e.keeping(self._restored()) from None
             try:
                 stop = self.run_steps(held)
-                outcome = self.finish(stop)
-                record = self.record(outcome)
+                outcome, quality = self.final_quality(self.finish(stop))
+                record = self.record(outcome, quality)
             except Exception as e:  # before `held` releases: a lost peer ends it at once
                 distributed.exit_if_lost(e)
                 raise
@@ -192,6 +193,8 @@ class Trainer:
             progress.step if self.start.resuming else None,
             progress.mllog_lines,
         )
+        if self.start.resuming:
+            interrupt.keeping(f"no record was written; {self._restored()} stays")
         if self.start.state is None:
             with startup.phase("state", "initialised"):
                 self.start = self.start._replace(state=setup.init_state())
@@ -219,6 +222,13 @@ class Trainer:
             held.callback(window.close, ctx.clock.aside)
         with startup.phase("barrier"):
             barrier("before-timing")
+        interrupt.at("the training step under way", ", then write a partial record")
+        where = self.setup.config.reliability.checkpoint_dir
+        if self.ckpt is not None:
+            interrupt.keeping(
+                f"no record was written; the checkpoints saved before stay in {where} (the "
+                "same command resumes from the newest)"
+            )
         self.mlog.run_start(progress.step, ctx.clock.start())
         logging.info(
             "process %d: training steps %d to %d",
@@ -261,20 +271,32 @@ class Trainer:
         ctx.dog.disarm()
         self.batches.close()
         ctx.clock.finish()
+        interrupt.at("the final checkpoint and weights")  # then the final evaluation stops
         _final_save(ctx, outcome)
         with ctx.bounded("keeping the members' final weights"):
             kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
         self.guard.restore()
         return outcome
 
-    def record(self, outcome: Outcome) -> records.TrainRecord:
+    def final_quality(self, outcome: Outcome) -> tuple[Outcome, EnsembleQuality | None]:
+        """A complete run's final quality (None for another); a signal during its evaluation
+        makes the run `partial` (resumable from the final checkpoint, which re-evaluates)."""
+        interrupt.at("the set-up of the final evaluation")  # each batch names itself
+        try:
+            complete = outcome.status is Status.COMPLETE
+            return outcome, hooks.final_quality(self.ctx, complete, self.evaluation.last)
+        except evaluation.Stopped as e:
+            logging.warning("%s", e.reason)
+            return Outcome(Status.PARTIAL, e.reason), None
+        finally:
+            interrupt.at("the record's writing")
+
+    def record(self, outcome: Outcome, quality: EnsembleQuality | None) -> records.TrainRecord:
         """The run's record: its final quality, the members' last figures and every process's
         timing (the end of the run: every process is here); an epoch lasts as long as its
         slowest process took."""
         ctx, setup = self.ctx, self.setup
         progress, clock, dog = ctx.progress, ctx.clock, ctx.dog
-        complete = outcome.status is Status.COMPLETE
-        quality = hooks.final_quality(ctx, complete, self.evaluation.last)
         dog.arm("the processes' end-of-run gather", _recent_median(progress))
         final = None if clock.last_metrics is None else gather_tree(clock.last_metrics)
         timings = run_clock.per_process(progress, setup.mesh, setup.layout.members_per_device)
@@ -309,6 +331,7 @@ class Trainer:
         self.mlog.run_stop(record, resumable=resumable)
         if path is not None:
             path = outputs.Outputs.of(config, progress.run_id).commit(record.status, resumable)
+            interrupt.keeping(f"kept the record {path} ({record.status})")
         self.claimed.release()
         barrier("exit")
         return Finished(record, str(path) if path else None, outcome.exit_code)
@@ -419,7 +442,8 @@ def _recent_median(progress) -> float | None:
 
 def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
     """The checkpoint a complete or preempted run ends with. Still under the preemption guard:
-    a SIGTERM now is noted, not fatal, so the save is never cut short by it."""
+    a SIGTERM now is noted, not fatal, so the save is never cut short by it (a second SIGINT,
+    a person's "stop now", does: run/interrupt.py)."""
     if ctx.ckpt and outcome.status is not Status.INVALID:
         step, run = ctx.progress.step, hooks.Services(ctx)
         with run.saving(f"the final checkpoint save of step {step}"):
