@@ -22,7 +22,7 @@ from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import StepMetrics
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DiskFull, UsageError
 from hpcai_jax.flops.roofline import stream_bandwidth
 from hpcai_jax.records import train
 from hpcai_jax.records import write as record_write
@@ -136,6 +136,7 @@ class Trainer:
         self.bandwidth, self.dropped = bandwidth, dropped
         self.hooks = hooks.Hooks()
         self.guard: PreemptionGuard | None = None
+        self.not_kept: DiskFull | None = None  # the kept weights' full disk (`finish`)
         # Set by the stages, in their order.
         self.start: resume.Start
         self.mlog: MLLog
@@ -183,6 +184,8 @@ class Trainer:
             config.results.overwrite,
             self.start.resuming,
         )
+        if jax.process_index() == 0:  # the folders its commit replaces are this project's
+            outputs.Outputs.of(config, progress.run_id).refuse_foreign()
         # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
         self.mlog = MLLog.start(
             setup,
@@ -263,7 +266,7 @@ class Trainer:
         ctx.clock.finish()
         _final_save(ctx, outcome)
         with ctx.bounded("keeping the members' final weights"):
-            kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
+            self.not_kept = kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
         self.guard.restore()
         return outcome
 
@@ -297,6 +300,11 @@ class Trainer:
         )
         record = run_record.train_record(end)
         dog.close()
+        if self.not_kept is not None:  # the run is what it is; its weights are not kept
+            why = f"the members' weights were not kept: {self.not_kept}"
+            record = dataclasses.replace(
+                record, reason="; ".join(filter(None, (record.reason, why)))
+            )
         return record
 
     def write(self, record: records.TrainRecord, outcome: Outcome) -> Finished:
@@ -311,6 +319,8 @@ class Trainer:
             path = outputs.Outputs.of(config, progress.run_id).commit(record.status, resumable)
         self.claimed.release()
         barrier("exit")
+        if self.not_kept is not None:  # one line, exit 74, once the record that says so is in
+            raise DiskFull(f"{self.not_kept}; the record {path} is written without them")
         return Finished(record, str(path) if path else None, outcome.exit_code)
 
     # What the stages share.
