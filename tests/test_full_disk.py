@@ -114,3 +114,28 @@ def test_a_run_whose_weights_find_the_disk_full_still_writes_its_record(tmp_path
     assert written["reason"].startswith("the members' weights were not kept: --results_dir=")
     assert not list(results.glob("*.weights*")) and not list(tmp_path.rglob("*.partial"))
     assert "weights_digest" not in log.read_text() and "run_stop" in log.read_text()
+
+
+def test_a_log_with_no_space_anywhere_ends_the_run_as_a_full_disk(tmp_path, monkeypatch, capsys):
+    """The MLLOG's lines are kept in memory and written again at the end; where neither
+    --mllog's partial name nor the spare path has room, the run's one line (raised once its
+    record is in) names the log and its bytes, exit 74, and nothing else is printed."""
+    import io
+
+    from hpcai_jax.telemetry import mllog
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    log, kept = mllog.MLLog(), mllog._KeptLines(io.StringIO())
+    kept.lines, kept.failed = [':::MLLOG {"key": "run_stop"}\n'], os.strerror(errno.ENOSPC)
+    final = tmp_path / "run.mllog"
+    log._kept, log._final, log._spare = kept, final, tmp_path / "spare.mllog"
+    log._path = final.with_name("run.mllog.partial")
+    monkeypatch.setattr(mllog.record_write, "write_text_atomically", full)
+    log._keep_complete()
+    assert str(log.lost) == (
+        f"--mllog={final}: no space left on device to write the log {log._path} (29 bytes "
+        f"needed); nor at {tmp_path}/spare.mllog"
+    )
+    assert log.lost.exit_code == 74 and capsys.readouterr().err == ""

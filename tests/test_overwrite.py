@@ -66,11 +66,27 @@ def _events_folder(tmp_path: Path) -> Path:
 # (what is there, the flag that names it, what the line says it is)
 CASES = {
     "log folder": (_logs_folder, "--mllog", "is a directory, not an MLLOG"),
-    "notes file as the log": (_notes, "--mllog", "is a file that is not an MLLOG"),
+    "notes file as the log": (
+        _notes,
+        "--mllog",
+        "is a file of other lines than :::MLLOG ones, not an MLLOG",
+    ),
     "folder named like the record": (_record_folder, "", "mine.json is a directory"),
-    "JSON that is no record": (_foreign_json, "", "is a file that is not a hpcai_jax record"),
-    "folder named like the weights": (_weights_folder, "", "is a directory that is not kept"),
-    "folder named like the events": (_events_folder, "", "holding other files than TensorBoard"),
+    "JSON that is no record": (
+        _foreign_json,
+        "",
+        "is JSON without a record's run_id, mode and status, not a record",
+    ),
+    "folder named like the weights": (
+        _weights_folder,
+        "",
+        "is a directory without an orbax checkpoint in it, not kept weights",
+    ),
+    "folder named like the events": (
+        _events_folder,
+        "",
+        "holding other files than TensorBoard events (keep.txt), not",
+    ),
 }
 
 
@@ -152,3 +168,23 @@ def test_a_new_run_never_replaces_an_earlier_runs_partial_log(tmp_path, monkeypa
     (own,) = set(now) - set(before)
     assert own.endswith(".partial") and "init_start" in Path(own).read_text()
     assert earlier.read_text().endswith('"segment_stop"}\n')
+
+
+def test_the_spare_path_of_a_log_never_replaces_a_users_file(tmp_path, capsys):
+    """Where --mllog cannot be written, the whole log goes to the spare path
+    (--checkpoint_dir/<run id>.mllog, else ./<run id>.mllog), unless a file of a user's is
+    there: then it is kept as it was and the error line says so."""
+    import io
+
+    from hpcai_jax.telemetry import mllog
+
+    blocker = _write(tmp_path / "blocker", "a file where the log's folder should be")
+    spare = _notes(tmp_path)
+    log, kept = mllog.MLLog(), mllog._KeptLines(io.StringIO())
+    kept.lines, kept.failed = [OUR_LOG], "Read-only file system"
+    log._kept, log._spare = kept, spare
+    log._final, log._path = blocker / "run.mllog", blocker / "run.mllog.partial"
+    log._keep_complete()
+    assert spare.read_text() == "my notes on the runs\n"
+    err = capsys.readouterr().err
+    assert f"{spare} is a file of other lines than :::MLLOG ones, not replaced" in err

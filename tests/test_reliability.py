@@ -389,11 +389,24 @@ def test_existing_record_is_not_overwritten(tmp_path):
     again = run_in_process(*SHORT, "--steps=2", "--run_name=same", f"--results_dir={tmp_path}")
     assert_one_line_error(again, "already holds a record of run id same", "--overwrite")
     assert (tmp_path / "same.json").read_text() == original
+    # With --overwrite, the earlier run's record, MLLOG and kept weights (the project's own,
+    # told by content: tests/test_overwrite.py) are replaced by this run's.
+    log = tmp_path / "same.mllog"
+    log.write_text(':::MLLOG {"key": "run_stop", "metadata": {"run_id": "same"}}\n')
+    (tmp_path / "same.weights").mkdir()
+    (tmp_path / "same.weights" / "_CHECKPOINT_METADATA").write_text("{}")
     forced = run_in_process(
-        *SHORT, "--steps=2", "--run_name=same", "--overwrite", f"--results_dir={tmp_path}"
+        *SHORT,
+        "--steps=2",
+        "--run_name=same",
+        "--overwrite",
+        f"--results_dir={tmp_path}",
+        f"--mllog={log}",
     )
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert (tmp_path / "same.json").read_text() != original
+    assert log.read_text().startswith(":::MLLOG") and "submission_benchmark" in log.read_text()
+    assert (tmp_path / "same.weights" / "_CHECKPOINT_METADATA").read_text() != "{}"
     # 2 steps of an epoch of 8: no Eq. 6 figure, hence no VFLOPS; the record says why. One
     # evaluation, at the end, below the target 0.9: no time to target, and why.
     record = read(tmp_path / "same.json")
@@ -411,6 +424,7 @@ def test_existing_record_is_not_overwritten(tmp_path):
     # (docs/observe.md); no temp files left.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "same.json",
+        "same.mllog",
         "same.weights",
         "tensorboard",
     ]

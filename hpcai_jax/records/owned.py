@@ -4,7 +4,7 @@ symbolic link or a file the project did not write is refused in one line, with o
 --overwrite: what a user keeps under an output's name is never lost.
 
 Each `foreign_*` gives "" where nothing is there or what is there is the project's own output of
-that kind, else what it is ("a directory", "a file that is not an MLLOG", ...).
+that kind, else what it is ("a directory", "a file that is not JSON", ...).
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def _not_a_record(path: Path) -> str:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
-        return "a file that is not a hpcai_jax record (not JSON)"
+        return "a file that is not JSON"
     if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in _RECORD_KEYS):
         return ""
-    return "a file that is not a hpcai_jax record (JSON without a record's run_id, mode, status)"
+    return "JSON without a record's run_id, mode and status"
 
 
 def foreign_log(path: str | Path) -> str:
@@ -66,7 +66,7 @@ def foreign_log(path: str | Path) -> str:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError):
-        return "a file that is not an MLLOG (not text)"
+        return "a file that is not text"
     if not lines:
         return ""
     try:
@@ -75,7 +75,7 @@ def foreign_log(path: str | Path) -> str:
         first = None
     if all(line.startswith(MLLOG_PREFIX) for line in lines) and isinstance(first, dict):
         return ""
-    return "a file that is not an MLLOG (a line without :::MLLOG)"
+    return "a file of other lines than :::MLLOG ones"
 
 
 def foreign_weights(path: str | Path) -> str:
@@ -84,15 +84,15 @@ def foreign_weights(path: str | Path) -> str:
     if kind in ("", "dir"):
         if not kind or any((Path(path) / mark).exists() for mark in _ORBAX_MARKS):
             return ""
-        return "a directory that is not kept weights (no orbax checkpoint in it)"
-    return "a file, not a folder of kept weights" if kind == "file" else kind
+        return "a directory without an orbax checkpoint in it"
+    return "a file" if kind == "file" else kind
 
 
 def foreign_events(path: str | Path) -> str:
     """ "" for nothing there or a folder of TensorBoard event files only, else what is there."""
     kind = _kind(Path(path))
     if kind == "file":
-        return "a file, not a folder of TensorBoard events"
+        return "a file"
     if kind != "dir":
         return kind
     for entry in Path(path).rglob("*"):

@@ -21,6 +21,7 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.records import owned
 from hpcai_jax.records import write as record_write
 from hpcai_jax.run import kept_weights
+from hpcai_jax.telemetry import mllog
 
 FINISHED = ("complete", "invalid")  # a record no preempted run's may replace
 
@@ -71,11 +72,14 @@ class Outputs:
             shutil.rmtree(old, ignore_errors=True)
         return self.record
 
-    def refuse_foreign(self) -> None:
-        """Before any compute: the folders the commit replaces (the events, the kept weights)
-        hold what this project wrote, else one line, whatever --overwrite says
-        (records/owned.py). The record and the MLLOG are checked where they are claimed and
-        opened (records/write.py, telemetry/mllog.py)."""
+    def refuse_foreign(self, results_dir: str) -> None:
+        """Before any compute: each name the commit replaces holds nothing, or what this
+        project wrote, else one line, whatever --overwrite says (records/owned.py). Checked
+        again where the record is claimed and the MLLOG opened (records/write.py,
+        telemetry/mllog.py)."""
+        record_write.refuse_foreign(results_dir, self.record)
+        if self.mllog is not None:
+            mllog.refuse_foreign(self.mllog)
         checks = (
             (self.events, owned.foreign_events, "TensorBoard events"),
             (self.weights, owned.foreign_weights, "kept weights"),

@@ -95,6 +95,9 @@ def train_and_evaluate(config: RunConfig) -> Finished:
     """Runs the bagged-ensemble benchmark: its record (also written), path and exit code."""
     wall_start = run_clock.read()
     record_write.check_writable(config.results.results_dir)
+    if jax.process_index() == 0:  # a directory or a user's file as an output: refused at once
+        run_id = record_write.run_id(config, "train")  # a resumed run's: checked again later
+        outputs.Outputs.of(config, run_id).refuse_foreign(config.results.results_dir)
     # A --stream_record is read before any work, so that a bad one fails at once.
     bandwidth = (
         stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
@@ -184,8 +187,8 @@ class Trainer:
             config.results.overwrite,
             self.start.resuming,
         )
-        if jax.process_index() == 0:  # the folders its commit replaces are this project's
-            outputs.Outputs.of(config, progress.run_id).refuse_foreign()
+        if jax.process_index() == 0:  # the names its commit replaces hold the project's files
+            outputs.Outputs.of(config, progress.run_id).refuse_foreign(config.results.results_dir)
         # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
         self.mlog = MLLog.start(
             setup,
@@ -321,6 +324,8 @@ class Trainer:
         barrier("exit")
         if self.not_kept is not None:  # one line, exit 74, once the record that says so is in
             raise DiskFull(f"{self.not_kept}; the record {path} is written without them")
+        if self.mlog.lost is not None:  # the log found no space, here or at its spare path
+            raise self.mlog.lost
         return Finished(record, str(path) if path else None, outcome.exit_code)
 
     # What the stages share.

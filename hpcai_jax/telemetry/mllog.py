@@ -19,7 +19,7 @@ from absl import logging as absl_logging
 
 from hpcai_jax import nodes, records, results, rules
 from hpcai_jax.data import digest as data_digest
-from hpcai_jax.errors import UsageError, disk_full, is_full
+from hpcai_jax.errors import DiskFull, UsageError, disk_full, is_full
 from hpcai_jax.records import owned
 from hpcai_jax.records import write as record_write
 
@@ -92,6 +92,7 @@ class MLLog:
         self._earlier = ""  # what the file held when a resumed segment started appending
         self._kept: _KeptLines | None = None
         self._spare: Path | None = None  # where the log goes if --mllog cannot be written
+        self.lost: DiskFull | None = None  # no space for the log anywhere (`_keep_complete`)
 
     @classmethod
     def start(
@@ -354,11 +355,15 @@ class MLLog:
         except OSError:
             pass
         why = self._kept.failed or "the file was removed or cut during the run"
+        full = False
         for target in (self._path, self._spare):
+            if target == self._spare and (what := owned.foreign_log(target)):
+                why = f"{why}; {target} is {what}, not replaced"  # records/owned.py
+                continue
             try:
                 record_write.write_text_atomically(target, text)
             except OSError as e:
-                why = f"{why}; {target}: {e.strerror or e}"
+                why, full = f"{why}; {target}: {e.strerror or e}", full or is_full(e)
                 continue
             print(
                 f"hpcai_jax: warning: --mllog={self._final or self._path}: {why}; the whole log was written "
@@ -366,6 +371,10 @@ class MLLog:
                 file=sys.stderr,
                 flush=True,
             )
+            return
+        if full:  # the run raises it once its record is in (run/trainer.py): exit 74
+            flag, size = f"--mllog={self._final or self._path}", len(text.encode())
+            self.lost = disk_full(flag, "the log", self._path, size, f"nor at {self._spare}")
             return
         print(
             f"hpcai_jax: error: --mllog={self._final or self._path}: {why}",
@@ -463,7 +472,7 @@ def _continued(
     `path`), cut back to its checkpoint where it died without its segment_stop (`lost`: a
     SIGKILL, a node); any other run keeps or refuses the log at `path` (`_keep_earlier`) and
     starts a new one, which replaces it only once the run commits its outputs."""
-    _refuse_foreign(path)
+    refuse_foreign(path)
     if resumed_at is None:
         _keep_earlier(path, config.results.overwrite, None)
         return False, False
@@ -477,7 +486,7 @@ def _continued(
     return append, lost
 
 
-def _refuse_foreign(path: Path) -> None:
+def refuse_foreign(path: Path) -> None:
     """--mllog (or its partial name) holding a directory, a link or a file that is not an
     MLLOG: one line, whatever --overwrite says (records/owned.py)."""
     for name in (path, record_write.staged(path)):
