@@ -128,6 +128,19 @@ def draining_event_loops():
         asyncio.set_event_loop_policy(previous)
 
 
+def remove_unfinished(folders) -> None:
+    """Removes the folders a failed save left. orbax's writer threads of the failed save may
+    still be ending (its close gives up on the first error), and one may add a file while the
+    folder is removed: it is removed again, for at most a few seconds."""
+    for folder in folders:
+        deadline = time.monotonic() + 5.0
+        while True:
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists() or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+
+
 # orbax's step metadata: every complete save writes it into its step directory.
 _STEP_METADATA = "_CHECKPOINT_METADATA"
 # A step's verdict on one process; the worst over the processes is the step's.
@@ -419,8 +432,7 @@ class Checkpointer:
         then += "resume"
         if is_full(error):
             if jax.process_index() == 0:  # the unfinished step's temporary folder
-                for folder in Path(self.directory).glob("*.orbax-checkpoint-tmp*"):
-                    shutil.rmtree(folder, ignore_errors=True)
+                remove_unfinished(Path(self.directory).glob("*.orbax-checkpoint-tmp*"))
             flag, needed = f"--checkpoint_dir={self.directory}", self._bytes
             raise disk_full(flag, "a checkpoint in", self.directory, needed, then) from None
         raise UsageError(

@@ -11,7 +11,6 @@ any host, whatever mesh wrote them.
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 
 import jax
@@ -23,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from hpcai_jax.errors import DiskFull, UsageError, disk_full, is_full
 from hpcai_jax.records import write as record_write
-from hpcai_jax.run.checkpoint import draining_event_loops
+from hpcai_jax.run.checkpoint import draining_event_loops, remove_unfinished
 
 SUFFIX = ".weights"
 ITEMS = ("params", "model_state")
@@ -157,7 +156,6 @@ def _saved_or_full(path: Path, tree: dict, results_dir: str) -> DiskFull | None:
         if not is_full(e):
             raise
     if jax.process_index() == 0:
-        for folder in [path, *path.parent.glob(f"{path.name}.orbax-checkpoint-tmp*")]:
-            shutil.rmtree(folder, ignore_errors=True)
+        remove_unfinished([path, *path.parent.glob(f"{path.name}.orbax-checkpoint-tmp*")])
     needed = sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree.leaves(tree))
     return disk_full(f"--results_dir={results_dir}", "the members' weights", path, needed)
