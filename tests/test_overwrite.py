@@ -14,6 +14,7 @@ import pytest
 from conftest import TINY
 from helpers import ROOT, assert_one_line_error, run_in_process
 
+from hpcai_jax.errors import UsageError
 from hpcai_jax.records import owned
 from hpcai_jax.records import write as record_write
 
@@ -188,3 +189,16 @@ def test_the_spare_path_of_a_log_never_replaces_a_users_file(tmp_path, capsys):
     assert spare.read_text() == "my notes on the runs\n"
     err = capsys.readouterr().err
     assert f"{spare} is a file of other lines than :::MLLOG ones, not replaced" in err
+
+
+@pytest.mark.parametrize("name", ["mine.json", "mine.json.partial"])
+def test_every_mode_refuses_a_folder_named_like_its_record(tmp_path, name):
+    """records/write.claim, which the train, stream, flops and check modes call before any
+    compute: a folder under the record's name or its partial name is refused with
+    --overwrite too, and kept."""
+    folder = _write(tmp_path / name / "keep.txt", "mine\n").parent
+    before = _sums(folder)
+    with pytest.raises(UsageError, match=rf"{name} is a directory, not a record") as error:
+        record_write.claim(str(tmp_path), "mine", overwrite=True)
+    assert "--overwrite" not in str(error.value) and _sums(folder) == before
+    assert not (tmp_path / ".mine.lock").exists()  # nothing of the run left
