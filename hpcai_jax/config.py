@@ -513,7 +513,10 @@ class ResultsConfig(Checked):
         message="expected a file-name-safe id (no '/')",
     )
     overwrite: bool = _field(
-        False, "Replace an existing record of the same run id instead of refusing to start."
+        False,
+        "Replace this run id's earlier record, MLLOG, events and kept weights instead of "
+        "refusing to start: only files this project wrote, told by their content; a directory "
+        "or another file under those names is refused either way.",
     )
     target_quality: float | None = _field(
         None,

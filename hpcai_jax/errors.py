@@ -9,6 +9,10 @@ LOST_EXIT_CODE = 69
 # saved or restored); the launch scripts requeue it. A run signalled before it had anything to
 # resume from exits 128 + the signal's number instead (run/interrupt.py).
 PREEMPTED_EXIT_CODE = 75
+# EX_IOERR: a write found no space (ENOSPC) or no quota (EDQUOT) left (`DiskFull`); the launch
+# scripts requeue it, up to MAX_REQUEUES, as space is often freed by then (another job's files
+# removed, a scratch purge) and the run resumes from its last complete checkpoint.
+NO_SPACE_EXIT_CODE = 74
 
 
 class UsageError(Exception):
@@ -26,6 +30,41 @@ class DataError(UsageError):
     the same bytes (docs/reliability.md, Exit codes)."""
 
     exit_code = 65
+
+
+class DiskFull(UsageError):
+    """A write of the run found the file system full or the quota spent: one line naming the
+    path and the bytes it needed, exit 74 (requeued: docs/reliability.md, Exit codes)."""
+
+    exit_code = NO_SPACE_EXIT_CODE
+
+
+_NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded", "os_error_code='28'")
+
+
+def is_full(error: BaseException | None) -> bool:
+    """Whether `error`, or one it came from, says the disk or the quota is full: an OSError of
+    ENOSPC or EDQUOT, or tensorstore's ValueError (RESOURCE_EXHAUSTED: ... No space left on
+    device [os_error_code='28']) that orbax raises for it."""
+    import errno
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(text in str(error) for text in _NO_SPACE_TEXT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def disk_full(flag: str, what: str, path, needed: int | None = None, then: str = "") -> DiskFull:
+    """The one line of a write that found no space: the flag that named the place, what it
+    wrote and where, the bytes it needed (where known) and what was kept."""
+    size = f" ({needed:,} bytes needed)" if needed else ""
+    then = f"; {then}" if then else ""
+    return DiskFull(f"{flag}: no space left on device to write {what} {path}{size}{then}")
 
 
 def tool_main(prog: str, run, argv: list[str]) -> int:

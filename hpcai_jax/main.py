@@ -23,7 +23,7 @@ from absl import app, flags, logging  # noqa: E402
 from hpcai_jax import distributed, flagfiles, gpu_settings, locks  # noqa: E402
 from hpcai_jax import flags as hflags  # noqa: E402
 from hpcai_jax import help as help_text  # noqa: E402
-from hpcai_jax.errors import UsageError  # noqa: E402
+from hpcai_jax.errors import UsageError, is_full  # noqa: E402
 from hpcai_jax.run import interrupt, startup  # noqa: E402
 
 
@@ -86,8 +86,25 @@ class _NoLibraryInfo(std_logging.Filter):
         )
 
 
+class _NoFullDiskTracebacks(_NoLibraryInfo):
+    """Drops the libraries' own reports of a write that found the disk full (orbax logs one
+    traceback per thread of a failed save, about 30 lines each): the run names it in one line
+    and exits 74 (errors.DiskFull)."""
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if not any(part in record.pathname for part in self._parts):
+            return True
+        error = record.exc_info[1] if record.exc_info else None
+        return not (is_full(error) or is_full(Exception(record.getMessage())))
+
+
+_FULL_DISK = _NoFullDiskTracebacks("orbax")  # one instance: added once, however often main runs
+
+
 def _quiet_libraries() -> None:
-    """The libraries' INFO lines stay out of the run's log unless --verbosity=1 or more asks."""
+    """The libraries' INFO lines stay out of the run's log unless --verbosity=1 or more asks;
+    their reports of a full disk always do."""
+    logging.get_absl_logger().addFilter(_FULL_DISK)
     if logging.get_verbosity() < logging.DEBUG:
         logging.get_absl_logger().addFilter(_NoLibraryInfo("orbax"))
 

@@ -199,6 +199,20 @@ def test_a_lost_or_hung_step_is_requeued_up_to_max_requeues(cluster, script, cod
 
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SBATCH)
+def test_a_full_disk_is_requeued_up_to_max_requeues(cluster, script):
+    """Exit 74 (errors.DiskFull): space is often freed by the next start (a purge, another
+    job's files removed); the job resumes from its last complete checkpoint."""
+    result = run(script, cluster, STUB_SRUN_RC="74", SLURM_RESTART_COUNT="1")
+    assert result.returncode == 74
+    assert recorded(cluster, "scontrol") == ["requeue", "4321"]
+    assert "step found no space left on device (exit 74), restart 1 of 3" in result.stdout
+    (Path(cluster["STUB_DIR"]) / "scontrol.args").unlink()
+    result = run(script, cluster, STUB_SRUN_RC="74", SLURM_RESTART_COUNT="3")
+    assert result.returncode == 74 and recorded(cluster, "scontrol") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SBATCH)
 @pytest.mark.parametrize("code", ["1", "2", "65"])  # invalid run, usage error, bad data
 def test_a_failed_step_is_not_requeued(cluster, script, code):
     result = run(script, cluster, STUB_SRUN_RC=code)

@@ -23,7 +23,7 @@ from helpers import (
     subprocess_env,
 )
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DiskFull, UsageError
 from hpcai_jax.records import read, to_dict
 from hpcai_jax.run.checkpoint import Checkpointer
 
@@ -389,11 +389,24 @@ def test_existing_record_is_not_overwritten(tmp_path):
     again = run_in_process(*SHORT, "--steps=2", "--run_name=same", f"--results_dir={tmp_path}")
     assert_one_line_error(again, "already holds a record of run id same", "--overwrite")
     assert (tmp_path / "same.json").read_text() == original
+    # With --overwrite, the earlier run's record, MLLOG and kept weights (the project's own,
+    # told by content: tests/test_overwrite.py) are replaced by this run's.
+    log = tmp_path / "same.mllog"
+    log.write_text(':::MLLOG {"key": "run_stop", "metadata": {"run_id": "same"}}\n')
+    (tmp_path / "same.weights").mkdir()
+    (tmp_path / "same.weights" / "_CHECKPOINT_METADATA").write_text("{}")
     forced = run_in_process(
-        *SHORT, "--steps=2", "--run_name=same", "--overwrite", f"--results_dir={tmp_path}"
+        *SHORT,
+        "--steps=2",
+        "--run_name=same",
+        "--overwrite",
+        f"--results_dir={tmp_path}",
+        f"--mllog={log}",
     )
     assert forced.returncode == 0, forced.stderr[-2000:]
     assert (tmp_path / "same.json").read_text() != original
+    assert log.read_text().startswith(":::MLLOG") and "submission_benchmark" in log.read_text()
+    assert (tmp_path / "same.weights" / "_CHECKPOINT_METADATA").read_text() != "{}"
     # 2 steps of an epoch of 8: no Eq. 6 figure, hence no VFLOPS; the record says why. One
     # evaluation, at the end, below the target 0.9: no time to target, and why.
     record = read(tmp_path / "same.json")
@@ -411,6 +424,7 @@ def test_existing_record_is_not_overwritten(tmp_path):
     # (docs/observe.md); no temp files left.
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "same.json",
+        "same.mllog",
         "same.weights",
         "tensorboard",
     ]
@@ -484,9 +498,9 @@ def test_sigterm_during_a_save_and_a_removed_results_directory(tmp_path, monkeyp
 def test_a_full_disk_while_saving_keeps_the_earlier_checkpoints(tmp_path, monkeypatch):
     """The injection: writing step 2's checkpoint fails with ENOSPC, in orbax's background
     commit as a full disk does; the failure surfaces at the next save. That save raises the
-    one-line error (the loop lets it end the run: exit 2, no record) naming the directory and
-    what is kept; step 1 is whole and is what the next run resumes from; the unfinished step is
-    no step (orbax removes its temporary directory at the next run's first save)."""
+    one-line error (the loop lets it end the run: exit 74, requeued, no record) naming the
+    directory, the bytes a step needs and what is kept; step 1 is whole and is what the next run
+    resumes from; the unfinished step's temporary folder is removed."""
     import jax.numpy as jnp
 
     handler = _json_meta_writer()
@@ -501,11 +515,15 @@ def test_a_full_disk_while_saving_keeps_the_earlier_checkpoints(tmp_path, monkey
     first = Checkpointer(str(tmp_path), every=1, keep=2, fingerprint_value={})
     for step in (1, 2):
         first.save(step, {"w": jnp.full(3, float(step))}, {"step": step})
-    with pytest.raises(UsageError) as error:
+    with pytest.raises(DiskFull) as error:
         first.save(3, {"w": jnp.full(3, 3.0)}, {"step": 3})
-    assert str(error.value).startswith(f"--checkpoint_dir={tmp_path}: cannot write a checkpoint")
-    assert "No space left on device" in str(error.value) and "(steps [1])" in str(error.value)
-    assert "\n" not in str(error.value)
+    assert str(error.value) == (
+        f"--checkpoint_dir={tmp_path}: no space left on device to write a checkpoint in "
+        f"{tmp_path} (12 bytes needed); the complete checkpoints are kept (steps [1]): free "
+        "space and run again to resume"
+    )
+    assert error.value.exit_code == 74  # requeued: the job resumes from step 1
+    assert not list(tmp_path.glob("*orbax-checkpoint-tmp*"))  # the unfinished step removed
     first.close()  # the error path closes it again
     monkeypatch.undo()
 

@@ -8,7 +8,7 @@ import pytest
 from helpers import tiny_config
 
 from hpcai_jax import records, results
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DiskFull, UsageError
 from hpcai_jax.records import write as record_write
 
 
@@ -63,12 +63,13 @@ def test_run_id_is_the_run_name_or_a_fresh_one():
 
 def test_a_record_is_claimed_once(tmp_path):
     results.claim(str(tmp_path), "a", overwrite=False)  # nothing there yet
-    (tmp_path / "a.json").write_text(json.dumps({"run_id": "a", "status": "partial"}))
+    record = {"run_id": "a", "mode": "train", "status": "partial"}
+    (tmp_path / "a.json").write_text(json.dumps(record))
     with pytest.raises(UsageError, match="already holds a record of run id a"):
         results.claim(str(tmp_path), "a", overwrite=False)
     results.claim(str(tmp_path), "a", overwrite=True)
     results.claim(str(tmp_path), "a", overwrite=False, resuming=True)  # its own partial record
-    (tmp_path / "a.json").write_text(json.dumps({"run_id": "a", "status": "complete"}))
+    (tmp_path / "a.json").write_text(json.dumps({**record, "status": "complete"}))
     with pytest.raises(UsageError):
         results.claim(str(tmp_path), "a", overwrite=False, resuming=True)
 
@@ -81,7 +82,7 @@ def test_two_runs_given_the_same_results_directory(tmp_path):
     other = results.claim(str(tmp_path), "other", overwrite=False)
     with pytest.raises(UsageError, match=r"run id same is in use by another run \(pid \d+ on "):
         results.claim(str(tmp_path), "same", overwrite=True)  # --overwrite is for finished ones
-    results.write_record(str(tmp_path), "same", {"run_id": "same"})
+    results.write_record(str(tmp_path), "same", {"run_id": "same", "mode": "train", "status": "x"})
     first.release()
     other.release()
     results.claim(str(tmp_path), "same", overwrite=True).release()
@@ -106,8 +107,14 @@ def test_a_full_disk_or_a_removed_directory_never_loses_a_record(tmp_path, monke
         fsync(fd)
 
     monkeypatch.setattr(record_write.os, "fsync", full)
-    with pytest.raises(UsageError, match=r"cannot write the record .*r\.json \(No space left"):
+    with pytest.raises(DiskFull) as error:
         results.write_record(str(tmp_path), "r", {"run_id": "r", "status": "complete"})
+    needed = len(json.dumps({"run_id": "r", "status": "complete"}, indent=2)) + 1
+    assert str(error.value) == (
+        f"--results_dir={tmp_path}: no space left on device to write the record "
+        f"{tmp_path}/r.json ({needed} bytes needed); nothing there was replaced"
+    )
+    assert error.value.exit_code == 74  # requeued (docs/reliability.md, Exit codes)
     assert (tmp_path / "r.json").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
     monkeypatch.undo()

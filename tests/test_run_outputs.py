@@ -132,10 +132,21 @@ def test_sigint_waits_until_every_output_is_renamed(tmp_path, monkeypatch):
 
 
 def test_a_folder_is_staged_empty_or_with_what_the_run_wrote_before(tmp_path):
+    """A new run's folder starts empty, beside an earlier try's partial folder (kept: its resume
+    continues it), under a name of its own; a resumed run's holds what it wrote before."""
     final = tmp_path / "tensorboard" / "run"
     _write(final / "a", "segment 1")
     _write(record_write.staged(final) / "stale", "an earlier try")
-    assert not outputs.stage_folder(final, resuming=False).exists()  # made by its writer
+    fresh = outputs.stage_folder(final, resuming=False)
+    assert fresh == final.with_name(f"run.{os.getpid()}.partial") and not fresh.exists()
+    assert (record_write.staged(final) / "stale").read_text() == "an earlier try"
+    assert record_write.stage_of(final) == record_write.staged(final)  # none written yet
+    fresh.mkdir()
+    assert record_write.stage_of(final) == fresh  # what the commit renames
+    fresh.rmdir()
+    (record_write.staged(final) / "stale").unlink()
+    assert outputs.stage_folder(final, resuming=False) == record_write.staged(final)  # empty
+    record_write.staged(final).rmdir()
     staged = outputs.stage_folder(final, resuming=True)  # a copy of the committed folder
     assert (staged / "a").read_text() == "segment 1" and (final / "a").exists()
     _write(staged / "b", "segment 2, interrupted")
@@ -156,14 +167,14 @@ def test_the_mllog_is_written_at_its_partial_name_and_resumed_from_it(tmp_path):
     committed one."""
     path, spare = tmp_path / "logs" / "run.mllog", tmp_path / "spare.mllog"
     staged = record_write.staged(path)
-    _write(path, "the earlier run's log\n")
+    _write(path, ':::MLLOG {"key": "run_stop"}\n')  # the earlier run's log
     with pytest.raises(UsageError, match="another run's log"):
         mllog._continued(_config(tmp_path), path, spare, "a", None, 0)
     assert mllog._continued(_config(tmp_path, overwrite=True), path, spare, "a", None, 0) == (
         False,
         False,
     )
-    assert path.read_text() == "the earlier run's log\n" and not staged.exists()
+    assert path.read_text() == ':::MLLOG {"key": "run_stop"}\n' and not staged.exists()
     _write(path, ":::MLLOG {}\n" + _stop("a", 12) + "\n")  # a committed segment
     assert mllog._continued(_config(tmp_path), path, spare, "a", 12, 0) == (True, False)
     assert staged.read_text() == path.read_text()

@@ -11,9 +11,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import UsageError, disk_full, is_full
 from hpcai_jax.file_modes import as_created
 from hpcai_jax.locks import Busy, PathLock
+from hpcai_jax.records import owned
 from hpcai_jax.records.envelope import Record
 from hpcai_jax.records.schema import to_dict
 
@@ -45,8 +46,10 @@ def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False
     """Refuses, before any compute, to overwrite another run's record, or to run while another
     live run writes the same record (two runs given the same results directory and run id). A
     resumed run may replace its own partial record; --overwrite replaces any finished record,
-    never a running one's. The writing process's (results.claim)."""
+    never a running one's, and nothing that is not a record of this project (`refuse_foreign`).
+    The writing process's (results.claim)."""
     path = check_writable(results_dir) / f"{run_id}.json"
+    refuse_foreign(results_dir, path)
     try:
         lock = PathLock(str(path.parent / f".{run_id}.lock"))
     except Busy as e:
@@ -73,6 +76,17 @@ def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False
     )
 
 
+def refuse_foreign(results_dir: str, path: Path) -> None:
+    """A record's name (or its partial name) that holds a directory, a link or a file that is
+    not a record of this project: one line, whatever --overwrite says (records/owned.py)."""
+    for name in (path, staged(path)):
+        if what := owned.foreign_record(name):
+            raise UsageError(
+                f"--results_dir={results_dir}: {name} is {what}, not a record this run may "
+                "replace: move it away or choose another --run_name"
+            )
+
+
 def check_writable(results_dir: str) -> Path:
     """Fails early (before any compute) when the results directory cannot be written."""
     path = Path(results_dir)
@@ -94,6 +108,27 @@ def staged(path: str | Path) -> Path:
     """Where a run writes `path` until it commits its outputs together: `PATH.partial`."""
     path = Path(path)
     return path.with_name(path.name + PARTIAL)
+
+
+def fresh_stage(path: str | Path) -> Path:
+    """Where a new run stages `path`: its partial name, unless an earlier run's output is there
+    (one interrupted or failed before its commit, which its resume continues): then
+    `PATH.<pid>.partial`, so that nothing of an earlier run is replaced before this run commits
+    its outputs (run/outputs.py finds it by `stage_of`)."""
+    name = staged(path)
+    try:
+        taken = name.is_symlink() or (name.is_dir() and any(name.iterdir()))
+        taken = taken or (name.is_file() and name.stat().st_size > 0)
+    except OSError:
+        taken = True
+    return name.with_name(f"{Path(path).name}.{os.getpid()}{PARTIAL}") if taken else name
+
+
+def stage_of(path: str | Path) -> Path:
+    """Where this process staged `path`: its `fresh_stage` name where it wrote one, else its
+    partial name."""
+    own = Path(path).with_name(f"{Path(path).name}.{os.getpid()}{PARTIAL}")
+    return own if own.exists() else staged(path)
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -126,19 +161,27 @@ def write_record(results_dir: str, run_id: str, record: Record | dict, stage: bo
     path = staged(path) if stage else path
     if not isinstance(record, dict):
         record = to_dict(record)
+    text = json.dumps(record, indent=2, sort_keys=False, default=_jsonable) + "\n"
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w") as f:
             as_created(f.fileno())
-            json.dump(record, f, indent=2, sort_keys=False, default=_jsonable)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         if tmp:
             Path(tmp).unlink(missing_ok=True)
+        if is_full(e):
+            raise disk_full(
+                f"--results_dir={results_dir}",
+                "the record",
+                path,
+                len(text.encode()),
+                "nothing there was replaced",
+            ) from None
         raise UsageError(
             f"--results_dir={results_dir}: cannot write the record {path} ({e.strerror}); "
             "nothing there was replaced"

@@ -21,7 +21,9 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import shutil
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -32,7 +34,7 @@ from etils import epath
 from hpcai_jax import distributed
 from hpcai_jax.config import RunConfig
 from hpcai_jax.engine.mesh import MeshLayout
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import UsageError, disk_full, is_full
 from hpcai_jax.locks import Busy, PathLock
 
 
@@ -117,13 +119,26 @@ class _DrainingPolicy(asyncio.DefaultEventLoopPolicy):
 
 
 @contextlib.contextmanager
-def _draining_event_loops():
+def draining_event_loops():
     previous = asyncio.get_event_loop_policy()
     asyncio.set_event_loop_policy(_DrainingPolicy())
     try:
         yield
     finally:
         asyncio.set_event_loop_policy(previous)
+
+
+def remove_unfinished(folders) -> None:
+    """Removes the folders a failed save left. orbax's writer threads of the failed save may
+    still be ending (its close gives up on the first error), and one may add a file while the
+    folder is removed: it is removed again, for at most a few seconds."""
+    for folder in folders:
+        deadline = time.monotonic() + 5.0
+        while True:
+            shutil.rmtree(folder, ignore_errors=True)
+            if not folder.exists() or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
 
 
 # orbax's step metadata: every complete save writes it into its step directory.
@@ -178,6 +193,7 @@ class Checkpointer:
         self._layout = dataclasses.asdict(layout) if layout else None
         self._corrupt: list[int] = []  # steps the restore fell back past, still in place
         self._lock = None
+        self._bytes: int | None = None  # the state's size, for a full disk's line
         try:
             path = epath.Path(directory).absolute()
             path.mkdir(parents=True, exist_ok=True)
@@ -219,7 +235,7 @@ class Checkpointer:
         its other files are suspect too; and this class never sees --run_name. So a resume never
         takes another run id than the one its checkpoint was saved with."""
         try:
-            with _draining_event_loops():
+            with draining_event_loops():
                 return self._restore_newest_intact(abstract_state)
         except UsageError:
             self.close()
@@ -337,7 +353,7 @@ class Checkpointer:
         """Until the saves in flight are on disk (the auto interval's probe measures this)."""
         try:
             self._manager.wait_until_finished()
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - tensorstore's full disk is a ValueError
             self._failed(e)
 
     def save(self, step: int, state, meta: dict) -> None:
@@ -355,6 +371,7 @@ class Checkpointer:
             layout=self._layout,  # the mesh that wrote it: may differ from the resuming run's
         )
         meta["meta_digest"] = _meta_digest(meta)  # a key lost or changed makes it corrupt
+        self._bytes = sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree.leaves(state))
         try:
             self._manager.save(
                 step,
@@ -363,7 +380,7 @@ class Checkpointer:
                 ),
                 force=True,
             )
-        except OSError as e:  # this save's, or (async) the one before's
+        except Exception as e:  # noqa: BLE001 - this save's, or (async) the one before's
             self._failed(e)
 
     def _set_aside_corrupt(self, saving: int) -> None:
@@ -397,8 +414,12 @@ class Checkpointer:
         distributed.barrier("checkpoint_set_aside")  # renamed before any process re-reads
         self._manager.reload()
 
-    def _failed(self, error: OSError):
-        """A write failed (a full disk, a removed directory): close, and say what is kept."""
+    def _failed(self, error: Exception):
+        """A write failed (a full disk, a removed directory): close, remove what the failed save
+        left, and say what is kept; any other error is raised as it is. A full disk is exit 74
+        (requeued), another OSError exit 2."""
+        if not (isinstance(error, OSError) or is_full(error)):
+            raise error
         manager, self._manager = self._manager, None
         try:
             kept = list(manager.all_steps())
@@ -407,9 +428,15 @@ class Checkpointer:
         with contextlib.suppress(Exception):  # the same error again, or one caused by it
             manager.close()
         self._release()
+        then = f"the complete checkpoints are kept (steps {kept}): free space and run again to "
+        then += "resume"
+        if is_full(error):
+            if jax.process_index() == 0:  # the unfinished step's temporary folder
+                remove_unfinished(Path(self.directory).glob("*.orbax-checkpoint-tmp*"))
+            flag, needed = f"--checkpoint_dir={self.directory}", self._bytes
+            raise disk_full(flag, "a checkpoint in", self.directory, needed, then) from None
         raise UsageError(
-            f"--checkpoint_dir={self.directory}: cannot write a checkpoint ({error}); the "
-            f"complete checkpoints are kept (steps {kept}): free space and run again to resume"
+            f"--checkpoint_dir={self.directory}: cannot write a checkpoint ({error}); {then}"
         ) from None
 
     def _release(self):
@@ -424,7 +451,7 @@ class Checkpointer:
             return
         try:
             manager.close()  # waits for pending writes first
-        except OSError as e:
+        except Exception as e:  # noqa: BLE001 - tensorstore's full disk is a ValueError
             self._manager = manager
             self._failed(e)
         self._release()

@@ -20,8 +20,9 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DiskFull, UsageError, disk_full, is_full
 from hpcai_jax.records import write as record_write
+from hpcai_jax.run.checkpoint import draining_event_loops, remove_unfinished
 
 SUFFIX = ".weights"
 ITEMS = ("params", "model_state")
@@ -67,7 +68,14 @@ def digest(tree: dict) -> tuple[str, int]:
 
 
 def save(path: Path, tree: dict) -> None:
-    """{params, model_state} at `path` (new), as orbax's StandardSave; every process calls it."""
+    """{params, model_state} at `path` (new), as orbax's StandardSave; every process calls it.
+    A write that fails (a full disk) lets the others in flight end before orbax closes their
+    event loop: they would each print a traceback calling back into it."""
+    with draining_event_loops():
+        _save(path, tree)
+
+
+def _save(path: Path, tree: dict) -> None:
     checkpointer = ocp.StandardCheckpointer()
     try:
         # force: a partial folder left by an earlier try of this run is replaced (results.claim
@@ -109,12 +117,14 @@ def _brief(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
-def keep(ctx, complete: bool) -> None:
+def keep(ctx, complete: bool) -> DiskFull | None:
     """After the final checkpoint (run/trainer.py): a complete run's weights, saved beside the
-    record unless the final checkpoint holds them, and their digest in the MLLOG."""
+    record unless the final checkpoint holds them, and their digest in the MLLOG. A full disk
+    keeps none (no folder left) and gives the one-line error for the run to raise once its
+    record, which says so, is written."""
     config = ctx.setup.config
     if not (config.results.keep_weights and complete):
-        return
+        return None
     state, run_id = ctx.state, ctx.progress.run_id
     tree = {"params": state.params, "model_state": state.model_state}
     if jax.process_count() == 1:
@@ -128,7 +138,24 @@ def keep(ctx, complete: bool) -> None:
         where = beside(config.results.results_dir, run_id)
         kept = "beside the record"
         # Under its partial name until the run commits its outputs together (run/outputs.py).
-        save(record_write.staged(where), tree)
+        if full := _saved_or_full(record_write.staged(where), tree, config.results.results_dir):
+            return full
     value, arrays = digest(tree)
     ctx.mlog.weights_kept(value, {"arrays": arrays, "kept": kept, "path": str(where)})
     logging.info("kept the members' final weights (%s): %s, sha256 %s", kept, where, value)
+    return None
+
+
+def _saved_or_full(path: Path, tree: dict, results_dir: str) -> DiskFull | None:
+    """`save`, or where the disk is full, the folder and orbax's temporary one removed and the
+    error returned (any other failure is raised)."""
+    try:
+        save(path, tree)
+        return None
+    except Exception as e:
+        if not is_full(e):
+            raise
+    if jax.process_index() == 0:
+        remove_unfinished([path, *path.parent.glob(f"{path.name}.orbax-checkpoint-tmp*")])
+    needed = sum(int(getattr(leaf, "nbytes", 0)) for leaf in jax.tree.leaves(tree))
+    return disk_full(f"--results_dir={results_dir}", "the members' weights", path, needed)

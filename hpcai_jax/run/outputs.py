@@ -17,8 +17,11 @@ from pathlib import Path
 
 from absl import logging
 
+from hpcai_jax.errors import UsageError
+from hpcai_jax.records import owned
 from hpcai_jax.records import write as record_write
 from hpcai_jax.run import kept_weights
+from hpcai_jax.telemetry import mllog
 
 FINISHED = ("complete", "invalid")  # a record no preempted run's may replace
 
@@ -51,11 +54,8 @@ class Outputs:
         (`--overwrite`) keeps its files under their partial names, where its resume takes them
         up, and leaves the earlier run's whole."""
         if status not in FINISHED and _finished(self.record):
-            kept = [
-                str(record_write.staged(p))
-                for p in self._files()
-                if record_write.staged(p).exists()
-            ]
+            kept = [str(record_write.stage_of(p)) for p in self._files()]
+            kept = [p for p in kept if Path(p).exists()]
             logging.warning(
                 "%s holds a finished run: this one stopped before it finished, so its files are "
                 "kept under partial names (%s) and the earlier run's are untouched%s",
@@ -67,10 +67,30 @@ class Outputs:
         replaced = []
         with _signals_held():
             for final in self._files():
-                replaced += _replace(record_write.staged(final), final)
+                replaced += _replace(record_write.stage_of(final), final)
         for old in replaced:
             shutil.rmtree(old, ignore_errors=True)
         return self.record
+
+    def refuse_foreign(self, results_dir: str) -> None:
+        """Before any compute: each name the commit replaces holds nothing, or what this
+        project wrote, else one line, whatever --overwrite says (records/owned.py). Checked
+        again where the record is claimed and the MLLOG opened (records/write.py,
+        telemetry/mllog.py)."""
+        record_write.refuse_foreign(results_dir, self.record)
+        if self.mllog is not None:
+            mllog.refuse_foreign(self.mllog)
+        checks = (
+            (self.events, owned.foreign_events, "TensorBoard events"),
+            (self.weights, owned.foreign_weights, "kept weights"),
+        )
+        for final, foreign, kind in checks:
+            for name in (final, record_write.staged(final)):
+                if what := foreign(name):
+                    raise UsageError(
+                        f"{name} is {what}, not {kind} this run may replace: move it away or "
+                        "choose another --run_name"
+                    )
 
     def _files(self) -> list[Path]:
         return [p for p in (self.events, self.weights, self.mllog, self.record) if p is not None]
@@ -86,10 +106,10 @@ def stage_folder(final: str | Path, resuming: bool) -> Path:
     """The partial name a folder output is written under: a new run's starts empty; a resumed
     one's holds what the run wrote before (its own partial folder, else a copy of the final
     one), so that the commit replaces the final folder with the whole run's."""
+    if not resuming:  # never an earlier run's partial folder (record_write.fresh_stage)
+        return record_write.fresh_stage(final)
     final, staged = Path(final), record_write.staged(final)
-    if not resuming:
-        shutil.rmtree(staged, ignore_errors=True)
-    elif not staged.exists() and final.is_dir():
+    if not staged.exists() and final.is_dir():
         shutil.copytree(final, staged)
     return staged
 

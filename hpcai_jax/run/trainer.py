@@ -22,7 +22,7 @@ from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import StepMetrics
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DiskFull, UsageError
 from hpcai_jax.flops.roofline import stream_bandwidth
 from hpcai_jax.records import train
 from hpcai_jax.records import write as record_write
@@ -96,6 +96,9 @@ def train_and_evaluate(config: RunConfig) -> Finished:
     """Runs the bagged-ensemble benchmark: its record (also written), path and exit code."""
     wall_start = run_clock.read()
     record_write.check_writable(config.results.results_dir)
+    if jax.process_index() == 0:  # a directory or a user's file as an output: refused at once
+        run_id = record_write.run_id(config, "train")  # a resumed run's: checked again later
+        outputs.Outputs.of(config, run_id).refuse_foreign(config.results.results_dir)
     # A --stream_record is read before any work, so that a bad one fails at once.
     bandwidth = (
         stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
@@ -137,6 +140,7 @@ class Trainer:
         self.bandwidth, self.dropped = bandwidth, dropped
         self.hooks = hooks.Hooks()
         self.guard: PreemptionGuard | None = None
+        self.not_kept: DiskFull | None = None  # the kept weights' full disk (`finish`)
         # Set by the stages, in their order.
         self.start: resume.Start
         self.mlog: MLLog
@@ -184,6 +188,8 @@ class Trainer:
             config.results.overwrite,
             self.start.resuming,
         )
+        if jax.process_index() == 0:  # the names its commit replaces hold the project's files
+            outputs.Outputs.of(config, progress.run_id).refuse_foreign(config.results.results_dir)
         # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
         self.mlog = MLLog.start(
             setup,
@@ -274,7 +280,7 @@ class Trainer:
         interrupt.at("the final checkpoint and weights")  # then the final evaluation stops
         _final_save(ctx, outcome)
         with ctx.bounded("keeping the members' final weights"):
-            kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
+            self.not_kept = kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
         self.guard.restore()
         return outcome
 
@@ -319,6 +325,11 @@ class Trainer:
         )
         record = run_record.train_record(end)
         dog.close()
+        if self.not_kept is not None:  # the run is what it is; its weights are not kept
+            why = f"the members' weights were not kept: {self.not_kept}"
+            record = dataclasses.replace(
+                record, reason="; ".join(filter(None, (record.reason, why)))
+            )
         return record
 
     def write(self, record: records.TrainRecord, outcome: Outcome) -> Finished:
@@ -334,6 +345,10 @@ class Trainer:
             interrupt.keeping(f"kept the record {path} ({record.status})")
         self.claimed.release()
         barrier("exit")
+        if self.not_kept is not None:  # one line, exit 74, once the record that says so is in
+            raise DiskFull(f"{self.not_kept}; the record {path} is written without them")
+        if self.mlog.lost is not None:  # the log found no space, here or at its spare path
+            raise self.mlog.lost
         return Finished(record, str(path) if path else None, outcome.exit_code)
 
     # What the stages share.

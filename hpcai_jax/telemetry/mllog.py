@@ -19,7 +19,8 @@ from absl import logging as absl_logging
 
 from hpcai_jax import nodes, records, results, rules
 from hpcai_jax.data import digest as data_digest
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DiskFull, UsageError, disk_full, is_full
+from hpcai_jax.records import owned
 from hpcai_jax.records import write as record_write
 
 RULESET = Path(__file__).resolve().parents[1] / "mllog_rules" / "hpcai500.yaml"
@@ -91,6 +92,7 @@ class MLLog:
         self._earlier = ""  # what the file held when a resumed segment started appending
         self._kept: _KeptLines | None = None
         self._spare: Path | None = None  # where the log goes if --mllog cannot be written
+        self.lost: DiskFull | None = None  # no space for the log anywhere (`_keep_complete`)
 
     @classmethod
     def start(
@@ -123,9 +125,12 @@ class MLLog:
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
         spare = Path(config.reliability.checkpoint_dir or ".") / f"{run_id or 'run'}.mllog"
-        staged = record_write.staged(path)  # where the lines go until the run commits its outputs
         append, lost = _continued(config, Path(path), spare, run_id, resumed_at, lines_at_save)
-        stream = _opened(path, append)
+        # Where the lines go until the run commits its outputs: a new run's never replaces an
+        # earlier run's partial log (record_write.fresh_stage).
+        resumed = resumed_at is not None
+        staged = record_write.staged(path) if resumed else record_write.fresh_stage(path)
+        stream = _opened(path, staged, append)
         handler = _KeptLines(stream)  # flushes every line, keeps it
         logger = logging.Logger(
             "hpcai_jax.telemetry.mllog"
@@ -350,11 +355,15 @@ class MLLog:
         except OSError:
             pass
         why = self._kept.failed or "the file was removed or cut during the run"
+        full = False
         for target in (self._path, self._spare):
+            if target == self._spare and (what := owned.foreign_log(target)):
+                why = f"{why}; {target} is {what}, not replaced"  # records/owned.py
+                continue
             try:
                 record_write.write_text_atomically(target, text)
             except OSError as e:
-                why = f"{why}; {target}: {e.strerror or e}"
+                why, full = f"{why}; {target}: {e.strerror or e}", full or is_full(e)
                 continue
             print(
                 f"hpcai_jax: warning: --mllog={self._final or self._path}: {why}; the whole log was written "
@@ -363,6 +372,10 @@ class MLLog:
                 flush=True,
             )
             return
+        if full:  # the run raises it once its record is in (run/trainer.py): exit 74
+            flag, size = f"--mllog={self._final or self._path}", len(text.encode())
+            self.lost = disk_full(flag, "the log", self._path, size, f"nor at {self._spare}")
+            return
         print(
             f"hpcai_jax: error: --mllog={self._final or self._path}: {why}",
             file=sys.stderr,
@@ -370,7 +383,7 @@ class MLLog:
         )
 
 
-_PREFIX = ":::MLLOG "  # what mlperf-logging starts every line with
+_PREFIX = owned.MLLOG_PREFIX
 
 
 def outcome(r: records.TrainRecord) -> dict:
@@ -459,6 +472,7 @@ def _continued(
     `path`), cut back to its checkpoint where it died without its segment_stop (`lost`: a
     SIGKILL, a node); any other run keeps or refuses the log at `path` (`_keep_earlier`) and
     starts a new one, which replaces it only once the run commits its outputs."""
+    refuse_foreign(path)
     if resumed_at is None:
         _keep_earlier(path, config.results.overwrite, None)
         return False, False
@@ -472,6 +486,18 @@ def _continued(
     return append, lost
 
 
+def refuse_foreign(path: Path) -> None:
+    """--mllog (or its partial name) holding a directory, a link or a file that is not an
+    MLLOG: one line, whatever --overwrite says (records/owned.py)."""
+    for name in (path, record_write.staged(path)):
+        if what := owned.foreign_log(name):
+            shown = "" if name == path else f": {name}"
+            raise UsageError(
+                f"--mllog={path}{shown} is {what}, not an MLLOG this run may replace: give "
+                "another file path"
+            )
+
+
 def _take_up(path: Path, staged: Path) -> None:
     """A resumed run continues the partial log an interrupted segment left, else a copy of the
     committed one at `path` (which stays as it is until the run commits)."""
@@ -483,14 +509,15 @@ def _take_up(path: Path, staged: Path) -> None:
         raise UsageError(f"--mllog={path}: cannot take the log up ({e})") from None
 
 
-def _opened(path: str, append: bool):
-    """The log file at `path`'s partial name, opened for the run (one line on stderr and exit 2
-    where it cannot be)."""
+def _opened(path: str, staged: Path, append: bool):
+    """The log file of --mllog=`path` at its partial name `staged`, opened for the run (one line
+    on stderr and exit 2 where it cannot be; 74 where the disk is full)."""
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        staged = record_write.staged(path)
         return open(staged, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - run-long
     except OSError as e:
+        if is_full(e):
+            raise disk_full(f"--mllog={path}", "the log", staged) from None
         raise UsageError(f"--mllog={path}: cannot write the file ({e.strerror})") from None
 
 

@@ -14,7 +14,8 @@
 #   GPU_SETTINGS    XLA flags and variables set before JAX starts, by name (docs/gpu_settings.md):
 #                   default, none, or e.g. "default,-latency_hiding" [default]
 #   MAX_REQUEUES    requeues of a step that lost a process or hung (exit 69, or a task ended by a
-#                   signal: srun's 128 + signal) before the job gives up [3]
+#                   signal: srun's 128 + signal) or found the disk full (74) before the job gives
+#                   up [3]
 #   STAGE_DIR       a node-local directory: before training, one task per node copies the run's
 #                   tfds data there (python -m hpcai_jax.data.stage; an earlier copy is checked,
 #                   not copied again) and the run reads it: --data_dir=STAGE_DIR, after
@@ -27,6 +28,7 @@
 
 PREEMPTED=75  # hpcai_jax.main's exit code after saving a checkpoint on SIGTERM
 HUNG=69       # its exit code for a lost or hung peer (docs/reliability.md, Exit codes)
+NO_SPACE=74   # its exit code for a full disk or quota: space is often freed by the next start
 
 die() {
   echo "launch/slurm: error: $*" >&2
@@ -164,6 +166,10 @@ run_step() {
     "$@" "${CMD[@]}" || rc=$?
   if [ "$rc" -eq "$PREEMPTED" ]; then
     echo "step preempted (exit $rc), checkpoint in $CHECKPOINT_DIR: requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID" || echo "scontrol requeue failed: resubmit to resume" >&2
+  elif [ "$rc" -eq "$NO_SPACE" ] && [ "${SLURM_RESTART_COUNT:-0}" -lt "${MAX_REQUEUES:-3}" ]; then
+    echo "step found no space left on device (exit $rc), restart ${SLURM_RESTART_COUNT:-0} of" \
+      "${MAX_REQUEUES:-3}: requeueing job $SLURM_JOB_ID to resume from $CHECKPOINT_DIR"
     scontrol requeue "$SLURM_JOB_ID" || echo "scontrol requeue failed: resubmit to resume" >&2
   elif { [ "$rc" -eq "$HUNG" ] || [ "$rc" -gt 128 ]; } &&
     [ "${SLURM_RESTART_COUNT:-0}" -lt "${MAX_REQUEUES:-3}" ]; then
