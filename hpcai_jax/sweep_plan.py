@@ -18,9 +18,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from absl import flags
-
-from hpcai_jax import records
+from hpcai_jax import flagfiles, records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.report.collect import OUTPUT_ONLY
 
@@ -30,11 +28,9 @@ STOP_NOW_S = 5.0  # after a second Ctrl-C: how long a run has to end before it i
 
 
 def expanded(main_args: list[str]) -> list[str]:
-    """The runs' flags with their flagfiles read in place (absl's reading: the last one wins)."""
-    try:
-        return flags.FlagValues().read_flags_from_files(list(main_args), force_gnu=False)
-    except flags.Error as e:
-        raise UsageError(str(e).splitlines()[0].removeprefix("ERROR:: ")) from None
+    """The runs' flags with their flagfiles read in place as main reads them (the last one
+    wins; a nested include found from any folder, flagfiles.py)."""
+    return flagfiles.expand(list(main_args))
 
 
 def _name(arg: str) -> str:

@@ -107,8 +107,18 @@ def test_each_run_gets_its_own_mllog(tmp_path):
     assert mllog_path(["--steps=2"]) == ""
     cmd = command(Point(2, 8), "", 8, "s-M2", [f"--flagfile={flagfile}"], "logs/sweep.mllog")
     assert cmd[-2:] == ["--run_name=s-M2", "--mllog=logs/sweep.s-M2.mllog"]  # the last one wins
-    with pytest.raises(UsageError, match="Unable to open flagfile"):
+    with pytest.raises(UsageError, match="none.flags: cannot read it"):
         mllog_path([f"--flagfile={tmp_path}/none.flags"])
+
+
+def test_a_flagfiles_include_is_found_from_another_folder(tmp_path, monkeypatch):
+    """configs/ensemble_ablation.flags includes configs/quickstart.flags by a path relative to
+    the repository: the sweep reads it as main does, from any working directory."""
+    monkeypatch.chdir(tmp_path)
+    ablation = [f"--flagfile={ROOT / 'configs' / 'ensemble_ablation.flags'}"]
+    assert base_seed(ablation) == 0
+    assert mllog_path([*ablation, "--mllog=a.mllog"]) == "a.mllog"
+    assert fingerprint("tradeoff", False, ablation).startswith("tradeoff:full:")
 
 
 def test_repeats_run_the_sweep_k_times_with_derived_seeds(tmp_path):
