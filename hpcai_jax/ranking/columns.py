@@ -8,7 +8,7 @@ from typing import NamedTuple
 from hpcai_jax.ranking import BENCHMARK
 from hpcai_jax.ranking.entries import Entry
 from hpcai_jax.ranking.order import Row
-from hpcai_jax.units import formatted
+from hpcai_jax.units import formatted, si
 
 
 class Meta(NamedTuple):
@@ -37,7 +37,7 @@ def repeats(row: Row) -> str:
     spread = row.spread
     if spread is None:
         return "1"
-    return f"{len(row.repeats)}: {spread[0]:.4g} to {spread[1]:.4g}"
+    return f"{len(row.repeats)}: {si(spread[0], 'FLOP/s')} to {si(spread[1], 'FLOP/s')}"
 
 
 def triad(e: Entry) -> str:
@@ -79,8 +79,8 @@ def cells(row: Row) -> list[str]:
         str(e.devices),
         str(e.ensemble_size),
         str(e.parallel_degree),
-        formatted(e.flops),
-        formatted(e.vflops),
+        si(e.flops, "FLOP/s"),
+        si(e.vflops, "FLOP/s"),
         f"{formatted(e.quality, '{:.4f}')} {e.metric}",
         target(e),
         formatted(e.penalty),
@@ -99,6 +99,6 @@ def cite(e: Entry, meta: Meta) -> str:
     when = f" of {meta.date}" if meta.date else ""
     return (
         f"{BENCHMARK} {e.workload}, {e.division} division, {e.category} category, result "
-        f"{e.result_id}: {formatted(e.vflops)} VFLOPS on {accelerators(e)} ({e.system}, "
+        f"{e.result_id}: {si(e.vflops, 'FLOP/s')} VFLOPS on {accelerators(e)} ({e.system}, "
         f"{e.organisation}), verification level {e.level}; hpcai_jax.ranking list{when}."
     )

@@ -28,24 +28,38 @@ def figures(e: Entry) -> list[tuple[str, str, str]]:
     ]
 
 
-def curve_svg(e: Entry, width: int = 360, height: int = 160) -> str:
-    """The ensemble's quality against training time, with the target as a dashed line."""
+def curve_svg(e: Entry, width: int = 420, height: int = 200) -> str:
+    """The ensemble's quality at each evaluation against the time since run_start, from 0, with
+    the target as a dashed line."""
     if not e.curve:
         return "<p>No evaluation during training.</p>"
-    xs = [p[0] for p in e.curve]
-    ys = [p[1] for p in e.curve] + [e.target]
-    x1, y0, y1 = max(xs) or 1.0, min(ys + [0.0]), max(ys) or 1.0
-    px = lambda x: 30 + (width - 40) * x / x1  # noqa: E731
-    py = lambda y: height - 20 - (height - 30) * (y - y0) / ((y1 - y0) or 1.0)  # noqa: E731
+    x1 = max(p[0] for p in e.curve) or 1.0
+    y1 = max([p[1] for p in e.curve] + [e.target]) * 1.15 or 1.0
+    left, right, top, bottom = 50, 15, 15, 35
+    px = lambda x: left + (width - left - right) * x / x1  # noqa: E731
+    py = lambda y: top + (height - top - bottom) * (1 - y / y1)  # noqa: E731
+    dots = "".join(
+        f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3.5" fill="#236"/>' for x, y in e.curve
+    )
     points = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in e.curve)
+    base, target = height - bottom, py(e.target)
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        'aria-label="ensemble quality against training time">'
+        'aria-label="ensemble quality against time since run_start" font-size="11">'
         f'<rect width="{width}" height="{height}" fill="#fafafa" stroke="#ccc"/>'
-        f'<line x1="30" x2="{width - 10}" y1="{py(e.target):.1f}" y2="{py(e.target):.1f}" '
-        'stroke="#c33" stroke-dasharray="4 3"/>'
-        f'<polyline points="{points}" fill="none" stroke="#236" stroke-width="2"/>'
-        f'<text x="32" y="14" font-size="11">quality (target dashed), 0 to {x1:.3g} s</text></svg>'
+        f'<line x1="{left}" x2="{left}" y1="{top}" y2="{base}" stroke="#888"/>'
+        f'<line x1="{left}" x2="{width - right}" y1="{base}" y2="{base}" stroke="#888"/>'
+        f'<line x1="{left}" x2="{width - right}" y1="{target:.1f}" y2="{target:.1f}" '
+        'stroke="#c33" stroke-dasharray="5 3"/>'
+        f'<text x="{left + 4}" y="{target - 4:.1f}" fill="#c33">target '
+        f"{e.target:g}</text>"
+        f'<polyline points="{points}" fill="none" stroke="#236" stroke-width="2"/>{dots}'
+        f'<text x="{left - 4}" y="{top + 4}" text-anchor="end">{y1:.3g}</text>'
+        f'<text x="{left - 4}" y="{base}" text-anchor="end">0</text>'
+        f'<text x="{left}" y="{base + 14}">0 s</text>'
+        f'<text x="{width - right}" y="{base + 14}" text-anchor="end">{x1:.3g} s</text>'
+        f'<text x="{(left + width - right) / 2:.0f}" y="{height - 5}" text-anchor="middle">'
+        f"{escape(e.metric)} of the ensemble at each evaluation, time since run_start</text></svg>"
     )
 
 

@@ -12,6 +12,8 @@ from hpcai_jax.ranking.order import TIE_BREAKS, Ranking, Table
 from hpcai_jax.ranking.page import entry_page
 from hpcai_jax.ranking.style import LEVELS_TEXT, STYLE, page
 
+NUMERIC = {4, 8, 9, 12, 16, 17}  # columns kept on one line: accelerators, figures, date, level
+ONE_LINE = ' class="n"'
 SORT = """
 for (const t of document.querySelectorAll("table.sortable")) {
   t.querySelectorAll("th").forEach((th, i) => th.addEventListener("click", () => {
@@ -31,10 +33,12 @@ def _table(table: Table) -> str:
     for row in table.rows:
         texts = cells(row)
         rid = escape(row.entry.result_id)
-        tds = [f"<td>{escape(t)}</td>" for t in texts]
+        tds = [
+            f"<td{ONE_LINE if i in NUMERIC else ''}>{escape(t)}</td>" for i, t in enumerate(texts)
+        ]
         tds[1] = f'<td class="id"><a href="entries/{rid}.html">{rid}</a></td>'
-        tds[8] = f'<td data-v="{row.entry.flops!r}">{escape(texts[8])}</td>'
-        tds[9] = f'<td data-v="{row.entry.vflops!r}"><b>{escape(texts[9])}</b></td>'
+        tds[8] = f'<td class="n" data-v="{row.entry.flops!r}">{escape(texts[8])}</td>'
+        tds[9] = f'<td class="n" data-v="{row.entry.vflops!r}"><b>{escape(texts[9])}</b></td>'
         body.append(f"<tr>{''.join(tds)}</tr>")
     return (
         f"<h2>{escape(table.title)}</h2>\n"

@@ -18,7 +18,7 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 table { border-collapse: collapse; font-size: 0.85em; }
 th, td { border: 1px solid #bbb; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
 th { background: #e8eef6; cursor: pointer; } tbody tr:nth-child(even) { background: #f6f6f6; }
-td.id, code, pre { font-family: ui-monospace, monospace; }
+td.id, code, pre { font-family: ui-monospace, monospace; } td.id, td.n { white-space: nowrap; }
 pre { background: #f4f4f4; padding: 0.6em; overflow-x: auto; font-size: 0.8em; }
 .banner { background: #fff3cd; border: 1px solid #e0c060; padding: 0.6em; font-weight: bold; }
 .cite { background: #eef6ee; border: 1px solid #8b8; padding: 0.6em; }
