@@ -210,19 +210,27 @@ def test_links_inside_a_package_are_refused_and_nothing_is_written_outside(
     assert after == before and (outside / "secret.json").read_text() == "{}"
 
 
+def _versioned(src: Path, dest: Path, version) -> None:
+    shutil.copytree(src, dest)
+    record = json.loads((dest / f"{RUN}.json").read_text())
+    if version is None:  # version 1: the layout before schema_version (records/v1.py)
+        del record["schema_version"]
+        record["comm"]["bytes_per_step"] = record["comm"].pop("payload_bytes")
+    else:
+        record["schema_version"] = version
+    (dest / f"{RUN}.json").write_text(json.dumps(record))
+
+
 def test_older_and_unknown_record_versions(packed, tmp_path, capsys):
-    """A record of a schema version this hpcai_jax does not read: not listed, with check's
-    reason; the others still listed."""
-    future = tmp_path / "p" / "future"
-    shutil.copytree(packed / "a", future)
-    record = json.loads((future / f"{RUN}.json").read_text())
-    record["schema_version"] = 99
-    (future / f"{RUN}.json").write_text(json.dumps(record))
-    shutil.copytree(packed / "b", tmp_path / "p" / "b")
+    """A version-1 record is read as check reads it, and listed; one of a version this
+    hpcai_jax does not read is not listed, with check's reason; the others still are."""
+    _versioned(packed / "a", tmp_path / "p" / "future", 99)
+    _versioned(packed / "b", tmp_path / "p" / "old", None)
     code, said, _ = _list(capsys, tmp_path / "p", f"--out={tmp_path / 'l'}")
-    assert code == 0 and said[0].startswith("[1/2] b: listed, L1")
-    assert "future: not listed: future/real-train.json: not a readable record (" in said[1]
-    assert "schema_version 99" in said[1]
+    assert code == 0
+    assert "[1/2] future: not listed: future/real-train.json: not a readable record (" in said[0]
+    assert "schema_version 99" in said[0]
+    assert said[1].startswith("[2/2] old: listed, L1"), said
 
 
 def test_bad_input_is_one_line(packed, tmp_path, capsys):
