@@ -123,6 +123,19 @@ def test_a_package_given_twice_is_listed_once(packed, tmp_path, capsys):
     assert len(doc["entries"]) == 1 and doc["not_listed"][0]["package"] == "b-copy"
 
 
+def test_one_run_in_two_packages_is_listed_once(packed, tmp_path, capsys):
+    """Another system.json (another digest), the same run: check passes each package alone."""
+    variant(packed / "b", tmp_path / "b-again", RUN, system={"interconnect": "InfiniBand"})
+    code, said, _ = _list(capsys, packed / "b", tmp_path / "b-again", f"--out={tmp_path / 'l'}")
+    assert code == 0 and said[0].startswith("[1/2] b: listed")
+    assert said[1].startswith(
+        f"[2/2] b-again: not listed: run {RUN}: the same MLLOG time stamps as run {RUN} of "
+        "package b: one run in two packages, listed once, as b's ("
+    )
+    doc = json.loads((tmp_path / "l" / "ranking.json").read_text())
+    assert [e["package"] for e in doc["entries"]] == ["b"]
+
+
 def test_a_system_json_naming_another_system_is_not_listed(packed, tmp_path, capsys):
     variant(packed / "a", tmp_path / "other", RUN, system={"system": "Frontier"})
     code, said, _ = _list(capsys, tmp_path / "other", f"--out={tmp_path / 'l'}")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.ranking import collect, entries, render_html, render_text
+from hpcai_jax.ranking import collect, entries, render_html, render_text, twice
 from hpcai_jax.ranking.columns import Meta
 from hpcai_jax.ranking.order import NotListed, build
 from hpcai_jax.ranking.verify import Options, Verified, verified
@@ -58,10 +58,12 @@ def checked(
     unique, not_listed = distinct(paths)
     for t in not_listed:
         say(f"{t.package}: not checked: {t.why}", flush=True)
-    done = []
+    done, seen = [], twice.Seen()
     for i, path in enumerate(unique, 1):
         start = time.monotonic()
         v = verified(path, options)
+        again = seen.add(path) if v.listed else ""
+        v = v._replace(failure=again, levels=()) if again else v
         say(_progress(i, len(unique), v, time.monotonic() - start), flush=True)
         done.append(v)
         if not v.listed:
