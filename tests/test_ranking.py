@@ -243,7 +243,7 @@ def test_older_and_unknown_record_versions(packed, tmp_path, capsys):
     assert code == 0
     assert "[1/2] future: not listed: future/real-train.json: not a readable record (" in said[0]
     assert "schema_version 99" in said[0]
-    assert said[1].startswith("[2/2] old: listed, L1"), said
+    assert said[1].startswith("[2/2] old: listed, 1 run, L1 ("), said
 
 
 def test_bad_input_is_one_line(packed, tmp_path, capsys):
@@ -251,6 +251,9 @@ def test_bad_input_is_one_line(packed, tmp_path, capsys):
         ([tmp_path / "missing", f"--out={tmp_path / 'l'}"], "missing: not a folder"),
         ([packed, f"--out={tmp_path / 'l'}", "--date=yesterday"], "--date=yesterday: expected"),
         ([packed], "the following arguments are required: --out"),
+        ([packed, f"--out={tmp_path / 'l'}", "--same_system"], "--same_system: only with"),
+        ([packed, f"--out={tmp_path / 'l'}", "--rerun_steps=0"], "--rerun_steps=0: expected"),
+        ([packed, f"--out={tmp_path / 'l'}", f"--data_dir={tmp_path / 'no'}"], "not a folder"),
     ]
     for argv, fragment in cases:
         code, said, err = _list(capsys, *argv)

@@ -47,3 +47,15 @@ def test_the_example_holds_what_docs_ranking_md_says():
     assert "CPU examples, not systems" in (EXAMPLE / "list" / "ranking.md").read_text()
     size = sum(p.stat().st_size for p in EXAMPLE.rglob("*") if p.is_file())
     assert size < 1_000_000, size
+
+
+def test_a_package_of_stream_runs_alone_passes_and_lists_nothing(tmp_path, capsys):
+    from hpcai_jax.submission.__main__ import main as submission
+
+    stream = ROOT / "docs" / "example_report" / "records" / "stream-cpu-1dev.json"
+    assert submission(["pack", str(stream), f"--out={tmp_path / 'p' / 'stream-only'}"]) == 0
+    capsys.readouterr()
+    assert main([str(tmp_path / "p"), f"--out={tmp_path / 'l'}"]) == 1  # nothing listed
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith("[1/1] stream-only: passed check, no training run to list")
+    assert json.loads((tmp_path / "l" / "ranking.json").read_text())["tables"] == []

@@ -113,3 +113,17 @@ def test_the_citation_names_version_division_category_and_id():
     said = cite(BASE, Meta(date="2026-12-07"))
     assert said.startswith("HPC AI500 V3.0 image_classification, closed division, available")
     assert "result v3.0-0000000000" in said and "list of 2026-12-07" in said
+
+
+def test_a_level_only_where_its_check_ran_and_passed():
+    """The list lists only packages whose check passed; L2 and L3 need check's own verdict that
+    the re-evaluation or the re-run ran (hpcai_jax/ranking/verify.py)."""
+    from hpcai_jax.ranking.verify import levels
+    from hpcai_jax.submission.verify import Review
+
+    plain = [("r", "scores re-derived", "PASS"), ("package", "README.md", "PASS")]
+    again = [*plain, ("r", "re-evaluation", "PASS"), ("r", "re-run of 2 steps", "PASS")]
+    assert levels(Review(), plain) == ("L1",)
+    assert levels(Review(reevaluate=True), plain) == ("L1",)  # asked, never ran: no L2
+    assert levels(Review(reevaluate=True, rerun_steps=2), again) == ("L1", "L2", "L3")
+    assert levels(Review(rerun_steps=3), again) == ("L1",)  # a re-run of another length

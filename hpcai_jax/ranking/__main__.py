@@ -58,10 +58,10 @@ def run(argv: list[str]) -> int:
     from hpcai_jax.ranking.verify import Options
 
     args = parser().parse_args(argv)
-    cli.validate(args.date)
+    options = Options(args.recount, args.rerun_steps, args.same_system, args.data_dir)
+    cli.validate(args.date, options)
     output.refuse(args.out, args.overwrite)
     paths = collect.packages(args.packages)
-    options = Options(args.recount, args.rerun_steps, args.same_system, args.data_dir)
     listed, not_listed = cli.checked(paths, options)
     meta = Meta(args.date, args.cpu_examples)
     files, ranking = cli.files(listed, not_listed, args.all, meta)

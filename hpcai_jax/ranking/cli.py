@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.ranking import collect, entries, render_html, render_text, twice
+from hpcai_jax.ranking import collect, consistency, entries, render_html, render_text, twice
 from hpcai_jax.ranking.columns import Meta
 from hpcai_jax.ranking.order import NotListed, build
 from hpcai_jax.ranking.verify import Options, Verified, verified
-from hpcai_jax.submission import FLAGS, MLLOG, RECORD
+from hpcai_jax.submission import FLAGS, MLLOG, RECORD, verify
 from hpcai_jax.telemetry import mllog
 
 
@@ -27,9 +27,13 @@ def _plain(line: str, path: Path) -> str:
 
 
 def _progress(i: int, n: int, v: Verified, seconds: float) -> str:
-    said = (
-        f"listed, {' '.join(v.levels)}" if v.listed else f"not listed: {_plain(v.failure, v.path)}"
-    )
+    runs = len(consistency.trained(v.path)) if v.listed else 0
+    if not v.listed:
+        said = f"not listed: {_plain(v.failure, v.path)}"
+    elif runs:
+        said = f"listed, {runs} run{'s' if runs > 1 else ''}, {' '.join(v.levels)}"
+    else:
+        said = "passed check, no training run to list (STREAM runs alone)"
     return f"[{i}/{n}] {v.path.name}: {said} ({seconds:.1f} s)"
 
 
@@ -88,7 +92,12 @@ def files(listed: list[Verified], not_listed: list[NotListed], all_runs: bool, m
     return out, ranking
 
 
-def validate(date: str | None) -> None:
+def validate(date: str | None, options: Options) -> None:
+    """UsageError (one line) for a flag that cannot run, before any package is read."""
+    review = verify.Review(  # --data_dir serves the re-evaluations of packages with weights
+        options.recount, True, options.rerun_steps, options.same_system, options.data_dir
+    )
+    review.validate_options()
     if date is not None and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
         raise UsageError(f"--date={date}: expected the list's date as YYYY-MM-DD")
     if importlib.util.find_spec("mlperf_logging") is None:
