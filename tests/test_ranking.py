@@ -211,14 +211,18 @@ def test_links_inside_a_package_are_refused_and_nothing_is_written_outside(
     traversal = tmp_path / "pkgs" / "traversal"
     shutil.copytree(packed / "a", traversal)
     (traversal / "stream").symlink_to(outside, target_is_directory=True)
+    (tmp_path / "pkgs" / "alias").symlink_to(packed / "a", target_is_directory=True)
+    (tmp_path / "given").symlink_to(packed / "b", target_is_directory=True)
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    code, said, _ = _list(capsys, tmp_path / "pkgs", f"--out={tmp_path / 'l'}")
+    code, said, _ = _list(capsys, tmp_path / "pkgs", tmp_path / "given", f"--out={tmp_path / 'l'}")
     assert code == 1
+    assert said[0].startswith("[1/4] alias: not listed: alias: a symbolic link (to ")
+    assert said[1].startswith("[2/4] given: not listed: given: a symbolic link (to ")
     assert (
-        f"[1/2] linked: not listed: linked/{RUN}.flags: a symbolic link inside the package"
-        in said[0]
+        f"[3/4] linked: not listed: linked/{RUN}.flags: a symbolic link inside the package"
+        in said[2]
     )
-    assert said[1].startswith("[2/2] traversal: not listed: traversal/stream: a symbolic link")
+    assert said[3].startswith("[4/4] traversal: not listed: traversal/stream: a symbolic link")
     after = sorted(p.name for p in tmp_path.rglob("*") if p.relative_to(tmp_path).parts[0] != "l")
     assert after == before and (outside / "secret.json").read_text() == "{}"
 

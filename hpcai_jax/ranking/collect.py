@@ -29,11 +29,11 @@ def packages(args: list[str]) -> list[Path]:
     found: list[Path] = []
     for arg in args:
         path = Path(arg)
-        if path.is_symlink() or not path.is_dir():
+        if not path.is_dir():
             raise UsageError(
                 f"{arg}: not a folder (a package from `submission pack`, or a folder of them)"
             )
-        if _is_package(path):
+        if path.is_symlink() or _is_package(path):  # a link: refused as a package (unsafe)
             found.append(path)
             continue
         inside = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
@@ -47,6 +47,8 @@ def packages(args: list[str]) -> list[Path]:
 def unsafe(root: Path) -> str:
     """Why a package is not read (a symbolic link or a special file inside it, which could make
     `check` read outside the package or block on a FIFO), or empty."""
+    if root.is_symlink():
+        return f"{root}: a symbolic link (to {os.readlink(root)}), not a package folder: refused"
     for folder, dirs, files in os.walk(root, followlinks=False):
         for name in sorted(dirs + files):
             path = Path(folder) / name
