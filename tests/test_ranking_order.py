@@ -127,3 +127,36 @@ def test_a_level_only_where_its_check_ran_and_passed():
     assert levels(Review(reevaluate=True), plain) == ("L1",)  # asked, never ran: no L2
     assert levels(Review(reevaluate=True, rerun_steps=2), again) == ("L1", "L2", "L3")
     assert levels(Review(rerun_steps=3), again) == ("L1",)  # a re-run of another length
+
+
+def test_a_package_check_cannot_read_never_stops_the_others(tmp_path, monkeypatch):
+    """check's UsageError, or anything else it raises on a hostile package, is that package's
+    not-listed line; the packages after it are still checked."""
+    from hpcai_jax.errors import UsageError
+    from hpcai_jax.ranking import cli
+    from hpcai_jax.ranking.verify import Options
+    from hpcai_jax.submission import verify
+
+    for name in ("a-usage", "b-crash", "c-fine"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "system.json").write_text(f'{{"name": "{name}"}}')
+
+    def check(folder, **_):
+        name = folder.rsplit("/", 1)[-1]
+        if name == "a-usage":
+            raise UsageError(f"{folder}/x.json: not a readable record")
+        if name == "b-crash":
+            raise KeyError("epochs")
+        return []
+
+    monkeypatch.setattr(verify, "check", check)
+    said = []
+    listed, not_listed = cli.checked(
+        sorted(tmp_path.iterdir()), Options(), lambda *a, **k: said.append(a[0])
+    )
+    assert [v.path.name for v in listed] == ["c-fine"]
+    assert [(n.package, n.why) for n in not_listed] == [
+        ("a-usage", "a-usage/x.json: not a readable record"),
+        ("b-crash", "b-crash: check stopped on it (KeyError: 'epochs'): a bug of check"),
+    ]
+    assert said[2].startswith("[3/3] c-fine: passed check, no training run to list")

@@ -79,6 +79,8 @@ def verified(path: Path, options: Options) -> Verified:
         failures = failures or consistency.check(path)
     except UsageError as e:
         failures = [str(e)]
+    except Exception as e:  # noqa: BLE001 - a hostile package must not stop the others
+        failures = [f"{path}: check stopped on it ({type(e).__name__}: {e}): a bug of check"]
     return Verified(
         path,
         digest,
