@@ -37,9 +37,9 @@ def _progress(i: int, n: int, v: Verified, seconds: float) -> str:
     return f"[{i}/{n}] {v.path.name}: {said} ({seconds:.1f} s)"
 
 
-def distinct(paths: list[Path]) -> tuple[list[Path], list[NotListed]]:
-    """The packages to check, by name, and those not to: a package whose digest an earlier one
-    (by name) has is listed once, as that one."""
+def distinct(paths: list[Path]) -> tuple[list[tuple[Path, str]], list[NotListed]]:
+    """The packages to check, by name, with their digests (empty: unsafe to read), and those
+    not to: a package whose digest an earlier one (by name) has is listed once, as that one."""
     first: dict[str, Path] = {}
     keep, twice = [], []
     for path in sorted(paths, key=lambda p: (p.name, str(p))):
@@ -50,7 +50,7 @@ def distinct(paths: list[Path]) -> tuple[list[Path], list[NotListed]]:
             twice.append(NotListed(path.name, why))
             continue
         first.setdefault(digest, path)
-        keep.append(path)
+        keep.append((path, digest))
     return keep, twice
 
 
@@ -63,9 +63,9 @@ def checked(
     for t in not_listed:
         say(f"{t.package}: not checked: {t.why}", flush=True)
     done, seen = [], twice.Seen()
-    for i, path in enumerate(unique, 1):
+    for i, (path, digest) in enumerate(unique, 1):
         start = time.monotonic()
-        v = verified(path, options)
+        v = verified(path, options, digest)
         again = seen.add(path) if v.listed else ""
         v = v._replace(failure=again, levels=()) if again else v
         say(_progress(i, len(unique), v, time.monotonic() - start), flush=True)

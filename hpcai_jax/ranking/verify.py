@@ -65,10 +65,11 @@ def levels(asked: verify.Review, verdicts: list) -> tuple[str, ...]:
     return tuple(out)
 
 
-def verified(path: Path, options: Options) -> Verified:
-    """The package checked: its failure line (empty where it passed) and levels."""
+def verified(path: Path, options: Options, digest: str | None = None) -> Verified:
+    """The package checked: its failure line (empty where it passed) and levels; `digest`,
+    where the caller has it already, is the package's."""
     why = collect.unsafe(path)
-    digest = "" if why else collect.digest(path)
+    digest = "" if why else digest or collect.digest(path)
     notes: list[str] = []
     verdicts: list[tuple[str, str, str]] = []
     asked = review(path, options)
