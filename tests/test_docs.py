@@ -82,6 +82,7 @@ FOREIGN_COMMANDS = {
     "apptainer",
     "apt-get",
     "cd",
+    "chromium",
     "cmake",
     "cuda-stream",
     "gcloud",

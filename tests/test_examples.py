@@ -23,6 +23,7 @@ from hpcai_jax import flags as hflags
 from hpcai_jax import help as main_help
 from hpcai_jax.errors import UsageError
 from hpcai_jax.main import QUICKSTART
+from hpcai_jax.ranking import __main__ as ranking_cli
 from hpcai_jax.report import __main__ as report_cli
 from hpcai_jax.submission import __main__ as submission_cli
 
@@ -34,7 +35,11 @@ MENTIONS = {
     "python -m hpcai_jax.submission check",
 }
 # Tools without a dry run whose command lines their parsers check.
-PARSERS = {"hpcai_jax.report": report_cli.parser, "hpcai_jax.submission": submission_cli.parser}
+PARSERS = {
+    "hpcai_jax.report": report_cli.parser,
+    "hpcai_jax.submission": submission_cli.parser,
+    "hpcai_jax.ranking": ranking_cli.parser,
+}
 # Tools that need what a test machine lacks (a CUDA compiler, a raw data set, a profile).
 NOT_RUN = {
     "hpcai_jax.acceptance.babelstream_cuda": "needs nvcc and a GPU",
@@ -51,6 +56,7 @@ def help_examples() -> list[Example]:
         "sweep --help": sweep.parser().format_help(),
         "report --help": report_cli.parser().format_help(),
         "submission --help": submission_cli.parser().format_help(),
+        "ranking --help": ranking_cli.parser().format_help(),
     }
     return [e for where, text in texts.items() for e in extract(text, where, markdown=False)]
 

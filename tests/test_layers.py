@@ -75,7 +75,7 @@ def test_lower_layers_never_import_the_engine():
 # Each may import the layers before it in this list, never one after it, and none of them the
 # modes and tools above. flops/mode.py is `--mode=flops` itself: a mode, like stream/.
 ENGINE_LAYERS = ("engine", "flops", "telemetry", "run")
-ABOVE_THE_ENGINE = ("nodecheck", "acceptance", "submission", "report", "sweep", "main")
+ABOVE_THE_ENGINE = ("nodecheck", "acceptance", "submission", "ranking", "report", "sweep", "main")
 MODES_INSIDE_A_LAYER = ("hpcai_jax.flops.mode",)
 
 
