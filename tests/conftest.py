@@ -149,6 +149,23 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within
 
 
+def pytest_terminal_summary(terminalreporter, config):
+    """With --durations (.ci/run), the test-seconds of the slowest files too (set-up, call and
+    tear-down, module fixtures included): what LONGEST_FIRST's order is measured by."""
+    if not config.option.durations:
+        return
+    seconds: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) and hasattr(report, "duration"):
+                path = report.nodeid.split("::")[0]
+                seconds[path] = seconds.get(path, 0.0) + report.duration
+    slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:12]
+    terminalreporter.write_sep("=", f"slowest {len(slowest)} files (test-seconds)")
+    for path, s in slowest:
+        terminalreporter.write_line(f"{s:8.1f}s {path}")
+
+
 def starts_a_process(args) -> str | None:
     """The program of a command if it is a Python or shell process (the CLI, a tool of ours, a
     launch or benchmark script), else None: other programs (git, nvidia-smi, ps) cost little."""
