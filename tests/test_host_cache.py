@@ -96,8 +96,28 @@ def test_a_run_s_record_says_its_peaks_came_from_an_earlier_run(folder, monkeypa
     assert "measured by run run-a at " in peak["measured_method"]
     per_device, source = peaks.bandwidth_at_start(None, "run-b")
     assert per_device == 5e9 and source.startswith("STREAM Triad; read from ")
-    monkeypatch.setattr(jax, "process_count", lambda: 2)  # STREAM's collective: never kept
-    for bandwidth in (4e9, 3e9):
+
+
+def test_stream_of_several_processes_is_process_zero_s_for_all(folder, monkeypatch):
+    """STREAM is a collective: every process takes process 0's kept figure, or all measure it,
+    whatever a process's own cache holds (one that read its own while the others measured would
+    wait for them forever)."""
+    sent = []
+    monkeypatch.setattr(peaks, "_MEASURED", {})
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "process_index", lambda: 0)
+    monkeypatch.setattr(peaks.distributed, "from_process_zero", lambda t, size: sent.append(t) or t)
+    monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: (4e9, "Triad"))
+    assert peaks.bandwidth_at_start(None, "run-a") == (4e9, "Triad")  # measured by all, kept
+    monkeypatch.setattr(peaks, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: _never())
+    per_device, source = peaks.bandwidth_at_start(None, "run-b")
+    assert per_device == 4e9 and "measured by run run-a at " in source
+    assert sent[0] == "" and json.loads(sent[1])["run"] == "run-a"
+    # Process 1: process 0's word alone counts, its own cache (the same folder here) unread.
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    for zero_says, expected in ((sent[1], 4e9), ("", 3e9)):
         monkeypatch.setattr(peaks, "_MEASURED", {})
-        monkeypatch.setattr(peaks, "stream_bandwidth", lambda path, b=bandwidth: (b, "Triad"))
-        assert peaks.bandwidth_at_start(None, "run-c") == (bandwidth, "Triad")
+        monkeypatch.setattr(peaks.distributed, "from_process_zero", lambda t, size, z=zero_says: z)
+        monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: (3e9, "Triad"))
+        assert peaks.bandwidth_at_start(None, "run-c")[0] == expected

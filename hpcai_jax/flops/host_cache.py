@@ -65,20 +65,34 @@ def _read(path: Path) -> dict | None:
     return entry if ok else None
 
 
+def read(what: tuple[str, ...]) -> dict | None:
+    """The entry kept for `what` on this host ({"value", "run", "at"}), None if none."""
+    path = _path(what)
+    return _read(path) if path is not None else None
+
+
+def keep(what: tuple[str, ...], value: object, run_id: str) -> None:
+    """Keeps `value` for `what` on this host, measured by run `run_id` now (no-op unset)."""
+    path = _path(what)
+    if path is not None:
+        at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        write_json(path, {"value": value, "run": run_id or f"(pid {os.getpid()})", "at": at})
+
+
+def source(entry: dict) -> str:
+    """What a record says of a figure read from `entry`."""
+    return f"read from {ENV}={folder()}: measured by run {entry['run']} at {entry['at']}"
+
+
 def kept(what: tuple[str, ...], measure: Callable[[], object], run_id: str) -> tuple[object, str]:
     """(the figure, "" where `measure()` took it now, else where it came from): the entry for
     `what` on this host if one is kept, else `measure()`, kept for the next run under `run_id`.
     The figure must survive JSON (tuples come back as lists)."""
-    path = _path(what)
-    entry = _read(path) if path is not None else None
+    entry = read(what)
     if entry is not None:
-        return entry[
-            "value"
-        ], f"read from {ENV}={folder()}: measured by run {entry['run']} at {entry['at']}"
+        return entry["value"], source(entry)
     value = measure()
-    if path is not None:
-        at = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        write_json(path, {"value": value, "run": run_id or f"(pid {os.getpid()})", "at": at})
+    keep(what, value, run_id)
     return value, ""
 
 

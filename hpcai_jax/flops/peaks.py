@@ -18,6 +18,7 @@ full-precision FP32 figure.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import time
 from collections.abc import Callable
@@ -28,7 +29,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax import dtypes
+from hpcai_jax import distributed, dtypes
 from hpcai_jax.flops import host_cache
 from hpcai_jax.flops.roofline import stream_bandwidth
 
@@ -229,13 +230,28 @@ def _measured_once(what: tuple, measure, run_id: str = "") -> tuple[object, str]
     key = (*what, tuple(d.id for d in jax.local_devices()))
     if key in _MEASURED:
         return _MEASURED[key], _REUSED
-    # STREAM spans every process: one whose cache differs from another's must not skip it.
     if what[0] == "stream" and jax.process_count() > 1:
-        value, source = measure(), ""
+        value, source = _stream_of_process_zero(measure, run_id)
     else:
         value, source = host_cache.kept(what, measure, run_id)
     _MEASURED[key] = value
     return value, f"; {source}" if source else ""
+
+
+def _stream_of_process_zero(measure, run_id: str) -> tuple[object, str]:
+    """STREAM spans every process, so every one must measure it or none: process 0's kept
+    figure, if it has one, for all (a collective every process enters, whatever its own cache
+    holds), else measured by all and kept by process 0."""
+    entry = host_cache.read(("stream",)) if jax.process_index() == 0 else None
+    text = json.dumps(entry) if entry else ""
+    shared = distributed.from_process_zero(text if len(text.encode()) <= 4096 else "", 4096)
+    if shared:
+        entry = json.loads(shared)
+        return entry["value"], host_cache.source(entry)
+    value = measure()
+    if jax.process_index() == 0:
+        host_cache.keep(("stream",), value, run_id)
+    return value, ""
 
 
 def matmul_peaks(dtype: str, run_id: str = "") -> dict:
