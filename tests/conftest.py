@@ -124,6 +124,7 @@ LONGEST_FIRST = [
     "test_member_independence.py",
     "test_checkpoint_fallback.py",
     "test_watchdog.py",
+    "test_interrupt.py",  # SIGINT at each start-up phase: 61 s alone (issue 66's profile)
     "test_evaluate_scale.py",
     "test_train_step.py",
     "test_member_map.py",
