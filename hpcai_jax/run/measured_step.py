@@ -23,6 +23,9 @@ from hpcai_jax.run import interrupt, startup
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
 from hpcai_jax.telemetry.memory import memory_analysis
 
+# The note of a cross-check whose analytic counts an earlier run kept (flops/host_cache.py).
+KEPT_COUNTS = "the analytic counts were "
+
 
 class MeasuredStep(NamedTuple):
     """The compiled step and its figures for the record."""
@@ -94,7 +97,7 @@ def _crosscheck(setup: RunSetup, lowered, cost: XlaCost, run_id: str) -> FlopFig
     figures, source = host_cache.kept(what, lambda: analytic_figures(config, devices), run_id)
     cross = crosscheck(config, cost.flops, devices, figures)
     if source:
-        cross.notes.append(f"the analytic counts were {source}")
+        cross.notes.append(f"{KEPT_COUNTS}{source}")
     return cross
 
 
