@@ -36,6 +36,13 @@ if "HPCAI_JAX_TEST_ENV" not in os.environ:  # set once, by the first process (xd
         cache = tempfile.mkdtemp(prefix="hpcai_jax_test_xla_cache_")
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
         atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    # The start-up measurements (matmul peaks, STREAM, the cross-check's counts) taken by the
+    # suite's first training run and read by every later one (hpcai_jax/flops/host_cache.py);
+    # the tests of those measurements call them directly, which measures.
+    if "HPCAI_JAX_STARTUP_CACHE" not in os.environ:
+        kept = tempfile.mkdtemp(prefix="hpcai_jax_test_startup_")
+        os.environ["HPCAI_JAX_STARTUP_CACHE"] = kept
+        atexit.register(shutil.rmtree, kept, ignore_errors=True)
 
 
 # Fixtures below import from the tests' own modules, which import JAX: only after the set-up.
@@ -117,6 +124,7 @@ LONGEST_FIRST = [
     "test_member_independence.py",
     "test_checkpoint_fallback.py",
     "test_watchdog.py",
+    "test_interrupt.py",  # SIGINT at each start-up phase: 61 s alone (issue 66's profile)
     "test_evaluate_scale.py",
     "test_train_step.py",
     "test_member_map.py",
@@ -147,6 +155,23 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """With --durations (.ci/run), the test-seconds of the slowest files too (set-up, call and
+    tear-down, module fixtures included): what LONGEST_FIRST's order is measured by."""
+    if not config.option.durations:
+        return
+    seconds: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) and hasattr(report, "duration"):
+                path = report.nodeid.split("::")[0]
+                seconds[path] = seconds.get(path, 0.0) + report.duration
+    slowest = sorted(seconds.items(), key=lambda kv: -kv[1])[:12]
+    terminalreporter.write_sep("=", f"slowest {len(slowest)} files (test-seconds)")
+    for path, s in slowest:
+        terminalreporter.write_line(f"{s:8.1f}s {path}")
 
 
 def starts_a_process(args) -> str | None:

@@ -175,22 +175,27 @@ def test_bad_arguments_end_in_one_line_and_exit_2(tmp_path, args, fragment):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.slow
 def test_the_python_entry_point_refuses_bad_values_in_one_line(tmp_path):
+    """`python -m hpcai_jax.acceptance`'s main, in this process (it refuses before any group
+    runs; acceptance.sh's smoke runs it through the interpreter): exit 2, one line."""
+    import contextlib
+    import io
+
+    from hpcai_jax.acceptance.__main__ import main
+
     for args, fragment in (
         ([str(tmp_path), "--budget_s=-3"], "--budget_s=-3"),
         ([str(tmp_path), "--gpu_settings=fast"], "'fast'"),
         ([str(tmp_path), "--groups=stream,bogus"], "unknown group bogus"),
     ):
-        proc = subprocess.run(
-            [sys.executable, "-m", "hpcai_jax.acceptance", *args],
-            capture_output=True,
-            text=True,
-            env=subprocess_env(devices=1),
-            cwd=ROOT,
-        )
-        assert proc.returncode == 2, proc.stderr
-        assert proc.stderr.count("\n") == 1 and fragment in proc.stderr, proc.stderr
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = main(args)
+            except SystemExit as e:
+                code = e.code
+        assert code == 2, err.getvalue()
+        assert err.getvalue().count("\n") == 1 and fragment in err.getvalue(), err.getvalue()
 
 
 @pytest.mark.slow

@@ -97,6 +97,7 @@ def run(tmp_path_factory):
         # Not under test, and seconds each: the peak and bandwidth measurements at start.
         # The process's cache of them too: neither reuse a real one nor keep these fakes.
         mp.setattr(peaks, "_MEASURED", {})
+        mp.delenv("HPCAI_JAX_STARTUP_CACHE", raising=False)  # nor the suite's (host_cache.py)
         mp.setattr(peaks, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"})
         mp.setattr(peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
         done = trainer.train_and_evaluate(config)

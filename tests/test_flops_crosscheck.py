@@ -204,3 +204,17 @@ def test_crosscheck_is_cached(monkeypatch):
     monkeypatch.setattr(module, "count_fn", traced)
     again = crosscheck(config, 2.0)
     assert again.analytic == first.analytic and again.xla_train_step_flops == 2.0
+
+
+def test_counts_kept_by_an_earlier_run_give_the_same_crosscheck():
+    """A run that reads the analytic counts another run kept (flops/host_cache.py: JSON on disk)
+    records the very cross-check of one that counts them."""
+    import json
+
+    from hpcai_jax.flops.crosscheck import analytic_figures
+
+    config = _config("resnet_small", 28, 16, C.MeshConfig(ensemble_size=2, parallel_degree=4))
+    counted = crosscheck(config, 3.0e9)
+    kept = json.loads(json.dumps(analytic_figures(config)))
+    assert crosscheck(config, 3.0e9, figures=kept) == counted
+    assert counted.notes == kept["notes"] and counted.apc_table3 == kept["table3"]

@@ -115,8 +115,10 @@ def test_the_step_runs_inside_the_named_modules_only(seen_per_layout):
 # The path from main(): today's figures as ceilings (docs/design.md), each raised only with its
 # reason here; the goal is 16 files, 3,500 lines and 800 lines of settings. Lines: 13,600 until
 # the hooks' typed input (StepInfo, Services: run/hooks.py) took 13,648; 13,662 with every
-# hook's schedule in the registry (ProgressLine.due).
-MAIN_FILES, MAIN_LINES, SETTINGS_LINES = 70, 13_700, 1_450
+# hook's schedule in the registry (ProgressLine.due). 71 files and 13,836 lines with the
+# start-up measurements kept per host (flops/host_cache.py: a test suite's or a sweep's runs
+# measure them once).
+MAIN_FILES, MAIN_LINES, SETTINGS_LINES = 71, 13_850, 1_450
 SETTINGS = ("main.py", "flags.py", "settings.py", "config.py", "fields.py")
 
 

@@ -55,7 +55,9 @@ def _read(path: Path) -> dict | None:
     return analysis if isinstance(analysis, dict) and "flops" in analysis else None
 
 
-def _write(path: Path, analysis: dict) -> None:
+def write_json(path: Path, analysis: dict) -> None:
+    """`analysis` as JSON at `path`, whole or not at all; a folder that cannot be written only
+    costs the next run the figures (flops/host_cache.py keeps its entries so too)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -80,5 +82,5 @@ def counted(step_lowered, count: Callable[[], object]) -> tuple[object, bool]:
     if analysis is None:
         return lowered, False  # xla_cost says why
     figures = {k: float(v) for k, v in analysis.items() if isinstance(v, int | float)}
-    _write(path, figures)
+    write_json(path, figures)
     return Counted(figures), False

@@ -220,8 +220,32 @@ class FlopFigures:
         return dataclasses.asdict(self)
 
 
+def analytic_figures(config: RunConfig, devices: list | None = None) -> dict:
+    """What the cross-check takes from the analytic counts alone (JSON, so that a run can keep
+    them: flops/host_cache.py): the per-member and ensemble walks' figures, Table 3's APC, the
+    named stages and the notes."""
+    device_ids = tuple(d.id for d in (jax.devices() if devices is None else devices))
+    member, ensemble, note = _analytic(config, device_ids)
+    m, b = config.mesh.ensemble_size, config.train.batch_size
+    walk = ensemble.total("xla") if ensemble is not None else m * member.train_step.total("xla")
+    notes = [n for n in (note, *member.train_step.notes) if n]
+    if ensemble is not None:
+        notes += [n for n in ensemble.notes if n not in notes]
+    return {
+        "input_shape": list(member.input_shape),
+        "walk": walk,
+        "table3": metrics.apc(3 * member.forward.per_example("table3"), b, m),
+        "analytic": _analytic_counts(member, b, m, walk),
+        "scopes": _scopes(member, ensemble, m, walk),
+        "notes": notes,
+    }
+
+
 def crosscheck(
-    config: RunConfig, xla_train_step_flops: float | None, devices: list | None = None
+    config: RunConfig,
+    xla_train_step_flops: float | None,
+    devices: list | None = None,
+    figures: dict | None = None,
 ) -> FlopFigures:
     """XLA's count of the whole ensemble's training step against the analytic counts.
 
@@ -230,6 +254,8 @@ def crosscheck(
       xla_train_step_flops: XLA's global figure for one step of the whole ensemble, or None
         when cost analysis gave none.
       devices: the devices the step runs on (default: all, as the engine uses).
+      figures: `analytic_figures(config, devices)` where the caller has them (default: counted
+        here).
 
     Returns:
       FlopFigures: analytic counts per example and per step (Table 3 as written and with
@@ -238,24 +264,17 @@ def crosscheck(
       use for FLOPS with their source and why, and APC (Eq. 4) under both counts. Cached: a
       second call costs nothing.
     """
-    device_ids = tuple(d.id for d in (jax.devices() if devices is None else devices))
-    member, ensemble, note = _analytic(config, device_ids)
-    m, b = config.mesh.ensemble_size, config.train.batch_size
-    fwd = member.forward
-    paper = metrics.apc(3 * fwd.per_example("table3"), b, m)
-    walk = ensemble.total("xla") if ensemble is not None else m * member.train_step.total("xla")
-    notes = [n for n in (note, *member.train_step.notes) if n]
-    if ensemble is not None:
-        notes += [n for n in ensemble.notes if n not in notes]
+    counts = figures if figures is not None else analytic_figures(config, devices)
+    walk, paper = counts["walk"], counts["table3"]
     xla = float(xla_train_step_flops) if xla_train_step_flops and xla_train_step_flops > 0 else None
     ratio = xla / walk if xla is not None and walk else None
     flops, source, ok, why = choose_flops(config.results.flops_source, xla, float(walk), ratio)
     return FlopFigures(
         model=config.model.model,
-        input_shape=list(member.input_shape),
-        batch_size=b,
-        ensemble_size=m,
-        analytic=_analytic_counts(member, b, m, walk),
+        input_shape=list(counts["input_shape"]),
+        batch_size=config.train.batch_size,
+        ensemble_size=config.mesh.ensemble_size,
+        analytic=counts["analytic"],
         xla_train_step_flops=xla,
         xla_over_analytic=ratio,
         xla_over_table3=xla / paper if xla is not None and paper else None,
@@ -266,8 +285,8 @@ def crosscheck(
         source_reason=why,
         apc=flops,
         apc_table3=paper,
-        notes=notes,
-        scopes=_scopes(member, ensemble, m, walk),
+        notes=list(counts["notes"]),
+        scopes=counts["scopes"],
     )
 
 

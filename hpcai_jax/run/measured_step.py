@@ -14,13 +14,17 @@ from absl import logging
 from hpcai_jax import nodes
 from hpcai_jax.engine.compiled import compile_step, count_lowered
 from hpcai_jax.engine.setup import RunSetup
-from hpcai_jax.flops import counted_cache
-from hpcai_jax.flops.crosscheck import FlopFigures, crosscheck
+from hpcai_jax.flops import analytic, counted_cache, host_cache
+from hpcai_jax.flops import crosscheck as crosscheck_module
+from hpcai_jax.flops.crosscheck import FlopFigures, analytic_figures, crosscheck
 from hpcai_jax.flops.peaks import bandwidth_at_start, matmul_peaks
 from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import interrupt, startup
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
 from hpcai_jax.telemetry.memory import memory_analysis
+
+# The note of a cross-check whose analytic counts an earlier run kept (flops/host_cache.py).
+KEPT_COUNTS = "the analytic counts were "
 
 
 class MeasuredStep(NamedTuple):
@@ -35,9 +39,12 @@ class MeasuredStep(NamedTuple):
     compile_s: float = 0.0
 
 
-def measure_step(setup: RunSetup, state, bandwidth: tuple[float, str] | None) -> MeasuredStep:
+def measure_step(
+    setup: RunSetup, state, bandwidth: tuple[float, str] | None, run_id: str = ""
+) -> MeasuredStep:
     """Compiles `setup`'s train step for `state` and measures it (the module docstring);
-    `bandwidth`: a --stream_record's figure, else STREAM runs here."""
+    `bandwidth`: a --stream_record's figure, else STREAM runs here; `run_id` names this run in
+    what it keeps for later runs ($HPCAI_JAX_STARTUP_CACHE, flops/host_cache.py)."""
     interrupt.at("compile")  # a signal meanwhile is acted on after it (run/interrupt.py)
     _log_mesh(setup)
     config = setup.config
@@ -58,7 +65,7 @@ def measure_step(setup: RunSetup, state, bandwidth: tuple[float, str] | None) ->
         cost = xla_cost(
             build.compiled, layout.num_devices, build.lowered, counted, setup.member_loop_trips
         )
-        cross = crosscheck(config, cost.flops, list(setup.mesh.devices.flat))
+        cross = _crosscheck(setup, build.lowered, cost, run_id)
     _log_flops(build.seconds, cost, cross)
     with startup.phase("traffic"):
         node_index = nodes.device_node_index(list(setup.mesh.devices.flat))  # a collective
@@ -69,10 +76,29 @@ def measure_step(setup: RunSetup, state, bandwidth: tuple[float, str] | None) ->
     memory = memory_analysis(build.compiled)
     _log_memory(memory)
     with startup.phase("peaks"):
-        peaks = matmul_peaks(config.model.dtype)
+        peaks = matmul_peaks(config.model.dtype, run_id)
     with startup.phase("stream"):  # every process: STREAM spans them
-        peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth_at_start(bandwidth)
+        bandwidth = bandwidth_at_start(bandwidth, run_id)
+        peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth
     return MeasuredStep(build.compiled, cost, cross, memory, peaks, comm, build.seconds)
+
+
+def _crosscheck(setup: RunSetup, lowered, cost: XlaCost, run_id: str) -> FlopFigures:
+    """The cross-check, its analytic counts kept per program where $HPCAI_JAX_STARTUP_CACHE is
+    set: the step's lowered text, the settings they read and the counting code's source."""
+    config, devices = setup.config, list(setup.mesh.devices.flat)
+    what = (
+        "crosscheck",
+        counted_cache.key(lowered),
+        repr((config.model, config.mesh, config.optim, config.train.batch_size)),
+        [d.id for d in devices],
+        host_cache.code_digest(analytic, crosscheck_module),
+    )
+    figures, source = host_cache.kept(what, lambda: analytic_figures(config, devices), run_id)
+    cross = crosscheck(config, cost.flops, devices, figures)
+    if source:
+        cross.notes.append(f"{KEPT_COUNTS}{source}")
+    return cross
 
 
 def _log_flops(compile_s: float, cost: XlaCost, cross: FlopFigures) -> None:

@@ -207,7 +207,9 @@ class Trainer:
 
     def compile(self) -> None:
         """The step compiled ahead of timing and measured for the record (run/measured_step.py)."""
-        self.measured = measure_step(self.setup, self.start.state, self.bandwidth)
+        self.measured = measure_step(
+            self.setup, self.start.state, self.bandwidth, self.start.progress.run_id
+        )
         self.start.progress.compile_s.append(self.measured.compile_s)
         startup.record("compile", self.measured.compile_s)
         flops = self.measured.flops
