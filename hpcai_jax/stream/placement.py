@@ -55,16 +55,12 @@ class Placement:
         return NamedSharding(self.mesh, P())
 
     def describe(self) -> str:
-        if self.mode == "one":
-            return f"one device: {self.devices[0]}"
-        if self.mode == "each":
-            return (
-                f"each device alone, in turn: {jax.local_device_count()} local devices per "
-                f"process, {jax.device_count()} in all, {jax.process_count()} process(es)"
-            )
-        return (
-            f"all {self.num_devices} devices of {jax.process_count()} process(es), arrays "
-            f"sharded {self.num_devices} ways"
+        """The header's `Placement:` line (report.placement_line, which `check` also calls)."""
+        from hpcai_jax.stream.report import placement_line  # report imports this module's users
+
+        count = jax.device_count() if self.mode == "each" else self.num_devices
+        return placement_line(
+            self.mode, str(self.devices[0]), count, jax.local_device_count(), jax.process_count()
         )
 
 
