@@ -309,23 +309,6 @@ def figures_record(figures: list[KernelFigures]) -> dict[str, Kernel]:
     }
 
 
-def placement_line(
-    mode: str, first_device: str, num_devices: int, local_devices: int, processes: int
-) -> str:
-    """The header's `Placement:` text (`mode`: --stream_devices; `num_devices`: the devices the
-    arrays span, or with `each` every device of the job)."""
-    if mode == "one":
-        return f"one device: {first_device}"
-    if mode == "each":
-        return (
-            f"each device alone, in turn: {local_devices} local devices per process, "
-            f"{num_devices} in all, {processes} process(es)"
-        )
-    return (
-        f"all {num_devices} devices of {processes} process(es), arrays sharded {num_devices} ways"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class Printout:
     """All that BabelStream's output is rendered from: what a run measured (stream/benchmark.py)
@@ -339,7 +322,7 @@ class Printout:
     itemsize: int
     mibibytes: bool
     csv: bool
-    placement: str  # placement_line
+    placement: str  # placement.placement_line
     figures: list[KernelFigures]  # with `devices`, the slowest device's per kernel
     devices: list[DeviceFigures] | None  # --stream_devices=each
     below_rule: str  # the size rule's message where the arrays break it, else empty

@@ -16,6 +16,7 @@ from hpcai_jax.stream import cache as stream_cache
 from hpcai_jax.stream import report, validate
 from hpcai_jax.stream.datasheet import memory_bandwidth
 from hpcai_jax.stream.kernels import DOT_EXTRA_BYTES, KERNELS, RUN_ORDERS
+from hpcai_jax.stream.placement import placement_line
 
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2}
 MODES = ("one", "all", "each")
@@ -24,6 +25,9 @@ MODES = ("one", "all", "each")
 # they write (Add, Triad, Dot) by up to 1.5 against them on the same memory; 2 leaves room for
 # a busy host's noise.
 COPY_FACTOR = 2.0
+# ... once each kernel ran this many times: the best of fewer calls on a busy host can be any
+# kernel's, of 2 or 3 the tests' runs measured Add at 2.8 × Copy.
+RATIO_CALLS = 10
 # The fastest plausible memory bandwidth one logical CPU core drives (a server core sustains
 # 10-30 GB/s, a core of a high-bandwidth-memory CPU well under this); a host's ceiling is its
 # logical cores times this, the core count read from the record's implementation line.
@@ -297,7 +301,8 @@ def size_rule(f: Found, r: StreamRecord, host_caches: dict) -> None:
 
 def plausible(f: Found, r: StreamRecord) -> None:
     """No kernel faster than the devices' memory can feed (the datasheet's bandwidth per
-    accelerator, the host's cores on CPUs), nor than Copy and Mul by more than COPY_FACTOR."""
+    accelerator, the host's cores on CPUs), nor than Copy and Mul by more than COPY_FACTOR
+    (with RATIO_CALLS calls or more)."""
     p = r.placement
     rate, source = _ceiling(r)
     two = [r.kernels[k] for k in ("copy", "mul") if k in r.kernels]
@@ -308,7 +313,11 @@ def plausible(f: Found, r: StreamRecord) -> None:
                 f"{f.file} kernels.{key}.gb_per_s {k.gb_per_s:.6g} > {rate * spanned(r) / 1e9:.6g} "
                 f"GB/s, the most {spanned(r)} × {p.device_kind} can move ({source})"
             )
-        if reference is not None and k.gb_per_s > COPY_FACTOR * reference.gb_per_s:
+        if (
+            reference
+            and r.run.num_times >= RATIO_CALLS
+            and k.gb_per_s > COPY_FACTOR * reference.gb_per_s
+        ):
             f.fail(
                 f"{f.file} kernels.{key}.gb_per_s {k.gb_per_s:.6g} > {COPY_FACTOR} × "
                 f"{reference.label}'s {reference.gb_per_s:.6g}: no kernel leads Copy and Mul by "
@@ -348,7 +357,7 @@ def printout(r: StreamRecord, printed: str) -> report.Printout:
         itemsize=r.array.itemsize,
         mibibytes=conf.get("mibibytes") is True,
         csv=conf.get("csv") is True,
-        placement=report.placement_line(
+        placement=placement_line(
             p.mode, p.devices[0], p.num_devices, p.num_devices // p.process_count, p.process_count
         ),
         figures=headline(r),
@@ -371,8 +380,8 @@ def output(f: Found, r: StreamRecord, printed: str, name: str) -> None:
                 "rendered by stream/report.py)"
             )
             return
-    if printed != "\n".join(want) + "\n":
-        f.fail(f"stream/{name}: not the run's output, line breaks aside")
+    if printed != "\n".join(got) + "\n":
+        f.fail(f"stream/{name}: its lines do not end as the run prints them (one \\n each)")
 
 
 def _triad_bandwidth(r: StreamRecord, got: list[str], mine, theirs) -> bool:

@@ -58,7 +58,7 @@ def load(root: Path) -> list[Packed]:
     before it is read as a record: a malformed one is failure lines naming the field, never an
     exception."""
     found = []
-    for path in sorted((root / FOLDER).glob("*.json")):
+    for path in sorted((root / FOLDER).glob("*.json"), key=lambda p: p.stem):  # pack's order
         found.append(_read(path))
     return found
 
