@@ -380,6 +380,10 @@ def output(f: Found, r: StreamRecord, printed: str, name: str) -> None:
                 "rendered by stream/report.py)"
             )
             return
+    runtime = printout(r, printed).triad_runtime_s
+    timed = (r.run.num_times - 1) * r.kernels["triad"].avg_s if runtime is not None else 0.0
+    if runtime is not None and runtime + 5e-6 < timed * (1 - MEAN_RELATIVE):
+        f.fail(f"stream/{name}: Runtime {runtime} s < its {timed:.6g} s of timed Triad calls")
     if printed != "\n".join(got) + "\n":
         f.fail(f"stream/{name}: its lines do not end as the run prints them (one \\n each)")
 
