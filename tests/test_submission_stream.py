@@ -79,6 +79,7 @@ def test_a_training_run_and_stream_runs_pass_together(tiny_run, stream_records, 
     runs = [tiny_run.results / "real-train.json", *stream_records.values()]
     out = tmp_path / "package"
     assert main(["pack", *map(str, runs), f"--out={out}"]) == 0
+    capsys.readouterr()
     code, lines, err = check_cli(capsys, "check", out)
     assert code == 0 and lines == ["PASS"] and not err, (lines, err)
 
