@@ -665,3 +665,25 @@ def test_a_stream_run_packed_twice_fails(stream_package, tmp_path, capsys):
         "run s-one-again: the same kernel timings and set-up times as run s-one: one STREAM run "
         "packed twice under two ids"
     ], out
+
+
+def test_pack_refuses_a_stream_run_check_would_fail(stream_records, tmp_path, capsys):
+    """A record forged (Triad's bytes × 3, its bandwidth re-derived) or malformed (min_s 0): one
+    line naming the file and check's first line, exit 2, nothing written."""
+    data = json.loads(stream_records["s-one"].read_text())
+    forgeries = {
+        "bytes": (
+            _chain(_set("kernels.triad.bytes_moved", lambda b: 3 * b), _rederive),
+            "bytes_moved",
+        ),
+        "zero": (_set("kernels.copy.min_s", 0), "kernels.copy.min_s: expected a number > 0"),
+    }
+    for name, (edit, fragment) in forgeries.items():
+        forged_data = json.loads(json.dumps(data))
+        edit(forged_data)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(forged_data))
+        code, out, err = check_cli(capsys, "pack", path, f"--out={tmp_path / 'pkg'}")
+        assert code == 2 and not out and len(err) == 1, err
+        assert f"{path}: STREAM run s-one would fail check: " in err[0] and fragment in err[0], err
+        assert not (tmp_path / "pkg").exists()

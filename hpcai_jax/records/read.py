@@ -65,9 +65,12 @@ def read(source: str | Path | dict | AnyRecord) -> AnyRecord:
     """
     if isinstance(source, tuple(KINDS.values())):
         return source
-    data = load(source) if isinstance(source, str | Path) else source
-    if nesting(data) > MAX_DEPTH:
+    if isinstance(source, str | Path):
+        data = load(source)  # bounded there
+    elif nesting(source) > MAX_DEPTH:
         raise RecordError(f"JSON nested deeper than {MAX_DEPTH}")
+    else:
+        data = source
     if not isinstance(data, dict) or "mode" not in data:
         raise RecordError('no "mode" field')
     mode = data["mode"]

@@ -20,7 +20,8 @@ KERNELS = ("copy", "mul", "add", "triad", "dot")
 
 
 def refused(path: Path, record: StreamRecord) -> str:
-    """Why `pack` cannot take this STREAM record (a UsageError line), or empty."""
+    """Why `pack` cannot take this STREAM record (a UsageError line), or empty: it breaks the
+    rules, or check would fail it (its first line)."""
     run = record.run_id
     if record.status == "small_arrays" or not record.cache.size_rule_ok:
         return (
@@ -34,6 +35,12 @@ def refused(path: Path, record: StreamRecord) -> str:
             f"{path}: STREAM run {run} holds no printed output (a record from before it was "
             "kept): NERSC-10's rules ask for it; run --mode=stream again"
         )
+    packed = _read(path, run)
+    lines = packed.problems or judged(record, record.printed, f"{run}{PRINTED}", None)
+    if lines:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        why = lines[0].removeprefix(f"run {run}: ")
+        return f"{path}: STREAM run {run} would fail check: {why}{more}"
     return ""
 
 
@@ -63,8 +70,10 @@ def load(root: Path) -> list[Packed]:
     return found
 
 
-def _read(path: Path) -> Packed:
-    run, where = path.stem, f"{FOLDER}/{path.name}"
+def _read(path: Path, run: str | None = None) -> Packed:
+    """`path` as the STREAM record of `run` (default: its file name's, as packed)."""
+    run = path.stem if run is None else run
+    where = f"{FOLDER}/{path.name}" if path.stem == run else str(path)
     try:
         safe.run_id(run, where)
         data = safe.load_json(path)
@@ -137,6 +146,13 @@ def check(root: Path, packed: Packed, host_caches: dict | None = None) -> list[s
     f = streamderive.Found(record)
     if text != record.printed:
         f.fail(f"{FOLDER}/{printed.name} is not the printed output its record holds")
+    return list(dict.fromkeys(f.lines + judged(record, text, printed.name, host_caches)))
+
+
+def judged(record: StreamRecord, text: str, name: str, host_caches: dict | None) -> list[str]:
+    """Failure lines of the record's own figures and of `text`, its printed output (`name`):
+    what check re-derives of a STREAM run, and what pack asks of one."""
+    f = streamderive.Found(record)
     if streamderive.identity(f, record):
         for rule in (
             streamderive.arrays,
@@ -146,8 +162,8 @@ def check(root: Path, packed: Packed, host_caches: dict | None = None) -> list[s
             streamderive.validation,
             lambda f, r: streamderive.size_rule(f, r, {} if host_caches is None else host_caches),
             streamderive.plausible,
-            lambda f, r: streamderive.output(f, r, text, printed.name),
-            lambda f, r: streamderive.output(f, r, r.printed or "", f"{run}.json printed"),
+            lambda f, r: streamderive.output(f, r, text, name),
+            lambda f, r: streamderive.output(f, r, r.printed or "", f"{r.run_id}.json printed"),
         ):
             rule(f, record)
     return list(dict.fromkeys(f.lines))
