@@ -445,6 +445,24 @@ FORGERIES = {
     ),
     "no kernels": ("s-one", _set("kernels", {}), None, "kernels: expected a non-empty"),
     "kernels missing": ("s-one", lambda d: d.pop("kernels"), None, "kernels: expected"),
+    "no devices listed": (
+        "s-one",
+        _set("placement.devices", []),
+        None,
+        "expected a non-empty list",
+    ),
+    "each: a device without Dot": (
+        "s-each",
+        lambda d: d["per_device"][3]["kernels"].pop("dot"),
+        None,
+        "per_device[3].kernels ['copy', 'mul', 'add', 'triad'] != ",
+    ),
+    "num_times 10**12": (
+        "s-one",
+        _chain(_set("run.num_times", 10**12), _set("config.stream.num_times", 10**12)),
+        None,
+        "over the 1000000 calls check replays",
+    ),
 }
 
 

@@ -88,7 +88,7 @@ SPEC = {
     "placement": {
         "mode": _str,
         "num_devices": _int,
-        "devices": ("list", _str),
+        "devices": ("non-empty list", _str),
         "device_kind": _str,
         "platform": _str,
         "process_count": _int,
@@ -105,7 +105,7 @@ SPEC = {
     "run": {
         "implementation": _str,
         "kernels": _str,
-        "order": ("list", _str),
+        "order": ("non-empty list", _str),
         "num_times": _int,
         "burst": _int,
     },
@@ -172,8 +172,9 @@ def _walk(value, spec, path: str, where: str, out: list[str]) -> None:
         for key, item in value.items():
             _walk(item, inner, f"{path}.{key}", where, out)
         return
-    if not isinstance(value, list) or (shape == "optional list" and not value):
-        out.append(f"{where} {name}: expected a list, found {_shown(value)}")
+    if not isinstance(value, list) or (shape != "list" and not value):
+        kind = "a list" if shape == "list" else "a non-empty list"
+        out.append(f"{where} {name}: expected {kind}, found {_shown(value)}")
         return
     for i, item in enumerate(value):
         _walk(item, inner, f"{path}[{i}]", where, out)
