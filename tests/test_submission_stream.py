@@ -705,3 +705,23 @@ def test_pack_refuses_a_stream_run_check_would_fail(stream_records, tmp_path, ca
         assert code == 2 and not out and len(err) == 1, err
         assert f"{path}: STREAM run s-one would fail check: " in err[0] and fragment in err[0], err
         assert not (tmp_path / "pkg").exists()
+
+
+def test_a_full_disk_is_recognised_however_a_library_words_it():
+    """orbax and tensorstore (pack --with_weights) raise their own exceptions for ENOSPC: the
+    words decide, and anything else stays a plain write error (exit 2)."""
+    import errno
+
+    from hpcai_jax.submission import safe
+
+    worded = ValueError("Error writing: [Errno 28] No space left on device: 'w/params'")
+    for e, full in (
+        (OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), True),
+        (worded, True),
+        (OSError(errno.EACCES, os.strerror(errno.EACCES)), False),
+        (ValueError("shape mismatch"), False),
+    ):
+        assert safe.full(e) is full
+        error = safe.written(Path("pkg/x.weights"), e)
+        assert error.exit_code == (74 if full else 2)
+        assert str(error).startswith("pkg/x.weights: ")

@@ -111,7 +111,8 @@ def full(e: BaseException) -> bool:
 
 def written(path: Path, e: BaseException) -> UsageError:
     """The one-line error of a failed write: DiskFull where the disk or the quota is full."""
-    why = getattr(e, "strerror", None) or str(e).splitlines()[0] if str(e) else type(e).__name__
+    text = str(e)
+    why = getattr(e, "strerror", None) or (text.splitlines()[0] if text else type(e).__name__)
     if full(e):
         return DiskFull(f"{path}: no space left to write it ({why}); nothing was packed")
     return UsageError(f"{path}: cannot write it ({why}); nothing was packed")
