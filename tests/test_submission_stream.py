@@ -457,6 +457,18 @@ FORGERIES = {
         None,
         "per_device[3].kernels ['copy', 'mul', 'add', 'triad'] != ",
     ),
+    "another process faster": (
+        "s-one",
+        lambda d: d["per_process_gb_per_s"][0].update(triad=999.0),
+        None,
+        "per_process_gb_per_s[0].triad",
+    ),
+    "hosts not one per process": (
+        "s-one",
+        _set("provenance.hosts", lambda h: h * 2),
+        None,
+        "provenance.hosts",
+    ),
     "num_times 10**12": (
         "s-one",
         _chain(_set("run.num_times", 10**12), _set("config.stream.num_times", 10**12)),

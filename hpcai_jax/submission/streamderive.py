@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 from hpcai_jax.records.stream import Kernel, StreamRecord
 from hpcai_jax.stream import cache as stream_cache
 from hpcai_jax.stream import report, validate
@@ -166,6 +168,32 @@ def placement(f: Found, r: StreamRecord) -> None:
         f.field("per_device", count, p.num_devices, "every device measured alone, with `each`")
     elif r.per_device is not None:
         f.fail(f"{f.file} per_device: present without --stream_devices=each")
+
+
+def processes(f: Found, r: StreamRecord) -> None:
+    """The hosts provenance lists, and with `one` every process's own best rates: process 0's
+    the record's kernels' (gathered in float32), none beyond its device's bound."""
+    prov, per = r.provenance, r.per_process_gb_per_s
+    hosts = prov.hosts or []
+    f.field("provenance.hosts", len(hosts), prov.process_count, "one per process")
+    f.field("provenance.number_of_nodes", prov.number_of_nodes, len(set(hosts)), "its hosts")
+    if r.placement.mode != "one":
+        if per is not None:
+            f.fail(f"{f.file} per_process_gb_per_s: present without --stream_devices=one")
+        return
+    if per is None or len(per) != r.placement.process_count:
+        f.fail(f"{f.file} per_process_gb_per_s: not one entry per process of --stream_devices=one")
+        return
+    rate, source = _ceiling(r)
+    for i, entry in enumerate(per):
+        f.field(f"per_process_gb_per_s[{i}]", sorted(entry), sorted(r.kernels), "the run's kernels")
+        for key, gbs in entry.items():
+            if rate is not None and gbs * 1e9 > rate:
+                f.fail(f"{f.file} per_process_gb_per_s[{i}].{key} {gbs:.6g} GB/s > {source}")
+    for key, gbs in per[0].items():
+        if key in r.kernels:
+            want = float(np.float32(r.kernels[key].gb_per_s))
+            f.field(f"per_process_gb_per_s[0].{key}", gbs, want, "process 0's, in float32")
 
 
 def kernels(f: Found, r: StreamRecord) -> None:

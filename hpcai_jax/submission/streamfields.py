@@ -119,12 +119,14 @@ SPEC = {
     },
     "metrics": ("mapping", lambda v: _bool(v) if type(v) is bool else _figure(v)),
     "per_device": ("optional list", DEVICE),
+    "per_process_gb_per_s": ("optional list", ("mapping", _positive)),
     "provenance": {
         "backend": _str,
         "device_kind": _str,
         "device_count": _int,
         "process_count": _int,
-        "hosts": ("list", _str),
+        "hosts": ("non-empty list", _str),
+        "number_of_nodes": _int,
     },
     "config": {
         "stream": {

@@ -159,6 +159,7 @@ def judged(record: StreamRecord, text: str, name: str, host_caches: dict | None)
             streamderive.placement,
             streamderive.kernels,
             streamderive.merit,
+            streamderive.processes,
             streamderive.validation,
             lambda f, r: streamderive.size_rule(f, r, {} if host_caches is None else host_caches),
             streamderive.plausible,
