@@ -241,6 +241,10 @@ NOT_RECORDS = {
     },
     "submission/pack.py": {"config": "the record's config: RunConfig.to_dict(), a dict by design"},
     "submission/recount.py": {"counted": "the counter process's JSON answer"},
+    "submission/streamderive.py": {
+        "conf": "the record's config.stream: StreamConfig.to_dict(), a dict by design",
+        "f": "Found: its dotted strings are the names of the fields its failure lines print",
+    },
     "submission/reevaluate.py": {"line": "an MLLOG line"},
     "submission/derive.py": {
         "line": "an MLLOG line",

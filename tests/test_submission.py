@@ -390,22 +390,22 @@ def test_a_tampered_stream_run_fails_check(with_stream, tmp_path, capsys, case):
         "printed output edited": (
             None,
             lambda t: t.replace("Triad       10764.382", "Triad       12764.382"),
-            ["is not the printed output its record holds", "no line 'Triad       10764.382"],
+            ["is not the printed output its record holds", f"stream/{STREAM}.txt line 13 'Triad "],
         ),
         "a time edited in both": (
             both,
             lambda t: t.replace("0.53570", "0.48213"),
-            ["kernels.add.gb_per_s 12.0263 != bytes_moved / min_s = 13.3626", "no line 'Add"],
+            ["kernels.add.gb_per_s 12.0263 != 13.3626 (bytes_moved / min_s)", "line 12 'Add"],
         ),
         "bandwidth edited": (
             lambda r: r["kernels"]["triad"].update(gb_per_s=20.0),
             None,
-            ["kernels.triad.gb_per_s 20 != bytes_moved / min_s = 10.7644", "README.md line"],
+            ["kernels.triad.gb_per_s 20 != 10.7644 (bytes_moved / min_s)", "README.md line"],
         ),
         "rule and validation": (
             rule,
             None,
-            ["arrays below the size rule", "validation passed False"],
+            ["cache.size_rule_ok False != True", "validation.passed False != True"],
         ),
     }
     edit, printed, expected = edits[case]

@@ -22,14 +22,37 @@ KINDS: dict[str, type] = {
     "check": CheckRecord,
 }
 VERSIONS = (1, SCHEMA_VERSION)
+MAX_DEPTH = 64  # JSON nesting a record may have: its deepest sections are a few levels down
+
+
+def nesting(value, limit: int = MAX_DEPTH) -> int:
+    """How deeply `value` nests lists and objects, counted up to `limit` + 1, without recursion
+    (a hostile file nests thousands deep)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > limit:
+                return deepest
+            stack.extend(
+                (child, level + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def load(path: str | Path) -> dict:
-    """The JSON object in a file; RecordError when it cannot be read or is not JSON."""
+    """The JSON object in a file; RecordError when it cannot be read, is not JSON, or nests
+    deeper than MAX_DEPTH."""
     try:
-        return json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text())
+    except RecursionError:
+        raise RecordError(f"JSON nested deeper than {MAX_DEPTH}") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise RecordError(f"unreadable or not JSON ({type(e).__name__})") from e
+    if nesting(data) > MAX_DEPTH:
+        raise RecordError(f"JSON nested deeper than {MAX_DEPTH}")
+    return data
 
 
 def read(source: str | Path | dict | AnyRecord) -> AnyRecord:
@@ -42,7 +65,12 @@ def read(source: str | Path | dict | AnyRecord) -> AnyRecord:
     """
     if isinstance(source, tuple(KINDS.values())):
         return source
-    data = load(source) if isinstance(source, str | Path) else source
+    if isinstance(source, str | Path):
+        data = load(source)  # bounded there
+    elif nesting(source) > MAX_DEPTH:
+        raise RecordError(f"JSON nested deeper than {MAX_DEPTH}")
+    else:
+        data = source
     if not isinstance(data, dict) or "mode" not in data:
         raise RecordError('no "mode" field')
     mode = data["mode"]

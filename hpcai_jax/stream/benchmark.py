@@ -66,8 +66,7 @@ from hpcai_jax.stream.runner import run_kernels
 from hpcai_jax.stream.sync import call_barrier
 from hpcai_jax.stream.validate import Validation, validate
 
-# How the table, the figure of merit and the record's reason say that the arrays break the rule.
-BELOW_RULE = "below NERSC-10's 4x-cache rule"
+BELOW_RULE = report.BELOW_RULE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,26 +386,35 @@ def warn_problems(measured: StreamMeasurement) -> None:
             logging.warning("STREAM: %s", problem)
 
 
-def render_stream(measured: StreamMeasurement) -> StreamText:
-    """BabelStream's output of the measurement, from it alone. Arrays below the 4x-cache rule
-    are said under the table and in the figure-of-merit line."""
+def printout(measured: StreamMeasurement) -> report.Printout:
+    """What BabelStream's output is rendered from, of this measurement."""
     result, devices = measured.result, measured.devices
     cfg = result.config
-    below = "" if result.size_check.ok else f"; arrays {BELOW_RULE}"
-    if devices is None:
-        text = render_report(result)
-        failures = tuple(result.validation.failures())
-        fom = report.figure_of_merit(result.figures, cfg.mibibytes, below)
-    else:
-        text, failures = render_each(result, devices), ()
-        note = f"; the slowest of {len(devices)} devices, each measured alone{below}"
-        fom = report.figure_of_merit(report.slowest(devices), cfg.mibibytes, note)
-    if below and not cfg.csv:
-        text += (
-            f"\nArrays {BELOW_RULE} (--allow_small_arrays), this measures a cache: "
-            f"{result.size_check.message}"
-        )
-    return StreamText(text, failures, fom, merit_to_stderr=cfg.csv)
+    times = result.times_s.get("triad") if cfg.kernels == "triad" else None
+    return report.Printout(
+        implementation=implementation_label(result.placement),
+        kernels=cfg.kernels,
+        num_times=cfg.num_times,
+        precision=cfg.precision,
+        elements=result.elements,
+        itemsize=result.itemsize,
+        mibibytes=cfg.mibibytes,
+        csv=cfg.csv,
+        placement=result.placement.describe(),
+        figures=result.figures if devices is None else report.slowest(devices),
+        devices=devices,
+        below_rule="" if result.size_check.ok else result.size_check.message,
+        triad_runtime_s=None if times is None else float(np.sum(times)),
+    )
+
+
+def render_stream(measured: StreamMeasurement) -> StreamText:
+    """BabelStream's output of the measurement, from it alone (report.render, which `check`
+    runs again on a packed record). Arrays below the 4x-cache rule are said under the table and
+    in the figure-of-merit line."""
+    text, fom = report.render(printout(measured))
+    failures = () if measured.devices is not None else tuple(measured.result.validation.failures())
+    return StreamText(text, failures, fom, merit_to_stderr=measured.result.config.csv)
 
 
 def run_stream(config: Settings) -> int:
@@ -436,53 +444,6 @@ def _show(text: StreamText, path) -> None:
     if path:
         logging.info("STREAM: record written to %s", path)
     print(text.figure_of_merit, file=sys.stderr if text.merit_to_stderr else sys.stdout, flush=True)
-
-
-def _header(result: StreamResult) -> str:
-    cfg = result.config
-    return report.header(
-        implementation=implementation_label(result.placement),
-        kernels=cfg.kernels,
-        num_times=cfg.num_times,
-        precision=cfg.precision,
-        elements=result.elements,
-        itemsize=result.itemsize,
-        mibibytes=cfg.mibibytes,
-        placement=result.placement.describe(),
-    )
-
-
-def render_report(result: StreamResult) -> str:
-    """BabelStream's report of one placement: the header and the table, or the CSV lines."""
-    cfg = result.config
-    if cfg.csv:
-        return report.csv(
-            result.figures, cfg.num_times, result.elements, result.itemsize, cfg.mibibytes
-        )
-    parts = [_header(result), report.table(result.figures, cfg.mibibytes)]
-    if result.placement.num_devices > 1:
-        parts.append(report.per_device_table(result.figures, cfg.mibibytes))
-    if cfg.kernels == "triad":
-        parts.append(
-            report.triad_only_summary(
-                result.times_s["triad"],
-                result.elements,
-                result.itemsize,
-                cfg.num_times,
-                cfg.mibibytes,
-            )
-        )
-    return "\n".join(parts)
-
-
-def render_each(result: StreamResult, devices: list[report.DeviceFigures]) -> str:
-    """BabelStream's report of every device measured alone (--stream_devices=each)."""
-    cfg = result.config
-    if cfg.csv:
-        return report.each_device_csv(
-            devices, cfg.num_times, result.elements, result.itemsize, cfg.mibibytes
-        )
-    return "\n".join([_header(result), report.each_device_table(devices, cfg.mibibytes)])
 
 
 def _per_process_best(result: StreamResult) -> list[dict[str, float]]:

@@ -55,17 +55,28 @@ class Placement:
         return NamedSharding(self.mesh, P())
 
     def describe(self) -> str:
-        if self.mode == "one":
-            return f"one device: {self.devices[0]}"
-        if self.mode == "each":
-            return (
-                f"each device alone, in turn: {jax.local_device_count()} local devices per "
-                f"process, {jax.device_count()} in all, {jax.process_count()} process(es)"
-            )
-        return (
-            f"all {self.num_devices} devices of {jax.process_count()} process(es), arrays "
-            f"sharded {self.num_devices} ways"
+        """The header's `Placement:` line (placement_line, which `check` also calls)."""
+        count = jax.device_count() if self.mode == "each" else self.num_devices
+        return placement_line(
+            self.mode, str(self.devices[0]), count, jax.local_device_count(), jax.process_count()
         )
+
+
+def placement_line(
+    mode: str, first_device: str, num_devices: int, local_devices: int, processes: int
+) -> str:
+    """The header's `Placement:` text (`mode`: --stream_devices; `num_devices`: the devices the
+    arrays span, or with `each` every device of the job)."""
+    if mode == "one":
+        return f"one device: {first_device}"
+    if mode == "each":
+        return (
+            f"each device alone, in turn: {local_devices} local devices per process, "
+            f"{num_devices} in all, {processes} process(es)"
+        )
+    return (
+        f"all {num_devices} devices of {processes} process(es), arrays sharded {num_devices} ways"
+    )
 
 
 def make_placement(mode: str) -> Placement:

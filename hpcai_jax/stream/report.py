@@ -15,6 +15,8 @@ from hpcai_jax.stream.kernels import KERNELS
 
 BABELSTREAM_VERSION = "5.0"  # the output format followed
 COLUMN = 12  # BabelStream's std::setw(12)
+# How the table, the figure of merit and the record's reason say that the arrays break the rule.
+BELOW_RULE = "below NERSC-10's 4x-cache rule"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,14 +246,14 @@ def _csv_value(value) -> str:
 
 
 def triad_only_summary(
-    times_s: np.ndarray, elements: int, itemsize: int, num_times: int, mibibytes: bool
+    runtime: float, elements: int, itemsize: int, num_times: int, mibibytes: bool
 ) -> str:
-    """BabelStream's Triad-only report: total runtime of the loop and the bandwidth over it.
+    """BabelStream's Triad-only report: total runtime of the loop (every call, the first
+    included) and the bandwidth over it.
 
     Our loop blocks after every call, so this includes num_times synchronisations that
     BabelStream's un-synchronised loop does not (a slightly pessimistic figure).
     """
-    runtime = float(np.sum(times_s))
     total_bytes = 3 * itemsize * elements * num_times
     bandwidth = total_bytes / runtime * (2.0**-30 if mibibytes else 1.0e-9)
     return (
@@ -305,3 +307,77 @@ def figures_record(figures: list[KernelFigures]) -> dict[str, Kernel]:
         )
         for f in figures
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Printout:
+    """All that BabelStream's output is rendered from: what a run measured (stream/benchmark.py)
+    or what its record holds (`check` re-renders a packed run's stdout from it)."""
+
+    implementation: str
+    kernels: str  # --stream_kernels
+    num_times: int
+    precision: str
+    elements: int
+    itemsize: int
+    mibibytes: bool
+    csv: bool
+    placement: str  # placement.placement_line
+    figures: list[KernelFigures]  # with `devices`, the slowest device's per kernel
+    devices: list[DeviceFigures] | None  # --stream_devices=each
+    below_rule: str  # the size rule's message where the arrays break it, else empty
+    triad_runtime_s: float | None = None  # --stream_kernels=triad: every call's seconds summed
+
+
+def render(p: Printout) -> tuple[str, str]:
+    """(BabelStream's report, its figure-of-merit line) as the run prints them."""
+    below = f"; arrays {BELOW_RULE}" if p.below_rule else ""
+    if p.devices is None:
+        text = _report(p)
+        fom = figure_of_merit(p.figures, p.mibibytes, below)
+    else:
+        if p.csv:
+            text = each_device_csv(p.devices, p.num_times, p.elements, p.itemsize, p.mibibytes)
+        else:
+            text = "\n".join([_header(p), each_device_table(p.devices, p.mibibytes)])
+        note = f"; the slowest of {len(p.devices)} devices, each measured alone{below}"
+        fom = figure_of_merit(p.figures, p.mibibytes, note)
+    if below and not p.csv:
+        text += (
+            f"\nArrays {BELOW_RULE} (--allow_small_arrays), this measures a cache: {p.below_rule}"
+        )
+    return text, fom
+
+
+def stdout(p: Printout) -> str:
+    """Everything the run prints on stdout: the report, then (unless --csv, which prints it on
+    stderr) the figure of merit."""
+    text, fom = render(p)
+    return "\n".join([text] + ([] if p.csv else [fom])) + "\n"
+
+
+def _header(p: Printout) -> str:
+    return header(
+        implementation=p.implementation,
+        kernels=p.kernels,
+        num_times=p.num_times,
+        precision=p.precision,
+        elements=p.elements,
+        itemsize=p.itemsize,
+        mibibytes=p.mibibytes,
+        placement=p.placement,
+    )
+
+
+def _report(p: Printout) -> str:
+    """The report of one placement: the header and the table, or the CSV lines."""
+    if p.csv:
+        return csv(p.figures, p.num_times, p.elements, p.itemsize, p.mibibytes)
+    parts = [_header(p), table(p.figures, p.mibibytes)]
+    if p.figures and p.figures[0].num_devices > 1:
+        parts.append(per_device_table(p.figures, p.mibibytes))
+    if p.kernels == "triad" and p.triad_runtime_s is not None:
+        parts.append(
+            triad_only_summary(p.triad_runtime_s, p.elements, p.itemsize, p.num_times, p.mibibytes)
+        )
+    return "\n".join(parts)

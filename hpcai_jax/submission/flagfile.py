@@ -36,6 +36,11 @@ def lines(section: dict, where: str) -> list[str]:
 
 def read(path: Path) -> RunConfig:
     """The configuration a flagfile gives, parsed by hpcai_jax.main's own flags."""
+    from hpcai_jax.submission import safe
+
+    text = safe.read_text(path)
+    if any(line.strip().startswith(("--flagfile", "-flagfile")) for line in text.splitlines()):
+        raise UsageError(f"{path}: names another --flagfile: a packed flagfile is whole")
     values = hflags.FLAGS
     values.unparse_flags()
     try:

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from hpcai_jax.errors import UsageError
+from hpcai_jax.submission import safe
 
 PREFIX = ":::MLLOG "
 
@@ -20,17 +21,17 @@ class Log:
 
     def __init__(self, path: Path):
         self.path, self.lines = path, []
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
+        text = safe.read_text(path)  # a regular file, bounded: never a FIFO
         for number, line in enumerate(text.splitlines(), 1):
             if not line.startswith(PREFIX):
                 continue
             try:
-                self.lines.append(json.loads(line[len(PREFIX) :]))
-            except ValueError:
+                value = json.loads(line[len(PREFIX) :])
+            except (ValueError, RecursionError):
                 raise UsageError(f"{path}:{number}: not an MLLOG line (bad JSON)") from None
+            if not isinstance(value, dict) or safe.nesting(value) > safe.MAX_DEPTH:
+                raise UsageError(f"{path}:{number}: not an MLLOG line (a JSON object)")
+            self.lines.append(value)
 
     def all(self, key: str) -> list[dict]:
         return [line for line in self.lines if line.get("key") == key]

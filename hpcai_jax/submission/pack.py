@@ -16,7 +16,17 @@ from typing import NamedTuple
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.file_modes import as_created
-from hpcai_jax.submission import FLAGS, MLLOG, README, RECORD, SYSTEM, flagfile, streams, system
+from hpcai_jax.submission import (
+    FLAGS,
+    MLLOG,
+    README,
+    RECORD,
+    SYSTEM,
+    flagfile,
+    safe,
+    streams,
+    system,
+)
 from hpcai_jax.submission.logfile import Log, metadata
 from hpcai_jax.units import formatted
 
@@ -58,11 +68,15 @@ def _records(paths: list[str]) -> Found:
 
 def _load(path: Path) -> records.AnyRecord:
     try:
+        if not path.is_file():  # a FIFO is never opened (it would wait for a writer)
+            raise UsageError(f"{path}: not a regular file (a record is a JSON file)")
         record = records.read(path)
     except records.RecordError as e:
         raise UsageError(f"{path}: not a hpcai_jax record ({e})") from None
     if record.run_id is None:
         raise UsageError(f"{path}: not a hpcai_jax record (no run_id)")
+    if isinstance(record, records.TrainRecord | records.StreamRecord):
+        safe.run_id(record.run_id, path)  # it names the package's files
     if isinstance(record, records.TrainRecord) and record.status != "complete":
         why = f" ({record.reason.splitlines()[0]})" if record.reason else ""
         raise UsageError(
@@ -202,6 +216,42 @@ flagfiles with `--recount`):
 {streams.section(stream_runs or [])}"""
 
 
+def _put(path: Path, write) -> None:
+    """`write(path)`; a full disk or another failed write is one line naming the path the
+    package would have had (not the temporary folder's)."""
+    try:
+        write(path)
+    except Exception as e:  # orbax words a full disk in its own exceptions
+        if isinstance(e, OSError) or safe.full(e):
+            tmp = next(p for p in path.parents if p in _TARGET)
+            raise safe.written(_TARGET[tmp] / path.relative_to(tmp), e) from None
+        raise
+
+
+_TARGET: dict[Path, Path] = {}  # pack's temporary folder → the package it becomes
+
+
+def _write(tmp: Path, found: Found, logs: list[Path], flag_lines: list, with_weights: bool):
+    """Every run's files into the package's temporary folder, each under its plain run id."""
+    for (path, record), log, lines in zip(found.train, logs, flag_lines, strict=True):
+        run = record.run_id
+        _put(tmp / f"{run}{RECORD}", lambda p, src=path: shutil.copyfile(src, p))
+        _put(tmp / f"{run}{MLLOG}", lambda p, src=log: shutil.copyfile(src, p))
+        header = f"# run {run}: its configuration, rebuilt from the record's config section\n"
+        text = header + "\n".join(lines) + "\n"
+        _put(tmp / f"{run}{FLAGS}", lambda p, t=text: p.write_text(t))
+        if with_weights:
+            from hpcai_jax.run import kept_weights
+
+            tree = _weights(path, record, log)
+            _put(tmp / f"{run}{kept_weights.SUFFIX}", lambda p, t=tree: kept_weights.save(p, t))
+    for path, record in found.stream:
+        _put(
+            tmp / streams.FOLDER / f"{record.run_id}.json",
+            lambda p, a=(path, record): streams.write(tmp, *a),
+        )
+
+
 def pack(
     paths: list[str], out: str, system_json: str | None = None, with_weights: bool = False
 ) -> Path:
@@ -222,25 +272,17 @@ def pack(
         as_created(tmp, directory=True)  # mkdtemp's 700: the umask's mode, as mkdir gives
     except OSError as e:
         raise UsageError(f"--out={out}: cannot create it ({e.strerror})") from None
+    _TARGET[tmp] = target
     try:
-        for (path, record), log, lines in zip(found.train, logs, flag_lines, strict=True):
-            run = record.run_id
-            shutil.copyfile(path, tmp / f"{run}{RECORD}")
-            shutil.copyfile(log, tmp / f"{run}{MLLOG}")
-            header = f"# run {run}: its configuration, rebuilt from the record's config section\n"
-            (tmp / f"{run}{FLAGS}").write_text(header + "\n".join(lines) + "\n")
-            if with_weights:
-                from hpcai_jax.run import kept_weights
-
-                kept_weights.save(tmp / f"{run}{kept_weights.SUFFIX}", _weights(path, record, log))
-        for path, record in found.stream:
-            streams.write(tmp, path, record)
-        (tmp / SYSTEM).write_text(json.dumps(described, indent=2) + "\n")
-        (tmp / README).write_text(readme(runs, stream_runs))
+        _write(tmp, found, logs, flag_lines, with_weights)
+        _put(tmp / SYSTEM, lambda p: p.write_text(json.dumps(described, indent=2) + "\n"))
+        _put(tmp / README, lambda p: p.write_text(readme(runs, stream_runs)))
         if target.exists():
             target.rmdir()  # empty, checked above
         os.replace(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        _TARGET.pop(tmp, None)
     return target

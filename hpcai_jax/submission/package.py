@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records import TrainRecord
-from hpcai_jax.submission import README, SYSTEM, pack, streams, system
+from hpcai_jax.submission import README, SYSTEM, pack, safe, streams, system
 
 # system.json's keys pack derives from the records; the rest are the submitter's (--system_json)
 # or, packing_host, the packing host's own description, which no record holds.
@@ -23,13 +23,14 @@ UNCHECKED = ("packing_host",)
 def check(root: Path, runs: list) -> list[str]:
     """The package's failure lines (`runs`: check.Run, in file order)."""
     trained = {run.id: run for run in runs if isinstance(run.record, TrainRecord)}
-    stream_runs = streams.load(root)
+    stream_runs = streams.readable(streams.load(root))  # a malformed one failed already
     if not trained and not stream_runs:
         return []
     return [
         *_readme(root, trained, stream_runs),
         *_system(root, trained, stream_runs),
         *_duplicates(list(trained.values())),
+        *streams.duplicates(stream_runs),
     ]
 
 
@@ -76,10 +77,7 @@ def _readme(root: Path, trained: dict, stream_runs: list) -> list[str]:
 
 def _system(root: Path, trained: dict, stream_runs: list) -> list[str]:
     path = root / SYSTEM
-    try:
-        given = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: not a JSON object ({e})") from None
+    given = safe.load_json(path)  # bounded in size and nesting
     if not isinstance(given, dict):
         raise UsageError(f"{path}: not a JSON object")
     user = {k: v for k, v in given.items() if k not in DERIVED + UNCHECKED}

@@ -1,17 +1,18 @@
 """BabelStream runs in a submission package. NERSC-10's run rules ask for all data printed to
 stdout, so `pack` copies each STREAM record and what it printed, verbatim, into `stream/`, and
-the README gets a bandwidth table; `check` holds the printed table to the record's figures and
-each run to the rules (arrays ≥ 4 × the last cache, validation passed): docs/submission.md,
-"BabelStream runs"."""
+the README gets a bandwidth table; `check` re-derives every figure of each run and renders its
+printed output again (streamderive.py), after holding each value to its kind
+(streamfields.py): docs/submission.md, "BabelStream runs"."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from hpcai_jax import records
 from hpcai_jax.errors import UsageError
-from hpcai_jax.records.stream import Kernel, StreamRecord
-from hpcai_jax.stream import report
+from hpcai_jax.records.stream import StreamRecord
+from hpcai_jax.submission import safe, streamderive, streamfields
 from hpcai_jax.units import formatted
 
 FOLDER, PRINTED = "stream", ".txt"  # stream/<run_id>.json, stream/<run_id>.txt
@@ -19,7 +20,8 @@ KERNELS = ("copy", "mul", "add", "triad", "dot")
 
 
 def refused(path: Path, record: StreamRecord) -> str:
-    """Why `pack` cannot take this STREAM record (a UsageError line), or empty."""
+    """Why `pack` cannot take this STREAM record (a UsageError line), or empty: it breaks the
+    rules, or check would fail it (its first line)."""
     run = record.run_id
     if record.status == "small_arrays" or not record.cache.size_rule_ok:
         return (
@@ -33,6 +35,12 @@ def refused(path: Path, record: StreamRecord) -> str:
             f"{path}: STREAM run {run} holds no printed output (a record from before it was "
             "kept): NERSC-10's rules ask for it; run --mode=stream again"
         )
+    packed = _read(path, run)
+    lines = packed.problems or judged(record, record.printed, f"{run}{PRINTED}", None)
+    if lines:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        why = lines[0].removeprefix(f"run {run}: ")
+        return f"{path}: STREAM run {run} would fail check: {why}{more}"
     return ""
 
 
@@ -44,18 +52,47 @@ def write(folder: Path, path: Path, record: StreamRecord) -> None:
     (out / f"{record.run_id}{PRINTED}").write_text(record.printed or "", encoding="utf-8")
 
 
-def load(root: Path) -> list[StreamRecord]:
-    """The package's STREAM records, by file name; UsageError on one that is not."""
+class Packed(NamedTuple):
+    """One stream/<id>.json: its record where it reads as one, else the lines saying why."""
+
+    id: str
+    record: StreamRecord | None
+    problems: list[str]
+
+
+def load(root: Path) -> list[Packed]:
+    """The package's STREAM runs by file name, each value held to its kind (streamfields.py)
+    before it is read as a record: a malformed one is failure lines naming the field, never an
+    exception."""
     found = []
-    for path in sorted((root / FOLDER).glob("*.json")):
-        try:
-            record = records.read(path)
-        except records.RecordError as e:
-            raise UsageError(f"{path}: not a readable record ({e})") from None
-        if not isinstance(record, StreamRecord) or record.run_id != path.stem:
-            raise UsageError(f"{path}: not the STREAM record of run {path.stem}")
-        found.append(record)
+    for path in sorted((root / FOLDER).glob("*.json"), key=lambda p: p.stem):  # pack's order
+        found.append(_read(path))
     return found
+
+
+def _read(path: Path, run: str | None = None) -> Packed:
+    """`path` as the STREAM record of `run` (default: its file name's, as packed)."""
+    run = path.stem if run is None else run
+    where = f"{FOLDER}/{path.name}" if path.stem == run else str(path)
+    try:
+        safe.run_id(run, where)
+        data = safe.load_json(path)
+    except UsageError as e:
+        return Packed(run, None, [f"run {run}: {e}"])
+    lines = [f"run {run}: {line}" for line in streamfields.problems(data, where)]
+    if lines:
+        return Packed(run, None, lines)
+    try:
+        record = records.read(data)
+    except records.RecordError as e:
+        return Packed(run, None, [f"run {run}: {where}: not a STREAM record ({e})"])
+    if not isinstance(record, StreamRecord) or record.run_id != run:
+        return Packed(run, None, [f"run {run}: {where}: not the STREAM record of run {run}"])
+    return Packed(run, record, [])
+
+
+def readable(packed: list[Packed]) -> list[StreamRecord]:
+    return [p.record for p in packed if p.record is not None]
 
 
 def section(streams: list[StreamRecord]) -> str:
@@ -92,58 +129,61 @@ record: `stream/<run_id>.json`.
 """
 
 
-def _figures(key: str, kernel: Kernel) -> report.KernelFigures:
-    return report.KernelFigures(
-        key, kernel.label, kernel.bytes_moved, kernel.min_s, kernel.max_s, kernel.avg_s, 1, None
-    )
-
-
-def _printed_rows(record: StreamRecord) -> list[str]:
-    """The lines the record's figures print as: its table's (or CSV's) rows."""
-    conf = (record.config or {}).get("stream") or {}
-    mib = bool(conf.get("mibibytes"))
-    figures = [_figures(key, k) for key, k in record.kernels.items()]
-    if conf.get("csv"):
-        lines = report.csv(
-            figures, record.run.num_times, record.array.elements, record.array.itemsize, mib
-        ).splitlines()[1:]
-        return [",".join(line.split(",")[:8]) for line in lines]  # without per-device columns
-    merit = report.figure_of_merit(figures, mib).split(" (=")[0]  # without the note
-    return [*report.table(figures, mib).splitlines()[1:], merit]
-
-
-def _arithmetic(record: StreamRecord) -> list[str]:
-    """Each kernel's bandwidth is its bytes over its fastest call, as BabelStream defines it."""
-    out = []
-    for key, k in record.kernels.items():
-        want = k.bytes_moved / k.min_s * 1e-9
-        if abs(k.gb_per_s - want) > 1e-9 * want:
-            out.append(
-                f"run {record.run_id}: kernels.{key}.gb_per_s {k.gb_per_s:.6g} != bytes_moved / "
-                f"min_s = {want:.6g}"
-            )
-    return out
-
-
-def check(root: Path, record: StreamRecord) -> list[str]:
-    """Failure lines of one packed STREAM run: its printed output present and the record's,
-    each kernel's row re-derived from the record's figures, the size rule and validation."""
-    run, out = record.run_id, []
+def check(root: Path, packed: Packed, host_caches: dict | None = None) -> list[str]:
+    """Failure lines of one packed STREAM run (streamderive.py): its printed output present and
+    rendered again from the record, every figure re-derived, the rules and bounds held.
+    `host_caches` carries each host's cache size from run to run of a package."""
+    if packed.record is None:
+        return packed.problems
+    record, run = packed.record, packed.id
     printed = root / FOLDER / f"{run}{PRINTED}"
     if not printed.is_file():
         return [f"run {run}: {FOLDER}/{printed.name} is missing (its stdout, NERSC-10's rules)"]
-    text = printed.read_text(encoding="utf-8", errors="replace")
-    if text != (record.printed or ""):
-        out.append(f"run {run}: {FOLDER}/{printed.name} is not the printed output its record holds")
-    lines = text.splitlines()
-    for row in _printed_rows(record):
-        if not any(line.rstrip().startswith(row.rstrip()) for line in lines):
-            out.append(f"run {run}: printed output has no line {row.rstrip()!r} (its figures)")
-    out += _arithmetic(record)
-    if not record.cache.size_rule_ok or record.status == "small_arrays":
-        out.append(f"run {run}: arrays below the size rule ({record.cache.message})")
-    if not record.validation.passed or record.status != "complete":
-        out.append(
-            f"run {run}: status {record.status}, validation passed {record.validation.passed}"
+    try:
+        text = safe.read_text(printed)
+    except UsageError as e:
+        return [f"run {run}: {e}"]
+    f = streamderive.Found(record)
+    if text != record.printed:
+        f.fail(f"{FOLDER}/{printed.name} is not the printed output its record holds")
+    return list(dict.fromkeys(f.lines + judged(record, text, printed.name, host_caches)))
+
+
+def judged(record: StreamRecord, text: str, name: str, host_caches: dict | None) -> list[str]:
+    """Failure lines of the record's own figures and of `text`, its printed output (`name`):
+    what check re-derives of a STREAM run, and what pack asks of one."""
+    f = streamderive.Found(record)
+    if streamderive.identity(f, record):
+        for rule in (
+            streamderive.arrays,
+            streamderive.placement,
+            streamderive.kernels,
+            streamderive.merit,
+            streamderive.processes,
+            streamderive.validation,
+            lambda f, r: streamderive.size_rule(f, r, {} if host_caches is None else host_caches),
+            streamderive.plausible,
+            lambda f, r: streamderive.output(f, r, text, name),
+            lambda f, r: streamderive.output(f, r, r.printed or "", f"{r.run_id}.json printed"),
+        ):
+            rule(f, record)
+    return list(dict.fromkeys(f.lines))
+
+
+def duplicates(packed: list[StreamRecord]) -> list[str]:
+    """One run packed twice under two ids: its measured calls and set-up times, to the last
+    bit, are another's."""
+    seen: dict[tuple, str] = {}
+    out = []
+    for r in packed:
+        key = (
+            tuple((k, v.min_s, v.max_s, v.avg_s) for k, v in r.kernels.items()),
+            (r.timing.compile_s, r.timing.init_s),
         )
+        other = seen.setdefault(key, r.run_id)
+        if other != r.run_id:
+            out.append(
+                f"run {r.run_id}: the same kernel timings and set-up times as run {other}: one "
+                "STREAM run packed twice under two ids"
+            )
     return out

@@ -31,6 +31,7 @@ from hpcai_jax.submission import (
     recount,
     reevaluate,
     rerun,
+    safe,
     streams,
 )
 from hpcai_jax.submission.logfile import Log
@@ -55,7 +56,9 @@ class Run(NamedTuple):
 
 
 def load(folder: str) -> list[Run]:
-    """Every run of a package; UsageError (one line) on a missing file or unreadable JSON."""
+    """Every training run of a package; UsageError (one line) on a missing file, unreadable
+    JSON or a run id that is no plain file name. `check` scanned the package first (safe.scan):
+    every file read here is a regular file of bounded size."""
     root = Path(folder)
     if not root.is_dir():
         raise UsageError(f"{folder}: not a folder (a package from `pack --out`)")
@@ -67,12 +70,13 @@ def load(folder: str) -> list[Run]:
     runs = []
     for path in files:
         try:
-            record = records.read(path)
+            record = records.read(safe.load_json(path))
         except records.RecordError as e:
             raise UsageError(f"{path}: not a readable record ({e})") from None
         run = path.name.removesuffix(RECORD)
         if record.run_id != run:
             raise UsageError(f"{path}: not the record of run {run} (its run_id differs)")
+        safe.run_id(run, path)
         for suffix in (MLLOG, FLAGS):
             if not (root / f"{run}{suffix}").is_file():
                 raise UsageError(f"{root / (run + suffix)}: missing (run {run} is in the package)")
@@ -235,6 +239,10 @@ def check(
     if importlib.util.find_spec("mlperf_logging") is None:
         raise UsageError(f"check runs the MLLOG compliance checker: {mllog.INSTALL}")
     root = Path(folder).resolve()  # the checker runs in a folder of its own
+    if root.is_dir():
+        unsafe = safe.scan(root)
+        if unsafe:
+            return unsafe  # nothing of it is read: a link or a FIFO could lead anywhere
     runs = load(str(root))
     review.validate(runs)
     notes = [] if notes is None else notes
@@ -243,10 +251,11 @@ def check(
         for run in runs:
             failures += check_run(run, Path(tmp), review.recount, verdicts)
         failures += _again(runs, review, Path(tmp), notes, verdicts)
-    for stream_run in streams.load(root):
-        found = streams.check(root, stream_run)
+    host_caches: dict = {}  # each host's cache, as its first STREAM run states it
+    for packed in streams.load(root):
+        found = streams.check(root, packed, host_caches)
         if verdicts is not None:
-            verdicts.append((stream_run.run_id, "BabelStream output and rules", _said(found)))
+            verdicts.append((packed.id, "BabelStream output and rules", _said(found)))
         failures += found
     for rule in PACKAGE_RULES:
         found = rule(root, runs)
