@@ -724,6 +724,7 @@ def test_a_full_disk_is_recognised_however_a_library_words_it():
     words decide, and anything else stays a plain write error (exit 2)."""
     import errno
 
+    from hpcai_jax.errors import is_full
     from hpcai_jax.submission import safe
 
     worded = ValueError("Error writing: [Errno 28] No space left on device: 'w/params'")
@@ -733,7 +734,7 @@ def test_a_full_disk_is_recognised_however_a_library_words_it():
         (OSError(errno.EACCES, os.strerror(errno.EACCES)), False),
         (ValueError("shape mismatch"), False),
     ):
-        assert safe.full(e) is full
+        assert is_full(e) is full
         error = safe.written(Path("pkg/x.weights"), e)
         assert error.exit_code == (74 if full else 2)
         assert str(error).startswith("pkg/x.weights: ")

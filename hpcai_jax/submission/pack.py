@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hpcai_jax import records
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import UsageError, is_full
 from hpcai_jax.file_modes import as_created
 from hpcai_jax.submission import (
     FLAGS,
@@ -222,7 +222,7 @@ def _put(path: Path, write) -> None:
     try:
         write(path)
     except Exception as e:  # orbax words a full disk in its own exceptions
-        if isinstance(e, OSError) or safe.full(e):
+        if isinstance(e, OSError) or is_full(e):
             tmp = next(p for p in path.parents if p in _TARGET)
             raise safe.written(_TARGET[tmp] / path.relative_to(tmp), e) from None
         raise

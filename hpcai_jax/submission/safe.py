@@ -5,27 +5,19 @@ the disk full end in one line naming the path."""
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
 import stat
 from pathlib import Path
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import DiskFull, UsageError, is_full
 from hpcai_jax.records.read import MAX_DEPTH, nesting
 
 # A run id names files (<run_id>.json, stream/<run_id>.txt): a plain name, no folder, no hidden
 # file (which `check`'s globs would skip), nothing a README row or an MLLOG line could not hold.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@,-]{0,199}")
 MAX_BYTES = 256 << 20  # any one file of a package `check` reads (weights folders aside)
-
-
-class DiskFull(UsageError):
-    """A write that found no room (ENOSPC, EDQUOT): one line naming the path, exit 74
-    (EX_IOERR); what pack had written is removed."""
-
-    exit_code = 74
 
 
 def run_id(value, where) -> str:
@@ -98,21 +90,11 @@ def load_json(path: Path):
     return data
 
 
-FULL = (errno.ENOSPC, errno.EDQUOT)
-
-
-def full(e: BaseException) -> bool:
-    """A write that found the disk or the quota full, as an OSError or as a library (orbax,
-    tensorstore) words it."""
-    if isinstance(e, OSError) and e.errno is not None:
-        return e.errno in FULL
-    return any(os.strerror(n) in str(e) for n in FULL)
-
-
 def written(path: Path, e: BaseException) -> UsageError:
-    """The one-line error of a failed write: DiskFull where the disk or the quota is full."""
+    """The one-line error of a failed write: errors.DiskFull (exit 74, requeued like a run's)
+    where the disk or the quota is full; what pack had written is removed by its caller."""
     text = str(e)
     why = getattr(e, "strerror", None) or (text.splitlines()[0] if text else type(e).__name__)
-    if full(e):
+    if is_full(e):
         return DiskFull(f"{path}: no space left to write it ({why}); nothing was packed")
     return UsageError(f"{path}: cannot write it ({why}); nothing was packed")
