@@ -120,6 +120,20 @@ def test_a_number_edited_in_the_record_only(package, tmp_path, capsys):
     assert all(line.startswith(f"run {RUN}: ") for line in out)
 
 
+def test_a_record_from_before_a_setting_existed_checks_at_its_default(package, tmp_path, capsys):
+    """A record written before a setting was added lacks it: it ran as the default does, so it
+    checks (and packs) as that; a flagfile that sets the missing setting otherwise still FAILs."""
+
+    def older(r):
+        del r["config"]["results"]["sweep_plan"]  # added after 0.1.0's first records
+
+    copy = _tampered(package, tmp_path, record=older)
+    assert _cli(capsys, "check", copy)[:2] == (0, ["PASS"])
+    flags = copy / f"{RUN}.flags"
+    flags.write_text(flags.read_text().replace("--sweep_plan=\n", "--sweep_plan=paper:full:ab\n"))
+    _fails(capsys, copy, f"{RUN}.flags is not the configuration of {RUN}.json config")
+
+
 def test_a_time_edited_in_the_log_only(package, tmp_path, capsys):
     def edit(lines):
         _key(lines, "epoch_stop")[0]["time_ms"] += 50  # epoch 1 took 50 ms longer

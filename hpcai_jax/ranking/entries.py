@@ -77,10 +77,12 @@ def software(versions: dict[str, str]) -> str:
 
 
 def triad_per_device(root: Path) -> float | None:
-    """The best Triad GB/s per device among the package's BabelStream runs, or None."""
+    """The best Triad GB/s per device among the package's BabelStream runs (those that read as
+    records: check has failed any other), or None."""
     best = None
-    for run in streams.load(root):
-        triad = run.kernels.get("triad")
+    for packed in streams.load(root):
+        run = packed.record
+        triad = run.kernels.get("triad") if run is not None else None
         if triad is not None and run.placement.num_devices:
             per = triad.gb_per_s / run.placement.num_devices
             best = per if best is None else max(best, per)

@@ -17,8 +17,31 @@ from hpcai_jax.errors import UsageError
 PER_PROCESS = ("distributed",)
 
 
+@functools.cache
+def _defaults() -> dict:
+    return json.loads(json.dumps(RunConfig().to_dict()))
+
+
+def completed(section: dict) -> dict:
+    """A record's `config` section with each setting it lacks at that setting's default: a
+    record written before the setting existed ran as its default does (a run of 0.1.0 before
+    --sweep_plan packs and checks as it did)."""
+
+    def merged(given, default):
+        if not (isinstance(given, dict) and isinstance(default, dict)):
+            return given
+        out = dict(given)
+        for key, value in default.items():
+            out[key] = merged(given[key], value) if key in given else value
+        return out
+
+    return merged(section, _defaults())
+
+
 def lines(section: dict, where: str) -> list[str]:
-    """`--flag=value`, one per flag of hpcai_jax.main, from a record's `config` section."""
+    """`--flag=value`, one per flag of hpcai_jax.main, from a record's `config` section (a
+    setting it lacks at its default: `completed`)."""
+    section = completed(section)
     out = []
     for name, path in hflags.FLAG_FIELDS.items():
         if path[0] in PER_PROCESS:
@@ -53,5 +76,7 @@ def read(path: Path) -> RunConfig:
 
 
 def comparable(section: dict) -> dict:
-    """A `config` section without the per-process settings, as JSON gives it back."""
-    return {k: v for k, v in json.loads(json.dumps(section)).items() if k not in PER_PROCESS}
+    """A `config` section without the per-process settings, as JSON gives it back, each setting
+    it lacks at its default (`completed`)."""
+    section = completed(json.loads(json.dumps(section)))
+    return {k: v for k, v in section.items() if k not in PER_PROCESS}
