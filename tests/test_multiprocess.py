@@ -321,9 +321,11 @@ def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
             *ONE_MEMBER_EACH,
             "--train_examples=8192",  # 512 steps of 16 an epoch
             # Epochs enough after the stop: it lands once process 0 has logged one, and lasts
-            # one more of process 0's; process 2 would have to run 6 times process 0's pace to
-            # be done before it (16 epochs, the first choice: 71 s of CPU for this test; 6: 55 s).
-            "--epochs=6",
+            # one more of process 0's; process 2 would have to run 16 times process 0's pace to
+            # be done before it. 6 epochs failed beside a loaded suite: process 0's first epoch
+            # took 3.1 s, process 2 ran all 6 of its 0.3-0.5 s epochs in it and was stopped
+            # idle at the end (71 s of CPU for this test at 16, 55 s at 6).
+            "--epochs=16",
             "--timing_warmup_steps=0",  # every step timed: the stop lands in one
             f"--results_dir={tmp_path}",
             f"--mllog={mllog}",
