@@ -24,6 +24,8 @@ RENAMED = {
     "stream_kernels": ("stream", "kernels"),
     "stream_devices": ("stream", "devices"),
     "stream_burst": ("stream", "burst"),
+    "stream_rules": ("stream", "rules"),
+    "stream_outlier_fraction": ("stream", "outlier_fraction"),
     "distributed_timeout_s": ("distributed", "timeout_s"),
     "check_budget_s": ("check", "budget_s"),
     "check_record": ("check", "record"),

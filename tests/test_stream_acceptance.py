@@ -1,0 +1,214 @@
+"""STREAM judged for acceptance (docs/stream.md, Acceptance): the rule sets, the devices against
+their peers, `--expect` with its exit code, and the CSV and JSON outputs, parsed. One in-process
+run of 8 devices alone, one of them slowed, serves every test that reads a record; the others
+edit copies of it."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+
+import pytest
+from helpers import assert_one_line_error, run_in_process
+
+from hpcai_jax import records
+from hpcai_jax.stream import acceptance, benchmark, expect, formats, rules
+from hpcai_jax.stream.config import StreamConfig
+
+SLOW_DEVICE = 3
+RUN = (
+    "--mode=stream",
+    "--stream_rules=uknss",
+    "--stream_kernels=triad",
+    "--precision=float32",
+    "--array_size=8192",
+    "--allow_small_arrays",
+    "--num_times=100",
+)
+
+
+def _timed(measure):
+    """`measure_bandwidth` with every device's calls timed at 10 us (max 3 % above), device
+    SLOW_DEVICE's four times slower: a CPU shared with other jobs is too noisy to test on."""
+
+    def timed(config, kernel_specs=None, placement=None, *args, **kwargs):
+        result = measure(config, kernel_specs, placement, *args, **kwargs)
+        fastest = 4e-5 if placement is not None and placement.devices[0].id == SLOW_DEVICE else 1e-5
+        figures = [
+            dataclasses.replace(f, min_s=fastest, max_s=1.03 * fastest, avg_s=1.015 * fastest)
+            for f in result.figures
+        ]
+        return dataclasses.replace(result, figures=figures)
+
+    return timed
+
+
+@pytest.fixture(scope="module")
+def slowed_run(tmp_path_factory):
+    """uknss over 8 devices alone, device 3 slowed 4x: Triad 9.83 GB/s on the others (3 x 8192
+    float32 over 10 us), 2.46 GB/s on it, expected at 5 GB/s."""
+    folder = tmp_path_factory.mktemp("accept")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(benchmark, "measure_bandwidth", _timed(benchmark.measure_bandwidth))
+        proc = run_in_process(*RUN, "--expect=triad:5GB/s", f"--results_dir={folder}")
+    [record] = [records.read(p) for p in folder.glob("*.json")]
+    return proc, record
+
+
+def test_a_slowed_device_is_named_fails_its_expectation_and_the_run_exits_3(slowed_run):
+    proc, record = slowed_run
+    assert proc.returncode == acceptance.ACCEPTANCE_EXIT_CODE == 3, proc.stderr[-2000:]
+    assert record.config["stream"]["devices"] == "each"  # uknss: every device alone
+    assert record.printed == proc.stdout
+    lines = proc.stdout.splitlines()
+    outliers = [line for line in lines if line.startswith("Outlier: ")]
+    assert len(outliers) == 1 and f"device {SLOW_DEVICE} (process 0)" in outliers[0]
+    assert outliers[0].startswith(f"Outlier: node {record.provenance.hosts[0]}, device 3")
+    failed = [c for c in record.acceptance.expectations if not c.passed]
+    assert [c.figure.device_label for c in failed] == [str(SLOW_DEVICE)]
+    assert len(record.acceptance.expectations) == 8
+    node = record.provenance.hosts[0]
+    assert [line for line in lines if line.endswith(" FAIL")] == [
+        f"Expect triad:5GB/s: node {node}, device 3 (process 0): Triad 2.458 GB/s FAIL"
+    ]
+    assert lines[-1].endswith(
+        f"; slowest: node {record.provenance.hosts[0]}, device 3 (process 0))"
+    )
+    assert lines[-2] == "Acceptance: FAIL (exit 3)"
+
+
+def test_the_uknss_verdict_is_per_clause_and_printed(slowed_run):
+    proc, record = slowed_run
+    verdict = record.acceptance.rules
+    assert [c.clause for c in verdict.clauses] == [
+        "version",
+        "iterations",
+        "spread",
+        "statistics",
+        "every device",
+    ]
+    assert verdict.clauses[1].text == "iterations 100 ≥ 100 PASS"
+    assert verdict.clauses[2].text == "spread 3.0 % ≤ 5 % PASS on 8 of 8 devices"
+    assert verdict.passed  # the run's exit 3 is the expectation's alone
+    assert verdict.clauses[4].text == "devices measured alone 8 of 8 PASS"
+    assert rules.verdict_line(verdict) in proc.stdout.splitlines()
+    # The same record gives the same lines: what a re-rendering check relies on.
+    assert acceptance.lines(record) == acceptance.lines(
+        records.read(records.schema.to_dict(record))
+    )
+
+
+def _with_spread(record, factor: float):
+    """The record with every device's calls spread by `factor` (max = min x factor)."""
+    per_device = [
+        dataclasses.replace(
+            d,
+            kernels={
+                k: dataclasses.replace(v, max_s=v.min_s * factor, avg_s=v.min_s * (1 + factor) / 2)
+                for k, v in d.kernels.items()
+            },
+        )
+        for d in record.per_device
+    ]
+    return dataclasses.replace(record, per_device=per_device)
+
+
+def test_the_spread_clause_passes_within_5_percent_and_fails_beyond(slowed_run):
+    _, record = slowed_run
+    tight = rules.judge(_with_spread(record, 1.03), "uknss")
+    assert tight.passed
+    assert tight.clauses[2].text == "spread 3.0 % ≤ 5 % PASS on 8 of 8 devices"
+    loose = rules.judge(_with_spread(record, 1.06), "uknss")
+    assert not loose.passed
+    assert loose.clauses[2].text == "spread 5.8 % > 5 % FAIL on 0 of 8 devices"
+
+
+def test_jupiter_asks_2_28_elements_and_reports_triad_average_in_mib(slowed_run):
+    _, record = slowed_run
+    verdict = rules.judge(record, "jupiter")
+    assert verdict.clauses[0].text == "elements per device 8,192 = 2^28 FAIL"
+    assert verdict.clauses[1].text.startswith("Triad average ")
+    assert verdict.clauses[1].text.endswith(" MiB/s (the slowest of 8 devices)")
+    at_size = dataclasses.replace(
+        record, array=dataclasses.replace(record.array, elements=rules.JUPITER_ELEMENTS)
+    )
+    assert rules.judge(at_size, "jupiter").passed
+    config = rules.applied(StreamConfig(rules="jupiter"), 8)
+    assert (config.devices, config.array_size) == ("each", 1 << 28)
+    assert rules.applied(StreamConfig(rules="jupiter", devices="all"), 8).array_size == 8 << 28
+    assert rules.applied(StreamConfig(array_size=64), 8) == StreamConfig(array_size=64)
+
+
+def test_csv_has_node_and_device_in_front_for_every_kernel_selection(slowed_run):
+    _, record = slowed_run
+    table = list(csv.DictReader(io.StringIO(formats.csv(record))))
+    assert list(table[0])[:4] == ["node", "device", "function", "num_times"]
+    assert [row["device"] for row in table] == [str(d) for d in range(8)]
+    slow = float(table[SLOW_DEVICE]["max_mbytes_per_sec"])
+    assert slow == pytest.approx(record.acceptance.across["triad"].min_gb_per_s * 1e3)
+    # Five kernels, as --stream_kernels=all leaves them: five rows per device, same columns.
+    triad = record.per_device[0].kernels["triad"]
+    five = {k: dataclasses.replace(triad, label=k.title()) for k in ("copy", "mul", "add", "triad")}
+    every = dataclasses.replace(
+        record, per_device=[dataclasses.replace(d, kernels=five) for d in record.per_device]
+    )
+    rows = list(csv.DictReader(io.StringIO(formats.csv(every))))
+    assert len(rows) == 32 and {r["function"] for r in rows} == {"Copy", "Mul", "Add", "Triad"}
+
+
+def test_json_output_is_one_object_of_the_rows_and_the_verdict(slowed_run, tmp_path):
+    proc, record = slowed_run
+    obj = json.loads(formats.as_json(record))
+    assert obj["format"] == formats.JSON_FORMAT and obj["rules"] == "uknss"
+    assert len(obj["rows"]) == 8 and obj["rows"][SLOW_DEVICE]["device"] == "3"
+    assert obj["acceptance"]["passed"] is False
+    assert obj["figure_of_merit"]["kernel"] == "triad"
+
+
+def test_json_on_stdout_keeps_the_lines_on_stderr(tmp_path):
+    proc = run_in_process(
+        "--mode=stream",
+        "--array_size=4096",
+        "--allow_small_arrays",
+        "--num_times=2",
+        "--stream_kernels=triad",
+        "--precision=float32",
+        "--output_format=json",
+        f"--results_dir={tmp_path}",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    obj = json.loads(proc.stdout)
+    assert obj["rules"] == "nersc10" and len(obj["rows"]) == 1
+    assert "Figure of merit: Triad" in proc.stderr and "Acceptance: PASS" in proc.stderr
+    [record] = [records.read(p) for p in tmp_path.glob("*.json")]
+    assert record.printed == proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--stream_rules=uknss", "--num_times=99"], ["--num_times=99", "at least 100"]),
+        (["--stream_rules=lumi"], ["--stream_rules", "nersc10, uknss, jupiter"]),
+        (["--expect=triad:fast"], ["--expect=triad:fast", "KERNEL:VALUEUNIT"]),
+        (["--expect=triad:3PB/s"], ["no known unit (PB/s)"]),
+        (["--expect=dot:1GB/s", "--stream_kernels=triad"], ["dot does not run"]),
+        (["--output_format=xml"], ["--output_format", "text, csv, json"]),
+    ],
+)
+def test_bad_acceptance_input_is_one_line_and_exit_2(tmp_path, args, fragments):
+    proc = run_in_process("--mode=stream", f"--results_dir={tmp_path}", *args)
+    assert_one_line_error(proc, *fragments)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_expectations_parse_units_and_refuse_repeats():
+    [triad, copy] = expect.parse("triad:3885301MB/s, copy:1.5TB/s")
+    assert triad.bytes_per_s == 3885301e6 and copy.bytes_per_s == 1.5e12
+    assert expect.parse("nstream:1GiB/s")[0].bytes_per_s == 2.0**30
+    assert expect.parse("") == ()
+    with pytest.raises(expect.UsageError, match="gives triad twice"):
+        expect.parse("triad:1GB/s,triad:2GB/s")
+    with pytest.raises(expect.UsageError, match="is not positive"):
+        expect.parse("triad:0GB/s")
