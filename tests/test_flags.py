@@ -25,6 +25,8 @@ RENAMED = {
     "stream_devices": ("stream", "devices"),
     "stream_burst": ("stream", "burst"),
     "stream_rules": ("stream", "rules"),
+    "check_expect": ("check", "expect"),
+    "check_json": ("check", "json"),
     "stream_outlier_fraction": ("stream", "outlier_fraction"),
     "distributed_timeout_s": ("distributed", "timeout_s"),
     "check_budget_s": ("check", "budget_s"),
