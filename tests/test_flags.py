@@ -25,6 +25,7 @@ RENAMED = {
     "stream_devices": ("stream", "devices"),
     "stream_burst": ("stream", "burst"),
     "stream_rules": ("stream", "rules"),
+    "stream_scan": ("stream", "scan"),
     "check_expect": ("check", "expect"),
     "check_json": ("check", "json"),
     "stream_outlier_fraction": ("stream", "outlier_fraction"),

@@ -16,7 +16,7 @@ import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process
 
 from hpcai_jax import records
-from hpcai_jax.stream import acceptance, benchmark, expect, formats, rules
+from hpcai_jax.stream import acceptance, benchmark, expect, formats, rules, scan
 from hpcai_jax.stream.config import StreamConfig
 
 SLOW_DEVICE = 3
@@ -141,7 +141,7 @@ def test_jupiter_asks_2_28_elements_and_reports_triad_average_in_mib(slowed_run)
     at_size = dataclasses.replace(
         record, array=dataclasses.replace(record.array, elements=rules.JUPITER_ELEMENTS)
     )
-    assert rules.judge(at_size, "jupiter").passed
+    assert rules.judge(at_size, "jupiter").clauses[0].passed
     config = rules.applied(StreamConfig(rules="jupiter"), 8)
     assert (config.devices, config.array_size) == ("each", 1 << 28)
     assert rules.applied(StreamConfig(rules="jupiter", devices="all"), 8).array_size == 8 << 28
@@ -279,3 +279,46 @@ def test_two_nodes_name_the_slow_devices_node(tmp_path):
         f"Expect triad:5GB/s: {where}: Triad 2.458 GB/s FAIL"
     ]
     assert printed[-1].endswith(f"; slowest: {where})")
+
+
+def _free(monkeypatch, elements: int) -> None:
+    """The host's MemAvailable made to hold three float32 arrays of `elements`, no more."""
+    monkeypatch.setattr(benchmark, "mem_available_bytes", lambda: 3 * 4 * elements)
+
+
+def test_the_scan_goes_from_2_15_until_memory_is_full(slowed_run, tmp_path, monkeypatch):
+    _, record = slowed_run
+    _free(monkeypatch, (1 << 17) + 100)
+    config = StreamConfig(scan=True, kernels="triad", precision="float32", num_times=2)
+    scanned = scan.scanned(
+        config, record, str(tmp_path), benchmark.measure_bandwidth, benchmark._room
+    )
+    assert [p.elements for p in scanned.scan.points] == [1 << 15, 1 << 16, 1 << 17]
+    assert (tmp_path / scanned.scan.plot).stat().st_size > 0
+    table = scan.lines(scanned, mibibytes=False)
+    assert table[1].split()[:3] == ["Elements", "MiB/array", "Triad"]
+    assert [row.split()[0] for row in table[2:]] == ["32768", "65536", "131072"]
+    clause = rules.judge(scanned, "jupiter").clauses[2]
+    assert (clause.text, clause.passed) == (
+        "size scan 2^15 to 2^17 elements, memory full PASS",
+        True,
+    )
+    assert rules.judge(record, "jupiter").clauses[2].passed is False  # no scan: not JUPITER's run
+
+
+def test_a_scan_that_cannot_fit_is_one_line_and_exit_2(tmp_path, monkeypatch):
+    _free(monkeypatch, (1 << 15) - 1)
+    proc = run_in_process(
+        "--mode=stream",
+        "--stream_rules=jupiter",
+        "--stream_devices=all",
+        "--stream_kernels=triad",
+        "--precision=float32",
+        "--array_size=4096",
+        "--allow_small_arrays",
+        "--num_times=2",
+        "--stream_scan",
+        f"--results_dir={tmp_path}",
+    )
+    assert_one_line_error(proc, "--stream_scan: three arrays of 2^15 elements need 393,216 B")
+    assert not list(tmp_path.glob("*.json"))

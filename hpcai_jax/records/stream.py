@@ -206,6 +206,26 @@ class Acceptance:
 
 
 @section
+class ScanPoint:
+    elements: int = field("elements of each array on the device")
+    bytes_per_array: int = field("elements × itemsize", "B")
+    kernels: dict[str, Kernel] = field("kernel → its figures at this size")
+
+
+@section
+class StreamScan:
+    device_name: str = field("the device scanned: this process's first, alone")
+    free_bytes: int = field(
+        "what the device's three arrays could take, read before allocating", "B"
+    )
+    free_source: str = field("where that figure comes from")
+    points: list[ScanPoint] = field(
+        "every power of two of elements from 2^15 up to the largest the free memory holds"
+    )
+    plot: str | None = field("the plot of bandwidth against size, beside the record; None if none")
+
+
+@section
 class StreamRecord(Record):
     array: StreamArray = field("the three arrays")
     placement: Placement = field("the devices the arrays span")
@@ -242,5 +262,10 @@ class StreamRecord(Record):
     acceptance: Acceptance | None = field(
         "the rule set's verdict, the devices compared, the outliers and the expectations "
         "(docs/stream.md, Acceptance); absent in older records",
+        omit_none=True,
+    )
+    scan: StreamScan | None = field(
+        "`--stream_scan`: bandwidth against array size on one device (docs/stream.md, Size "
+        "scan); absent without it",
         omit_none=True,
     )

@@ -17,7 +17,7 @@ from hpcai_jax.records.stream import (
     Outlier,
     StreamRecord,
 )
-from hpcai_jax.stream import expect, formats, rules
+from hpcai_jax.stream import expect, formats, rules, scan
 from hpcai_jax.stream.config import StreamConfig
 
 # A device below an expectation, or a clause of the rule set FAILed: the run wrote its record
@@ -120,7 +120,7 @@ def lines(record: StreamRecord) -> list[str]:
     if a is None:
         return []
     unit = "MiBytes/sec" if a.binary_units else "MBytes/sec"
-    out = [rules.verdict_line(a.rules)]
+    out = [*scan.lines(record, a.binary_units), rules.verdict_line(a.rules)]
     for s in a.across.values():
         out.append(
             f"Across {s.devices} devices, {s.label} {unit}: min {_rate(s.min_gb_per_s, a.binary_units)}"

@@ -28,7 +28,7 @@ from hpcai_jax.records import stream as stream_records
 from hpcai_jax.records import write as record_write
 from hpcai_jax.records.stream import StreamRecord
 from hpcai_jax.settings import Settings
-from hpcai_jax.stream import acceptance, report, rules
+from hpcai_jax.stream import acceptance, report, rules, scan
 from hpcai_jax.stream.cache import (
     SIZE_FACTOR,
     SizeCheck,
@@ -423,6 +423,9 @@ def run_stream(config: Settings) -> int:
     text = render_stream(measured)
     record = stream_record(
         config, run_id, measured.result, measured.per_process, measured.devices, text.stdout
+    )
+    record = scan.scanned(
+        config.stream, record, config.results.results_dir, measure_bandwidth, _room
     )
     record, text = acceptance.attach(config.stream, record, text)
     path = results.write_record(config.results.results_dir, run_id, record)

@@ -118,6 +118,13 @@ class StreamConfig(Checked):
         gt=0,
         le=1,
     )
+    scan: bool = _field(
+        False,
+        "STREAM: also measure every power of two from 2^15 elements up to the largest the free "
+        "memory holds, on this process's first device alone (JUPITER's size scan): a table, a "
+        "record section and a plot.",
+        flag="stream_scan",
+    )
     output_format: str = _field(
         "text",
         "STREAM: stdout as text (BabelStream's), csv (BabelStream's columns, node and device "

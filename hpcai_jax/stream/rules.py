@@ -126,6 +126,17 @@ def _triad_average(record: StreamRecord, found: list[Unit]) -> Clause:
     return _judged("triad average", text, None)
 
 
+def _scan(record: StreamRecord, _units: list[Unit]) -> Clause:
+    """From 2^15 elements up to the largest whose three arrays the free memory holds."""
+    scan = record.scan
+    if scan is None or not scan.points:
+        return _judged("size scan", "size scan not run (--stream_scan)", False)
+    first, last = scan.points[0].elements, scan.points[-1].elements
+    full = 3 * 2 * last * record.array.itemsize > scan.free_bytes
+    text = f"size scan 2^{first.bit_length() - 1} to 2^{last.bit_length() - 1} elements"
+    return _judged("size scan", text + (", memory full" if full else ""), first == 1 << 15 and full)
+
+
 ClauseFn = Callable[[StreamRecord, list[Unit]], Clause]
 
 
@@ -152,7 +163,7 @@ RULE_SETS: dict[str, RuleSet] = {
     ),
     "jupiter": RuleSet(
         "JSC JUPITER benchmark suite, GPU STREAM",
-        (_elements, _triad_average),
+        (_elements, _triad_average, _scan),
         True,
         JUPITER_ELEMENTS,
     ),
