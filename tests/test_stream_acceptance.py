@@ -16,7 +16,7 @@ import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process
 
 from hpcai_jax import records
-from hpcai_jax.stream import acceptance, benchmark, expect, formats, rules, scan
+from hpcai_jax.stream import acceptance, benchmark, drain, expect, formats, rules, scan
 from hpcai_jax.stream.config import StreamConfig
 
 SLOW_DEVICE = 3
@@ -279,6 +279,7 @@ def test_two_nodes_name_the_slow_devices_node(tmp_path):
         f"Expect triad:5GB/s: {where}: Triad 2.458 GB/s FAIL"
     ]
     assert printed[-1].endswith(f"; slowest: {where})")
+    assert drain.nodes_to_drain(record) == ["local-node1"]
 
 
 def _free(monkeypatch, elements: int) -> None:
@@ -322,3 +323,19 @@ def test_a_scan_that_cannot_fit_is_one_line_and_exit_2(tmp_path, monkeypatch):
     )
     assert_one_line_error(proc, "--stream_scan: three arrays of 2^15 elements need 393,216 B")
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_the_report_names_the_nodes_to_drain(slowed_run, tmp_path, capsys):
+    _, record = slowed_run
+    path = tmp_path / "record.json"
+    path.write_text(json.dumps(records.to_dict(record)))
+    code = drain.run([str(path), "--json", str(tmp_path / "report.json")])
+    assert code == acceptance.ACCEPTANCE_EXIT_CODE
+    node = record.provenance.hosts[0]
+    assert capsys.readouterr().out.splitlines()[-1] == f"nodes to drain: {node}"
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["drain"], report["passed"]) == ([node], False)
+    assert report["lines"] == acceptance.lines(record)
+    path.write_text(json.dumps({"mode": "stream"}))
+    with pytest.raises(expect.UsageError, match="record.json: "):
+        drain.run([str(path)])
