@@ -280,6 +280,12 @@ def test_two_nodes_name_the_slow_devices_node(tmp_path):
     ]
     assert printed[-1].endswith(f"; slowest: {where})")
     assert drain.nodes_to_drain(record) == ["local-node1"]
+    node1 = [x for x in printed if x.startswith("Node local-node1 (4 devices), Triad MBytes/sec: ")]
+    assert node1 == [
+        f"Node local-node1 (4 devices), Triad MBytes/sec: min 2457.600 ({where}), mean 7987.200, "
+        "median 9830.400, max 9830.400"
+    ]
+    assert sorted(record.acceptance.nodes) == ["local-node0", "local-node1"]
 
 
 def _free(monkeypatch, elements: int) -> None:

@@ -200,6 +200,9 @@ class Acceptance:
     across: dict[str, KernelAcross] = field(
         "kernel key → min, mean, median and max over the devices measured alone; empty with one"
     )
+    nodes: dict[str, dict[str, KernelAcross]] = field(
+        "node → kernel key → the same over that node's devices; empty on one node"
+    )
     outliers: list[Outlier] = field("devices below the fraction, per kernel")
     expectations: list[ExpectationCheck] = field("`--expect`, judged per device")
     passed: bool = field("the rule set and every expectation passed: else the run exits 3")

@@ -54,6 +54,14 @@ def _across(found: list[rules.Unit]) -> dict[str, KernelAcross]:
     return out
 
 
+def _per_node(found: list[rules.Unit]) -> dict[str, dict[str, KernelAcross]]:
+    """Each node's spread, where the devices measured alone span several nodes."""
+    nodes = sorted({u.node for u in found})
+    if len(nodes) < 2:
+        return {}
+    return {node: _across([u for u in found if u.node == node]) for node in nodes}
+
+
 def _outliers(
     found: list[rules.Unit], across: dict[str, KernelAcross], fraction: float
 ) -> list[Outlier]:
@@ -99,6 +107,7 @@ def assess(record: StreamRecord, config: StreamConfig) -> Acceptance:
         binary_units=config.mibibytes,
         outlier_fraction=config.outlier_fraction,
         across=across,
+        nodes=_per_node(found),
         outliers=_outliers(found, across, config.outlier_fraction),
         expectations=checks,
         passed=verdict.passed and all(c.passed for c in checks),
@@ -113,6 +122,15 @@ def _where(d: DeviceFigure) -> str:
     return f"node {d.node}, device {d.device_label} (process {d.process_index})"
 
 
+def _spread_line(what: str, s: KernelAcross, mib: bool) -> str:
+    unit = "MiBytes/sec" if mib else "MBytes/sec"
+    return (
+        f"{what}, {s.label} {unit}: min {_rate(s.min_gb_per_s, mib)} ({_where(s.slowest)}), "
+        f"mean {_rate(s.mean_gb_per_s, mib)}, median {_rate(s.median_gb_per_s, mib)}, "
+        f"max {_rate(s.max_gb_per_s, mib)}"
+    )
+
+
 def lines(record: StreamRecord) -> list[str]:
     """What the acceptance section adds to the output, one line per fact; none in a record
     without one."""
@@ -121,12 +139,14 @@ def lines(record: StreamRecord) -> list[str]:
         return []
     unit = "MiBytes/sec" if a.binary_units else "MBytes/sec"
     out = [*scan.lines(record, a.binary_units), rules.verdict_line(a.rules)]
-    for s in a.across.values():
-        out.append(
-            f"Across {s.devices} devices, {s.label} {unit}: min {_rate(s.min_gb_per_s, a.binary_units)}"
-            f" ({_where(s.slowest)}), mean {_rate(s.mean_gb_per_s, a.binary_units)}, median "
-            f"{_rate(s.median_gb_per_s, a.binary_units)}, max {_rate(s.max_gb_per_s, a.binary_units)}"
-        )
+    out += [
+        _spread_line(f"Across {s.devices} devices", s, a.binary_units) for s in a.across.values()
+    ]
+    for node, kernels in a.nodes.items():
+        out += [
+            _spread_line(f"Node {node} ({s.devices} devices)", s, a.binary_units)
+            for s in kernels.values()
+        ]
     for o in a.outliers:
         out.append(
             f"Outlier: {_where(o.figure)}: {o.label} {_rate(o.figure.gb_per_s, a.binary_units)} "
