@@ -16,6 +16,8 @@ import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process
 
 from hpcai_jax import records
+from hpcai_jax.config import ResultsConfig
+from hpcai_jax.settings import Settings
 from hpcai_jax.stream import acceptance, benchmark, drain, expect, formats, rules, scan
 from hpcai_jax.stream.config import StreamConfig
 
@@ -345,3 +347,32 @@ def test_the_report_names_the_nodes_to_drain(slowed_run, tmp_path, capsys):
     path.write_text(json.dumps({"mode": "stream"}))
     with pytest.raises(expect.UsageError, match="record.json: "):
         drain.run([str(path)])
+
+
+@pytest.mark.parametrize("output_format", ["text", "csv", "json"])
+def test_the_printed_output_comes_back_from_the_record_and_the_rendered_text(
+    tmp_path, output_format
+):
+    """What a checker that re-renders BabelStream's text from a record needs: `decorate` of the
+    record and that text is the printed output, in every format."""
+    config = Settings(
+        mode="stream",
+        stream=StreamConfig(
+            array_size=1 << 12,
+            allow_small_arrays=True,
+            num_times=2,
+            kernels="triad",
+            precision="float32",
+            expect="triad:1MB/s",
+            output_format=output_format,
+        ),
+        results=ResultsConfig(results_dir=str(tmp_path)),
+    ).validate()
+    measured = benchmark.measure_stream(config.stream)
+    text = benchmark.render_stream(measured)
+    record = benchmark.stream_record(config, "s", measured.result, None, None, text.stdout)
+    record, printed = acceptance.attach(config.stream, record, text)
+    again = records.read(records.to_dict(record))
+    redone = acceptance.decorate(again, text, output_format)
+    assert redone.stdout == record.printed == printed.stdout
+    assert ("Acceptance: PASS" in record.printed) == (output_format == "text")

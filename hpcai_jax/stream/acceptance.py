@@ -170,24 +170,32 @@ def merit_suffix(record: StreamRecord) -> str:
     return "" if spread is None else f"; slowest: {_where(spread.slowest)}"
 
 
-def attach(config: StreamConfig, record: StreamRecord, text):
-    """(record, text) with the acceptance section, its lines and the format asked for: the
-    lines close the report on stdout in text, on stderr where stdout is CSV or JSON; the
-    record's `printed` is the new stdout."""
-    record = dataclasses.replace(record, acceptance=assess(record, config))
+def decorate(record: StreamRecord, text, output_format: str = "text", csv: bool = False):
+    """`text` (benchmark.StreamText, as render_stream gives it) with what the record's
+    acceptance section adds: its lines close the report on stdout in text, go to stderr where
+    stdout is CSV (--csv) or CSV/JSON (--output_format, which then replaces the report); the
+    slowest device's node closes the figure-of-merit line. A function of the record and `text`
+    alone: a checker that re-renders `text` from a record gets the printed output back."""
     suffix = merit_suffix(record)
     merit = text.figure_of_merit[:-1] + suffix + ")" if suffix else text.figure_of_merit
     extra = lines(record)
-    if config.output_format != "text":
-        report = formats.render(record, config.output_format)
+    if output_format != "text":
+        report = formats.render(record, output_format)
         text = dataclasses.replace(
             text, report=report, failures=(*text.failures, *extra), merit_to_stderr=True
         )
-    elif config.csv:
+    elif csv:
         text = dataclasses.replace(text, failures=(*text.failures, *extra))
     else:
         text = dataclasses.replace(text, report="\n".join([text.report, *extra]))
-    text = dataclasses.replace(text, figure_of_merit=merit)
+    return dataclasses.replace(text, figure_of_merit=merit)
+
+
+def attach(config: StreamConfig, record: StreamRecord, text):
+    """(record, text) with the acceptance section and `decorate`'s text; the record's `printed`
+    is the new stdout."""
+    record = dataclasses.replace(record, acceptance=assess(record, config))
+    text = decorate(record, text, config.output_format, config.csv)
     return dataclasses.replace(record, printed=text.stdout), text
 
 
