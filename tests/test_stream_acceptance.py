@@ -176,20 +176,25 @@ def test_json_output_is_one_object_of_the_rows_and_the_verdict(slowed_run, tmp_p
     assert obj["figure_of_merit"]["kernel"] == "triad"
 
 
-def test_json_on_stdout_keeps_the_lines_on_stderr(tmp_path):
+@pytest.mark.parametrize("output_format", ["json", "csv"])
+def test_machine_output_on_stdout_keeps_the_lines_on_stderr(tmp_path, output_format):
     proc = run_in_process(
         "--mode=stream",
         "--array_size=4096",
         "--allow_small_arrays",
         "--num_times=2",
-        "--stream_kernels=triad",
         "--precision=float32",
-        "--output_format=json",
+        f"--output_format={output_format}",
         f"--results_dir={tmp_path}",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    obj = json.loads(proc.stdout)
-    assert obj["rules"] == "nersc10" and len(obj["rows"]) == 1
+    if output_format == "json":
+        obj = json.loads(proc.stdout)
+        assert obj["rules"] == "nersc10" and len(obj["rows"]) == 5
+    else:  # every kernel of --stream_kernels=all, one device: five rows
+        rows = list(csv.DictReader(io.StringIO(proc.stdout)))
+        assert [r["function"] for r in rows] == ["Copy", "Mul", "Add", "Triad", "Dot"]
+        assert len({(r["node"], r["device"]) for r in rows}) == 1  # the one device
     assert "Figure of merit: Triad" in proc.stderr and "Acceptance: PASS" in proc.stderr
     [record] = [records.read(p) for p in tmp_path.glob("*.json")]
     assert record.printed == proc.stdout
