@@ -21,6 +21,7 @@ SBATCH = ["launch/slurm/gpu.sbatch", "launch/slurm/gpu_node.sbatch"]
 SHELL_SCRIPTS = [
     *SBATCH,
     "launch/slurm/common.sh",
+    "launch/slurm/stream.sbatch",
     "launch/tpu_pod.sh",
     *sorted(str(p.relative_to(REPO)) for p in (REPO / "benchmarks").rglob("*.sh")),
 ]
@@ -480,3 +481,45 @@ def test_the_container_stages_with_its_own_python(staging, tmp_path):
         str(tmp_path / "tfds"),
         str(tmp_path / "local"),
     ]
+
+
+def run_stream(env: dict[str, str], **changes: str | None) -> subprocess.CompletedProcess:
+    """launch/slurm/stream.sbatch on 4 tasks per node, its own flagfile."""
+    changes = {"FLAGFILE": None, "SLURM_NTASKS_PER_NODE": "4", **changes}
+    return run("launch/slurm/stream.sbatch", env, **changes)
+
+
+@pytest.mark.slow
+def test_stream_acceptance_dry_run_prints_the_step_and_the_report(cluster):
+    result = run_stream(cluster, EXTRA_FLAGS=None, EXPECT="triad:3885301MB/s", DRY_RUN="1")
+    assert result.returncode == 0, result.stderr
+    command = next(x for x in result.stdout.splitlines() if x.startswith("  command: "))
+    assert command.split()[1:] == [
+        "python",
+        "-m",
+        "hpcai_jax.main",
+        "--flagfile=configs/stream.flags",
+        "--checkpoint_dir=checkpoints/bench",
+        "--results_dir=results",
+        "--gpu_settings=default",
+        "--mode=stream",
+        "--stream_devices=each",
+        "--stream_rules=uknss",
+        "--run_name=stream-accept-4321",
+        "--overwrite",
+        "--expect=triad:3885301MB/s",
+    ]
+    assert "  report: python -m hpcai_jax.stream.drain results/stream-accept-4321.json" in (
+        result.stdout
+    )
+    assert recorded(cluster, "srun") is None and "dry run: nothing started" in result.stdout
+
+
+@pytest.mark.slow
+def test_stream_acceptance_without_a_record_keeps_the_steps_code(cluster):
+    result = run_stream(cluster, STUB_SRUN_RC="3")
+    assert result.returncode == 3
+    assert "no record results/stream-accept-4321.json: the step ended with exit code 3" in (
+        result.stderr
+    )
+    assert "--stream_devices=each" in recorded(cluster, "srun")

@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
@@ -15,7 +16,7 @@ from helpers import ROOT, assert_one_line_error, run_in_process, subprocess_env
 from hpcai_jax import records
 from hpcai_jax.engine.member_map import resolve_member_strategy
 from hpcai_jax.errors import UsageError
-from hpcai_jax.nodecheck import collectives
+from hpcai_jax.nodecheck import acceptance, collectives
 from hpcai_jax.nodecheck.budget import Budget
 from hpcai_jax.nodecheck.rows import FAIL, NA, PASS, WARN, Row, exit_code, judge, skipped
 
@@ -99,6 +100,7 @@ CHECK = [
     "--batch_size=8",
     "--check_budget_s=4",
 ]
+EXPECT = "all_reduce:1MB/s@1KiB"  # any link passes it at the one size a 4 s budget measures
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +128,8 @@ def check_run(tmp_path_factory):
             *CHECK,
             f"--results_dir={results}",
             "--run_name=check",
+            f"--check_expect={EXPECT}",
+            f"--check_json={results}/collectives.json",
         )
     record = json.loads((results / "check.json").read_text())
     return proc, record
@@ -189,6 +193,63 @@ def test_a_degraded_or_corrupting_collective_fails_its_rows_and_the_exit_code(ch
     assert first.split()[:5] == ["1024", "256", "float", "none", "-1"]
     assert first.split()[8] == "0" and first.split()[-1] == "1"  # out of place, in place
     assert "# Out of bounds values : " in table and " FAILED" in table.split("\n\n")[0]
+
+
+def test_an_expected_bus_bandwidth_is_a_row_and_the_json_has_nccl_tests_shape(check_run):
+    proc, record = check_run
+    typed = records.read(record)
+    [row] = [r for r in typed.check.rows if r.item.startswith("expected ")]
+    assert (row.item, row.status, row.expected) == (
+        "expected all_reduce bus bandwidth intra_node",
+        PASS,
+        1e6,
+    )
+    assert any(
+        line.startswith("expected all_reduce bus bandwidth intra_node")
+        for line in proc.stdout.splitlines()
+    )
+    points = typed.check.collectives
+    # Far above any link, and at a size not measured: each a FAIL row.
+    failed = acceptance.rows(
+        points, acceptance.parse("all_reduce:1TB/s@1KiB,all_gather:1GB/s@8GiB")
+    )
+    assert [(r.item, r.status) for r in failed] == [
+        ("expected all_reduce bus bandwidth intra_node", FAIL),
+        ("expected all_gather bus bandwidth", FAIL),
+    ]
+    assert failed[1].note.startswith(f"not measured at {8 << 30} B (sizes measured: 1024")
+    folder = Path(typed.config["results"]["results_dir"])
+    data = json.loads((folder / "collectives.json").read_text())
+    assert data["format"] == acceptance.JSON_FORMAT and data["argv"] == sys.argv  # in process
+    assert data["versions"]["jax"] == typed.provenance.versions["jax"]
+    assert len(data["results"]) == len(points) and data["verdict"] == "FAIL"
+    first = data["results"][0]
+    assert set(first) >= {
+        "op",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "out_of_place",
+        "in_place",
+    }
+    assert first["out_of_place"]["busbw_gbs"] == pytest.approx(points[0].busbw / 1e9)
+    assert [e["item"] for e in data["expectations"]] == [row.item]
+
+
+@pytest.mark.parametrize(
+    "flag, fragment",
+    [
+        ("--check_expect=all_reduce:fast", "OP:VALUEUNIT@SIZE"),
+        ("--check_expect=broadcast:1GB/s@1MiB", "OP one of all_reduce"),
+        ("--check_json=/nonexistent/dir/x.json", "no such directory"),
+    ],
+)
+def test_bad_check_acceptance_input_is_one_line_and_exit_2(tmp_path, flag, fragment):
+    proc = run_in_process("--mode=check", f"--results_dir={tmp_path}", flag)
+    assert_one_line_error(proc, flag.split("=")[0], fragment)
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_collective_table_is_nccl_tests(check_run):

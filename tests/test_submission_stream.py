@@ -19,6 +19,7 @@ from helpers import check_cli
 
 from hpcai_jax import records
 from hpcai_jax.config import ResultsConfig
+from hpcai_jax.records.schema import to_dict
 from hpcai_jax.settings import Settings
 from hpcai_jax.stream import cache as stream_cache
 from hpcai_jax.stream import report
@@ -35,7 +36,7 @@ RUNS = {  # run id → its STREAM settings
     "s-one": {},
     "s-csv": {"csv": True},
     "s-all": {"devices": "all", "mibibytes": True},
-    "s-each": {"devices": "each"},
+    "s-each": {"devices": "each", "expect": "triad:1MB/s"},  # its expectation lines too
     "s-triad": {"kernels": "triad"},
 }
 
@@ -93,9 +94,10 @@ def _rewrite(copy: Path) -> None:
 
 
 def forged(package: Path, tmp_path: Path, run: str, edit, printed=None) -> Path:
-    """A copy of the package with `edit(record JSON)` applied to `run`, its printed output then
-    rendered again from the forged record by stream/report.py (or `printed(text)`), README.md
-    and system.json rewritten: consistent, as a forger who knows the code makes it."""
+    """A copy of the package with `edit(record JSON)` applied to `run`, its acceptance section
+    and printed output then derived again from the forged record by the stream module's own code
+    (or `printed(text)`), README.md and system.json rewritten: consistent, as a forger who knows
+    the code makes it."""
     copy = tmp_path / "forged"
     shutil.copytree(package, copy)
     path = copy / "stream" / f"{run}.json"
@@ -103,7 +105,10 @@ def forged(package: Path, tmp_path: Path, run: str, edit, printed=None) -> Path:
     edit(data)
     try:
         record = records.read(data)
-        text = report.stdout(streamderive.printout(record, data["printed"]))
+        if record.acceptance is not None:
+            data["acceptance"] = to_dict(streamderive.accepted(record))
+            record = records.read(data)
+        text = streamderive.rendered(record, data["printed"])
     except Exception:  # a value no record holds: the output stays as it was
         text = data["printed"]
     text = printed(text) if printed else text
@@ -695,6 +700,55 @@ def test_a_stream_run_packed_twice_fails(stream_package, tmp_path, capsys):
         "run s-one-again: the same kernel timings and set-up times as run s-one: one STREAM run "
         "packed twice under two ids"
     ], out
+
+
+def _forged_acceptance(package: Path, tmp_path: Path, edit) -> Path:
+    """A copy with s-each's acceptance section edited by `edit(JSON)` and its printed output
+    decorated from the edited section, as the run would have printed it."""
+    from hpcai_jax.stream import acceptance
+    from hpcai_jax.stream.benchmark import StreamText
+
+    copy = tmp_path / "accepted"
+    shutil.copytree(package, copy)
+    path = copy / "stream" / "s-each.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    record = records.read(data)
+    text, fom = report.render(streamderive.printout(record, data["printed"]))
+    text = acceptance.decorate(record, StreamText(text, (), fom, False)).stdout
+    data["printed"] = text
+    path.write_text(json.dumps(data))
+    (copy / "stream" / "s-each.txt").write_text(text)
+    _rewrite(copy)
+    return copy
+
+
+def _failed_expectation(data):
+    data["acceptance"]["expectations"][0]["passed"] = False
+    data["acceptance"]["passed"] = False
+
+
+def _passed_expectation(data):  # the expectation raised past every device's figure, kept PASS
+    data["config"]["stream"]["expect"] = "triad:1000000GB/s"
+
+
+@pytest.mark.parametrize(
+    "edit, fragment",
+    [
+        (_failed_expectation, "acceptance is not what its figures and config.stream give"),
+        (_passed_expectation, "acceptance is not what its figures and config.stream give"),
+        (lambda d: d.update(acceptance=None), "acceptance is missing"),
+    ],
+    ids=["verdict flipped", "expectation raised, verdict kept", "section dropped"],
+)
+def test_an_acceptance_verdict_is_re_derived_never_read(
+    stream_package, tmp_path, capsys, edit, fragment
+):
+    """The rule set's clauses, expectations and outliers (stream/acceptance.py) are derived
+    again from the run's figures and settings: an edited verdict, printed consistently, FAILs."""
+    code, out, err = check_cli(capsys, "check", _forged_acceptance(stream_package, tmp_path, edit))
+    assert code == 1 and not err, (out, err)
+    assert any(line.startswith("run s-each: ") and fragment in line for line in out), out
 
 
 def test_pack_refuses_a_stream_run_check_would_fail(stream_records, tmp_path, capsys):

@@ -23,3 +23,16 @@ class CheckConfig(CheckRecordConfig):
         gt=0,
         unit="seconds",
     )
+    expect: str = _field(
+        "",
+        "The least bus bandwidth a collective must reach at a size, a comma list of "
+        "OP:VALUEUNIT@SIZE (e.g. all_reduce:304GB/s@8GiB; docs/node_check.md, Acceptance): one "
+        "row each, FAIL below it or where the size was not measured.",
+        flag="check_expect",
+    )
+    json: str = _field(
+        "",
+        "Also write the collectives to this file as JSON in nccl-tests' shape (argv, the "
+        "environment, versions, one object per row; docs/node_check.md, Acceptance).",
+        flag="check_json",
+    )

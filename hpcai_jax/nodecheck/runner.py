@@ -26,6 +26,7 @@ import jax
 from hpcai_jax import results
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.nodecheck import (
+    acceptance,
     collective_rows,
     collectives,
     compute,
@@ -449,14 +450,24 @@ def run_check(config: Settings) -> int:
     """Runs the check, printing each item's rows as it finishes and rewriting the record
     (partial) each time; then the complete record, the verdict and the exit code."""
     started = time.perf_counter()
+    wanted = acceptance.parse(config.check.expect)
+    acceptance.check_json_path(config.check.json)
     run_id = record_write.run_id(config, "check")
     claim = results.claim(config.results.results_dir, run_id, config.results.overwrite)
     result = measure_check(config, started, Progress(config, run_id))
+    if wanted:
+        expected = ("expect", tuple(acceptance.rows(result.points, wanted)))
+        result = dataclasses.replace(result, items=(*result.items, expected))
     record = check_record(config, run_id, result)
     path = results.write_record(config.results.results_dir, run_id, record)
     interrupt.keeping(f"kept the record {path} ({record.status})" if path else "")
     claim.release()
     if jax.process_index() == 0:
+        if wanted:
+            name, rows = result.items[-1]
+            print(render_item(name, list(rows), []))
+        if config.check.json:
+            acceptance.write_json(config.check.json, record, sys.argv)
         print(render_verdict(result))
         if path:
             print(f"record: {path}")

@@ -137,6 +137,98 @@ class DeviceRun:
 
 
 @section
+class Clause:
+    clause: str = field("the clause's short name, e.g. iterations, spread, size")
+    text: str = field("what was measured against what the rule asks, in words")
+    passed: bool | None = field("the verdict; None where the clause asks for a figure reported")
+    waived: bool = field("a FAIL the user allowed by hand (--allow_small_arrays)")
+
+
+@section
+class RuleVerdict:
+    rules: str = field("`--stream_rules`: nersc10, uknss or jupiter")
+    document: str = field("the centre's document the rule set follows")
+    clauses: list[Clause] = field("each clause of the rule set, judged on this run")
+    passed: bool = field("no clause FAILed (a waived one aside)")
+
+
+@section
+class DeviceFigure:
+    node: str = field("the device's node (`provenance.hosts` of its process)")
+    process_index: int = field("its process")
+    device_label: str = field("its id, or `all` where the arrays span every device")
+    gb_per_s: float = field("its bandwidth for the kernel (per device where sharded)", "GB/s")
+
+
+@section
+class KernelAcross:
+    label: str = field("BabelStream's name of the kernel")
+    devices: int = field("devices compared", "devices")
+    min_gb_per_s: float = field("the slowest device's bandwidth", "GB/s")
+    mean_gb_per_s: float = field("the devices' mean", "GB/s")
+    median_gb_per_s: float = field("the devices' median", "GB/s")
+    max_gb_per_s: float = field("the fastest device's", "GB/s")
+    slowest: DeviceFigure = field("the slowest device")
+
+
+@section
+class Outlier:
+    kernel: str = field("the kernel key")
+    label: str = field("BabelStream's name of the kernel")
+    figure: DeviceFigure = field("the device below the fraction of its peers' median")
+    fraction_of_median: float = field("its bandwidth over the median's")
+
+
+@section
+class ExpectationCheck:
+    kernel: str = field("the kernel key")
+    label: str = field("BabelStream's name of the kernel")
+    given: str = field("the expectation as given, e.g. triad:3885301MB/s")
+    unit: str = field("its unit: MB/s, GB/s, TB/s, MiB/s or GiB/s")
+    bytes_per_s: float = field("the least bandwidth it asks of each device", "B/s")
+    figure: DeviceFigure = field("the device judged, with its figure")
+    passed: bool = field("the device's bandwidth ≥ the expectation")
+
+
+@section
+class Acceptance:
+    rules: RuleVerdict = field("`--stream_rules`' verdict per clause (docs/stream.md, Rule sets)")
+    binary_units: bool = field("the lines print MiBytes/sec (`--mibibytes`)")
+    outlier_fraction: float = field(
+        "`--stream_outlier_fraction`: a device below this fraction of its peers' median is named"
+    )
+    across: dict[str, KernelAcross] = field(
+        "kernel key → min, mean, median and max over the devices measured alone; empty with one"
+    )
+    nodes: dict[str, dict[str, KernelAcross]] = field(
+        "node → kernel key → the same over that node's devices; empty on one node"
+    )
+    outliers: list[Outlier] = field("devices below the fraction, per kernel")
+    expectations: list[ExpectationCheck] = field("`--expect`, judged per device")
+    passed: bool = field("the rule set and every expectation passed: else the run exits 3")
+
+
+@section
+class ScanPoint:
+    elements: int = field("elements of each array on the device")
+    bytes_per_array: int = field("elements × itemsize", "B")
+    kernels: dict[str, Kernel] = field("kernel → its figures at this size")
+
+
+@section
+class StreamScan:
+    device_name: str = field("the device scanned: this process's first, alone")
+    free_bytes: int = field(
+        "what the device's three arrays could take, read before allocating", "B"
+    )
+    free_source: str = field("where that figure comes from")
+    points: list[ScanPoint] = field(
+        "every power of two of elements from 2^15 up to the largest the free memory holds"
+    )
+    plot: str | None = field("the plot of bandwidth against size, beside the record; None if none")
+
+
+@section
 class StreamRecord(Record):
     array: StreamArray = field("the three arrays")
     placement: Placement = field("the devices the arrays span")
@@ -168,5 +260,15 @@ class StreamRecord(Record):
     printed: str | None = field(
         "what process 0 printed on stdout, verbatim: BabelStream's header, the table and (unless "
         "--csv) the figure-of-merit line, as NERSC-10's rules ask; absent in older records",
+        omit_none=True,
+    )
+    acceptance: Acceptance | None = field(
+        "the rule set's verdict, the devices compared, the outliers and the expectations "
+        "(docs/stream.md, Acceptance); absent in older records",
+        omit_none=True,
+    )
+    scan: StreamScan | None = field(
+        "`--stream_scan`: bandwidth against array size on one device (docs/stream.md, Size "
+        "scan); absent without it",
         omit_none=True,
     )

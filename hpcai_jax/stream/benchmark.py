@@ -28,7 +28,7 @@ from hpcai_jax.records import stream as stream_records
 from hpcai_jax.records import write as record_write
 from hpcai_jax.records.stream import StreamRecord
 from hpcai_jax.settings import Settings
-from hpcai_jax.stream import report
+from hpcai_jax.stream import acceptance, report, rules, scan
 from hpcai_jax.stream.cache import (
     SIZE_FACTOR,
     SizeCheck,
@@ -420,21 +420,27 @@ def render_stream(measured: StreamMeasurement) -> StreamText:
 def run_stream(config: Settings) -> int:
     """`--mode=stream`: measure, write the record, print BabelStream's output (process 0).
 
-    Returns the process exit code: 0, or 1 when validation failed (BabelStream's non-zero exit).
+    Returns the process exit code: 0, 1 when validation failed (BabelStream's non-zero exit),
+    or 3 when the acceptance failed (stream/acceptance.py).
     """
     run_id = record_write.run_id(config, "stream")
     claimed = results.claim(config.results.results_dir, run_id, config.results.overwrite)
+    config = dataclasses.replace(config, stream=rules.applied(config.stream, jax.device_count()))
     measured = measure_stream(config.stream)
     warn_problems(measured)
     text = render_stream(measured)
     record = stream_record(
         config, run_id, measured.result, measured.per_process, measured.devices, text.stdout
     )
+    record = scan.scanned(
+        config.stream, record, config.results.results_dir, measure_bandwidth, _room
+    )
+    record, text = acceptance.attach(config.stream, record, text)
     path = results.write_record(config.results.results_dir, run_id, record)
     claimed.release()
     if jax.process_index() == 0:
         _show(text, path)
-    return 0 if measured.passed else 1
+    return acceptance.exit_code(record, 0 if measured.passed else 1)
 
 
 def _show(text: StreamText, path) -> None:

@@ -11,11 +11,14 @@ from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
 from hpcai_jax.fields import field as _field
+from hpcai_jax.stream import expect
 
 MIB = 1 << 20
 PRECISIONS = ("float64", "float32", "bfloat16")
 KERNEL_SETS = ("all", "triad", "nstream")
 PLACEMENTS = ("one", "all", "each")
+RULE_SETS = ("nersc10", "uknss", "jupiter")  # stream/rules.py, docs/stream.md (Rule sets)
+OUTPUT_FORMATS = ("text", "csv", "json")
 _UNSET = "or 0 to leave unset"
 
 
@@ -98,6 +101,44 @@ class StreamConfig(Checked):
         "STREAM: measure a size given by hand although one array is smaller than 4x the largest "
         "cache; the record's status says small_arrays, and every report marks it.",
     )
+    rules: str = _field(
+        "nersc10",
+        "STREAM: the centre's rules the run is judged by: nersc10 (arrays >= 4x the largest "
+        "cache, Triad the figure of merit), uknss (every device alone, >= 100 iterations, "
+        "max - min <= 5 % of the mean) or jupiter (every device alone, 2^28 elements, Triad's "
+        "average in MiB/s); docs/stream.md, Rule sets.",
+        flag="stream_rules",
+        choices=RULE_SETS,
+        enum=False,
+    )
+    expect: str = _field(
+        "",
+        "STREAM: the least bandwidth each device must reach, a comma list of KERNEL:VALUEUNIT "
+        "(e.g. triad:3885301MB/s; units MB/s, GB/s, TB/s, MiB/s, GiB/s); a device below it "
+        "FAILs and the run exits 3 after writing everything.",
+    )
+    outlier_fraction: float = _field(
+        0.9,
+        "STREAM: a device below this fraction of the median of the devices measured alone is "
+        "named as an outlier.",
+        flag="stream_outlier_fraction",
+        gt=0,
+        le=1,
+    )
+    scan: bool = _field(
+        False,
+        "STREAM: also measure every power of two from 2^15 elements up to the largest the free "
+        "memory holds, on this process's first device alone (JUPITER's size scan): a table, a "
+        "record section and a plot.",
+        flag="stream_scan",
+    )
+    output_format: str = _field(
+        "text",
+        "STREAM: stdout as text (BabelStream's), csv (BabelStream's columns, node and device "
+        "in front) or json (one object); docs/stream.md, Machine-readable output.",
+        choices=OUTPUT_FORMATS,
+        enum=False,
+    )
     strict_size: bool = _field(
         False,
         "STREAM: deprecated, goes in the next release: the 4x-cache rule is an error by default "
@@ -126,6 +167,26 @@ class StreamConfig(Checked):
             "--allow_small_arrays: needs a size given by hand (--array_size, --array_mib or "
             "--array_fraction); --array_size=auto always keeps the 4x-cache rule",
         )
+        self._validate_acceptance()
+
+    def _validate_acceptance(self) -> None:
+        """The rule set's own bounds, the expectations' form, and one output format."""
+        _require(
+            self.rules != "uknss" or self.num_times >= 100,
+            f"--num_times={self.num_times}: --stream_rules=uknss asks for at least 100 iterations",
+        )
+        _require(
+            not (self.csv and self.output_format == "json"),
+            "--csv: prints CSV, --output_format=json asks for JSON; give one of them",
+        )
+        for e in expect.parse(self.expect):
+            from hpcai_jax.stream.kernels import RUN_ORDERS  # jax, imported in stream mode only
+
+            _require(
+                e.kernel in RUN_ORDERS[self.kernels],
+                f"--expect={self.expect}: {e.kernel} does not run under "
+                f"--stream_kernels={self.kernels} ({', '.join(RUN_ORDERS[self.kernels])})",
+            )
 
 
 # Calls per timed sample under --stream_burst=auto. A JAX call on a GPU costs about 0.1 ms of

@@ -8,12 +8,17 @@ stream module's own code (stream/report.py) and compared line for line. docs/sub
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from types import SimpleNamespace
 
 import numpy as np
 
+from hpcai_jax.errors import UsageError
+from hpcai_jax.records.schema import to_dict
 from hpcai_jax.records.stream import Kernel, StreamRecord
+from hpcai_jax.stream import acceptance as stream_acceptance
 from hpcai_jax.stream import cache as stream_cache
 from hpcai_jax.stream import report, validate
 from hpcai_jax.stream.datasheet import memory_bandwidth
@@ -403,9 +408,67 @@ def printout(r: StreamRecord, printed: str) -> report.Printout:
     )
 
 
+def _settings(r: StreamRecord) -> SimpleNamespace:
+    """The acceptance settings the run was given (config.stream), as assess reads them."""
+    conf = (r.config or {}).get("stream") or {}
+    return SimpleNamespace(
+        rules=conf.get("rules", "nersc10"),
+        expect=conf.get("expect", ""),
+        outlier_fraction=conf.get("outlier_fraction", 0.9),
+        mibibytes=conf.get("mibibytes") is True,
+    )
+
+
+def accepted(r: StreamRecord):
+    """The acceptance section the record's own figures and settings give (stream/acceptance.py:
+    rule-set clauses, spreads, outliers, expectations), or None for a record without one (a
+    run before the rule sets) or whose settings cannot be read (acceptance() says so)."""
+    if r.acceptance is None:
+        return None
+    try:
+        return stream_acceptance.assess(dataclasses.replace(r, acceptance=None), _settings(r))
+    except (UsageError, ValueError, TypeError, KeyError, ZeroDivisionError, OverflowError):
+        return None
+
+
+def acceptance(f: Found, r: StreamRecord) -> None:
+    """The record's verdicts (rule set, expectations, outliers) re-derived, never read: a
+    flipped PASS, an edited spread or a dropped section FAILs."""
+    conf = (r.config or {}).get("stream") or {}
+    if r.acceptance is None:
+        if "rules" in conf:
+            f.fail(
+                f"{f.file} acceptance is missing (its config.stream names rules {conf['rules']})"
+            )
+        return
+    want = accepted(r)
+    if want is None:
+        f.fail(f"{f.file} config.stream: its acceptance settings cannot be read again")
+    elif to_dict(want) != to_dict(r.acceptance):
+        f.fail(
+            f"{f.file} acceptance is not what its figures and config.stream give "
+            "(stream/acceptance.py re-derives it)"
+        )
+
+
+def rendered(r: StreamRecord, printed: str) -> str:
+    """The whole stdout the run printed, rendered again from the record alone: BabelStream's
+    report and figure of merit (stream/report.py) with the acceptance section re-derived from
+    the figures (`accepted`, never the record's own) and decorated as the run does."""
+    from hpcai_jax.stream.benchmark import StreamText
+
+    conf = (r.config or {}).get("stream") or {}
+    p = printout(r, printed)
+    text, fom = report.render(p)
+    out = StreamText(text, (), fom, merit_to_stderr=p.csv)
+    mine = dataclasses.replace(r, acceptance=accepted(r))
+    fmt = conf.get("output_format", "text")
+    return stream_acceptance.decorate(mine, out, fmt if isinstance(fmt, str) else "?", p.csv).stdout
+
+
 def output(f: Found, r: StreamRecord, printed: str, name: str) -> None:
     """The printed output, line for line, against its rendering from the record."""
-    want = report.stdout(printout(r, printed)).splitlines()
+    want = rendered(r, printed).splitlines()
     got = printed.splitlines()
     for n in range(max(len(got), len(want))):
         mine = got[n] if n < len(got) else None

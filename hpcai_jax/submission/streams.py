@@ -163,6 +163,7 @@ def judged(record: StreamRecord, text: str, name: str, host_caches: dict | None)
             streamderive.validation,
             lambda f, r: streamderive.size_rule(f, r, {} if host_caches is None else host_caches),
             streamderive.plausible,
+            streamderive.acceptance,
             lambda f, r: streamderive.output(f, r, text, name),
             lambda f, r: streamderive.output(f, r, r.printed or "", f"{r.run_id}.json printed"),
         ):
