@@ -1,26 +1,26 @@
 """The report's section on the paper's experiments at one machine's scale (`python -m
 hpcai_jax.sweep --experiment=paper`; what each table mirrors and how it differs: docs/paper.md).
 
-It reads every complete `paper-<point>-s<seed>` record, the points the rest of the report skips
-for their different configuration included, and gives an interval only over repeats of one
-point (its seeds): mean ± t_{0.975, n − 1} × sd / √n (`repeats.summarise`). Paired tests pair
-the runs of two points by seed index (the k-th seed of each), on the same held-out examples.
+It reads every complete record of the paper's plan, each point's label and seed index read from
+its `sweep_plan` (an older record's from its run id, paper-<point>-s<seed>: collect.point), and
+is the one section that reports them: the others leave them out (collect.is_paper). It gives an
+interval only over repeats of one point (its seeds): mean ± t_{0.975, n − 1} × sd / √n
+(`repeats.summarise`). Paired tests pair the runs of two points by seed index, on the same
+held-out examples.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from hpcai_jax.metrics import penalty
 from hpcai_jax.report import paired
-from hpcai_jax.report.collect import Record
+from hpcai_jax.report.collect import SEED, Record, flatten
+from hpcai_jax.report.collect import point as plan_point
 from hpcai_jax.report.markdown import heading, image, table
 from hpcai_jax.report.repeats import Summary, summarise
 from hpcai_jax.units import cell, number, prefix
 
-# A smoke plan's runs are smoke-paper-…: reported only where no full run is among the records.
-NAME = re.compile(r"^(?P<smoke>smoke-)?paper-(?P<label>.+)-s(?P<seed>\d+)$")
 BOOTSTRAP_DRAWS = 10_000
 BOOTSTRAP_SEED = 0
 # Fig. 5's points trained only for their FLOPS (one epoch of a small subset): their quality, and
@@ -39,9 +39,11 @@ PAPER_SETTING = (
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One paper record: its point's label (from the run name) and its seed."""
+    """One paper record: its point's label, its seed index (None in a legacy record: its
+    place among its point's seeds) and its seed."""
 
     label: str
+    index: int | None
     seed: int
     record: Record
 
@@ -67,16 +69,23 @@ class Run:
 
 
 def paper_runs(records: list[Record]) -> dict[str, list[Run]]:
-    """The paper records by point label, each point's runs by seed; other records left out,
-    and a smoke plan's where a full plan's are there (toy runs are no seeds of the real ones)."""
+    """The paper records by point label, each point's runs by seed index (legacy records: by
+    seed); other records left out, and a smoke plan's where a full plan's are there (toy runs
+    are no seeds of the real ones)."""
     points: dict[str, list[Run]] = {}
-    matches = [(NAME.match(r.run_id), r) for r in records if r.mode == "train"]
-    full = any(m and not m.group("smoke") for m, _ in matches)
-    for match, r in matches:
-        if match and not (full and match.group("smoke")):
-            run = Run(match.group("label"), int(match.group("seed")), r)
-            points.setdefault(run.label, []).append(run)
-    return {label: sorted(runs, key=lambda r: r.seed) for label, runs in sorted(points.items())}
+    found = [(plan_point(r), r) for r in records if r.mode == "train"]
+    found = [(p, r) for p, r in found if p is not None and p.experiment == "paper"]
+    full = any(not p.smoke for p, _ in found)
+    for p, r in found:
+        if not (full and p.smoke):
+            seed = int(flatten(r.record.config or {}).get(SEED) or 0)
+            points.setdefault(p.label, []).append(Run(p.label, p.seed_index, seed, r))
+    return {label: sorted(runs, key=_order) for label, runs in sorted(points.items())}
+
+
+def _order(run: Run) -> tuple:
+    """By seed index; a legacy record (no index) by its seed."""
+    return (run.index is None, run.index or 0, run.seed)
 
 
 def fig5(points: dict[str, list[Run]]) -> dict[str, list[Run]]:
