@@ -37,6 +37,11 @@ class Point:
     def devices(self) -> int:
         return self.ensemble_size // self.members_per_device * self.parallel_degree
 
+    @property
+    def label(self) -> str:
+        """The point's label in its runs' records (sweep_plan.point): M<M>-P<P_degree>."""
+        return f"M{self.ensemble_size}-P{self.parallel_degree}"
+
 
 def plan(
     experiment: str,
@@ -220,8 +225,10 @@ flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> beside PATH
 --launcher is a template whose placeholders are {devices} (= Sys_scale = M × P_degree),
 {nodes} (= {devices} / --devices_per_node, rounded up) and {devices_per_node}.
 
-Every run gets --sweep_plan=<experiment>:<smoke|full>:<digest>, the plan's fingerprint (the
-digest: of the flags that decide its results, hpcai_jax/sweep_plan.py), kept in its record.
+Every run gets --sweep_plan=<experiment>:<smoke|full>:<digest>:<point>:<seed index>, the plan's
+fingerprint (the digest: of the flags that decide its results, hpcai_jax/sweep_plan.py) and the
+run's place in it (its point's label, M<M>-P<P_degree> or the paper's, and its repeat or seed
+index), kept in its record: the report reads a run's point from there, never from its name.
 Ctrl-C stops the run in progress as its own Ctrl-C would (its record written, its lock
 released), then the sweep, in one line, exit 130; a second Ctrl-C stops the run now. SIGTERM
 and SIGHUP are passed on to the run the same way (exit 128 + the signal).
@@ -444,7 +451,7 @@ def _run_jobs(args, points: list[Point], main_args: list[str]):
             [*main_args, f"--results_dir={args.results_dir}"],
             mllog,
             job.seed,
-            fingerprint,
+            sweep_plan.placed(fingerprint, job.point.label, job.repeat),
         )
         print("+ " + shlex.join(cmd), flush=True)
         if args.dry_run:

@@ -101,6 +101,7 @@ class PaperRun:
     point: PaperPoint
     seed: int
     smoke: bool = False
+    index: int = 0  # which of its point's seeds: its record's sweep_plan.seed_index
 
     @property
     def name(self) -> str:
@@ -116,7 +117,7 @@ def paper_runs(smoke: bool = False, only: tuple[str, ...] = ()) -> list[PaperRun
         for point in POINTS:
             k += 1
             if s < point.seeds and (not only or point.label in only):
-                runs.append(PaperRun(point, SEED_SPACING * k, smoke))
+                runs.append(PaperRun(point, SEED_SPACING * k, smoke, s))
     return runs
 
 
@@ -144,7 +145,7 @@ def paper_command(run: PaperRun, results_dir: str, main_args: list[str], plan: s
         f"--run_name={run.name}",
         f"--results_dir={results_dir}",
         *main_args,
-        *([f"--sweep_plan={plan}"] if plan else []),
+        *([f"--sweep_plan={sweep_plan.placed(plan, p.label, run.index)}"] if plan else []),
     ]
 
 

@@ -79,8 +79,10 @@ def test_a_runs_command_and_devices():
         f"--run_name={run.name}",
         "--results_dir=out",
         "--epochs=1",  # the caller's flags after the plan's: they win
-        "--sweep_plan=paper:full:0123456789abcdef",  # ... except the plan's fingerprint
+        # ... except the plan's fingerprint, with the run's point and seed index
+        f"--sweep_plan=paper:full:0123456789abcdef:fig7-M2-P4:{run.index}",
     ]
+    assert [r.index for r in sp.paper_runs() if r.point.label == "fig7-M2-P4"] == [0, 1, 2]
     smoke_run = next(r for r in sp.paper_runs(smoke=True) if r.point.label == "fig7-M2-P4")
     smoke = sp.paper_command(smoke_run, "out", [])
     assert "--steps=2" in smoke and len(sp.paper_runs(smoke=True)) == len(sp.POINTS)
@@ -278,6 +280,7 @@ def test_one_tiny_real_point(tmp_path, monkeypatch, capsys):
     record = records.read(path)
     assert record.status == "complete" and record.config["train"]["seed"] == 1000
     assert str(record.sweep_plan) == sp.plan_of(True, [])
+    assert (record.sweep_plan.point, record.sweep_plan.seed_index) == ("fig5-M1-flops", 0)
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "[1/1] fig5-M1-flops seed 1000: done before, skipped" in again.stdout
     assert again.stdout.rstrip().endswith("sweep: 1 of 1 run(s) completed")
