@@ -61,9 +61,11 @@ def plan(
         k = m if members_per_device == 0 else math.gcd(m, members_per_device)
         return Point(m, p, k)
 
+    text = ",".join(map(str, ensemble_sizes))
     if any(m < 1 for m in ensemble_sizes):
-        text = ",".join(map(str, ensemble_sizes))
         raise ValueError(f"--ensemble_sizes={text}: expected every M >= 1")
+    if len(set(ensemble_sizes)) < len(ensemble_sizes):  # one point twice: two runs, one record
+        raise ValueError(f"--ensemble_sizes={text}: expected each M once")
     if experiment == "scalability":
         if parallel_degree < 1 or (max_ensemble < 1 and not ensemble_sizes):
             raise ValueError(
@@ -474,6 +476,9 @@ def _paper(args, main_args: list[str]) -> int:
     unknown = [x for x in args.only if x not in labels]
     if unknown:
         raise UsageError(f"--only={unknown[0]}: expected one of {', '.join(sorted(labels))}")
+    twice = sorted({x for x in args.only if args.only.count(x) > 1})
+    if twice:
+        raise UsageError(f"--only={','.join(args.only)}: expected each label once ({twice[0]})")
     runs = sweep_paper.paper_runs(args.smoke, args.only)
     if args.dry_run:
         plan_ = sweep_paper.plan_of(args.smoke, main_args)

@@ -213,6 +213,8 @@ def test_ctrl_c_ends_the_sweep_in_one_line_and_exit_130(capsys, monkeypatch):
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--ensemble_sizes=2,3"], "--ensemble_sizes: M=3 does not divide --sys_scale=2"),
         (["--ensemble_sizes=0,2"], "--ensemble_sizes=0,2: expected every M >= 1"),
+        (["--ensemble_sizes=2,1,2"], "--ensemble_sizes=2,1,2: expected each M once"),
+        (["--experiment=fig9"], "argument --experiment: invalid choice: 'fig9'"),
         (["--smoke"], "--smoke: only for --experiment=paper, not tradeoff"),
         (["--only=fig5-M8"], "--only: only for --experiment=paper, not tradeoff"),
         (

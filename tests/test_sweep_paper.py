@@ -264,6 +264,11 @@ def test_an_unknown_point_is_one_line_and_exit_2(capsys):
     assert main(["--experiment=paper", "--only=fig9", "--dry_run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--only=fig9: expected one of control-M1-alldata" in err
+    assert main(["--experiment=paper", "--only=fig5-M8,fig7-M1-P8,fig5-M8", "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "--only=fig5-M8,fig7-M1-P8,fig5-M8: expected each label once (fig5-M8)" in err
+    assert len({p.label for p in sp.POINTS}) == len(sp.POINTS)  # the plan names each point once
 
 
 @pytest.mark.slow
