@@ -244,15 +244,18 @@ Fashion-MNIST (resnet_mini, 15,000 training images, 2 epochs, batch 128: members
 the whole 10,000-image test set, evaluated at the end, Fig. 7's points each epoch too;
 hpcai_jax/sweep_paper.py), each run on exactly its Sys_scale of host CPU devices (XLA_FLAGS'
 forced count set per run: devices simulated on shared cores, so FLOPS cannot grow with them).
-9 points × 3 seeds = 27 runs, seed 1000·k for the plan's k-th
-(point, seed) (no member shared between runs), each record named paper-<point>-s<seed>.json:
+10 points, 34 runs, seed 1000·k for the plan's k-th (point, seed) (no member shared between
+runs but the bagging pairs'), each record named paper-<point>-s<seed>.json:
   fig5-M8                     §4.3 Fig. 5's shape: P_degree 1, one member per device; its
-                              quality.sub_ensembles give the quality of M = 1..8
+                              quality.sub_ensembles give the quality of M = 1..8 (5 seeds)
   fig5-M1-flops, -M2-, -M4-   Fig. 5's FLOPS only: one epoch of 4,096 images
-  fig7-M4-P2, -M2-P4, -M1-P8  §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device
-                              ((8, 1) is fig5-M8: at P_degree 1 both policies are one)
-  control-M4-nobag            M = 4, --bootstrap=none (independent initialisations only)
-  control-M1-alldata          one member on all the data (--bootstrap=none)
+  fig7-M8-P1, -M4-P2, -M2-P4, -M1-P8
+                              §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device at
+                              16 images per device: at least 200 steps a member
+  control-M8-nobag            M = 8, --bootstrap=none on fig5-M8's seeds: each pair differs
+                              only by the bootstrap (5 pairs)
+  control-M1-matched          one member on all the data for 16 epochs: the M = 8 ensemble's
+                              training compute
 A progress line per run; a rerun skips every run whose record is complete and of the same plan
 (fingerprint above), and refuses, in one line, a folder holding another plan's record under one
 of its runs' names; a failed run stops none of the others and the summary names it. --smoke:
@@ -262,7 +265,7 @@ added to every run's (the last one wins). --dry_run prints the commands, each as
 it (its XLA_FLAGS in front), and the plan's estimated time.
 
 examples:
-  # the paper's experiments on this machine (22 min on 2 quiet cores: docs/paper.md):
+  # the paper's experiments on this machine (estimated 33 min on 2 quiet cores: docs/paper.md):
   python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
   # the same plan at toy size first (a few minutes), its commands and estimate only:
   python -m hpcai_jax.sweep --experiment=paper --smoke --results_dir=results/paper
@@ -373,7 +376,7 @@ def _paper_arguments(p: Parser) -> None:
         type=lambda text: tuple(x for x in text.split(",") if x),
         default=(),
         metavar="LABEL,...",
-        help="paper: only the points of these labels (fig5-M8, fig7-M2-P4, control-M4-nobag, ...)",
+        help="paper: only the points of these labels (fig5-M8, fig7-M2-P4, control-M8-nobag, ...)",
     )
 
 
