@@ -143,7 +143,15 @@ def test_full_ensemble_rows_and_flops(records):
 def test_fig7_rows(records):
     rows = paper.fig7_rows(paper.paper_runs(records))
     assert [r[:2] for r in rows] == [[8, 1], [1, 8]]
-    assert rows[0][5] == "3 of 3" and rows[0][6] == "20" and rows[0][10] == "112"
+    assert rows[0][5] == "3 of 3" and rows[0][6] == "20" and rows[0][14] == "112"
+    # Member mean (70 + 3.5) / 100 at M = 8; the ensemble (0.80, 0.81, 0.82) gains 6.5, 7.5,
+    # 8.5 points over it: mean 7.5; the fakes give M = 1 the same ensemble over a 0.70 member.
+    assert rows[0][10] == "0.735" and rows[0][12] == "7.5" and rows[1][12] == "11"
+    # A Fig. 7 point of its own at (8, 1) takes the place of Fig. 5's M = 8 runs.
+    SEEDS["fig7-M8-P1"] = (31000, 32000)
+    own = [fake("fig7-M8-P1", i, 8, 1) for i in range(2)]
+    with_own = records + [Record(Path(f"{r['run_id']}.json"), r) for r in own]
+    assert [len(v) for v in paper.fig7(paper.paper_runs(with_own)).values()] == [2, 3]
 
 
 def test_paired_tests_count_the_discordant_examples(records):
@@ -346,3 +354,21 @@ def test_a_stamped_point_is_read_from_the_record_not_the_run_id(raw):
     other["sweep_plan"] = {"experiment": "tradeoff", "size": "full", "digest": "0" * 16}
     assert paper.paper_runs([Record(Path("x.json"), other)]) == {}
     assert not collect_is_paper(Record(Path("x.json"), other))
+
+
+def test_across_seeds_the_controls_get_welch_and_the_paired_test(records):
+    """fig5-M8's ensembles 0.80, 0.81, 0.82 against 0.78 thrice (each control, M = 8 and M = 1):
+    differences 2, 3, 4 points, mean 3, sd 1: t = 3√3 on 2 degrees of freedom both ways (the
+    control's spread is 0, so Welch's df is 2 too); the detectable difference (t_.975,2 +
+    t_.8,2) / √3 = (4.3027 + 1.0607) / √3 = 3.097 points; 0.75 thrice for the M = 1 control."""
+    rows = {r[0]: r for r in paper.seed_rows(paper.paper_runs(records))}
+    assert set(rows) == {"fig5-M8 vs control-M8-nobag", "fig5-M8 vs control-M1-alldata"}
+    row = rows["fig5-M8 vs control-M8-nobag"]
+    assert row[1:4] == [3, 3, "3"] and row[6] == "3"
+    p = 2 * (1 - 0.5 - 0.5 * (3 * math.sqrt(3)) / math.sqrt(2 + 27))  # t on 2 df, closed form
+    assert float(row[5]) == pytest.approx(p, rel=1e-3) and float(row[8]) == pytest.approx(
+        p, rel=1e-3
+    )
+    assert float(row[9]) == pytest.approx((4.3027 + 1.0607) / math.sqrt(3), abs=1e-3)
+    assert row[10] == "a difference of +3.00 points (+0.52 to +5.48)"  # 3 ± 4.3027 / √3
+    assert rows["fig5-M8 vs control-M1-alldata"][3] == "6"

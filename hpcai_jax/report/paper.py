@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from hpcai_jax.metrics import penalty
-from hpcai_jax.report import paired
+from hpcai_jax.report import paired, seeds
 from hpcai_jax.report.collect import SEED, Record, flatten
 from hpcai_jax.report.collect import point as plan_point
 from hpcai_jax.report.markdown import heading, image, table
@@ -101,11 +101,16 @@ def largest(points: dict[str, list[Run]]) -> list[Run]:
 
 
 def fig7(points: dict[str, list[Run]]) -> dict[tuple[int, int], list[Run]]:
-    """Fig. 7's splits (labels fig7-…) and the Fig. 5 point at their Sys_scale (M = Sys_scale,
-    P_degree 1), by (M, P_degree), M falling."""
+    """Fig. 7's splits (labels fig7-…) and, where they have no (M = Sys_scale, 1) point of their
+    own, the Fig. 5 point at their Sys_scale, by (M, P_degree), M falling."""
     runs = [r for k, v in points.items() if k.startswith("fig7-") for r in v]
-    scales = {r.sys_scale for r in runs}
-    runs += [r for v in fig5(points).values() for r in v if r.sys_scale in scales]
+    scales, splits = {r.sys_scale for r in runs}, {(r.m, r.p) for r in runs}
+    runs += [
+        r
+        for v in fig5(points).values()
+        for r in v
+        if r.sys_scale in scales and (r.m, r.p) not in splits  # a Fig. 7 point of its own wins
+    ]
     out: dict[tuple[int, int], list[Run]] = {}
     for r in runs:
         out.setdefault((r.m, r.p), []).append(r)
@@ -366,6 +371,8 @@ def fig7_rows(points: dict[str, list[Run]]) -> list[list]:
                 f"{len(reached)} of {len(v)}",
                 *interval(summarise(reached))[:2],
                 *interval(summarise(r.rec.quality.ensemble for r in v))[:2],
+                *interval(summarise(r.rec.quality.member_mean for r in v))[:2],
+                *interval(summarise(_gain(r) for r in v), 0.01)[:2],
                 ", ".join(map(str, steps)),
                 *interval(summarise(r.rec.timing.train_wall_s for r in v))[:2],
             ]
@@ -373,9 +380,17 @@ def fig7_rows(points: dict[str, list[Run]]) -> list[list]:
     return rows
 
 
+def _gain(run: Run) -> float | None:
+    """The ensemble's quality over its members' mean: what averaging adds at this M."""
+    q = run.rec.quality
+    ensemble, members = number(q.ensemble), number(q.member_mean)
+    return None if ensemble is None or members is None else ensemble - members
+
+
 FIG7_HEADERS = [
     "M", "P_degree", "Sys_scale", "seeds (n)", "evaluations per run", "reached the target",
     "time to target [s]", "95 % interval", "final ensemble quality", "95 % interval",
+    "member mean", "95 % interval", "ensemble − member mean [points]", "95 % interval",
     "steps per member", "training time [s]", "95 % interval",
 ]  # fmt: skip
 PAIR_HEADERS = [
@@ -516,6 +531,54 @@ def _subset_control_parts(points) -> list[str]:
     ]
 
 
+SEED_HEADERS = [
+    "comparison", "a: seeds (n)", "b: seeds (n)", "Welch: a − b [points]", "95 % interval",
+    "Welch p", "paired by seed: a − b [points]", "95 % interval", "paired p",
+    "detectable at 80 % power [points]", "reading",
+]  # fmt: skip
+
+
+def _points(value) -> str:
+    return cell(None if value is None else value * 100)
+
+
+def seed_rows(points: dict[str, list[Run]]) -> list[list]:
+    """The full ensembles against each control of M = 1 or of their own M, across seeds: Welch
+    (unpaired: every seed of each) and the paired t test by seed index (the bagging pairs share
+    their seeds), with the smallest difference the paired design detects at 80 % power; the
+    reading from the paired test where there are two pairs, else from Welch."""
+    full, rows = largest(points), []
+    if not full:
+        return rows
+    for label, runs in points.items():
+        if not label.startswith("control-") or runs[0].m not in (1, full[0].m):
+            continue
+        a = [number(r.rec.quality.ensemble) for r in full]
+        b = [number(r.rec.quality.ensemble) for r in runs]
+        welch = seeds.welch(a, b)
+        n = min(len(a), len(b))
+        paired_ = seeds.paired_t(a[:n], b[:n])
+        ci = [f"{_points(t.low)} to {_points(t.high)}" for t in (welch, paired_)]
+        rows.append([
+            f"{full[0].label} vs {label}", len(a), len(b),
+            _points(welch.diff), ci[0], cell(welch.p),
+            _points(paired_.diff), ci[1], cell(paired_.p), _points(paired_.detectable),
+            seeds.reading(paired_ if paired_.t is not None else welch),
+        ])  # fmt: skip
+    return rows
+
+
+SEEDS_TEXT = (
+    "Across seeds (each seed one whole training run): Welch's t test over every seed of each "
+    "point, and the paired t test by seed index, whose pairs of the bagging control share their "
+    "members' initialisations and data order and differ only by the bootstrap. The detectable "
+    "difference is the smallest true difference the paired design finds with 80 % power at "
+    "α = 0.05, (t_0.975 + t_0.80) × sd / √n of the paired differences: where no difference is "
+    "shown, none larger than it is there. The McNemar tests below test one pair of trained "
+    "models each, not training noise."
+)
+
+
 def _paired_parts(points) -> list[str]:
     parts = [heading("Controls and paired tests", 3)]
     rows = []
@@ -526,6 +589,9 @@ def _paired_parts(points) -> list[str]:
     headers = ["point", "M", "bootstrap", "seeds (n)", "ensemble quality", "95 % interval"]
     parts.append(table(headers, rows))
     parts += _subset_control_parts(points)
+    across = seed_rows(points)
+    if across:
+        parts += [SEEDS_TEXT, table(SEED_HEADERS, across)]
     found = pairs(points)
     if not found:
         return parts + ["No pair of records with per-example verdicts (`quality.correct`)."]
