@@ -66,7 +66,7 @@ SMOKE = (
 
 @dataclasses.dataclass(frozen=True)
 class PaperPoint:
-    label: str  # the run's name before its seed: fig5-M8, fig7-M2-P4, control-M4-nobag
+    label: str  # the run's name before its seed: fig5-M8, fig7-M2-P4, control-M8-nobag
     ensemble_size: int
     parallel_degree: int = 1
     flags: tuple[str, ...] = ()
