@@ -240,31 +240,32 @@ def test_a_smoke_plans_records_are_never_taken_by_the_full_plan(
     tmp_path, monkeypatch, capsys, tiny_run
 ):
     """The issue's sequence, each run a copy of a real record: `--smoke`, then the full plan's
-    fig5-M8 runs all three (before: `done before, skipped`, a 2-step toy taken as the paper's
+    fig5-M8 runs all five (before: `done before, skipped`, a 2-step toy taken as the paper's
     run); a record of another plan under a full run's name (an older results folder) refuses
     the plan in one line, exit 2, nothing run; the full plan's own record is skipped."""
     from hpcai_jax.sweep import main
 
     started = _sweep_to_fake_runs(monkeypatch, tmp_path, tiny_run.record)
     assert main(["--experiment=paper", "--smoke", f"--results_dir={tmp_path}"]) == 0
-    assert len(started) == 9 and all(_flag(c, "run_name").startswith("smoke-") for c in started)
+    assert len(started) == len(sp.POINTS)
+    assert all(_flag(c, "run_name").startswith("smoke-") for c in started)
     smoke = records.read(tmp_path / "smoke-paper-fig5-M8-s4000.json")
     assert str(smoke.sweep_plan) == sp.plan_of(True, [])
     started.clear()
     capsys.readouterr()
     assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 0
     assert [_flag(c, "run_name") for c in started] == [
-        f"paper-fig5-M8-s{s}" for s in (4000, 13000, 22000)
+        f"paper-fig5-M8-s{s}" for s in (4000, 14000, 24000, 34000, 44000)
     ]
     assert "done before" not in capsys.readouterr().out
     # again: the full plan's records are its own, skipped
     started.clear()
     assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 0
-    assert not started and capsys.readouterr().out.count("done before, skipped") == 3
+    assert not started and capsys.readouterr().out.count("done before, skipped") == sp.PAIRS
     # a smoke record (and an unstamped one) under the full plan's names: refused
     (tmp_path / "smoke-paper-fig5-M8-s4000.json").replace(tmp_path / "paper-fig5-M8-s4000.json")
-    unstamped = {**tiny_run.record, "run_id": "paper-fig5-M8-s13000"}
-    (tmp_path / "paper-fig5-M8-s13000.json").write_text(json.dumps(unstamped))
+    unstamped = {**tiny_run.record, "run_id": "paper-fig5-M8-s14000"}
+    (tmp_path / "paper-fig5-M8-s14000.json").write_text(json.dumps(unstamped))
     assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert not started and err.count("\n") == 1, err
