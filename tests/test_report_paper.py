@@ -194,6 +194,20 @@ def test_section_in_the_report(records, tmp_path, monkeypatch):
     assert "Paired tests over the 100 held-out examples" in text
     assert "ensemble vs one member on all the data: a better in 2 of 3 seeds" in text
     assert paper.section(records[:0], tmp_path, None) == []
+    assert "Points no table below reads" not in text
+
+
+def test_a_point_no_table_reads_is_named(raw, tmp_path):
+    """A paper record whose point label no table knows (a typo in a plan) is named in one line,
+    not dropped silently."""
+    odd = copy.deepcopy(raw[0])
+    odd["sweep_plan"] = {"experiment": "paper", "size": "full", "digest": "0" * 16}
+    odd["sweep_plan"] |= {"point": "Fig5-M8", "seed_index": 0}
+    made = [Record(Path(f"{r['run_id']}.json"), r) for r in raw[1:]]
+    made.append(Record(Path("odd.json"), odd))
+    text = "\n\n".join(paper.section(made, tmp_path, None))
+    assert "Points no table below reads (their labels start with none of fig5-, fig7-, " in text
+    assert text.count("Fig5-M8") == 2  # in the list of points, and in that line
 
 
 def no_plots(monkeypatch) -> None:

@@ -29,6 +29,7 @@ FLOPS_ONLY = "-flops"
 NOT_TRAINED = "n/a (FLOPS only)"
 # ... unless full runs give the quality of their random k-subsets (k = the point's M).
 FROM_SUBSETS = "(quality: the full runs' random k-subsets)"
+KNOWN = ("fig5-", "fig7-", "control-")  # the point labels the section's tables read
 ALPHA = 0.05  # a difference is read only where McNemar p < ALPHA and the interval excludes 0
 SHARED_CORES = "devices simulated on shared CPU cores: FLOPS stays flat, an ideal line cannot hold"
 PAPER_SETTING = (
@@ -465,6 +466,13 @@ def section(records: list[Record], folder, draw) -> list[str]:
         + ", ".join(f"{k} (n = {len(v)})" for k, v in points.items())
         + "."
     )
+    unread = [k for k in points if not k.startswith(KNOWN)]
+    if unread:
+        parts.append(
+            f"Points no table below reads (their labels start with none of {', '.join(KNOWN)}): "
+            + ", ".join(unread)
+            + "."
+        )
     parts += _fig5_parts(points, full, folder, draw)
     parts.append(heading("Fig. 7's shape: the splits of one Sys_scale", 3))
     parts += [FIG7, table(FIG7_HEADERS, fig7_rows(points)) if fig7(points) else "No Fig. 7 run."]
