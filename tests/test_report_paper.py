@@ -386,3 +386,12 @@ def test_across_seeds_the_controls_get_welch_and_the_paired_test(records):
     assert float(row[9]) == pytest.approx((4.3027 + 1.0607) / math.sqrt(3), abs=1e-3)
     assert row[10] == "a difference of +3.00 points (+0.52 to +5.48)"  # 3 ± 4.3027 / √3
     assert rows["fig5-M8 vs control-M1-alldata"][3] == "6"
+    # Paired by seed index, not by place: without the control's index 0, pairs 1 and 2 remain
+    # (differences 3 and 4 points), Welch keeps all 3 against 2.
+    points = paper.paper_runs(records)
+    points["control-M8-nobag"] = [
+        dataclasses.replace(r, index=i) for i, r in enumerate(points["control-M8-nobag"])
+    ][1:]
+    row = {r[0]: r for r in paper.seed_rows(points)}["fig5-M8 vs control-M8-nobag"]
+    assert row[1:3] == [3, 2] and row[6] == "3.5"
+    assert [i for i, _, _ in paper.matched(points["fig5-M8"], points["control-M8-nobag"])] == [1, 2]

@@ -226,13 +226,21 @@ def _member(run: Run) -> tuple | None:
     return f"{run.record.run_id} member {best}", quality, c, paired.verdicts(c)[1][best]
 
 
+def matched(a: list[Run], b: list[Run]) -> list[tuple[int, Run, Run]]:
+    """(seed index, run of a, run of b) for each seed index both have: a missing run pairs
+    nothing else. A legacy record's index is its place among its point's runs."""
+    index_a = {r.index if r.index is not None else i: r for i, r in enumerate(a)}
+    index_b = {r.index if r.index is not None else i: r for i, r in enumerate(b)}
+    return [(i, index_a[i], index_b[i]) for i in sorted(index_a.keys() & index_b.keys())]
+
+
 def pairs(points: dict[str, list[Run]]) -> list[Pair]:
     """The paired tests: each full ensemble against its best member, against the ensemble of
     independent initialisations (--bootstrap=none, same M) and against one member trained on all
     the data; runs of two points paired by seed index."""
     full = largest(points)
     out = []
-    for i, run in enumerate(full):
+    for i, run, _ in matched(full, full):
         a, best = _ensemble(run), _member(run)
         if a and best:
             out.append(pair("ensemble vs its best member", i, a, best))
@@ -244,7 +252,7 @@ def pairs(points: dict[str, list[Run]]) -> list[Pair]:
             control(points, single=True),
         ),
     ):
-        for i, (run, ctrl) in enumerate(zip(full, other, strict=False)):
+        for i, run, ctrl in matched(full, other):
             a, b = _ensemble(run), _ensemble(ctrl)
             if a and b:
                 out.append(pair(name, i, a, b))
@@ -550,6 +558,10 @@ def _points(value) -> str:
     return cell(None if value is None else value * 100)
 
 
+def _q(run: Run) -> float | None:
+    return number(run.rec.quality.ensemble)
+
+
 def seed_rows(points: dict[str, list[Run]]) -> list[list]:
     """The full ensembles against each control of M = 1 or of their own M, across seeds: Welch
     (unpaired: every seed of each) and the paired t test by seed index (the bagging pairs share
@@ -561,11 +573,12 @@ def seed_rows(points: dict[str, list[Run]]) -> list[list]:
     for label, runs in points.items():
         if not label.startswith("control-") or runs[0].m not in (1, full[0].m):
             continue
-        a = [number(r.rec.quality.ensemble) for r in full]
-        b = [number(r.rec.quality.ensemble) for r in runs]
+        a = [q for r in full if (q := _q(r)) is not None]
+        b = [q for r in runs if (q := _q(r)) is not None]
         welch = seeds.welch(a, b)
-        n = min(len(a), len(b))
-        paired_ = seeds.paired_t(a[:n], b[:n])
+        both = [(_q(x), _q(y)) for _, x, y in matched(full, runs)]
+        both = [(x, y) for x, y in both if x is not None and y is not None]
+        paired_ = seeds.paired_t([x for x, _ in both], [y for _, y in both])
         ci = [f"{_points(t.low)} to {_points(t.high)}" for t in (welch, paired_)]
         rows.append([
             f"{full[0].label} vs {label}", len(a), len(b),
