@@ -568,11 +568,12 @@ class ResultsConfig(Checked):
     # Set by python -m hpcai_jax.sweep (hpcai_jax/sweep_plan.py); the record's sweep_plan.
     sweep_plan: str = _field(
         "",
-        "The sweep plan this run belongs to, <experiment>:<smoke|full>:<digest>, which "
-        "python -m hpcai_jax.sweep gives each of its runs and reads back from its record before "
-        "taking the run as done. Empty: not a sweep's run.",
+        "The sweep plan this run belongs to, <experiment>:<smoke|full>:<digest>, then the run's "
+        "place in it, :<point>:<seed index>, which python -m hpcai_jax.sweep gives each of its "
+        "runs and reads back from its record before taking the run as done. Empty: not a "
+        "sweep's run.",
         valid=_sweep_plan,
-        message="expected <experiment>:<smoke|full>:<16 hex digits>",
+        message="expected <experiment>:<smoke|full>:<16 hex digits>[:<point>:<seed index>]",
     )
     stream_record: str = _field(
         "",

@@ -37,6 +37,11 @@ class Point:
     def devices(self) -> int:
         return self.ensemble_size // self.members_per_device * self.parallel_degree
 
+    @property
+    def label(self) -> str:
+        """The point's label in its runs' records (sweep_plan.point): M<M>-P<P_degree>."""
+        return f"M{self.ensemble_size}-P{self.parallel_degree}"
+
 
 def plan(
     experiment: str,
@@ -56,9 +61,11 @@ def plan(
         k = m if members_per_device == 0 else math.gcd(m, members_per_device)
         return Point(m, p, k)
 
+    text = ",".join(map(str, ensemble_sizes))
     if any(m < 1 for m in ensemble_sizes):
-        text = ",".join(map(str, ensemble_sizes))
         raise ValueError(f"--ensemble_sizes={text}: expected every M >= 1")
+    if len(set(ensemble_sizes)) < len(ensemble_sizes):  # one point twice: two runs, one record
+        raise ValueError(f"--ensemble_sizes={text}: expected each M once")
     if experiment == "scalability":
         if parallel_degree < 1 or (max_ensemble < 1 and not ensemble_sizes):
             raise ValueError(
@@ -220,8 +227,10 @@ flagfile, gives each run its own MLLOG file: <stem>.<run id><suffix> beside PATH
 --launcher is a template whose placeholders are {devices} (= Sys_scale = M × P_degree),
 {nodes} (= {devices} / --devices_per_node, rounded up) and {devices_per_node}.
 
-Every run gets --sweep_plan=<experiment>:<smoke|full>:<digest>, the plan's fingerprint (the
-digest: of the flags that decide its results, hpcai_jax/sweep_plan.py), kept in its record.
+Every run gets --sweep_plan=<experiment>:<smoke|full>:<digest>:<point>:<seed index>, the plan's
+fingerprint (the digest: of the flags that decide its results, hpcai_jax/sweep_plan.py) and the
+run's place in it (its point's label, M<M>-P<P_degree> or the paper's, and its repeat or seed
+index), kept in its record: the report reads a run's point from there, never from its name.
 Ctrl-C stops the run in progress as its own Ctrl-C would (its record written, its lock
 released), then the sweep, in one line, exit 130; a second Ctrl-C stops the run now. SIGTERM
 and SIGHUP are passed on to the run the same way (exit 128 + the signal).
@@ -235,15 +244,18 @@ Fashion-MNIST (resnet_mini, 15,000 training images, 2 epochs, batch 128: members
 the whole 10,000-image test set, evaluated at the end, Fig. 7's points each epoch too;
 hpcai_jax/sweep_paper.py), each run on exactly its Sys_scale of host CPU devices (XLA_FLAGS'
 forced count set per run: devices simulated on shared cores, so FLOPS cannot grow with them).
-9 points × 3 seeds = 27 runs, seed 1000·k for the plan's k-th
-(point, seed) (no member shared between runs), each record named paper-<point>-s<seed>.json:
+10 points, 34 runs, seed 1000·k for the plan's k-th (point, seed) (no member shared between
+runs but the bagging pairs'), each record named paper-<point>-s<seed>.json:
   fig5-M8                     §4.3 Fig. 5's shape: P_degree 1, one member per device; its
-                              quality.sub_ensembles give the quality of M = 1..8
+                              quality.sub_ensembles give the quality of M = 1..8 (5 seeds)
   fig5-M1-flops, -M2-, -M4-   Fig. 5's FLOPS only: one epoch of 4,096 images
-  fig7-M4-P2, -M2-P4, -M1-P8  §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device
-                              ((8, 1) is fig5-M8: at P_degree 1 both policies are one)
-  control-M4-nobag            M = 4, --bootstrap=none (independent initialisations only)
-  control-M1-alldata          one member on all the data (--bootstrap=none)
+  fig7-M8-P1, -M4-P2, -M2-P4, -M1-P8
+                              §4.4.1 Fig. 7's shape: Sys_scale 8, --batch_policy=per_device at
+                              16 images per device: at least 200 steps a member
+  control-M8-nobag            M = 8, --bootstrap=none on fig5-M8's seeds: each pair differs
+                              only by the bootstrap (5 pairs)
+  control-M1-matched          one member on all the data for 16 epochs: the M = 8 ensemble's
+                              training compute
 A progress line per run; a rerun skips every run whose record is complete and of the same plan
 (fingerprint above), and refuses, in one line, a folder holding another plan's record under one
 of its runs' names; a failed run stops none of the others and the summary names it. --smoke:
@@ -253,7 +265,7 @@ added to every run's (the last one wins). --dry_run prints the commands, each as
 it (its XLA_FLAGS in front), and the plan's estimated time.
 
 examples:
-  # the paper's experiments on this machine (22 min on 2 quiet cores: docs/paper.md):
+  # the paper's experiments on this machine (estimated 33 min on 2 quiet cores: docs/paper.md):
   python -m hpcai_jax.sweep --experiment=paper --results_dir=results/paper
   # the same plan at toy size first (a few minutes), its commands and estimate only:
   python -m hpcai_jax.sweep --experiment=paper --smoke --results_dir=results/paper
@@ -364,7 +376,7 @@ def _paper_arguments(p: Parser) -> None:
         type=lambda text: tuple(x for x in text.split(",") if x),
         default=(),
         metavar="LABEL,...",
-        help="paper: only the points of these labels (fig5-M8, fig7-M2-P4, control-M4-nobag, ...)",
+        help="paper: only the points of these labels (fig5-M8, fig7-M2-P4, control-M8-nobag, ...)",
     )
 
 
@@ -444,7 +456,7 @@ def _run_jobs(args, points: list[Point], main_args: list[str]):
             [*main_args, f"--results_dir={args.results_dir}"],
             mllog,
             job.seed,
-            fingerprint,
+            sweep_plan.placed(fingerprint, job.point.label, job.repeat),
         )
         print("+ " + shlex.join(cmd), flush=True)
         if args.dry_run:
@@ -467,6 +479,9 @@ def _paper(args, main_args: list[str]) -> int:
     unknown = [x for x in args.only if x not in labels]
     if unknown:
         raise UsageError(f"--only={unknown[0]}: expected one of {', '.join(sorted(labels))}")
+    twice = sorted({x for x in args.only if args.only.count(x) > 1})
+    if twice:
+        raise UsageError(f"--only={','.join(args.only)}: expected each label once ({twice[0]})")
     runs = sweep_paper.paper_runs(args.smoke, args.only)
     if args.dry_run:
         plan_ = sweep_paper.plan_of(args.smoke, main_args)

@@ -2,31 +2,22 @@
 one machine, on Fashion-MNIST with up to 8 devices forced on the host CPU, each run exactly its
 Sys_scale = M × P_degree (launch/README.md, Sweeps): devices simulated on shared cores.
 
-The plan is a list of runs of `python -m hpcai_jax.main`, each a (point, seed) with a record
-named for both. Fig. 5's shape (§4.3): P_degree 1; its quality per M = 1…8 is the M = 8 runs'
-`quality.sub_ensembles` (random k-subsets, 3 seeds); M = 1, 2, 4 run for FLOPS only (Eq. 6 needs
-one whole epoch: one epoch of 4,096 images, 3 seeds, labelled `-flops`). Fig. 7's shape
-(§4.4.1): Sys_scale 8, (M, P_degree) = (4, 2), (2, 4), (1, 8) under --batch_policy=per_device,
-evaluated each epoch ((8, 1) is the M = 8 run: at P_degree 1 both policies train the same
-batch). The controls: M = 4 with --bootstrap=none (against the M = 8 runs' random 4-subsets)
-and one member on all the data. Every run has a seed of its own, so no two runs share a member
-(a member is (seed, m): engine/state.member_keys, data/sampler.member_counts).
+The plan is a list of runs of `python -m hpcai_jax.main`, each a (point, seed index) with a
+record named for its point and seed and stamped with both (--sweep_plan). Fig. 5's shape
+(§4.3): P_degree 1; its quality per M = 1…8 is the M = 8 runs' `quality.sub_ensembles`; M = 1,
+2, 4 run for FLOPS only (Eq. 6 needs one whole epoch: one epoch of 4,096 images). Fig. 7's shape
+(§4.4.1): Sys_scale 8, (M, P_degree) = (8, 1), (4, 2), (2, 4), (1, 8) under
+--batch_policy=per_device at a batch of 16 per device, small enough that every member of every
+point takes at least 200 steps (the paper's runs take thousands at any split). The controls: a
+compute-matched single model (one member on all the data for 8 × the epochs of one M = 8
+member), and M = 8 with --bootstrap=none on the very seeds of the M = 8 runs, so that each pair
+shares its members' initialisations and data-order streams (data/sampler.py) and differs only
+by the bootstrap. Every other run has a seed of its own, so no two runs share a member (a member
+is (seed, m): engine/state.member_keys, data/sampler.member_counts).
 
-Size: each member must reach 0.80 on the whole 10,000-image test set (issue 51). The model is
-`resnet_mini` (resnet_small after a 3×3/2 stem: its three stages at 14, 7 and 4 pixels). Measured
-with M = 2 (bagged, warmup_cosine, warm-up 0.2 epoch, 15,000 images × 2 epochs at batch 128,
---learning_rate=0.4: a peak of 0.2 by the linear rule at reference batch 256, 2 quiet cores of an Intel Xeon, 2026-12-06; members' accuracy, wall of the whole process):
-resnet_mini seed 11: 0.841, 0.841 (36 s); seed 12: 0.838, 0.842 (42 s); resnet_small seed 11:
-0.792, 0.807 (117 s), so resnet_small misses the bar at this size and trains 5.3× slower per image
-(4,000 against 770 member-images per second). Earlier resnet_small sizing (M = 2, under load):
-10,000 × 2 reached 0.750/0.772, 12,800 × 2 0.792/0.801, 15,000 × 2 0.807/0.815 and 0.809/0.812.
-
-Time: the plan took 21 min 35 s on 2 quiet Intel Xeon cores (its 21 runs of 8bed3e2 in 19 min
-23 s, the 6 runs 1312110 added in 2 min 12 s, reports included; docs/paper.md). The estimate
-(`estimate_s`, 18 min) counts 0.25 ms of 2-core wall per member-image trained (resnet_mini's
-measured rate above), an evaluated image as a third of one, 20 s of start-up per run (imports,
-initialisation, compilation: 14 s measured at M = 2); the M = 8 runs took 116-124 s against
-87 s estimated (8 forced devices on 2 cores cost more).
+The size (resnet_mini, 15,000 images × 2 epochs, so that each member reaches 0.80 on the whole
+test set) and the rates of `estimate_s` were measured on 2 quiet cores: docs/paper.md, "How the
+plan was sized".
 """
 
 from __future__ import annotations
@@ -42,6 +33,7 @@ from hpcai_jax import records, sweep_plan
 
 FORCE = "--xla_force_host_platform_device_count"
 SEEDS = 3  # seeds per point
+PAIRS = 5  # seed pairs of the bagging test: bagged and unbagged M = 8 runs on the same seeds
 SEED_SPACING = 1000  # run k's seed: SEED_SPACING × (k + 1), one per run of the plan
 # The runs' shared flags: resnet_mini on a Fashion-MNIST subset, evaluated on the whole test
 # set at the end (Fig. 7's points each epoch too: time to target). Sized so that each member
@@ -74,25 +66,29 @@ SMOKE = (
 
 @dataclasses.dataclass(frozen=True)
 class PaperPoint:
-    label: str  # the run's name before its seed: fig5-M8, fig7-M2-P4, control-M4-nobag
+    label: str  # the run's name before its seed: fig5-M8, fig7-M2-P4, control-M8-nobag
     ensemble_size: int
     parallel_degree: int = 1
     flags: tuple[str, ...] = ()
     seeds: int = SEEDS
+    seeds_of: str = ""  # another point's label: its k-th run takes that point's k-th seed
 
 
 # Fig. 5's M = 1, 2, 4 stand for FLOPS only (Eq. 6 needs one whole epoch, docs/score.md §5):
 # one epoch of a small subset, the step the same program as fig5-M8's per member.
 # Their quality is the M = 8 runs' quality.sub_ensembles (random k-subsets).
 FLOPS_ONLY = ("--train_examples=4096", "--epochs=1", "--eval_examples=1000")
-FIG7 = ("--batch_policy=per_device", "--eval_every_epochs=1")
+# Fig. 7 at a per-device batch of 16: members of 16 × P_degree images, 1,875/938/469/235 steps
+# at P_degree 1/2/4/8 over 2 epochs of 15,000 images; the linear rule scales the learning rate.
+FIG7 = ("--batch_policy=per_device", "--batch_size=16", "--eval_every_epochs=1")
 NOBAG = ("--bootstrap=none",)
+MATCHED_EPOCHS = 16  # 8 × the 2 epochs of one M = 8 member: the M = 8 ensemble's training
 POINTS = (
     *(PaperPoint(f"fig5-M{m}-flops", m, 1, FLOPS_ONLY) for m in (1, 2, 4)),
-    PaperPoint("fig5-M8", 8),
-    *(PaperPoint(f"fig7-M{m}-P{p}", m, p, FIG7) for m, p in ((4, 2), (2, 4), (1, 8))),
-    PaperPoint("control-M4-nobag", 4, 1, NOBAG),
-    PaperPoint("control-M1-alldata", 1, 1, NOBAG),
+    PaperPoint("fig5-M8", 8, seeds=PAIRS),
+    *(PaperPoint(f"fig7-M{m}-P{8 // m}", m, 8 // m, FIG7) for m in (8, 4, 2, 1)),
+    PaperPoint("control-M8-nobag", 8, 1, NOBAG, PAIRS, seeds_of="fig5-M8"),
+    PaperPoint("control-M1-matched", 1, 1, (*NOBAG, f"--epochs={MATCHED_EPOCHS}")),
 )
 
 
@@ -101,6 +97,7 @@ class PaperRun:
     point: PaperPoint
     seed: int
     smoke: bool = False
+    index: int = 0  # which of its point's seeds: its record's sweep_plan.seed_index
 
     @property
     def name(self) -> str:
@@ -108,15 +105,17 @@ class PaperRun:
 
 
 def paper_runs(smoke: bool = False, only: tuple[str, ...] = ()) -> list[PaperRun]:
-    """Every run, seed by seed (a machine that drifts touches every point alike); each run its
-    own seed, SEED_SPACING apart, the same with or without `only` (the points of these
-    labels). A point of fewer seeds runs in the first rounds."""
-    runs, k = [], 0
-    for s in range(1 if smoke else SEEDS):
+    """Every run, seed index by seed index (a machine that drifts touches every point alike);
+    each run its own seed, SEED_SPACING apart, the same with or without `only` (the points of
+    these labels), but a point `seeds_of` another, whose k-th run takes that point's k-th seed.
+    A point of fewer seeds runs in the first rounds."""
+    runs, seeds, k = [], {}, 0
+    for s in range(1 if smoke else max(p.seeds for p in POINTS)):
         for point in POINTS:
             k += 1
+            seeds[point.label, s] = seeds.get((point.seeds_of, s), SEED_SPACING * k)
             if s < point.seeds and (not only or point.label in only):
-                runs.append(PaperRun(point, SEED_SPACING * k, smoke))
+                runs.append(PaperRun(point, seeds[point.label, s], smoke, s))
     return runs
 
 
@@ -144,7 +143,7 @@ def paper_command(run: PaperRun, results_dir: str, main_args: list[str], plan: s
         f"--run_name={run.name}",
         f"--results_dir={results_dir}",
         *main_args,
-        *([f"--sweep_plan={plan}"] if plan else []),
+        *([f"--sweep_plan={sweep_plan.placed(plan, p.label, run.index)}"] if plan else []),
     ]
 
 

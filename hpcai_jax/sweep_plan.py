@@ -5,9 +5,10 @@ back, and a run's process, stopped cleanly on Ctrl-C.
 A fingerprint is `<experiment>:<smoke|full>:<digest>`: the digest is the first 16 hex digits of
 the SHA-256 of the flags that decide the runs' results (the plan's own and the caller's, their
 flagfiles read; the flags that only name or place outputs, report/collect.OUTPUT_ONLY, left
-out). Each run gets it as --sweep_plan and its record keeps it (`sweep_plan`, docs/record.md),
-so a rerun takes a record as done only when the same plan wrote it: a smoke run's toy record is
-never taken for a full run's.
+out). Each run gets it as --sweep_plan, followed by the run's place in the plan (`placed`: its point's
+label and seed index, which the report reads instead of the run id), and its record keeps both
+(`sweep_plan`, docs/record.md), so a rerun takes a record as done only when the same plan wrote
+it: a smoke run's toy record is never taken for a full run's.
 """
 
 from __future__ import annotations
@@ -48,6 +49,12 @@ def fingerprint(experiment: str, smoke: bool, main_args: list[str], **plan) -> s
     text = json.dumps({"flags": kept, "plan": plan}, sort_keys=True)
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     return f"{experiment}:{'smoke' if smoke else 'full'}:{digest}"
+
+
+def placed(plan: str, point: str, seed_index: int) -> str:
+    """--sweep_plan's value for one run: the plan's fingerprint, its point's label and its seed
+    index (records/train.SweepPlan); the fingerprint alone is what `stamp` reads back."""
+    return f"{plan}:{point}:{seed_index}"
 
 
 def stamp(path: Path) -> str | None:

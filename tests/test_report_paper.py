@@ -9,15 +9,17 @@ import copy
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from hpcai_jax.bits import pack_bits
-from hpcai_jax.report import paired, paper, plots
+from hpcai_jax.report import markdown, paired, paper, plots
 from hpcai_jax.report.build import render
 from hpcai_jax.report.collect import Record, collect
+from hpcai_jax.report.collect import is_paper as collect_is_paper
 from hpcai_jax.units import cell
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +143,15 @@ def test_full_ensemble_rows_and_flops(records):
 def test_fig7_rows(records):
     rows = paper.fig7_rows(paper.paper_runs(records))
     assert [r[:2] for r in rows] == [[8, 1], [1, 8]]
-    assert rows[0][5] == "3 of 3" and rows[0][6] == "20" and rows[0][10] == "112"
+    assert rows[0][5] == "3 of 3" and rows[0][6] == "20" and rows[0][14] == "112"
+    # Member mean (70 + 3.5) / 100 at M = 8; the ensemble (0.80, 0.81, 0.82) gains 6.5, 7.5,
+    # 8.5 points over it: mean 7.5; the fakes give M = 1 the same ensemble over a 0.70 member.
+    assert rows[0][10] == "0.735" and rows[0][12] == "7.5" and rows[1][12] == "11"
+    # A Fig. 7 point of its own at (8, 1) takes the place of Fig. 5's M = 8 runs.
+    SEEDS["fig7-M8-P1"] = (31000, 32000)
+    own = [fake("fig7-M8-P1", i, 8, 1) for i in range(2)]
+    with_own = records + [Record(Path(f"{r['run_id']}.json"), r) for r in own]
+    assert [len(v) for v in paper.fig7(paper.paper_runs(with_own)).values()] == [2, 3]
 
 
 def test_paired_tests_count_the_discordant_examples(records):
@@ -184,6 +194,27 @@ def test_section_in_the_report(records, tmp_path, monkeypatch):
     assert "Paired tests over the 100 held-out examples" in text
     assert "ensemble vs one member on all the data: a better in 2 of 3 seeds" in text
     assert paper.section(records[:0], tmp_path, None) == []
+    assert "Points no table below reads" not in text
+
+
+def test_a_point_no_table_reads_is_named(raw, tmp_path):
+    """A paper record whose point label no table knows (a typo in a plan) is named in one line,
+    not dropped silently."""
+    odd = copy.deepcopy(raw[0])
+    odd["sweep_plan"] = {"experiment": "paper", "size": "full", "digest": "0" * 16}
+    odd["sweep_plan"] |= {"point": "Fig5-M8", "seed_index": 0}
+    made = [Record(Path(f"{r['run_id']}.json"), r) for r in raw[1:]]
+    made.append(Record(Path("odd.json"), odd))
+    text = "\n\n".join(paper.section(made, tmp_path, None))
+    assert "Points no table below reads (their labels start with none of fig5-, fig7-, " in text
+    assert text.count("Fig5-M8") == 2  # in the list of points, and in that line
+
+
+def no_plots(monkeypatch) -> None:
+    """Every plot stubbed out: the text is what these tests read, and drawing costs seconds."""
+    for name in dir(plots):
+        if callable(getattr(plots, name)) and getattr(plots, name).__module__ == plots.__name__:
+            monkeypatch.setattr(plots, name, lambda *args, **kwargs: None)
 
 
 def test_the_report_shows_every_paper_record_and_draws_the_plot(raw, tmp_path):
@@ -194,24 +225,33 @@ def test_the_report_shows_every_paper_record_and_draws_the_plot(raw, tmp_path):
     md = render(collect([str(folder)]), tmp_path)
     assert md.index("## The paper's") < md.index("## FLOPS and VFLOPS against Sys_scale")
     assert "control-M1-alldata (n = 3)" in md
+    assert "15 used (15 train in the paper's section), 0 skipped" in md
     assert (tmp_path / "paper_fig5.png").read_bytes().startswith(b"\x89PNG")
-    # P_degree 1 has runs at Sys_scale 1 and 8 (fig5-M1, fig5-M8): a line Fig. 5 can mirror.
+    # The general sections leave the paper's records to its section, each in one line.
     scaling = md[md.index("## FLOPS and VFLOPS against Sys_scale") :]
-    assert scaling.split("\n\n")[1].startswith("Mirrors HPC AI500 V3.0 §4.3 Fig. 5")
+    assert scaling.split("\n\n")[1].startswith("The 15 record(s) of the paper's plan are left")
+    assert not (tmp_path / "scalability.png").exists()
 
 
 def test_the_general_plot_of_one_sys_scale_says_it_is_not_fig5(raw, tmp_path, monkeypatch):
-    """Fig. 7's splits alone (M = 8 at P_degree 1, M = 1 at P_degree 8, both Sys_scale 8): no
-    P_degree grows, so the general FLOPS plot must not claim Fig. 5's shape."""
-    monkeypatch.setattr(plots, "paper_fig5", lambda *args: None)
-    folder = tmp_path / "records"
-    folder.mkdir()
-    for r in raw:
-        if "fig5-M8" in r["run_id"] or "fig7-M1-P8" in r["run_id"]:
-            (folder / f"{r['run_id']}.json").write_text(json.dumps(r))
-    md = render(collect([str(folder)]), tmp_path)
-    scaling = md[md.index("## FLOPS and VFLOPS against Sys_scale") :]
-    assert scaling.split("\n\n")[1].startswith("Not HPC AI500 V3.0 §4.3 Fig. 5's shape")
+    """Fig. 7's splits alone (M = 8 at P_degree 1, M = 1 at P_degree 8, both Sys_scale 8), run
+    outside the paper's plan: no P_degree grows, so the general FLOPS plot must not claim Fig.
+    5's shape; with runs at Sys_scale 1 and 8 of P_degree 1, it mirrors it."""
+    no_plots(monkeypatch)
+    for kept, opening in (
+        (("fig5-M8", "fig7-M1-P8"), "Not HPC AI500 V3.0 §4.3 Fig. 5's shape"),
+        (("fig5-M8", "fig5-M1"), "Mirrors HPC AI500 V3.0 §4.3 Fig. 5"),
+    ):
+        folder = tmp_path / opening[:3] / "records"
+        folder.mkdir(parents=True)
+        for r in raw:
+            if any(f"{k}-s" in r["run_id"] for k in kept):
+                plain = copy.deepcopy(r)
+                plain["run_id"] = plain["config"]["results"]["run_name"] = r["run_id"][6:]
+                (folder / f"{plain['run_id']}.json").write_text(json.dumps(plain))
+        md = render(collect([str(folder)]), folder.parent)
+        scaling = md[md.index("## FLOPS and VFLOPS against Sys_scale") :]
+        assert scaling.split("\n\n")[1].startswith(opening)
 
 
 def test_a_smaller_control_is_read_against_the_full_runs_subsets(raw):
@@ -240,3 +280,118 @@ def test_a_smaller_control_is_read_against_the_full_runs_subsets(raw):
     # Without full runs there is no quality to take: n/a.
     alone = paper.paper_runs([Record(Path("a.json"), made[-1])])
     assert paper.flops_rows(alone)[1][0][7:] == [paper.NOT_TRAINED] * 4
+
+
+PREFIXES = {"": 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+FIGURE = re.compile(r"^(?:final )?(?P<figure>VFLOPS|FLOPS|ensemble \S+)(?: \[(?P<p>\w?)FLOP/s\])?$")
+
+
+def _figure(header: str) -> tuple[str, float] | None:
+    """('FLOPS' | 'VFLOPS' | 'quality', the column's scale) for a column of a point's figure."""
+    match = FIGURE.match(header)
+    if not match:
+        return None
+    name = match.group("figure")
+    return ("quality" if name.startswith("ensemble") else name), PREFIXES[match.group("p") or ""]
+
+
+def point_figures(md: str) -> dict[tuple, dict[str, set]]:
+    """Every figure a report prints for a point (M, P_degree, Sys_scale) outside per-run rows:
+    (point, figure) -> {section: values}. A table's row is a point's where the table has the
+    M, P_degree and Sys_scale columns and no run column; the Repeats table names its figure in a
+    column and gives its mean."""
+    found: dict[tuple, dict[str, set]] = {}
+    heading = ""
+    for block in md.split("\n\n"):
+        if block.startswith("#"):
+            heading = block
+            continue
+        lines = block.splitlines()
+        if not lines or not lines[0].startswith("| "):
+            continue
+        headers = [h.strip() for h in lines[0].strip("|").split(" | ")]
+        if not {"M", "P_degree", "Sys_scale"} <= set(headers) or "run" in headers:
+            continue
+        for line in lines[2:]:
+            row = dict(zip(headers, (c.strip() for c in line.strip("|").split(" | ")), strict=True))
+            key = (row["M"], row["P_degree"], row["Sys_scale"])
+            cells = [(row["figure"], row["mean"])] if "figure" in row else list(row.items())
+            for header, value in cells:
+                figure = _figure(header)
+                if figure and value not in ("", "n/a", paper.NOT_TRAINED):
+                    at = found.setdefault((key, figure[0]), {})
+                    at.setdefault(heading, set()).add(float(value) * figure[1])
+    return found
+
+
+def conflicts(md: str) -> list[str]:
+    """The points whose figure differs between sections (beyond the tables' 4 digits)."""
+    out = []
+    for (key, figure), sections in point_figures(md).items():
+        values = sorted(v for vs in sections.values() for v in vs)
+        if values[-1] > values[0] * (1 + 1e-3):
+            out.append(f"{key} {figure}: {sections}")
+    return out
+
+
+def test_the_shipped_records_give_each_point_one_figure(monkeypatch):
+    """docs/paper/records rendered: each point's FLOPS, VFLOPS and quality is printed with one
+    value in every section (the paper plan's records are reported by its section alone, and
+    every other section says in one line why it leaves them out). The report before this rule
+    gave the FLOPS-only points' VFLOPS twice: 47.65 and 2.603 GFLOP/s at (1, 1, 1)."""
+    monkeypatch.chdir(ROOT)
+    no_plots(monkeypatch)
+    md = render(collect(["docs/paper/records"]), Path("docs") / "paper.check")
+    found = point_figures(md)
+    assert {f for _, f in found} == {"FLOPS", "VFLOPS", "quality"}
+    assert len({k for k, f in found if f == "VFLOPS"}) == 4  # Fig. 5's M = 1, 2, 4, 8
+    assert conflicts(md) == []
+    assert md.count(markdown.aside(collect(["docs/paper/records"]))) == 9
+
+
+def test_a_stamped_point_is_read_from_the_record_not_the_run_id(raw):
+    """A record whose sweep_plan names its point and seed index is that point's, whatever its
+    run id (a misnamed run does not drop out); the seed index orders and pairs the runs."""
+    made = []
+    for i, r in enumerate(reversed([r for r in raw if "fig5-M8" in r["run_id"]])):
+        r = copy.deepcopy(r)
+        r["run_id"] = f"renamed-{i}"
+        r["sweep_plan"] = {"experiment": "paper", "size": "full", "digest": "0" * 16}
+        r["sweep_plan"] |= {"point": "fig5-M8", "seed_index": 2 - i}
+        made.append(Record(Path(f"renamed-{i}.json"), r))
+    points = paper.paper_runs(made)
+    assert list(points) == ["fig5-M8"]
+    assert [r.index for r in points["fig5-M8"]] == [0, 1, 2]
+    assert [r.seed for r in points["fig5-M8"]] == [4000, 13000, 22000]
+    # Another plan's stamped record is no paper record, whatever its run id says.
+    other = copy.deepcopy(raw[0])
+    other["sweep_plan"] = {"experiment": "tradeoff", "size": "full", "digest": "0" * 16}
+    assert paper.paper_runs([Record(Path("x.json"), other)]) == {}
+    assert not collect_is_paper(Record(Path("x.json"), other))
+
+
+def test_across_seeds_the_controls_get_welch_and_the_paired_test(records):
+    """fig5-M8's ensembles 0.80, 0.81, 0.82 against 0.78 thrice (each control, M = 8 and M = 1):
+    differences 2, 3, 4 points, mean 3, sd 1: t = 3√3 on 2 degrees of freedom both ways (the
+    control's spread is 0, so Welch's df is 2 too); the detectable difference (t_.975,2 +
+    t_.8,2) / √3 = (4.3027 + 1.0607) / √3 = 3.097 points; 0.75 thrice for the M = 1 control."""
+    rows = {r[0]: r for r in paper.seed_rows(paper.paper_runs(records))}
+    assert set(rows) == {"fig5-M8 vs control-M8-nobag", "fig5-M8 vs control-M1-alldata"}
+    row = rows["fig5-M8 vs control-M8-nobag"]
+    assert row[1:4] == [3, 3, "3"] and row[6] == "3"
+    p = 2 * (1 - 0.5 - 0.5 * (3 * math.sqrt(3)) / math.sqrt(2 + 27))  # t on 2 df, closed form
+    assert float(row[5]) == pytest.approx(p, rel=1e-3) and float(row[8]) == pytest.approx(
+        p, rel=1e-3
+    )
+    assert float(row[9]) == pytest.approx((4.3027 + 1.0607) / math.sqrt(3), abs=1e-3)
+    assert row[10] == "a difference of +3.00 points (+0.52 to +5.48)"  # 3 ± 4.3027 / √3
+    assert rows["fig5-M8 vs control-M1-alldata"][3] == "6"
+    # Paired by seed index, not by place: without the control's index 0, pairs 1 and 2 remain
+    # (differences 3 and 4 points), Welch keeps all 3 against 2.
+    points = paper.paper_runs(records)
+    points["control-M8-nobag"] = [
+        dataclasses.replace(r, index=i) for i, r in enumerate(points["control-M8-nobag"])
+    ][1:]
+    row = {r[0]: r for r in paper.seed_rows(points)}["fig5-M8 vs control-M8-nobag"]
+    assert row[1:3] == [3, 2] and row[6] == "3.5"
+    assert [i for i, _, _ in paper.matched(points["fig5-M8"], points["control-M8-nobag"])] == [1, 2]

@@ -173,8 +173,11 @@ def test_dry_run_prints_every_repeat_with_its_seed(capsys):
     ]
     # Every run carries the sweep's fingerprint, last; the runs' flags and the sweep's own
     # result-deciding flags change it, the seed of a repeat (chosen by the plan) does not.
-    stamps = {c.rsplit(" ", 1)[1] for c in commands}
-    assert len(stamps) == 1 and stamps.pop().startswith("--sweep_plan=tradeoff:full:")
+    # Each run's place in it (point label, repeat as seed index) follows the fingerprint.
+    stamps = [c.rsplit(" ", 1)[1] for c in commands]
+    assert len({s.rsplit(":", 2)[0] for s in stamps}) == 1
+    assert stamps[0].startswith("--sweep_plan=tradeoff:full:")
+    assert [s.split(":", 3)[3] for s in stamps] == ["M2-P1:0", "M1-P2:0", "M2-P1:1", "M1-P2:1"]
     assert fingerprint("tradeoff", False, ["--seed=10"], members_per_device=1) != fingerprint(
         "tradeoff", False, ["--seed=10"], members_per_device=0
     )
@@ -210,6 +213,8 @@ def test_ctrl_c_ends_the_sweep_in_one_line_and_exit_130(capsys, monkeypatch):
         (["--bogus"], "unrecognized arguments: --bogus"),
         (["--ensemble_sizes=2,3"], "--ensemble_sizes: M=3 does not divide --sys_scale=2"),
         (["--ensemble_sizes=0,2"], "--ensemble_sizes=0,2: expected every M >= 1"),
+        (["--ensemble_sizes=2,1,2"], "--ensemble_sizes=2,1,2: expected each M once"),
+        (["--experiment=fig9"], "argument --experiment: invalid choice: 'fig9'"),
         (["--smoke"], "--smoke: only for --experiment=paper, not tradeoff"),
         (["--only=fig5-M8"], "--only: only for --experiment=paper, not tradeoff"),
         (

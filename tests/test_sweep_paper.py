@@ -21,7 +21,7 @@ def _members(run: sp.PaperRun) -> set[tuple[int, int]]:
     return {(run.seed, m) for m in range(run.point.ensemble_size)}
 
 
-def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
+def test_the_plan_is_every_point_with_no_member_shared_outside_the_bagging_pairs():
     runs = sp.paper_runs()
     labels = [r.point.label for r in runs[: len(sp.POINTS)]]
     assert labels == [
@@ -29,38 +29,53 @@ def test_the_plan_is_every_point_for_three_seeds_with_no_member_shared():
         "fig5-M2-flops",
         "fig5-M4-flops",
         "fig5-M8",
+        "fig7-M8-P1",
         "fig7-M4-P2",
         "fig7-M2-P4",
         "fig7-M1-P8",
-        "control-M4-nobag",
-        "control-M1-alldata",
+        "control-M8-nobag",
+        "control-M1-matched",
     ]
     flops_only = [x for x in labels if x.endswith("-flops")]
-    assert len(runs) == 3 * len(sp.POINTS)
-    for x in labels:  # three seeds a point
-        assert sum(r.point.label == x for r in runs) == 3
+    seeds = {x: sum(r.point.label == x for r in runs) for x in labels}
+    assert seeds == {x: sp.PAIRS if x.endswith("M8") or "nobag" in x else 3 for x in labels}
+    # The bagging pairs: the unbagged M = 8 run of seed index k has the bagged one's seed, so
+    # the same members' initialisations and data-order streams; every other member is unique.
+    bagged = [r for r in runs if r.point.label == "fig5-M8"]
+    nobag = [r for r in runs if r.point.label == "control-M8-nobag"]
+    assert [r.seed for r in nobag] == [r.seed for r in bagged] and len(bagged) >= 5
     seen: set = set()
     for run in runs:
+        if run.point.seeds_of:
+            continue
         assert not seen & _members(run), run.name  # no nested seeds between runs
         seen |= _members(run)
     assert len({r.name for r in runs}) == len(runs)
     assert runs[0].name == "paper-fig5-M1-flops-s1000"
     # the seeds do not move with --only: a rerun of some points finds its records
-    assert [r.name for r in sp.paper_runs(only=("fig5-M8",))] == [
-        r.name for r in runs if r.point.label == "fig5-M8"
-    ]
-    # Fig. 7: Sys_scale 8 under the fixed batch per device; Fig. 5: P_degree 1.
+    for only in ("fig5-M8", "control-M8-nobag"):
+        assert [r.name for r in sp.paper_runs(only=(only,))] == [
+            r.name for r in runs if r.point.label == only
+        ]
+    # Fig. 7: Sys_scale 8 under the fixed batch per device, at least 200 steps a member;
+    # Fig. 5: P_degree 1; the compute-matched model: 8 × the M = 8 members' epochs.
+    n, epochs = (sp._flag(list(sp.FLAGS), k, 0) for k in ("train_examples", "epochs"))
     for run in runs:
         p = run.point
         devices = p.ensemble_size * p.parallel_degree
         if p.label.startswith("fig7"):
             assert devices == 8 and "--batch_policy=per_device" in p.flags
             assert "--eval_every_epochs=1" in p.flags  # a curve: time to target
+            cmd = sp.paper_command(run, "out", [])
+            member_batch = sp._flag(cmd, "batch_size", 0) * p.parallel_degree
+            assert n // member_batch * epochs >= 200, run.name
         if p.label.startswith("fig5"):
             assert p.parallel_degree == 1
             assert p.flags == (sp.FLOPS_ONLY if p.label in flops_only else ())
         if p.label.startswith("control"):
-            assert p.flags == ("--bootstrap=none",)
+            assert p.flags[0] == "--bootstrap=none"
+    matched = sp.paper_command(next(r for r in runs if "matched" in r.name), "out", [])
+    assert sp._flag(matched, "epochs", 0) == 8 * epochs
     assert "--epochs=1" in sp.FLOPS_ONLY  # one whole epoch: Eq. 6's figure exists
 
 
@@ -69,8 +84,9 @@ def test_a_runs_command_and_devices():
     cmd = sp.paper_command(run, "out", ["--epochs=1"], "paper:full:0123456789abcdef")
     assert cmd[1:3] == ["-m", "hpcai_jax.main"]
     assert "--dataset=fashion_mnist" in cmd and "--batch_policy=per_device" in cmd
-    assert cmd[-10:] == [
+    assert cmd[-11:] == [
         "--batch_policy=per_device",
+        "--batch_size=16",
         "--eval_every_epochs=1",
         "--ensemble_size=2",
         "--parallel_degree=4",
@@ -79,8 +95,10 @@ def test_a_runs_command_and_devices():
         f"--run_name={run.name}",
         "--results_dir=out",
         "--epochs=1",  # the caller's flags after the plan's: they win
-        "--sweep_plan=paper:full:0123456789abcdef",  # ... except the plan's fingerprint
+        # ... except the plan's fingerprint, with the run's point and seed index
+        f"--sweep_plan=paper:full:0123456789abcdef:fig7-M2-P4:{run.index}",
     ]
+    assert [r.index for r in sp.paper_runs() if r.point.label == "fig7-M2-P4"] == [0, 1, 2]
     smoke_run = next(r for r in sp.paper_runs(smoke=True) if r.point.label == "fig7-M2-P4")
     smoke = sp.paper_command(smoke_run, "out", [])
     assert "--steps=2" in smoke and len(sp.paper_runs(smoke=True)) == len(sp.POINTS)
@@ -105,7 +123,7 @@ def _flag(cmd: list[str], name: str) -> str:
 def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monkeypatch, capsys):
     """Three runs: the first has a complete record (skipped), the second fails, the third
     writes its record; every one gets its progress line, the failure is named."""
-    runs = sp.paper_runs(only=("control-M1-alldata",))
+    runs = sp.paper_runs(only=("control-M1-matched",))
     _record(tmp_path / f"{runs[0].name}.json", "complete")
     _record(tmp_path / f"{runs[1].name}.json", "partial")  # an interrupted run: run again
     clock, started = FakeClock(), []
@@ -128,9 +146,9 @@ def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monke
     # start over a record); the third had none
     assert [c[-1] == "--overwrite" for c in started] == [True, False]
     assert out == [
-        f"[1/3] control-M1-alldata seed {runs[0].seed}: done before, skipped",
-        f"[2/3] control-M1-alldata seed {runs[1].seed} FAILED (exit 1) after 12s",
-        f"[3/3] control-M1-alldata seed {runs[2].seed} done in 12s",
+        f"[1/3] control-M1-matched seed {runs[0].seed}: done before, skipped",
+        f"[2/3] control-M1-matched seed {runs[1].seed} FAILED (exit 1) after 12s",
+        f"[3/3] control-M1-matched seed {runs[2].seed} done in 12s",
     ]
     assert failed == [f"{runs[1].name} (exit 1)"]
     assert written == [str(tmp_path / f"{r.name}.json") for r in (runs[0], runs[2])]
@@ -157,16 +175,16 @@ def test_the_dry_run_prints_the_plan_and_its_estimate(capsys):
     out = capsys.readouterr().out.splitlines()
     minutes = sp.estimate_s(sp.paper_runs()) / 60
     assert (
-        len(out) == 28
-        and out[-1] == f"27 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
+        len(out) == 35
+        and out[-1] == f"34 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
     )
     assert main(["--experiment=paper", "--dry_run", "--results_dir=out", "--", "--epochs=1"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] != out[-1]  # the caller's flags counted
-    # --smoke: its own estimate, its 9 runs' start-ups and toy work (before: none printed)
+    # --smoke: its own estimate, its 10 runs' start-ups and toy work (before: none printed)
     assert main(["--experiment=paper", "--smoke", "--dry_run", "--results_dir=out"]) == 0
     smoke = capsys.readouterr().out.splitlines()
     minutes = sp.estimate_s(sp.paper_runs(smoke=True)) / 60
-    assert smoke[-1] == f"9 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
+    assert smoke[-1] == f"10 run(s), about {minutes:.0f} min on 2 quiet cores (estimated)"
     assert smoke[-1] != out[-1] and all(" --steps=2 " in line for line in smoke[:-1])
 
 
@@ -222,31 +240,32 @@ def test_a_smoke_plans_records_are_never_taken_by_the_full_plan(
     tmp_path, monkeypatch, capsys, tiny_run
 ):
     """The issue's sequence, each run a copy of a real record: `--smoke`, then the full plan's
-    fig5-M8 runs all three (before: `done before, skipped`, a 2-step toy taken as the paper's
+    fig5-M8 runs all five (before: `done before, skipped`, a 2-step toy taken as the paper's
     run); a record of another plan under a full run's name (an older results folder) refuses
     the plan in one line, exit 2, nothing run; the full plan's own record is skipped."""
     from hpcai_jax.sweep import main
 
     started = _sweep_to_fake_runs(monkeypatch, tmp_path, tiny_run.record)
     assert main(["--experiment=paper", "--smoke", f"--results_dir={tmp_path}"]) == 0
-    assert len(started) == 9 and all(_flag(c, "run_name").startswith("smoke-") for c in started)
+    assert len(started) == len(sp.POINTS)
+    assert all(_flag(c, "run_name").startswith("smoke-") for c in started)
     smoke = records.read(tmp_path / "smoke-paper-fig5-M8-s4000.json")
     assert str(smoke.sweep_plan) == sp.plan_of(True, [])
     started.clear()
     capsys.readouterr()
     assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 0
     assert [_flag(c, "run_name") for c in started] == [
-        f"paper-fig5-M8-s{s}" for s in (4000, 13000, 22000)
+        f"paper-fig5-M8-s{s}" for s in (4000, 14000, 24000, 34000, 44000)
     ]
     assert "done before" not in capsys.readouterr().out
     # again: the full plan's records are its own, skipped
     started.clear()
     assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 0
-    assert not started and capsys.readouterr().out.count("done before, skipped") == 3
+    assert not started and capsys.readouterr().out.count("done before, skipped") == sp.PAIRS
     # a smoke record (and an unstamped one) under the full plan's names: refused
     (tmp_path / "smoke-paper-fig5-M8-s4000.json").replace(tmp_path / "paper-fig5-M8-s4000.json")
-    unstamped = {**tiny_run.record, "run_id": "paper-fig5-M8-s13000"}
-    (tmp_path / "paper-fig5-M8-s13000.json").write_text(json.dumps(unstamped))
+    unstamped = {**tiny_run.record, "run_id": "paper-fig5-M8-s14000"}
+    (tmp_path / "paper-fig5-M8-s14000.json").write_text(json.dumps(unstamped))
     assert main(["--experiment=paper", "--only=fig5-M8", f"--results_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert not started and err.count("\n") == 1, err
@@ -261,7 +280,12 @@ def test_an_unknown_point_is_one_line_and_exit_2(capsys):
 
     assert main(["--experiment=paper", "--only=fig9", "--dry_run"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--only=fig9: expected one of control-M1-alldata" in err
+    assert err.count("\n") == 1 and "--only=fig9: expected one of control-M1-matched" in err
+    assert main(["--experiment=paper", "--only=fig5-M8,fig7-M1-P8,fig5-M8", "--dry_run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "--only=fig5-M8,fig7-M1-P8,fig5-M8: expected each label once (fig5-M8)" in err
+    assert len({p.label for p in sp.POINTS}) == len(sp.POINTS)  # the plan names each point once
 
 
 @pytest.mark.slow
@@ -278,6 +302,7 @@ def test_one_tiny_real_point(tmp_path, monkeypatch, capsys):
     record = records.read(path)
     assert record.status == "complete" and record.config["train"]["seed"] == 1000
     assert str(record.sweep_plan) == sp.plan_of(True, [])
+    assert (record.sweep_plan.point, record.sweep_plan.seed_index) == ("fig5-M1-flops", 0)
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "[1/1] fig5-M1-flops seed 1000: done before, skipped" in again.stdout
     assert again.stdout.rstrip().endswith("sweep: 1 of 1 run(s) completed")

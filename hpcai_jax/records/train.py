@@ -577,8 +577,13 @@ class Observe:
     profile: Profile | None = field("the profiler trace; None without `--profile_steps`")
 
 
-# A sweep plan's fingerprint as --sweep_plan gives it: <experiment>:<smoke|full>:<16 hex digits>.
-SWEEP_PLAN = re.compile(r"(?P<experiment>[a-z_]+):(?P<size>smoke|full):(?P<digest>[0-9a-f]{16})")
+# A sweep plan's fingerprint as --sweep_plan gives it: <experiment>:<smoke|full>:<16 hex digits>,
+# then the run's place in the plan, :<point label>:<seed index> (older sweeps left it out).
+SWEEP_PLAN = re.compile(
+    r"(?P<experiment>[a-z_]+):(?P<size>smoke|full):(?P<digest>[0-9a-f]{16})"
+    r"(?::(?P<point>[A-Za-z0-9._-]+):(?P<seed_index>[0-9]+))?"
+)
+SWEEP_PLAN_FORM = "<experiment>:<smoke|full>:<16 hex digits>[:<point>:<seed index>]"
 
 
 @section
@@ -589,8 +594,19 @@ class SweepPlan:
         "the first 16 hex digits of the SHA-256 of the flags that decide the plan's results "
         "(`hpcai_jax/sweep_plan.py`)"
     )
+    point: str | None = field(
+        "the label of the plan's point the run belongs to (e.g. fig7-M2-P4), which the report "
+        "reads instead of the run id; None in records of sweeps before it",
+        omit_none=True,
+    )
+    seed_index: int | None = field(
+        "which of its point's seeds the run is (0, 1, ...): runs of two points pair by it; None "
+        "in records of sweeps before it",
+        omit_none=True,
+    )
 
     def __str__(self) -> str:
+        """The plan's fingerprint alone: every run of one plan has the same."""
         return f"{self.experiment}:{self.size}:{self.digest}"
 
     @classmethod
@@ -600,8 +616,10 @@ class SweepPlan:
             return None
         match = SWEEP_PLAN.fullmatch(text)
         if not match:
-            raise ValueError(f"expected <experiment>:<smoke|full>:<16 hex digits>, got {text!r}")
-        return cls(**match.groupdict())
+            raise ValueError(f"expected {SWEEP_PLAN_FORM}, got {text!r}")
+        found = match.groupdict()
+        index = found.pop("seed_index")
+        return cls(**found, seed_index=None if index is None else int(index))
 
 
 @section

@@ -11,6 +11,9 @@ from hpcai_jax.report import markdown, output, paper, plots, repeats, series
 from hpcai_jax.report.collect import Collection, collect
 
 REPORT = "report.md"
+# The sections computed over the plotted training records: each says, in one line, that it
+# leaves the paper plan's records to the paper's section (markdown.aside).
+OVER_TRAINING = frozenset(markdown.SECTIONS[1:9]) | {markdown.SECTIONS[10]}
 
 
 def default_out(paths: list[str]) -> Path:
@@ -47,11 +50,13 @@ def render(collection: Collection, folder: Path) -> str:
         [_repeats(train, metric)],
         [markdown.skipped(collection.skipped)],
     ]
+    aside = markdown.aside(collection)
     for heading, body in zip(markdown.SECTIONS, bodies, strict=True):
         caption = markdown.caption(heading, collection)
-        parts += [markdown.heading(heading), *([caption] if caption else []), *body]
+        left_out = [aside] if aside and heading in OVER_TRAINING else []
+        parts += [markdown.heading(heading), *left_out, *([caption] if caption else []), *body]
         if heading == markdown.SECTIONS[0]:  # the paper's experiments, where their records are
-            parts += paper.section(collection.complete.get("train", []), folder, plots.paper_fig5)
+            parts += paper.section(collection.aside, folder, plots.paper_fig5)
     return "\n\n".join(parts) + "\n"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from hpcai_jax import records
@@ -79,6 +80,40 @@ class Record:
         return self.record.mode
 
 
+# A paper record written before sweeps stamped each run's point (sweep_plan.point): its run id,
+# paper-<label>-s<seed> (smoke-paper-… for --smoke), is the only label it has (docs/paper.md).
+LEGACY_PAPER = re.compile(r"^(?P<smoke>smoke-)?paper-(?P<label>.+)-s(?P<seed>\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """Where a training record stands in a sweep's plan: its point's label, its seed index
+    (None in a legacy record: its place among the point's seeds, sorted, stands for it)."""
+
+    experiment: str
+    label: str
+    seed_index: int | None
+    smoke: bool
+
+
+def point(r: Record) -> Point | None:
+    """The record's place in a sweep plan, read from `sweep_plan` (point, seed_index); for a
+    paper record from before those fields, from its run id (LEGACY_PAPER); None outside a plan."""
+    plan = getattr(r.record, "sweep_plan", None)
+    if plan is not None and plan.point is not None:
+        return Point(plan.experiment, plan.point, plan.seed_index, plan.size == "smoke")
+    match = LEGACY_PAPER.match(r.run_id) if plan is None or plan.experiment == "paper" else None
+    if match is None:
+        return None
+    return Point("paper", match.group("label"), None, bool(match.group("smoke")))
+
+
+def is_paper(r: Record) -> bool:
+    """Whether a record belongs to the paper's plan: its own section reports it."""
+    found = r.mode == "train" and point(r)
+    return bool(found) and found.experiment == "paper"
+
+
 @dataclasses.dataclass(frozen=True)
 class Skipped:
     path: Path
@@ -97,6 +132,8 @@ class Collection:
     notes: list[str] = dataclasses.field(default_factory=list)  # a tie, said first
     # mode -> every complete record of it, before the majority: the paper section reads them all
     complete: dict[str, list[Record]] = dataclasses.field(default_factory=dict)
+    # train records set aside for a section of their own (the paper plan's), out of the majority
+    aside: list[Record] = dataclasses.field(default_factory=list)
 
     @property
     def train(self) -> list[Record]:
@@ -249,7 +286,9 @@ def _why_none(skipped: list[Skipped]) -> str:
 
 def collect(paths: list[str], runs: tuple[str, ...] = ()) -> Collection:
     """Loads every record under `paths` and decides which ones the report plots; `runs`, run
-    ids or file names (--run), keeps only those records.
+    ids or file names (--run), keeps only those records. The paper plan's records (`is_paper`)
+    are set aside for the paper's section: they take no part in the majority the other sections
+    plot, so no point of theirs gets a second figure there.
 
     Raises UsageError for a missing path, no JSON file at all, or no hpcai_jax record among them.
     """
@@ -279,31 +318,41 @@ def collect(paths: list[str], runs: tuple[str, ...] = ()) -> Collection:
     if not found:
         raise UsageError(f"no hpcai_jax records in {', '.join(paths)}: {_why_none(skipped)}")
     _check_selected(runs, skipped, candidates, paths)
-    used, majority, notes = {}, {}, []
+    collection = Collection(list(paths), {}, skipped, {}, [], candidates)
     for mode, group in candidates.items():
-        majority[mode], used[mode], others, tied = _majority(group)
-        tie = (
-            f"; a tie: {tied} configurations have {len(used[mode])} record(s) each, the newest "
-            f"record's is plotted ({', '.join(r.run_id for r in used[mode])})"
-            if tied > 1
-            else ""
+        if mode == "train":
+            collection.aside = [r for r in group if is_paper(r)]
+            group = [r for r in group if not is_paper(r)]
+        if group:
+            _plot_majority(collection, mode, group)
+    return collection
+
+
+def _plot_majority(collection: Collection, mode: str, group: list[Record]) -> None:
+    """Plots the majority of `group` (records of `mode`): the others skipped, each with its
+    differences, and a tie said in a note."""
+    majority, used, others, tied = _majority(group)
+    collection.majority[mode], collection.used[mode] = majority, used
+    tie = (
+        f"; a tie: {tied} configurations have {len(used)} record(s) each, the newest "
+        f"record's is plotted ({', '.join(r.run_id for r in used)})"
+        if tied > 1
+        else ""
+    )
+    if tie:
+        collection.notes.append(
+            f"{mode}: {tie.removeprefix('; ')}; the others are listed as skipped (--run picks one)"
         )
-        if tie:
-            notes.append(
-                f"{mode}: {tie.removeprefix('; ')}; the others are listed as skipped (--run "
-                "picks one)"
+    for r in others:
+        why = differences(comparison_fields(r.record), majority)
+        collection.skipped.append(
+            Skipped(
+                r.path,
+                r.run_id,
+                f"configuration differs from the other {mode} records "
+                f"({len(used)} plotted{tie}): {why}",
             )
-        for r in others:
-            why = differences(comparison_fields(r.record), majority[mode])
-            skipped.append(
-                Skipped(
-                    r.path,
-                    r.run_id,
-                    f"configuration differs from the other {mode} records "
-                    f"({len(used[mode])} plotted{tie}): {why}",
-                )
-            )
-    return Collection(list(paths), used, skipped, majority, notes, candidates)
+        )
 
 
 def _check_selected(runs, skipped: list[Skipped], candidates: dict, paths: list[str]) -> None:

@@ -67,7 +67,7 @@ def heading(title: str, level: int = 2) -> str:
 
 def runs(collection: Collection) -> str:
     rows = []
-    for r in collection.train:
+    for r in [*collection.aside, *collection.train]:
         mesh = r.record.mesh
         ensemble, p, s = mesh.ensemble_size, mesh.parallel_degree, mesh.num_devices
         device = _device(r.record.provenance)
@@ -215,6 +215,19 @@ MIRRORS = {
     "MFU per run": "none: §4.3 Fig. 6's device utilisation is the nearest (docs/paper.md)",
     "Roofline": "none",
 }
+
+
+def aside(collection: Collection) -> str:
+    """The one line a section computed over the plotted training records says when the paper
+    plan's records are in the report: why it leaves them out."""
+    n = len(collection.aside)
+    if not n:
+        return ""
+    return (
+        f"The {n} record(s) of the paper's plan are left out here: their points differ in "
+        "configuration by design, so each is reported once, in \"The paper's experiments at one "
+        "machine's scale\" above, with one FLOPS, VFLOPS and quality per point."
+    )
 
 
 def caption(section: str, collection: Collection) -> str:
@@ -645,8 +658,11 @@ def _inputs(paths: list[str], shown: int = 3) -> str:
 
 
 def header(collection: Collection) -> str:
-    used = sum(len(v) for v in collection.used.values())
+    aside = len(collection.aside)
+    used = sum(len(v) for v in collection.used.values()) + aside
     counts = ", ".join(f"{len(v)} {mode}" for mode, v in sorted(collection.used.items()))
+    if aside:
+        counts = ", ".join(filter(None, [f"{aside} train in the paper's section", counts]))
     lines = [
         "# hpcai_jax report",
         "",

@@ -1,26 +1,26 @@
 """The report's section on the paper's experiments at one machine's scale (`python -m
 hpcai_jax.sweep --experiment=paper`; what each table mirrors and how it differs: docs/paper.md).
 
-It reads every complete `paper-<point>-s<seed>` record, the points the rest of the report skips
-for their different configuration included, and gives an interval only over repeats of one
-point (its seeds): mean ± t_{0.975, n − 1} × sd / √n (`repeats.summarise`). Paired tests pair
-the runs of two points by seed index (the k-th seed of each), on the same held-out examples.
+It reads every complete record of the paper's plan, each point's label and seed index read from
+its `sweep_plan` (an older record's from its run id, paper-<point>-s<seed>: collect.point), and
+is the one section that reports them: the others leave them out (collect.is_paper). It gives an
+interval only over repeats of one point (its seeds): mean ± t_{0.975, n − 1} × sd / √n
+(`repeats.summarise`). Paired tests pair the runs of two points by seed index, on the same
+held-out examples.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from hpcai_jax.metrics import penalty
-from hpcai_jax.report import paired
-from hpcai_jax.report.collect import Record
+from hpcai_jax.report import paired, seeds
+from hpcai_jax.report.collect import SEED, Record, flatten
+from hpcai_jax.report.collect import point as plan_point
 from hpcai_jax.report.markdown import heading, image, table
 from hpcai_jax.report.repeats import Summary, summarise
 from hpcai_jax.units import cell, number, prefix
 
-# A smoke plan's runs are smoke-paper-…: reported only where no full run is among the records.
-NAME = re.compile(r"^(?P<smoke>smoke-)?paper-(?P<label>.+)-s(?P<seed>\d+)$")
 BOOTSTRAP_DRAWS = 10_000
 BOOTSTRAP_SEED = 0
 # Fig. 5's points trained only for their FLOPS (one epoch of a small subset): their quality, and
@@ -29,6 +29,7 @@ FLOPS_ONLY = "-flops"
 NOT_TRAINED = "n/a (FLOPS only)"
 # ... unless full runs give the quality of their random k-subsets (k = the point's M).
 FROM_SUBSETS = "(quality: the full runs' random k-subsets)"
+KNOWN = ("fig5-", "fig7-", "control-")  # the point labels the section's tables read
 ALPHA = 0.05  # a difference is read only where McNemar p < ALPHA and the interval excludes 0
 SHARED_CORES = "devices simulated on shared CPU cores: FLOPS stays flat, an ideal line cannot hold"
 PAPER_SETTING = (
@@ -39,9 +40,11 @@ PAPER_SETTING = (
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One paper record: its point's label (from the run name) and its seed."""
+    """One paper record: its point's label, its seed index (None in a legacy record: its
+    place among its point's seeds) and its seed."""
 
     label: str
+    index: int | None
     seed: int
     record: Record
 
@@ -67,16 +70,23 @@ class Run:
 
 
 def paper_runs(records: list[Record]) -> dict[str, list[Run]]:
-    """The paper records by point label, each point's runs by seed; other records left out,
-    and a smoke plan's where a full plan's are there (toy runs are no seeds of the real ones)."""
+    """The paper records by point label, each point's runs by seed index (legacy records: by
+    seed); other records left out, and a smoke plan's where a full plan's are there (toy runs
+    are no seeds of the real ones)."""
     points: dict[str, list[Run]] = {}
-    matches = [(NAME.match(r.run_id), r) for r in records if r.mode == "train"]
-    full = any(m and not m.group("smoke") for m, _ in matches)
-    for match, r in matches:
-        if match and not (full and match.group("smoke")):
-            run = Run(match.group("label"), int(match.group("seed")), r)
-            points.setdefault(run.label, []).append(run)
-    return {label: sorted(runs, key=lambda r: r.seed) for label, runs in sorted(points.items())}
+    found = [(plan_point(r), r) for r in records if r.mode == "train"]
+    found = [(p, r) for p, r in found if p is not None and p.experiment == "paper"]
+    full = any(not p.smoke for p, _ in found)
+    for p, r in found:
+        if not (full and p.smoke):
+            seed = int(flatten(r.record.config or {}).get(SEED) or 0)
+            points.setdefault(p.label, []).append(Run(p.label, p.seed_index, seed, r))
+    return {label: sorted(runs, key=_order) for label, runs in sorted(points.items())}
+
+
+def _order(run: Run) -> tuple:
+    """By seed index; a legacy record (no index) by its seed."""
+    return (run.index is None, run.index or 0, run.seed)
 
 
 def fig5(points: dict[str, list[Run]]) -> dict[str, list[Run]]:
@@ -92,11 +102,16 @@ def largest(points: dict[str, list[Run]]) -> list[Run]:
 
 
 def fig7(points: dict[str, list[Run]]) -> dict[tuple[int, int], list[Run]]:
-    """Fig. 7's splits (labels fig7-…) and the Fig. 5 point at their Sys_scale (M = Sys_scale,
-    P_degree 1), by (M, P_degree), M falling."""
+    """Fig. 7's splits (labels fig7-…) and, where they have no (M = Sys_scale, 1) point of their
+    own, the Fig. 5 point at their Sys_scale, by (M, P_degree), M falling."""
     runs = [r for k, v in points.items() if k.startswith("fig7-") for r in v]
-    scales = {r.sys_scale for r in runs}
-    runs += [r for v in fig5(points).values() for r in v if r.sys_scale in scales]
+    scales, splits = {r.sys_scale for r in runs}, {(r.m, r.p) for r in runs}
+    runs += [
+        r
+        for v in fig5(points).values()
+        for r in v
+        if r.sys_scale in scales and (r.m, r.p) not in splits  # a Fig. 7 point of its own wins
+    ]
     out: dict[tuple[int, int], list[Run]] = {}
     for r in runs:
         out.setdefault((r.m, r.p), []).append(r)
@@ -211,13 +226,21 @@ def _member(run: Run) -> tuple | None:
     return f"{run.record.run_id} member {best}", quality, c, paired.verdicts(c)[1][best]
 
 
+def matched(a: list[Run], b: list[Run]) -> list[tuple[int, Run, Run]]:
+    """(seed index, run of a, run of b) for each seed index both have: a missing run pairs
+    nothing else. A legacy record's index is its place among its point's runs."""
+    index_a = {r.index if r.index is not None else i: r for i, r in enumerate(a)}
+    index_b = {r.index if r.index is not None else i: r for i, r in enumerate(b)}
+    return [(i, index_a[i], index_b[i]) for i in sorted(index_a.keys() & index_b.keys())]
+
+
 def pairs(points: dict[str, list[Run]]) -> list[Pair]:
     """The paired tests: each full ensemble against its best member, against the ensemble of
     independent initialisations (--bootstrap=none, same M) and against one member trained on all
     the data; runs of two points paired by seed index."""
     full = largest(points)
     out = []
-    for i, run in enumerate(full):
+    for i, run, _ in matched(full, full):
         a, best = _ensemble(run), _member(run)
         if a and best:
             out.append(pair("ensemble vs its best member", i, a, best))
@@ -229,7 +252,7 @@ def pairs(points: dict[str, list[Run]]) -> list[Pair]:
             control(points, single=True),
         ),
     ):
-        for i, (run, ctrl) in enumerate(zip(full, other, strict=False)):
+        for i, run, ctrl in matched(full, other):
             a, b = _ensemble(run), _ensemble(ctrl)
             if a and b:
                 out.append(pair(name, i, a, b))
@@ -357,6 +380,8 @@ def fig7_rows(points: dict[str, list[Run]]) -> list[list]:
                 f"{len(reached)} of {len(v)}",
                 *interval(summarise(reached))[:2],
                 *interval(summarise(r.rec.quality.ensemble for r in v))[:2],
+                *interval(summarise(r.rec.quality.member_mean for r in v))[:2],
+                *interval(summarise(_gain(r) for r in v), 0.01)[:2],
                 ", ".join(map(str, steps)),
                 *interval(summarise(r.rec.timing.train_wall_s for r in v))[:2],
             ]
@@ -364,9 +389,17 @@ def fig7_rows(points: dict[str, list[Run]]) -> list[list]:
     return rows
 
 
+def _gain(run: Run) -> float | None:
+    """The ensemble's quality over its members' mean: what averaging adds at this M."""
+    q = run.rec.quality
+    ensemble, members = number(q.ensemble), number(q.member_mean)
+    return None if ensemble is None or members is None else ensemble - members
+
+
 FIG7_HEADERS = [
     "M", "P_degree", "Sys_scale", "seeds (n)", "evaluations per run", "reached the target",
     "time to target [s]", "95 % interval", "final ensemble quality", "95 % interval",
+    "member mean", "95 % interval", "ensemble − member mean [points]", "95 % interval",
     "steps per member", "training time [s]", "95 % interval",
 ]  # fmt: skip
 PAIR_HEADERS = [
@@ -441,6 +474,13 @@ def section(records: list[Record], folder, draw) -> list[str]:
         + ", ".join(f"{k} (n = {len(v)})" for k, v in points.items())
         + "."
     )
+    unread = [k for k in points if not k.startswith(KNOWN)]
+    if unread:
+        parts.append(
+            f"Points no table below reads (their labels start with none of {', '.join(KNOWN)}): "
+            + ", ".join(unread)
+            + "."
+        )
     parts += _fig5_parts(points, full, folder, draw)
     parts.append(heading("Fig. 7's shape: the splits of one Sys_scale", 3))
     parts += [FIG7, table(FIG7_HEADERS, fig7_rows(points)) if fig7(points) else "No Fig. 7 run."]
@@ -507,6 +547,59 @@ def _subset_control_parts(points) -> list[str]:
     ]
 
 
+SEED_HEADERS = [
+    "comparison", "a: seeds (n)", "b: seeds (n)", "Welch: a − b [points]", "95 % interval",
+    "Welch p", "paired by seed: a − b [points]", "95 % interval", "paired p",
+    "detectable at 80 % power [points]", "reading",
+]  # fmt: skip
+
+
+def _points(value) -> str:
+    return cell(None if value is None else value * 100)
+
+
+def _q(run: Run) -> float | None:
+    return number(run.rec.quality.ensemble)
+
+
+def seed_rows(points: dict[str, list[Run]]) -> list[list]:
+    """The full ensembles against each control of M = 1 or of their own M, across seeds: Welch
+    (unpaired: every seed of each) and the paired t test by seed index (the bagging pairs share
+    their seeds), with the smallest difference the paired design detects at 80 % power; the
+    reading from the paired test where there are two pairs, else from Welch."""
+    full, rows = largest(points), []
+    if not full:
+        return rows
+    for label, runs in points.items():
+        if not label.startswith("control-") or runs[0].m not in (1, full[0].m):
+            continue
+        a = [q for r in full if (q := _q(r)) is not None]
+        b = [q for r in runs if (q := _q(r)) is not None]
+        welch = seeds.welch(a, b)
+        both = [(_q(x), _q(y)) for _, x, y in matched(full, runs)]
+        both = [(x, y) for x, y in both if x is not None and y is not None]
+        paired_ = seeds.paired_t([x for x, _ in both], [y for _, y in both])
+        ci = [f"{_points(t.low)} to {_points(t.high)}" for t in (welch, paired_)]
+        rows.append([
+            f"{full[0].label} vs {label}", len(a), len(b),
+            _points(welch.diff), ci[0], cell(welch.p),
+            _points(paired_.diff), ci[1], cell(paired_.p), _points(paired_.detectable),
+            seeds.reading(paired_ if paired_.t is not None else welch),
+        ])  # fmt: skip
+    return rows
+
+
+SEEDS_TEXT = (
+    "Across seeds (each seed one whole training run): Welch's t test over every seed of each "
+    "point, and the paired t test by seed index, whose pairs of the bagging control share their "
+    "members' initialisations and data order and differ only by the bootstrap. The detectable "
+    "difference is the smallest true difference the paired design finds with 80 % power at "
+    "α = 0.05, (t_0.975 + t_0.80) × sd / √n of the paired differences: where no difference is "
+    "shown, none larger than it is there. The McNemar tests below test one pair of trained "
+    "models each, not training noise."
+)
+
+
 def _paired_parts(points) -> list[str]:
     parts = [heading("Controls and paired tests", 3)]
     rows = []
@@ -517,6 +610,9 @@ def _paired_parts(points) -> list[str]:
     headers = ["point", "M", "bootstrap", "seeds (n)", "ensemble quality", "95 % interval"]
     parts.append(table(headers, rows))
     parts += _subset_control_parts(points)
+    across = seed_rows(points)
+    if across:
+        parts += [SEEDS_TEXT, table(SEED_HEADERS, across)]
     found = pairs(points)
     if not found:
         return parts + ["No pair of records with per-example verdicts (`quality.correct`)."]
