@@ -17,6 +17,9 @@ from hpcai_jax import records
 from hpcai_jax.errors import UsageError
 from hpcai_jax.telemetry import mllog
 
+# A log this project wrote: its lines name a file of the package (records/owned.py).
+OUR_LOG = ':::MLLOG {"key": "run_stop", "metadata": {"file": "hpcai_jax/telemetry/mllog.py"}}\n'
+
 
 @pytest.fixture(scope="module")
 def good_run(tiny_run):
@@ -181,10 +184,10 @@ def test_unwritable_mllog_path(tmp_path):
 
 def test_another_runs_log_is_refused_and_kept(tmp_path):
     log = tmp_path / "run.mllog"
-    log.write_text(':::MLLOG {"key": "run_stop"}\n')
+    log.write_text(OUR_LOG)
     proc = run_in_process(*TINY, f"--results_dir={tmp_path}/r", f"--mllog={log}")
     assert_one_line_error(proc, f"--mllog={log}", "another run's log", "--overwrite")
-    assert log.read_text() == ':::MLLOG {"key": "run_stop"}\n'
+    assert log.read_text() == OUR_LOG
 
 
 def _segment_stop(run_id, step) -> str:

@@ -18,7 +18,10 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.records import owned
 from hpcai_jax.records import write as record_write
 
-LOG_LINE = ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "%s"}'
+LOG_LINE = (
+    ':::MLLOG {"namespace": "", "time_ms": 1, "event_type": "POINT_IN_TIME", "key": "%s", '
+    '"metadata": {"file": "hpcai_jax/telemetry/mllog.py", "lineno": 1}}'
+)
 OUR_LOG = "\n".join(LOG_LINE % key for key in ("submission_benchmark", "run_stop")) + "\n"
 OUR_RECORD = json.dumps({"schema_version": 2, "run_id": "mine", "mode": "train", "status": "x"})
 
@@ -139,6 +142,10 @@ def test_the_projects_own_outputs_are_recognised_by_content(tmp_path):
     assert owned.foreign_log(_write(tmp_path / "empty.mllog", "")) == ""
     assert owned.foreign_log(_write(tmp_path / "b.mllog", OUR_LOG + "my note\n"))
     assert owned.foreign_log(_write(tmp_path / "c.mllog", ":::MLLOG not json\n"))
+    theirs = OUR_LOG.replace("hpcai_jax/telemetry/mllog.py", "train.py")  # another benchmark's
+    assert owned.foreign_log(_write(tmp_path / "d.mllog", theirs)).startswith("an MLLOG another")
+    for other in ({"run_id": "r", "mode": "other_tool", "status": "ok"}, {"run_id": "r"}):
+        assert owned.foreign_record(_write(tmp_path / "e.json", json.dumps(other)))
     assert owned.foreign_record(_write(tmp_path / "list.json", "[1, 2]"))
     assert owned.foreign_weights(_write(tmp_path / "w" / "_CHECKPOINT_METADATA", "{}").parent) == ""
     assert (
@@ -168,7 +175,7 @@ def test_a_new_run_never_replaces_an_earlier_runs_partial_log(tmp_path, monkeypa
     assert {k: v for k, v in now.items() if k in before} == before
     (own,) = set(now) - set(before)
     assert own.endswith(".partial") and "init_start" in Path(own).read_text()
-    assert earlier.read_text().endswith('"segment_stop"}\n')
+    assert earlier.read_text().endswith('"lineno": 1}}\n') and "segment_stop" in earlier.read_text()
 
 
 def test_the_spare_path_of_a_log_never_replaces_a_users_file(tmp_path, capsys):

@@ -24,6 +24,10 @@ from hpcai_jax.records import write as record_write
 from hpcai_jax.run import outputs
 from hpcai_jax.telemetry import mllog
 
+# Lines of an MLLOG this project wrote: its lines name a file of the package (records/owned.py).
+FIRST = ':::MLLOG {"key": "init_start", "metadata": {"file": "hpcai_jax/telemetry/mllog.py"}}\n'
+EARLIER = FIRST.replace("init_start", "run_stop")  # another run's whole log, as far as it matters
+
 
 @contextlib.contextmanager
 def umask(mask: int):
@@ -167,18 +171,18 @@ def test_the_mllog_is_written_at_its_partial_name_and_resumed_from_it(tmp_path):
     committed one."""
     path, spare = tmp_path / "logs" / "run.mllog", tmp_path / "spare.mllog"
     staged = record_write.staged(path)
-    _write(path, ':::MLLOG {"key": "run_stop"}\n')  # the earlier run's log
+    _write(path, EARLIER)  # the earlier run's log
     with pytest.raises(UsageError, match="another run's log"):
         mllog._continued(_config(tmp_path), path, spare, "a", None, 0)
     assert mllog._continued(_config(tmp_path, overwrite=True), path, spare, "a", None, 0) == (
         False,
         False,
     )
-    assert path.read_text() == ':::MLLOG {"key": "run_stop"}\n' and not staged.exists()
-    _write(path, ":::MLLOG {}\n" + _stop("a", 12) + "\n")  # a committed segment
+    assert path.read_text() == EARLIER and not staged.exists()
+    _write(path, FIRST + _stop("a", 12) + "\n")  # a committed segment
     assert mllog._continued(_config(tmp_path), path, spare, "a", 12, 0) == (True, False)
     assert staged.read_text() == path.read_text()
-    _write(staged, ":::MLLOG {}\n" + _stop("a", 12) + "\n:::MLLOG {}\n" + _stop("a", 20) + "\n")
+    _write(staged, FIRST + _stop("a", 12) + "\n:::MLLOG {}\n" + _stop("a", 20) + "\n")
     assert mllog._continued(_config(tmp_path), path, spare, "a", 20, 0) == (True, False)
     assert path.read_text().count("segment_stop") == 1  # untouched until the commit
 

@@ -15,7 +15,11 @@ import stat
 from pathlib import Path
 
 MLLOG_PREFIX = ":::MLLOG "  # what mlperf-logging starts every line of an MLLOG with
-_RECORD_KEYS = ("run_id", "mode", "status")  # the envelope's identity (records/envelope.py)
+# Where this project's MLLOG lines say they come from (telemetry/mllog.py trims the repository's
+# root from each line's metadata "file"): another benchmark's MLPerf log names its own files.
+OUR_SOURCE = "hpcai_jax/"
+_RECORD_KEYS = ("run_id", "status")  # the envelope's identity (records/envelope.py), and:
+_MODES = ("train", "flops", "stream", "check")  # the modes that write one (config.MODES)
 _ORBAX_MARKS = ("_CHECKPOINT_METADATA", "_METADATA", "manifest.ocdbt")  # a folder orbax wrote
 _EVENTS = "events.out.tfevents."  # the file names TensorBoard's writer gives
 
@@ -37,7 +41,8 @@ def _kind(path: Path) -> str:
 
 def foreign_record(path: str | Path) -> str:
     """ "" for nothing there or a record of this project (a JSON object with the envelope's
-    run_id, mode and status), else what is there."""
+    run_id and status, a mode of this project's, an integer schema_version where it has one),
+    else what is there."""
     kind = _kind(Path(path))
     if kind in ("", "file"):
         return "" if not kind else _not_a_record(Path(path))
@@ -49,15 +54,20 @@ def _not_a_record(path: Path) -> str:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return "a file that is not JSON"
-    if isinstance(data, dict) and all(isinstance(data.get(k), str) for k in _RECORD_KEYS):
+    if (
+        isinstance(data, dict)
+        and all(isinstance(data.get(k), str) for k in _RECORD_KEYS)
+        and data.get("mode") in _MODES
+        and type(data.get("schema_version", 1)) is int
+    ):
         return ""
     return "JSON without a record's run_id, mode and status"
 
 
 def foreign_log(path: str | Path) -> str:
-    """ "" for nothing there, an empty file, or an MLLOG (every line `:::MLLOG {...}`, the first
-    one's JSON holding a key; the last may be cut short, as a killed run leaves it), else what
-    is there."""
+    """ "" for nothing there, an empty file, or an MLLOG this project wrote (every line
+    `:::MLLOG {...}`, the first one's JSON naming a file of this package in its metadata; the
+    last may be cut short, as a killed run leaves it), else what is there."""
     kind = _kind(Path(path))
     if kind == "dir":
         return "a directory"
@@ -73,9 +83,13 @@ def foreign_log(path: str | Path) -> str:
         first = json.loads(lines[0].removeprefix(MLLOG_PREFIX))
     except ValueError:
         first = None
-    if all(line.startswith(MLLOG_PREFIX) for line in lines) and isinstance(first, dict):
+    if not all(line.startswith(MLLOG_PREFIX) for line in lines) or not isinstance(first, dict):
+        return "a file of other lines than :::MLLOG ones"
+    meta = first.get("metadata")
+    source = meta.get("file") if isinstance(meta, dict) else None
+    if isinstance(source, str) and source.startswith(OUR_SOURCE):
         return ""
-    return "a file of other lines than :::MLLOG ones"
+    return "an MLLOG another program wrote (its lines name no file of hpcai_jax)"
 
 
 def foreign_weights(path: str | Path) -> str:
