@@ -205,17 +205,21 @@ def command(
 
 
 def table(runs: list[records.TrainRecord]) -> str:
+    """The sweep's summary, one row per run; the quality columns name the workload's metric
+    (top-1 accuracy, R², mAP), as the records do."""
+    metrics = sorted({r.quality.metric for r in runs if r.quality.metric}) or ["quality"]
+    what = metrics[0] if len(metrics) == 1 else "quality"
     lines = [
         f"{'M':>4} {'P_degree':>8} {'Sys_scale':>9} {'FLOPS':>11} {'VFLOPS':>11} "
-        f"{'ensemble acc':>12} {'member mean':>11} {'status':>9}  run"
+        f"{'ensemble ' + what:>20} {'member mean':>11} {'status':>9}  run"
     ]
     for r in runs:
         mesh, m, q = r.mesh, r.metrics, r.quality
         lines.append(
             f"{mesh.ensemble_size:>4} {mesh.parallel_degree:>8} {mesh.num_devices:>9} "
             f"{units.formatted(m.flops_per_s):>11} {units.formatted(m.vflops_per_s):>11} "
-            f"{units.formatted(q.ensemble, '{:.4f}'):>12} {units.formatted(q.member_mean, '{:.4f}'):>11} "
-            f"{r.status:>9}  {r.run_id}"
+            f"{units.formatted(q.ensemble, '{:.4f}'):>20} "
+            f"{units.formatted(q.member_mean, '{:.4f}'):>11} {r.status:>9}  {r.run_id}"
         )
     return "\n".join(lines)
 

@@ -368,3 +368,15 @@ def test_a_signal_stops_the_run_and_its_lock_goes_with_it(tmp_path, monkeypatch,
     assert time.monotonic() - start < 30
     assert lock.exists() == ignore  # released by the run itself; a killed run's stays
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's own handler back
+
+
+def test_the_summary_names_the_quality_metric_the_runs_report():
+    """The trade-off example sweeps the regression workload: its column is R², not accuracy."""
+    from hpcai_jax.sweep import table
+
+    packages = ROOT / "docs" / "example_ranking" / "packages"
+    regression = records.read(packages / "centre-b" / "cpu-b.json")
+    classification = records.read(packages / "centre-c" / "cpu-c.json")
+    assert "ensemble r2" in table([regression]).splitlines()[0]
+    assert "ensemble top1_accuracy" in table([classification]).splitlines()[0]
+    assert "ensemble quality" in table([regression, classification]).splitlines()[0]
