@@ -20,7 +20,7 @@ from typing import Literal
 from hpcai_jax import fields
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
-from hpcai_jax.fields import field as _field
+from hpcai_jax.fields import setting as _field
 from hpcai_jax.quality_targets import QualityTarget, resolve_target
 from hpcai_jax.records.train import SweepPlan
 
