@@ -142,7 +142,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     )
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
     mapping, why = _member_mapping(config, layout)
-    if mapping.form != "unroll":
+    if mapping.row.memory_checked:
         together = mapping.group or layout.members_per_device
         share = tc.batch_size // layout.parallel_degree
         check_fits(workload, mapping.form, together, share, device_memory_bytes(devices[0]))

@@ -20,7 +20,7 @@ import numpy as np
 
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import synthetic_batch
-from hpcai_jax.engine.member_map import MEMBER_STRATEGY_DEFAULTS
+from hpcai_jax.engine.member_map import auto_form
 from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.peaks import peak_flops_per_device
 from hpcai_jax.flops.xla import xla_cost
@@ -410,7 +410,7 @@ def _strategy_verdict(
     winner = min(per_example, key=per_example.get)
     loser = "vmap" if winner == "unroll" else "unroll"
     backend = jax.default_backend()
-    default = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])[0]
+    default = auto_form(backend, strategy=True)
     section = {
         "winner": winner,
         "backend": backend,
