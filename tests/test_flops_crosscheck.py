@@ -12,7 +12,7 @@ from hpcai_jax import config as C
 from hpcai_jax.flops.crosscheck import SOURCE_ANALYTIC, SOURCE_XLA, count_model, crosscheck
 from hpcai_jax.flops.mode import compile_train_step
 from hpcai_jax.flops.tables import explain_gap
-from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.xla_cost import xla_cost
 
 
 def _config(model: str, image_size: int, batch: int, mesh: C.MeshConfig) -> C.RunConfig:

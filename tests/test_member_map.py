@@ -22,9 +22,9 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.analytic import count_fn
 from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.mode import compile_train_step
-from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.ops import member_conv
 from hpcai_jax.ops.member_conv import MemberConv
+from hpcai_jax.xla_cost import xla_cost
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 # (height, width, in, out, kernel, strides, padding): every convolution kind of the models:

@@ -16,7 +16,6 @@ from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.flops.crosscheck import FlopFigures
 from hpcai_jax.flops.roofline import roofline
-from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.records import train
 from hpcai_jax.run import clock, evaluation, member_figures, startup
 from hpcai_jax.run.checkpoint_interval import Interval
@@ -25,6 +24,7 @@ from hpcai_jax.run.measured_step import MeasuredStep
 from hpcai_jax.run.progress import Progress, skipped_examples
 from hpcai_jax.telemetry.comm import CommVolume
 from hpcai_jax.telemetry.energy import EnergyReading, energy_record
+from hpcai_jax.xla_cost import XlaCost
 
 
 @dataclasses.dataclass(frozen=True)
