@@ -94,7 +94,9 @@ def _crosscheck(setup: RunSetup, lowered, cost: XlaCost, run_id: str) -> FlopFig
         [d.id for d in devices],
         host_cache.code_digest(analytic, crosscheck_module),
     )
-    figures, source = host_cache.kept(what, lambda: analytic_figures(config, devices), run_id)
+    figures, source = host_cache.kept(
+        what, lambda: analytic_figures(config, devices, setup), run_id
+    )
     cross = crosscheck(config, cost.flops, devices, figures)
     if source:
         cross.notes.append(f"{KEPT_COUNTS}{source}")
