@@ -33,15 +33,11 @@ import jax
 import numpy as np
 
 from hpcai_jax import config as C
-from hpcai_jax.config import VMAP_FORMS
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.compiled import compile_step
-from hpcai_jax.engine.member_map import (
-    MEMBER_MAP_DEFAULTS,
-    MEMBER_STRATEGY_DEFAULTS,
-    ONE_KERNEL_PER_LAYER,
-)
+from hpcai_jax.engine.member_map import auto_form
 from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.member_forms import ONE_KERNEL_PER_LAYER, VMAP_FORMS
 
 
 def _config(members: int, strategy: str, how: str, batch_size: int, seed: int = 0):
@@ -196,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = _parser().parse_args()
     device, backend = jax.devices()[0], jax.default_backend()
-    default_map = MEMBER_MAP_DEFAULTS.get(backend, MEMBER_MAP_DEFAULTS["cpu"])[0]
+    default_map = auto_form(backend, strategy=False)
     maps = [m for m in args.maps.split(",") if m]
     if default_map not in maps:
         maps.insert(0, default_map)
@@ -215,7 +211,7 @@ def main() -> None:
         print(f"\ncompile time of the vmap step ({default_map}, batch 32), lowering + XLA:")
         for n, s in seconds.items():
             print(f"compile {n} members per device: {s:.2f} s ({s / base:.2f}x {counts[0]})")
-    strategy = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])[0]
+    strategy = auto_form(backend, strategy=True)
     print(f"default on {backend}: --member_strategy={strategy}, --member_map={default_map}")
 
 

@@ -14,13 +14,11 @@ with these into the one configuration `main` runs (`Settings`).
 from __future__ import annotations
 
 import dataclasses
-import typing
-from typing import Literal
 
-from hpcai_jax import fields
+from hpcai_jax import fields, member_forms
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
-from hpcai_jax.fields import field as _field
+from hpcai_jax.fields import setting as _field
 from hpcai_jax.quality_targets import QualityTarget, resolve_target
 from hpcai_jax.records.train import SweepPlan
 
@@ -56,15 +54,9 @@ BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
 BATCH_POLICIES = ("per_member", "per_device")  # resolved_batch
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
-# How a device runs its members, both flags resolved (engine/member_map.py: what each form does
-# and which `auto` picks): `unroll` (--member_strategy=unroll) or one of --member_map's jax.vmap
-# forms. Declared once; the flags' choices, the step plan (engine/plan.py) and the record's
-# mesh.member_mapping take it from here.
-Form = Literal["unroll", "scan", "conv_loop", "batched", "batched_grouped", "grouped"]
-FORMS: tuple[Form, ...] = typing.get_args(Form)
-VMAP_FORMS = FORMS[1:]  # the jax.vmap forms
+# How a device runs its members: hpcai_jax/member_forms.py, one row per form.
 MEMBER_STRATEGIES = ("auto", "vmap", "unroll")
-MEMBER_MAPS = ("auto", *VMAP_FORMS)
+MEMBER_MAPS = ("auto", *member_forms.VMAP_FORMS)
 DTYPES = ("float32", "bfloat16", "float16", "int8")
 # Table 2's communication options (engine/collectives.py, docs/system_options.md).
 ALLREDUCE_MODES = ("flat", "hierarchical", "2d_torus")

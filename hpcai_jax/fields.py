@@ -1,7 +1,8 @@
 """A configuration setting declared once, on its dataclass field: its help, its flag, and the
 values it accepts, as pydantic constraints (ge, gt, le, lt, Literal choices).
 
-`field` puts all of it on the field's metadata. `flags.py` derives the command-line flag from
+`setting` puts all of it on the field's metadata (a record's fields have their own,
+`records/fields.field`: a meaning and a unit, no flag). `flags.py` derives the command-line flag from
 it, and `check` (each config's `validate`) validates the values with a pydantic model made from
 the declarations, and turns its first error into a one-line message naming the flag, so a bound
 is written once, beside its setting, and a new field is checked and tested without code of its
@@ -107,7 +108,7 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def field(
+def setting(
     default: _T,
     help: str,
     *,

@@ -121,7 +121,7 @@ def _replaced(config: Any, settings: Mapping[tuple[str, ...], Any], path: tuple[
 
 
 def _from_text(name: str, value: Any) -> Any:
-    """A setting that may be derived (fields.field's `auto`): auto, or its former number (a
+    """A setting that may be derived (fields.setting's `auto`): auto, or its former number (a
     deprecated spelling, kept for existing flagfiles), is None; another value is the number;
     one that is neither is one line naming the flag."""
     owner, field = _OWNERS[name]

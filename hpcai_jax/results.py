@@ -88,11 +88,6 @@ def provenance() -> records.Provenance:
     )
 
 
-# small_arrays: a STREAM run whose arrays break the 4x-cache rule (--allow_small_arrays): its
-# figures stand, marked, in every report; no score and no submission takes them.
-STATUSES = ("complete", "partial", "invalid", "small_arrays")
-
-
 def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False) -> write.Claim:
     """records/write.claim on process 0 (after every process checked the directory); a claim
     that holds nothing elsewhere."""
@@ -107,8 +102,8 @@ def envelope(
 ) -> records.AnyRecord:
     """The mode's typed record (`records.KINDS`): the common envelope, then the mode's sections.
     Every process must call it (the provenance gathers host names)."""
-    if status not in STATUSES:
-        raise ValueError(f"status {status!r}: expected one of {STATUSES}")
+    if status not in records.STATUSES:
+        raise ValueError(f"status {status!r}: expected one of {records.STATUSES}")
     return records.KINDS[mode](
         schema_version=records.SCHEMA_VERSION,
         run_id=run_id,

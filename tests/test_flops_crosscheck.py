@@ -12,7 +12,7 @@ from hpcai_jax import config as C
 from hpcai_jax.flops.crosscheck import SOURCE_ANALYTIC, SOURCE_XLA, count_model, crosscheck
 from hpcai_jax.flops.mode import compile_train_step
 from hpcai_jax.flops.tables import explain_gap
-from hpcai_jax.flops.xla import xla_cost
+from hpcai_jax.xla_cost import xla_cost
 
 
 def _config(model: str, image_size: int, batch: int, mesh: C.MeshConfig) -> C.RunConfig:
@@ -218,3 +218,23 @@ def test_counts_kept_by_an_earlier_run_give_the_same_crosscheck():
     kept = json.loads(json.dumps(analytic_figures(config)))
     assert crosscheck(config, 3.0e9, figures=kept) == counted
     assert counted.notes == kept["notes"] and counted.apc_table3 == kept["table3"]
+
+
+def test_the_run_s_setup_is_counted_and_no_second_one_built(monkeypatch):
+    """A run hands the cross-check its own setup (run/measured_step.py): the counts are those
+    of a setup built for the configuration, and none is built (one RunSetup per run)."""
+    from hpcai_jax.engine.setup import build_setup
+    from hpcai_jax.flops import crosscheck as module
+
+    config = _config("resnet_small", 28, 16, C.MeshConfig(ensemble_size=2, parallel_degree=4))
+    devices = jax.devices()
+    built = module.analytic_figures(config, devices)  # cached where an earlier test counted it
+    setup = build_setup(config, devices=devices, open_data=False)
+
+    def second(*args, **kwargs):
+        raise AssertionError("the cross-check built a second RunSetup")
+
+    monkeypatch.setattr(module, "build_setup", second)
+    module._analytic.cache_clear()  # nothing counted for the configuration before
+    module.count_ensemble_step.cache_clear()
+    assert module.analytic_figures(setup.config, devices, setup) == built

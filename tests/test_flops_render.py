@@ -7,7 +7,7 @@ from hpcai_jax import config as C
 from hpcai_jax import records
 from hpcai_jax.flops.crosscheck import count_config, crosscheck
 from hpcai_jax.flops.mode import FlopsResult, flops_record, render_flops
-from hpcai_jax.flops.xla import XlaCost
+from hpcai_jax.xla_cost import XlaCost
 
 
 def _config() -> C.RunConfig:

@@ -1,10 +1,12 @@
 """run/hooks.py's registry: each hook runs on its schedule (a period, the last step, or a `when`
-it learns as the run goes), reads a StepInfo, asks the trainer's Services, and the first Stop
+it learns as the run goes), reads a StepInfo, asks the trainer's Services, and the first Outcome
 ends the round."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+
+import pytest
 
 from hpcai_jax.run import hooks
 
@@ -47,7 +49,7 @@ def test_each_hook_runs_on_its_schedule_and_reads_the_step_info():
 
 
 def test_the_first_stop_ends_the_round():
-    stop = hooks.Stop(hooks.Status.PARTIAL, "preempted")
+    stop = hooks.Outcome(hooks.Status.PARTIAL, "preempted")
     later: list[int] = []
     registry = hooks.Hooks()
     registry.add(lambda info, run: stop if info.done == 2 else None)
@@ -56,6 +58,13 @@ def test_the_first_stop_ends_the_round():
     assert registry.run(ctx, 1) is None
     assert registry.run(ctx, 2) is stop
     assert later == [1]  # the hook after the stop did not run in its round
+
+
+@pytest.mark.parametrize("schedule", [{"every": 2}, {"every": 0}, {"at_last": True}])
+def test_a_hook_has_one_schedule(schedule):
+    """`when=` beside `every=` or `at_last=` is refused at registration: neither wins."""
+    with pytest.raises(ValueError, match="not both"):
+        hooks.Hooks().add(lambda info, run: None, when=lambda info: True, **schedule)
 
 
 def test_a_progress_line_is_due_once_a_due_step_is_booked_and_after_the_last():

@@ -219,7 +219,7 @@ def test_a_signal_stops_an_evaluation_before_its_next_batch(handlers, capfd):
             raise caught.value
 
     stop = hooks.Evaluation()(hooks.StepInfo(8, 20, None, None, None), Run())
-    assert stop == hooks.Stop(hooks.Status.PARTIAL, reason)
+    assert stop == hooks.Outcome(hooks.Status.PARTIAL, reason)
 
 
 # A short run in process (tests/test_reliability.py's, whose step the suite's compilation cache

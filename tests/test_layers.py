@@ -98,6 +98,51 @@ def test_the_engine_layers_import_only_downward():
             assert not dep.startswith("hpcai_jax.settings"), (module, dep)
 
 
+# CONTRIBUTING.md's packages below the engine: they import none of its layers and none of the
+# modes and tools above (STREAM's kernels take XLA's count from the foundations, xla_cost.py;
+# the engine's memory check the memory queries, device_memory.py). The arrows that still run up,
+# each with the issue that removes it: STREAM's mode reads the composed settings (issue 67,
+# "STREAM takes its own config").
+BELOW_THE_ENGINE = ("data", "workloads", "models", "ops", "stream", "records")
+ON_TOP = ("settings", "flags", "help", "dry_run", "sweep_paper", "sweep_plan")
+STILL_UP = {("hpcai_jax.stream.benchmark", "hpcai_jax.settings")}
+
+
+def _upward_from_below(graph) -> set[tuple[str, str]]:
+    above = ENGINE_LAYERS + ABOVE_THE_ENGINE + ON_TOP
+    return {
+        (module, dep)
+        for module, deps in graph.items()
+        if _package(module) in BELOW_THE_ENGINE
+        for dep in deps
+        if _package(dep) in above
+    }
+
+
+def test_the_packages_below_the_engine_import_nothing_above_them():
+    graph = _imports()
+    assert _upward_from_below(graph) == STILL_UP
+    # It can fail: STREAM's kernels on flops/ again, the engine loop engine → stream → flops.
+    graph["hpcai_jax.stream.kernels"] = graph["hpcai_jax.stream.kernels"] | {"hpcai_jax.flops"}
+    assert ("hpcai_jax.stream.kernels", "hpcai_jax.flops") in _upward_from_below(graph)
+
+
+def test_contributing_names_the_layers_this_file_checks():
+    """CONTRIBUTING.md's "The layers" rule names the packages below the engine, the engine's
+    layers in order and the modes above as this file checks them."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    rule = text[text.index("- The layers (`tests/test_layers.py`)") :].split("\n- ")[0]
+    below, rest = rule.split("sit below the engine")
+    layers, above = rest.split("none the modes and")
+
+    def folders(part: str) -> list[str]:
+        return re.findall(r"`([a-z_]+)/`", part)
+
+    assert tuple(folders(below)) == BELOW_THE_ENGINE
+    assert tuple(folders(layers)) == ENGINE_LAYERS
+    assert folders(above) == [p for p in ABOVE_THE_ENGINE if (PACKAGE / p).is_dir()]
+
+
 def test_no_engine_module_imports_a_concrete_workload_or_model():
     """The engine sees workloads through their protocol and factory only (workloads/base.py,
     workloads/__init__.py): a new workload needs no engine change."""

@@ -12,6 +12,7 @@ from helpers import ROOT, tiny_config, train_alone
 from jax import lax
 
 from hpcai_jax import config as C
+from hpcai_jax import member_forms
 from hpcai_jax.data.pipeline import train_batch
 from hpcai_jax.engine.compiled import abstract_batch
 from hpcai_jax.engine.member_map import resolve_member_map
@@ -21,9 +22,9 @@ from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.analytic import count_fn
 from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.mode import compile_train_step
-from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.ops import member_conv
 from hpcai_jax.ops.member_conv import MemberConv
+from hpcai_jax.xla_cost import xla_cost
 
 NHWC = ("NHWC", "HWIO", "NHWC")
 # (height, width, in, out, kernel, strides, padding): every convolution kind of the models:
@@ -170,7 +171,7 @@ MAPPED = {
     "unroll": C.MeshConfig(4, 2, 4, member_strategy="unroll"),
     **{
         form: C.MeshConfig(4, 2, 4, member_strategy="vmap", member_map=form)
-        for form in C.VMAP_FORMS
+        for form in member_forms.VMAP_FORMS
     },
 }
 
@@ -381,3 +382,41 @@ def test_no_function_defaults_the_member_mapping_to_a_string():
         for hit in _string_defaults(ast.parse(path.read_text()))
     ]
     assert not found, found
+
+
+# Where a form's or formulation's name stands for something else, or is a choice of forms to
+# measure rather than code a new form changes: lax's scan primitive (flops/analytic.py), the
+# smoke sizes' picks (acceptance/sizes.py), the layer table's sequential rows (acceptance/
+# member_layers.py: every form whose convolutions loop).
+OTHER_MEANINGS = {
+    "hpcai_jax/flops/analytic.py": {"scan"},
+    "hpcai_jax/acceptance/sizes.py": {"scan", "batched"},
+    "hpcai_jax/acceptance/member_layers.py": {"loop"},
+}
+
+
+def _named(names: set[str]) -> dict[str, set[str]]:
+    """Package file → the names of `names` its code spells as a string."""
+    found = {}
+    for path in sorted((ROOT / "hpcai_jax").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        hits = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names}
+        rel = path.relative_to(ROOT).as_posix()
+        if hits - OTHER_MEANINGS.get(rel, set()):
+            found[rel] = hits
+    return found
+
+
+def test_a_new_member_form_touches_at_most_three_package_files():
+    """A form is a row of hpcai_jax/member_forms.py; a new formulation of the convolutions is
+    ops/member_conv.py's name and ops/member_batched.py's code. No other package file spells a
+    --member_map form or a formulation (`unroll` is also --member_strategy's word)."""
+    forms = set(member_forms.VMAP_FORMS)
+    formulations = set(member_conv.FORMULATIONS)
+    touched = set(_named(forms | formulations))
+    assert touched == {
+        "hpcai_jax/member_forms.py",
+        "hpcai_jax/ops/member_conv.py",
+        "hpcai_jax/ops/member_batched.py",
+    }, touched
+    assert set(_named(forms)) == {"hpcai_jax/member_forms.py"}

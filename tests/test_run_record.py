@@ -20,11 +20,11 @@ from hpcai_jax.engine.setup import build_setup
 from hpcai_jax.errors import UsageError
 from hpcai_jax.flops.crosscheck import SOURCE_ANALYTIC, SOURCE_XLA, FlopFigures, crosscheck
 from hpcai_jax.flops.roofline import stream_bandwidth
-from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run import summary
 from hpcai_jax.run.measured_step import MeasuredStep
 from hpcai_jax.run.progress import Progress, skipped_examples
+from hpcai_jax.xla_cost import XlaCost
 
 M, B, DEVICES = 4, 16, 8
 STEP_S = [0.4, 0.5, 0.6, 0.5, 0.5]  # the fake clock: timed steps 1..5 (step 0 is warm-up)

@@ -15,8 +15,8 @@ from packaging.version import Version
 
 from hpcai_jax import third_party
 from hpcai_jax.acceptance.items import FAIL, PASS, WARN, Item
+from hpcai_jax.device_memory import device_memory_bytes
 from hpcai_jax.nodecheck import system
-from hpcai_jax.stream.placement import device_memory_bytes
 
 GROUP = "environment"
 # pyproject.toml's jax requirement (a test keeps the two equal).

@@ -19,6 +19,7 @@ import jax
 from hpcai_jax import gpu_settings
 from hpcai_jax.acceptance.items import FAIL, PASS, WARN, Item, from_row
 from hpcai_jax.acceptance.sizes import Sizes
+from hpcai_jax.device_memory import device_memory_bytes
 from hpcai_jax.nodecheck import compute, expectations, inputs, system, training
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.rows import NA, skipped
@@ -28,7 +29,6 @@ from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.cache import largest_cache
 from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.datasheet import memory_bandwidth
-from hpcai_jax.stream.placement import device_memory_bytes
 
 # STREAM on HBM reaches 80-93 % of the datasheet; under 70 % is worth a look, under 40 % broken.
 STREAM_PASS, STREAM_WARN = 0.7, 0.4

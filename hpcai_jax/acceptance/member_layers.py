@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from hpcai_jax import member_forms
 from hpcai_jax.ops import member_conv
-
-NHWC = ("NHWC", "HWIO", "NHWC")
+from hpcai_jax.ops.member_batched import NHWC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,12 +39,16 @@ LAYERS = (
     Layer("28² 16→32 1×1 s2", 28, 16, 32, 1, 2),
     Layer("7² 64→64 3×3 s1", 7, 64, 64, 3, 1),
 )
-# Formulations of ops/member_conv.py, as the member maps use them, and the ideal.
+# Formulations of ops/member_conv.py, as the member forms use them (hpcai_jax/member_forms.py),
+# and the ideal: `sequential` is every form whose convolutions loop over the members (scan and
+# conv_loop), `grouped` XLA's own batching.
 FORMS = {
-    "sequential": "loop",  # scan and conv_loop: the members' convolutions one after another
-    "batched": "im2col",
-    "batched_grouped": "grouped_vjp",
-    "grouped": None,  # XLA's own batching
+    "sequential": "loop",
+    **{
+        name: f.formulation
+        for name, f in member_forms.FORMS_TABLE.items()
+        if f.mapped and not f.loops
+    },
     "ideal": "ideal",  # one member at batch M·B
 }
 PASSES = ("forward", "input_grad", "weight_grad")

@@ -13,8 +13,7 @@ import time
 
 from hpcai_jax.acceptance import member_layers
 from hpcai_jax.acceptance.items import PASS, WARN, Item, from_row
-from hpcai_jax.config import VMAP_FORMS
-from hpcai_jax.engine.member_map import ONE_KERNEL_PER_LAYER
+from hpcai_jax.member_forms import ONE_KERNEL_PER_LAYER, VMAP_FORMS, XLA_BATCHED
 from hpcai_jax.nodecheck import training
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.rows import NA, skipped
@@ -42,7 +41,7 @@ def layer_items(ctx, allotment: Allotment, share: float) -> list[Item]:
             items.append(from_row(GROUP, skipped(name, why)))
             continue
         total = member_layers.summary(rows, m, b)
-        for form in (*ONE_KERNEL_PER_LAYER, "grouped", "ideal"):
+        for form in (*ONE_KERNEL_PER_LAYER, XLA_BATCHED, "ideal"):
             if form in total and "sequential" in total:
                 items.append(
                     Item(

@@ -1,6 +1,6 @@
 """A step compiled ahead of timing: its abstract batch, the lowering and compile timed apart
 from the steps, and the same step lowered again with its members' loops written out for XLA's
-cost analysis (flops/xla.py), which counts a loop's body once."""
+cost analysis (xla_cost.py), which counts a loop's body once."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def abstract_batch(mesh: Mesh, layout: MeshLayout, batch_size: int, fields: Fiel
 @dataclasses.dataclass(frozen=True)
 class StepBuild:
     """A compiled step, how long lowering and compiling took, and the lowered program (whose
-    FLOPs count where the compiled one calls libraries: flops/xla.py). `counted`: the same step
+    FLOPs count where the compiled one calls libraries: xla_cost.py). `counted`: the same step
     with its loops over members written out, lowered for cost analysis only (None: no loops)."""
 
     compiled: jax.stages.Compiled

@@ -24,70 +24,55 @@ another (`lax.map`'s batch_size): the memory knob between `scan` and all members
 
 from __future__ import annotations
 
-from hpcai_jax.config import Form
+from hpcai_jax import member_forms
 from hpcai_jax.errors import UsageError
 
-# The member convolutions' formulation (ops/member_conv.py) each form traces its members in.
-FORMULATIONS: dict[Form, str | None] = {
-    "unroll": None,
-    "scan": "loop",
-    "conv_loop": "loop",
-    "batched": "im2col",
-    "batched_grouped": "grouped_vjp",
-    "grouped": None,
-}
-SEQUENTIAL = ("scan",)  # whole members one after another
-ONE_KERNEL_PER_LAYER = ("batched", "batched_grouped")
-
-
-# What each form does, as the record's member_strategy_why says it.
-DOES = {
-    "scan": "sequential: whole members one after another in a loop",
-    "conv_loop": "batched layers, each convolution a loop over the members",
-    "batched": "one kernel per layer, convolutions as batched products",
-    "batched_grouped": "one kernel per layer, k×k convolutions as one grouped convolution",
-    "grouped": "plain jax.vmap, XLA's grouped convolutions",
-}
-
-
-# --member_strategy=auto per backend, and why (docs/members.md).
-MEMBER_STRATEGY_DEFAULTS = {
+# Why --member_strategy=auto picks member_forms' default per backend (docs/members.md).
+MEMBER_STRATEGY_WHY = {
     "cpu": (
-        "vmap",
         "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (docs/members.md): under "
         "scan the members run one after another in a loop at 0.91-1.55x separate steps' speed "
         "(M = 4, 16, 64; B = 8, 32, 128), as fast as unroll (0.97-1.43x) where unroll was built "
-        "(M <= 16), in a program that does not grow with them",
+        "(M <= 16), in a program that does not grow with them"
     ),
     "gpu": (
-        "unroll",
         "measured on one H200 by the acceptance's members group (docs/measurements.md) before "
         "the fast mapped forms existed: 2 members under grouped vmap ran at 0.08 of the "
-        "1-member rate, 4 under unroll at 0.65; the mapped forms are not measured on a GPU yet",
+        "1-member rate, 4 under unroll at 0.65; the mapped forms are not measured on a GPU yet"
     ),
-    "tpu": ("unroll", "not measured on a TPU yet; kept as on GPUs"),
+    "tpu": "not measured on a TPU yet; kept as on GPUs",
 }
 
-# --member_map=auto per backend, and why (docs/members.md).
-MEMBER_MAP_DEFAULTS = {
+# Why --member_map=auto picks member_forms' default per backend (docs/members.md).
+MEMBER_MAP_WHY = {
     "cpu": (
-        "scan",
         "measured on a 2-core CPU (docs/members.md): scan (sequential) ran 0.91-1.55x separate "
         "steps; every form that batches the members ran slower there: batched (one kernel per "
         "layer) 0.48-0.85x, conv_loop 0.65-0.81x, grouped 0.15-0.50x, batched_grouped "
-        "0.02-0.07x",
+        "0.02-0.07x"
     ),
     "gpu": (
-        "conv_loop",
         "not measured on a GPU yet: jax.vmap batches BatchNorm and elementwise kernels across "
-        "the members, each convolution keeps one member's cuDNN kernel",
+        "the members, each convolution keeps one member's cuDNN kernel"
     ),
-    "tpu": ("conv_loop", "not measured on a TPU yet; as on GPUs"),
+    "tpu": "not measured on a TPU yet; as on GPUs",
 }
 
 
-def _default(table: dict, backend: str) -> tuple[str, str]:
-    return table.get(backend, table["cpu"])
+def auto_form(backend: str, strategy: bool) -> str:
+    """`auto`'s pick on `backend` from the forms' table (hpcai_jax/member_forms.py: each row's
+    default_on; an unknown backend is taken as a CPU): --member_strategy's (`unroll` or `vmap`)
+    where `strategy`, else --member_map's."""
+    table = member_forms.FORMS_TABLE
+    known = backend if any(backend in f.default_on for f in table.values()) else "cpu"
+    if strategy:
+        return member_forms.UNROLL if known in table[member_forms.UNROLL].default_on else "vmap"
+    return next(n for n in member_forms.VMAP_FORMS if known in table[n].default_on)
+
+
+def _default(whys: dict, backend: str, strategy: bool) -> tuple[str, str]:
+    """`auto`'s pick from the forms' table, and why."""
+    return auto_form(backend, strategy), whys.get(backend, whys["cpu"])
 
 
 def resolve_member_strategy(
@@ -101,12 +86,12 @@ def resolve_member_strategy(
 
         measured = measured_strategy(check_record, backend)
     if members_per_device == 1:
-        return "unroll", "one member per device: nothing to map over"
+        return member_forms.UNROLL, "one member per device: nothing to map over"
     if requested != "auto":
         return requested, "--member_strategy"
     if measured is not None:
         return measured
-    strategy, why = _default(MEMBER_STRATEGY_DEFAULTS, backend)
+    strategy, why = _default(MEMBER_STRATEGY_WHY, backend, strategy=True)
     unmeasured = " (the check record did not measure it)" if check_record else ""
     return strategy, f"auto for {backend}{unmeasured}: {why}"
 
@@ -118,12 +103,18 @@ def resolve_member_map(
     models' convolutions (models/int8.py), so they must stay lax's; so does a member split over
     `model`, whose convolutions' gradients are typed varying over it."""
     if model_parallel > 1:
-        return "grouped", "--model_parallel: a split member's convolutions keep XLA's batching"
+        return (
+            member_forms.XLA_BATCHED,
+            "--model_parallel: a split member's convolutions keep XLA's batching",
+        )
     if dtype == "int8":
-        return "grouped", "--dtype=int8: qwix's quantized convolutions keep XLA's batching"
+        return (
+            member_forms.XLA_BATCHED,
+            "--dtype=int8: qwix's quantized convolutions keep XLA's batching",
+        )
     if requested != "auto":
         return requested, "--member_map"
-    how, why = _default(MEMBER_MAP_DEFAULTS, backend)
+    how, why = _default(MEMBER_MAP_WHY, backend, strategy=False)
     return how, f"auto for {backend}: {why}"
 
 
@@ -137,7 +128,7 @@ def resolve_mapping(
     members_per_device: int,
     model_parallel: int = 1,
     check_record: str = "",
-) -> tuple[Form, int, str]:
+) -> tuple[str, int, str]:
     """(form, group, why): the one mapping both flags resolve to on this backend
     (engine/plan.MemberMapping: its form and members batched at once, 0 for all), and why (the
     record's mesh.member_strategy_why). Raises UsageError for a --member_group the form cannot
@@ -146,7 +137,7 @@ def resolve_mapping(
         strategy_flag, backend, members_per_device, check_record
     )
     form, form_why = resolve_member_map(map_flag, backend, dtype, model_parallel)
-    if group and (strategy != "vmap" or form in SEQUENTIAL):
+    if group and (strategy != "vmap" or member_forms.FORMS_TABLE[form].sequential):
         mapped = form if strategy == "vmap" else f"--member_strategy={strategy}"
         raise UsageError(
             f"--member_group={group}: {mapped} runs the members one at a time; give a jax.vmap "
@@ -156,9 +147,9 @@ def resolve_mapping(
         raise UsageError(
             f"--member_group={group} must divide the {members_per_device} members per device"
         )
-    if strategy == "unroll":
-        return "unroll", 0, why
-    why = f"{why}; members mapped as {form} ({DOES[form]}): {form_why}"
+    if strategy == member_forms.UNROLL:
+        return member_forms.UNROLL, 0, why
+    why = f"{why}; members mapped as {form} ({member_forms.FORMS_TABLE[form].does}): {form_why}"
     if 0 < group < members_per_device:
         why += f"; {group} members at a time (--member_group)"
     return form, group if 0 < group < members_per_device else 0, why

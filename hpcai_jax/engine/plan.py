@@ -9,36 +9,39 @@ import dataclasses
 
 from jax.sharding import Mesh
 
-from hpcai_jax.config import FORMS, Form
+from hpcai_jax import member_forms
 from hpcai_jax.engine.collectives import AllreducePlan
-from hpcai_jax.engine.member_map import FORMULATIONS
 from hpcai_jax.engine.mesh import MeshLayout
 from hpcai_jax.ops.member_conv import MemberConv
 
 
 @dataclasses.dataclass(frozen=True)
 class MemberMapping:
-    """How a device runs its members: `form` (FORMS); `group`, how many a jax.vmap form batches
+    """How a device runs its members: `form` (hpcai_jax/member_forms.py's table); `group`, how many a jax.vmap form batches
     at once (0: all of them), the groups one after another; `written_out`, loops over members
     written out (the counting program: cost analysis counts a loop's body once)."""
 
-    form: Form
+    form: str
     group: int = 0
     written_out: bool = False
 
+    # The form's row of hpcai_jax/member_forms.py's table: what it does, how it is counted.
+    row: member_forms.MemberForm = dataclasses.field(init=False, repr=False, compare=False)
+
     def __post_init__(self):
-        if self.form not in FORMS:
-            raise ValueError(f"member mapping {self.form!r} not in {FORMS}")
+        if self.form not in member_forms.FORMS_TABLE:
+            raise ValueError(f"member mapping {self.form!r} not in {member_forms.FORMS}")
+        object.__setattr__(self, "row", member_forms.FORMS_TABLE[self.form])
 
     @property
     def strategy(self) -> str:
         """--member_strategy's value: `unroll`, or `vmap` for every jax.vmap form."""
-        return "unroll" if self.form == "unroll" else "vmap"
+        return member_forms.UNROLL if self.row.unrolled else "vmap"
 
     @property
     def conv(self) -> MemberConv:
         """The convolution the members' models are built with (ops/member_conv.py)."""
-        return MemberConv(FORMULATIONS[self.form], self.written_out)
+        return MemberConv(self.row.formulation, self.written_out)
 
     @property
     def recorded(self) -> str:
@@ -47,16 +50,16 @@ class MemberMapping:
 
     def has_loop(self, members: int) -> bool:
         """Whether the step loops over members (cost analysis then counts one trip)."""
-        if self.form in ("scan", "conv_loop"):
+        if self.row.loops:
             return True
-        return self.form != "unroll" and 0 < self.group < members
+        return self.row.mapped and 0 < self.group < members
 
     def loop_trips(self, members: int) -> int:
         """How often the step's loop over members runs in all (1: no loop): each member once
         where members run in a loop, each group once under --member_group."""
         if not self.has_loop(members):
             return 1
-        return members if self.form in ("scan", "conv_loop") else members // self.group
+        return members if self.row.loops else members // self.group
 
     def counting(self) -> MemberMapping | None:
         """The mapping of the program XLA's cost analysis counts, or None where the compiled
@@ -64,18 +67,18 @@ class MemberMapping:
         in a loop written out, each convolution lax's own, whatever the form runs. Cost
         analysis counts a loop's body once, and the batched products of im2col multiply the
         padding's zeros as well: the FLOPs are the model's, one count for every form."""
-        if self.form in ("unroll", "grouped"):
+        if self.row.counted == "compiled":
             return None
-        return MemberMapping("scan", written_out=True)
+        return dataclasses.replace(SCAN, written_out=True)
 
     def update(self) -> MemberMapping:
         """The optimizer update's mapping: plain jax.vmap (no convolution), or the loop."""
-        return self if self.form == "unroll" else GROUPED
+        return self if self.row.unrolled else GROUPED
 
 
-SCAN = MemberMapping("scan")
-GROUPED = MemberMapping("grouped")
-UNROLL = MemberMapping("unroll")
+SCAN = MemberMapping(member_forms.SEQUENTIAL)
+GROUPED = MemberMapping(member_forms.XLA_BATCHED)
+UNROLL = MemberMapping(member_forms.UNROLL)
 
 
 @dataclasses.dataclass(frozen=True)

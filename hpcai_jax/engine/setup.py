@@ -16,6 +16,7 @@ from hpcai_jax.config import RunConfig, TrainConfig, resolved_batch
 from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
+from hpcai_jax.device_memory import device_memory_bytes
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.collectives import resolve_plan
 from hpcai_jax.engine.evaluate import build_eval_step, subset_plan
@@ -27,7 +28,6 @@ from hpcai_jax.engine.plan import MemberMapping, StepPlan
 from hpcai_jax.engine.step import build_train_step
 from hpcai_jax.engine.subsets import SubsetPlan
 from hpcai_jax.errors import UsageError
-from hpcai_jax.stream.placement import device_memory_bytes
 from hpcai_jax.workloads import Workload, make_workload
 
 # Synthetic data has no size of its own; an "epoch" of it is one ImageNet-1k training epoch.
@@ -142,7 +142,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     )
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
     mapping, why = _member_mapping(config, layout)
-    if mapping.form != "unroll":
+    if mapping.row.memory_checked:
         together = mapping.group or layout.members_per_device
         share = tc.batch_size // layout.parallel_degree
         check_fits(workload, mapping.form, together, share, device_memory_bytes(devices[0]))

@@ -23,7 +23,6 @@ from jax.sharding import PartitionSpec as P
 from hpcai_jax.axes import BATCH_SPEC, DATA, ENSEMBLE, MEMBER_SPEC, MODEL
 from hpcai_jax.engine import optimizer as loss_scale
 from hpcai_jax.engine.collectives import AllreducePlan, reduce_gradients
-from hpcai_jax.engine.member_map import SEQUENTIAL
 from hpcai_jax.engine.plan import MemberMapping, StepPlan
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.workloads.base import Workload
@@ -45,9 +44,9 @@ def map_members(fn: Callable, mapping: MemberMapping, *stacked):
     """fn applied to each local member's slices of `stacked`, results stacked [m_local, ...],
     as `mapping` says (engine/member_map.py): a loop, jax.vmap (in groups), or under `unroll` a
     Python loop. fn's model must be built with the mapping's convolution (`member_model`)."""
-    if mapping.form in SEQUENTIAL:
+    if mapping.row.sequential:
         return mapping.conv.loop(fn, *stacked)
-    if mapping.form != "unroll":
+    if mapping.row.mapped:
         return _in_groups(jax.vmap(fn), mapping, *stacked)
     count = jax.tree.leaves(stacked)[0].shape[0]
     outs = [fn(*jax.tree.map(lambda x, i=i: x[i], stacked)) for i in range(count)]

@@ -71,7 +71,7 @@ def write_json(path: Path, analysis: dict) -> None:
 def counted(step_lowered, count: Callable[[], object]) -> tuple[object, bool]:
     """(the counting program's analysis, whether it came from the cache): the cached figures
     of this very step, else `count()` (the counting program, lowered) analysed and kept."""
-    from hpcai_jax.flops.xla import before_optimisation
+    from hpcai_jax.xla_cost import before_optimisation
 
     path = folder() / f"{key(step_lowered)}.json"
     cached = _read(path)

@@ -21,7 +21,7 @@ from hpcai_jax.data.datasets import data_spec
 from hpcai_jax.engine import state as ensemble
 from hpcai_jax.engine.compiled import abstract_batch
 from hpcai_jax.engine.optimizer import make_optimizer
-from hpcai_jax.engine.setup import build_setup
+from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.step import member_train_step
 from hpcai_jax.flops.analytic import FlopCount, count_fn
 from hpcai_jax.workloads import Workload, image_classifier, make_workload
@@ -119,14 +119,19 @@ def count_config(config: RunConfig) -> ModelFlops:
 
 @functools.lru_cache(maxsize=8)
 def count_ensemble_step(config: RunConfig, device_ids: tuple[int, ...] | None = None) -> FlopCount:
-    """The whole ensemble's training step as the engine builds it (shard_map over the mesh),
-    counted from its jaxpr: per-device bodies × the devices they run on. Its batch is M × |B|."""
+    """The whole ensemble's training step as the engine builds it for `config` (a setup of its
+    own: for the callers that hold none), counted as `count_setup` counts it."""
     devices = None
     if device_ids is not None:
         by_id = {d.id: d for d in jax.devices()}
         devices = [by_id[i] for i in device_ids]
-    setup = build_setup(config, devices=devices, open_data=False)
-    m, b = setup.layout.ensemble_size, config.train.batch_size
+    return count_setup(build_setup(config, devices=devices, open_data=False))
+
+
+def count_setup(setup: RunSetup) -> FlopCount:
+    """A setup's ensemble training step (shard_map over the mesh) counted from its jaxpr:
+    per-device bodies × the devices they run on. Its batch is M × |B|."""
+    m, b = setup.layout.ensemble_size, setup.config.train.batch_size
     batch = abstract_batch(setup.mesh, setup.layout, b, setup.workload.spec.fields)
     # The model's FLOPs, one count for every form of mapping the members (RunSetup.count_step).
     step = setup.count_step or setup.train_step
@@ -146,9 +151,15 @@ SOURCE_ANALYTIC = "analytic_xla_rules"
 def _analytic(
     config: RunConfig, device_ids: tuple[int, ...]
 ) -> tuple[ModelFlops, FlopCount | None, str]:
+    return _counted(config, lambda: count_ensemble_step(config, device_ids))
+
+
+def _counted(config: RunConfig, ensemble_step) -> tuple[ModelFlops, FlopCount | None, str]:
+    """One member's counts and the ensemble step's (`ensemble_step()`), or why the latter is
+    missing."""
     member = count_config(config)
     try:
-        ensemble = count_ensemble_step(config, device_ids)
+        ensemble = ensemble_step()
         note = ""
     except Exception as e:  # noqa: BLE001 - the record says why; the per-member count stands
         ensemble, note = (
@@ -220,12 +231,18 @@ class FlopFigures:
         return dataclasses.asdict(self)
 
 
-def analytic_figures(config: RunConfig, devices: list | None = None) -> dict:
+def analytic_figures(
+    config: RunConfig, devices: list | None = None, setup: RunSetup | None = None
+) -> dict:
     """What the cross-check takes from the analytic counts alone (JSON, so that a run can keep
     them: flops/host_cache.py): the per-member and ensemble walks' figures, Table 3's APC, the
-    named stages and the notes."""
-    device_ids = tuple(d.id for d in (jax.devices() if devices is None else devices))
-    member, ensemble, note = _analytic(config, device_ids)
+    named stages and the notes. `setup`: the run's own, whose step is counted (one setup per
+    run); without it, one is built for `config` on `devices` and its counts cached."""
+    if setup is not None:
+        member, ensemble, note = _counted(config, lambda: count_setup(setup))
+    else:
+        device_ids = tuple(d.id for d in (jax.devices() if devices is None else devices))
+        member, ensemble, note = _analytic(config, device_ids)
     m, b = config.mesh.ensemble_size, config.train.batch_size
     walk = ensemble.total("xla") if ensemble is not None else m * member.train_step.total("xla")
     notes = [n for n in (note, *member.train_step.notes) if n]

@@ -34,9 +34,9 @@ from hpcai_jax.flops.tables import (
     forward_table,
     train_table,
 )
-from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.records import write as record_write
 from hpcai_jax.records.flops import FlopsPeaks, FlopsRecord, FlopsReport
+from hpcai_jax.xla_cost import XlaCost, xla_cost
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,8 @@ import jax
 
 from hpcai_jax import metrics, records
 from hpcai_jax.errors import UsageError
-from hpcai_jax.flops.xla import XlaCost
 from hpcai_jax.stream.config import StreamConfig
+from hpcai_jax.xla_cost import XlaCost
 
 # Triad at start: float32 arrays of BabelStream's default 2^25 elements on a CPU (128 MiB each,
 # past the 4x-largest-cache rule here), a tenth of device memory for the three arrays elsewhere;

@@ -8,6 +8,7 @@ import time
 
 import jax
 
+from hpcai_jax.device_memory import device_memory_bytes
 from hpcai_jax.flops.peaks import measure_matmul_peak_all, peak_flops_per_device
 from hpcai_jax.nodecheck import expectations
 from hpcai_jax.nodecheck.budget import Allotment
@@ -17,7 +18,6 @@ from hpcai_jax.stream import measure_bandwidth
 from hpcai_jax.stream.cache import largest_cache
 from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.datasheet import memory_bandwidth
-from hpcai_jax.stream.placement import device_memory_bytes
 
 MATMUL_DTYPES = ("float32", "bfloat16", "float16")
 MAX_STREAM_TIMES = 100  # BabelStream's default

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from hpcai_jax.config import CheckRecordConfig
-from hpcai_jax.fields import field as _field
+from hpcai_jax.fields import setting as _field
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,27 +16,14 @@ import dataclasses
 import jax
 import numpy as np
 
+from hpcai_jax.device_memory import device_free_bytes, mem_available_bytes
 from hpcai_jax.nodecheck.budget import agree
-from hpcai_jax.stream.placement import mem_available_bytes
 
 # What one item may take of the host's available memory (CPU devices): the rest is the check's
 # own runtime and compiler (about 2 GB with a ResNet-50), and the other jobs on the host.
 HOST_FRACTION = 0.3
 # Of an accelerator's free memory: the rest is the runtime's and fragmentation's.
 DEVICE_FRACTION = 0.85
-
-
-def device_free_bytes(device) -> int | None:
-    """An accelerator's free memory: its allocator's limit less what is in use, or its size."""
-    try:
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - not every backend implements it
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
-    from hpcai_jax.stream.placement import device_memory_bytes
-
-    return device_memory_bytes(device)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,18 +20,18 @@ import numpy as np
 
 from hpcai_jax import config as C
 from hpcai_jax.data.pipeline import synthetic_batch
-from hpcai_jax.engine.member_map import MEMBER_STRATEGY_DEFAULTS
+from hpcai_jax.device_memory import device_memory_bytes
+from hpcai_jax.engine.member_map import auto_form
 from hpcai_jax.flops.crosscheck import crosscheck
 from hpcai_jax.flops.peaks import peak_flops_per_device
-from hpcai_jax.flops.xla import xla_cost
 from hpcai_jax.nodecheck.budget import Allotment, agree
 from hpcai_jax.nodecheck.memory import Room
 from hpcai_jax.nodecheck.rows import FAIL, PASS, WARN, Row, judge, not_judged, skipped
 from hpcai_jax.nodecheck.step_fit import DoesNotFit, Sizing, build_step
 from hpcai_jax.run import member_figures
-from hpcai_jax.stream.placement import device_memory_bytes
 from hpcai_jax.telemetry.energy import read_energy
 from hpcai_jax.telemetry.memory import memory_analysis
+from hpcai_jax.xla_cost import xla_cost
 
 # The workload's own generated data set: the check never reads one from disk.
 GENERATED = {
@@ -410,7 +410,7 @@ def _strategy_verdict(
     winner = min(per_example, key=per_example.get)
     loser = "vmap" if winner == "unroll" else "unroll"
     backend = jax.default_backend()
-    default = MEMBER_STRATEGY_DEFAULTS.get(backend, MEMBER_STRATEGY_DEFAULTS["cpu"])[0]
+    default = auto_form(backend, strategy=True)
     section = {
         "winner": winner,
         "backend": backend,

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+# NHWC × HWIO → NHWC, the layout every member form takes (lax spells it ("NHWC", "HWIO", "NHWC")).
 NHWC = lax.ConvDimensionNumbers(lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2))
 
 
@@ -126,22 +127,20 @@ def grouped_forward(x, w, strides, pads, precision=None):
 
 
 def one_by_one(w, pads) -> bool:
-    """A 1×1 convolution without padding: one batched product in every batched form."""
+    """A 1×1 convolution without padding: one batched product in every batched formulation."""
     return w.shape[-4:-2] == (1, 1) and all(p == (0, 0) for p in pads)
 
 
-def batched_forward(form: str, strides, pads, precision):
-    """The members' forward as `form` computes it batched (a 1×1 convolution is a product)."""
+def batched_forward(formulation: str, strides, pads, precision):
+    """The members' forward as `formulation` computes it batched (a 1×1 convolution is a
+    product)."""
 
     def forward(x, w):
-        if form == "im2col" or one_by_one(w, pads):
+        if formulation == "im2col" or one_by_one(w, pads):
             return im2col_forward(x, w, strides, pads, precision)
         return grouped_forward(x, w, strides, pads, precision)
 
     return forward
-
-
-BATCHED = ("im2col", "grouped_vjp")
 
 
 def _broadcast(axis_size, in_batched, args):
@@ -152,32 +151,28 @@ def _broadcast(axis_size, in_batched, args):
     ]
 
 
-def forward_rule(form, fn, settings, loop, axis_size, in_batched, args):
-    """The batching of one member's forward convolution fn(x, w) over the members, as the
-    formulation `form` says: (out, out batched). `loop`: member_conv.loop."""
-    if form == "loop":
-        return loop(fn, *_broadcast(axis_size, in_batched, args)), True
-    if form in BATCHED:
-        return batched_forward(form, *settings)(*_broadcast(axis_size, in_batched, args)), True
-    # XLA's own batching of the same computation.
-    return jax.vmap(fn, in_axes=tuple(0 if b else None for b in in_batched))(*args), True
+def forward_rule(formulation, fn, settings, loop, axis_size, in_batched, args):
+    """The batching of one member's forward convolution fn(x, w) over the members, as
+    `formulation` (one of member_conv.FORMULATIONS) says: (out, out batched). `loop`:
+    member_conv.loop."""
+    args = _broadcast(axis_size, in_batched, args)
+    if formulation == "loop":
+        return loop(fn, *args), True
+    return batched_forward(formulation, *settings)(*args), True
 
 
-def gradient_rule(form, which, one, settings, loop, axis_size, in_batched, args):
+def gradient_rule(formulation, which, one, settings, loop, axis_size, in_batched, args):
     """The batching of one member's dx or dw (`which`, computed by one(x, w, dy)): "im2col"
     (and a 1×1 convolution under "grouped_vjp") takes its products' gradients, "grouped_vjp"
-    the gradient of its grouped forward (grad of vmap); "loop" loops the one-member forms;
-    otherwise XLA batches them (vmap of grad)."""
+    the gradient of its grouped forward (grad of vmap); "loop" loops the one-member forms."""
     strides, pads, precision = settings
     x, w, dy = _broadcast(axis_size, in_batched, args)
-    if form == "loop":
+    if formulation == "loop":
         return loop(one, x, w, dy), True
-    if form == "im2col" or (form in BATCHED and one_by_one(w, pads)):
+    if formulation == "im2col" or one_by_one(w, pads):
         if which == "dx":
             return im2col_input_grad(x.shape, w, dy, strides, pads, precision), True
         return im2col_weight_grad(x, dy, w.shape, strides, pads, precision), True
-    if form in BATCHED:
-        _, vjp = jax.vjp(batched_forward(form, strides, pads, precision), x, w)
-        dx, dw = vjp(dy.astype(x.dtype))
-        return (dx if which == "dx" else dw), True
-    return jax.vmap(one)(x, w, dy), True
+    _, vjp = jax.vjp(batched_forward(formulation, strides, pads, precision), x, w)
+    dx, dw = vjp(dy.astype(x.dtype))
+    return (dx if which == "dx" else dw), True

@@ -73,7 +73,6 @@ class MemberConv:
 
 
 PLAIN = MemberConv()
-_NHWC = NHWC
 
 
 def _plain_2d(lhs, rhs, settings: dict) -> bool:
@@ -81,7 +80,7 @@ def _plain_2d(lhs, rhs, settings: dict) -> bool:
     dn = lax.conv_dimension_numbers(lhs.shape, rhs.shape, settings.get("dimension_numbers"))
     ones = (1,) * (lhs.ndim - 2)
     return (
-        dn == _NHWC
+        dn == NHWC
         and settings.get("feature_group_count", 1) == 1
         and settings.get("batch_group_count", 1) == 1
         and tuple(settings.get("lhs_dilation") or ones) == ones
@@ -92,7 +91,7 @@ def _plain_2d(lhs, rhs, settings: dict) -> bool:
 
 def _forward(x, w, strides, pads, precision):
     return lax.conv_general_dilated(
-        x, w, strides, pads, dimension_numbers=_NHWC, precision=precision
+        x, w, strides, pads, dimension_numbers=NHWC, precision=precision
     )
 
 
@@ -111,7 +110,7 @@ def _input_grad(dy, w, strides, pads, precision, in_hw):
         (1, 1),
         window,
         lhs_dilation=strides,
-        dimension_numbers=_NHWC,
+        dimension_numbers=NHWC,
         precision=precision,
     )
 
@@ -133,7 +132,7 @@ def _weight_grad(x, dy, strides, pads, precision, k_hw):
         (1, 1),
         window,
         rhs_dilation=strides,
-        dimension_numbers=_NHWC,
+        dimension_numbers=NHWC,
         precision=precision,
         preferred_element_type=jnp.float32,
     )

@@ -8,7 +8,7 @@ Below every mode and tool: it imports neither JAX nor the engine, so a report re
 anywhere they are copied to.
 """
 
-from hpcai_jax.records.envelope import SCHEMA_VERSION, Provenance, Record
+from hpcai_jax.records.envelope import SCHEMA_VERSION, STATUSES, Provenance, Record, Status
 from hpcai_jax.records.flops import FlopsRecord
 from hpcai_jax.records.nodecheck import CheckRecord
 from hpcai_jax.records.read import KINDS, AnyRecord, load, read
@@ -19,12 +19,14 @@ from hpcai_jax.records.train import TrainRecord
 __all__ = [
     "KINDS",
     "SCHEMA_VERSION",
+    "STATUSES",
     "AnyRecord",
     "CheckRecord",
     "FlopsRecord",
     "Provenance",
     "Record",
     "RecordError",
+    "Status",
     "StreamRecord",
     "TrainRecord",
     "load",

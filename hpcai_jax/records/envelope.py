@@ -4,10 +4,25 @@ record is written."""
 
 from __future__ import annotations
 
+import enum
+
 from hpcai_jax.records.fields import field
 from hpcai_jax.records.schema import section
 
 SCHEMA_VERSION = 2
+
+
+class Status(enum.StrEnum):
+    """How a run ends, as its record's `status` says it; declared here only, so that a new
+    status is one line (the `status` field below says what each means)."""
+
+    COMPLETE = "complete"
+    PARTIAL = "partial"
+    INVALID = "invalid"
+    SMALL_ARRAYS = "small_arrays"
+
+
+STATUSES = tuple(s.value for s in Status)
 
 
 @section

@@ -15,7 +15,7 @@ from hpcai_jax.errors import UsageError, disk_full, is_full
 from hpcai_jax.file_modes import as_created
 from hpcai_jax.locks import Busy, PathLock
 from hpcai_jax.records import owned
-from hpcai_jax.records.envelope import Record
+from hpcai_jax.records.envelope import Record, Status
 from hpcai_jax.records.schema import to_dict
 
 
@@ -67,7 +67,7 @@ def claim(results_dir: str, run_id: str, overwrite: bool, resuming: bool = False
         existing = json.loads(path.read_text())
     except (OSError, ValueError):
         existing = {}
-    if resuming and existing.get("run_id") == run_id and existing.get("status") == "partial":
+    if resuming and existing.get("run_id") == run_id and existing.get("status") == Status.PARTIAL:
         return Claim(lock)
     lock.release()
     raise UsageError(

@@ -17,6 +17,7 @@ import numpy as np
 from absl import logging
 
 from hpcai_jax.engine.evaluate import EnsembleQuality, evaluate, out_of_bag
+from hpcai_jax.records import Status
 from hpcai_jax.run import interrupt
 from hpcai_jax.run.clock import RunClock
 from hpcai_jax.run.progress import Progress
@@ -134,7 +135,7 @@ def time_to_target(
     """(seconds, None), or (None, why)."""
     if target is None:
         return None, "no quality target (no held-out quality)"
-    if status == "invalid":
+    if status == Status.INVALID:
         return None, "the run is invalid"
     first = next((p for p in curve if p["ensemble"] >= target), None)
     if first is None:

@@ -2,7 +2,7 @@
 schedule (`Hooks.add(hook, every=N)` or `when=`, levanter's `TrainerHooks.add_hook`; big_vision's
 `itstime`): the divergence check, the progress line, the evaluation (and the stop at target),
 the curves, the preemption agreement, the checkpoint and the profile window. The trainer runs
-them in the order they were added; a hook that ends the run returns a `Stop`.
+them in the order they were added; a hook that ends the run returns its `Outcome`.
 
 A hook is called as hook(info, run): `info` (StepInfo) is what it reads, the step count, the
 state, the latest booked step's metrics and the run's bookkeeping; `run` (Services) is what it
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -28,6 +27,7 @@ from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.errors import PREEMPTED_EXIT_CODE
+from hpcai_jax.records import Status
 from hpcai_jax.run import checkpoint_interval as interval_rule
 from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import evaluation, member_figures
@@ -38,26 +38,10 @@ from hpcai_jax.run.progress import DivergenceWatch, Progress, skipped_examples
 from hpcai_jax.telemetry.mllog import MLLog
 
 
-class Status(enum.Enum):
-    """How a run ends, as its record's `status` says it."""
-
-    COMPLETE = "complete"
-    PARTIAL = "partial"  # preempted; resumable from its checkpoint
-    INVALID = "invalid"  # diverged: no FLOPS figure
-
-
-@dataclasses.dataclass(frozen=True)
-class Stop:
-    """A hook's reason to end the training loop before its last step."""
-
-    status: Status
-    reason: str = ""
-    at_target: bool = False
-
-
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """How the training loop ended: its status, why, and the process's exit code."""
+    """How the training loop ends: its status, why, and whether at the quality target. A hook
+    that ends the run returns one; the loop's end settles the last (`settle`)."""
 
     status: Status
     reason: str = ""
@@ -105,18 +89,22 @@ class Hooks:
     def add(
         self,
         hook: _H,
-        every: int = 1,
+        every: int | None = None,
         *,
         at_last: bool = False,
         when: Callable[[StepInfo], bool] | None = None,
     ) -> _H:
         """Registers `hook` to run after every `every` steps (and after the last: `at_last`),
-        or whenever `when(info)` holds."""
-        self._registered.append(Registered(hook, every, at_last, when))
+        or whenever `when(info)` holds; one schedule, so `when` with `every` or `at_last` is
+        refused rather than one silently winning. Neither: every step."""
+        if when is not None and (every is not None or at_last):
+            raise ValueError(f"hook {hook!r}: a schedule of every= (at_last=) or when=, not both")
+        self._registered.append(Registered(hook, 1 if every is None else every, at_last, when))
         return hook
 
-    def run(self, ctx: Context, done: int) -> Stop | None:
-        """Runs the hooks due after `done` steps; the first Stop ends the round and the run."""
+    def run(self, ctx: Context, done: int) -> Outcome | None:
+        """Runs the hooks due after `done` steps; the first Outcome ends the round and the
+        run."""
         run = Services(ctx)
         for r in self._registered:  # a hook before may have booked a step: a fresh info each
             info = StepInfo(done, ctx.total_steps, ctx.state, ctx.clock.last_metrics, ctx.progress)
@@ -180,6 +168,16 @@ class Services:
         """A checkpoint of the run now (inside `saving`)."""
         self._ctx.save(step)
 
+    def wait_saved(self) -> None:
+        """Waits until the checkpoints saved so far are on disk."""
+        self._ctx.ckpt.wait()
+
+    def save_final(self, step: int) -> None:
+        """The run's last checkpoint, complete on disk before the record may say "resumable"."""
+        with self.saving(f"the final checkpoint save of step {step}"):
+            self.save(step)
+            self._ctx.ckpt.close()
+
     def booked(self) -> list[tuple[int, StepMetrics, float | None]]:
         """The steps booked since the last call: (step, metrics, seconds or None if untimed)."""
         return self._ctx.clock.drain_booked()
@@ -235,7 +233,7 @@ class Context:
         self.ckpt.save(step, self.state, self.progress.to_meta())
 
 
-Hook = Callable[[StepInfo, Services], Stop | None]
+Hook = Callable[[StepInfo, Services], Outcome | None]
 
 
 @dataclasses.dataclass
@@ -243,10 +241,10 @@ class DivergenceCheck:
     """Reads the members' finite flags (registered every --divergence_check_every steps and
     after the last one); under --on_divergence=stop a non-finite member ends the run."""
 
-    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+    def __call__(self, info: StepInfo, run: Services) -> Outcome | None:
         with run.agreeing(jax.process_count() > 1):  # a gather of every process's flags
             why = run.diverged(keep_last=True)
-        return Stop(Status.INVALID, why) if why else None
+        return Outcome(Status.INVALID, why) if why else None
 
 
 @dataclasses.dataclass
@@ -273,7 +271,7 @@ class ProgressLine:
             and due(completed, self.every, info.total)
         )
 
-    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+    def __call__(self, info: StepInfo, run: Services) -> Outcome | None:
         metrics = info.metrics
         if info.done == info.total:
             self._line(info, metrics)  # the step before the last, where its line is due
@@ -312,19 +310,19 @@ class Evaluation:
     target: float | None = None
     last: tuple[int, EnsembleQuality | None] | None = None
 
-    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+    def __call__(self, info: StepInfo, run: Services) -> Outcome | None:
         done = info.done
         run.flush()
         if why := run.diverged(keep_last=False):
-            return Stop(Status.INVALID, why)
+            return Outcome(Status.INVALID, why)
         try:
             quality = run.evaluate(training=True)
         except evaluation.Stopped as e:  # a signal: the run ends here, resumable
-            return Stop(Status.PARTIAL, e.reason)
+            return Outcome(Status.PARTIAL, e.reason)
         self.last = (done, quality)
         if self.target is not None and evaluation.reached(quality, self.target):
             logging.info("the ensemble reached the target %g at step %d", self.target, done)
-            return Stop(Status.COMPLETE, at_target=True)
+            return Outcome(Status.COMPLETE, stopped_at_target=True)
         return None
 
 
@@ -336,7 +334,7 @@ class Preemption:
     guard: PreemptionGuard
     every: int
 
-    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+    def __call__(self, info: StepInfo, run: Services) -> Outcome | None:
         done = info.done
         if done >= info.total:
             return None
@@ -344,7 +342,7 @@ class Preemption:
         with run.agreeing(at_check and jax.process_count() > 1):
             stop = self.guard.stop_now(at_check)
         if stop:
-            return Stop(Status.PARTIAL, f"preempted by {self.guard.signal_name} at step {done}")
+            return Outcome(Status.PARTIAL, f"preempted by {self.guard.signal_name} at step {done}")
         return None
 
 
@@ -370,7 +368,7 @@ class Checkpoint:
             return done >= self.probe_at
         return self.ckpt.due(done)
 
-    def __call__(self, info: StepInfo, run: Services) -> Stop | None:
+    def __call__(self, info: StepInfo, run: Services) -> Outcome | None:
         done = info.done
         if self.probe_at is not None:
             self._probe(info, run)
@@ -385,7 +383,7 @@ class Checkpoint:
             start = run_clock.read()
             run.save(done)
             saved = run_clock.read()
-            self.ckpt.wait()
+            run.wait_saved()
             written = run_clock.read()
         step_s = interval_rule.median_step(info.progress.step_s) or (saved - start)
         # Every process must save at the same steps: process 0's measurements decide.
@@ -413,14 +411,10 @@ def checkpoint(setup: RunSetup, first: int, ckpt: Checkpointer | None) -> Checkp
     return Checkpoint(interval_rule.not_probed(probe_at, mtbf_h), ckpt, probe_at, total, mtbf)
 
 
-def settle(ctx: Context, stop: Stop | None) -> Outcome:
+def settle(ctx: Context, stop: Outcome | None) -> Outcome:
     """The loop's end: every step's flags read (a preemption's too, so a member that went
     non-finite just before the stop is dated or pruned as it would have been without it)."""
-    outcome = (
-        Outcome(Status.COMPLETE)
-        if stop is None
-        else Outcome(stop.status, stop.reason, stop.at_target)
-    )
+    outcome = stop or Outcome(Status.COMPLETE)
     if outcome.status is not Status.INVALID and (why := ctx.watch.check(keep_last=False)):
         outcome = Outcome(Status.INVALID, why, outcome.stopped_at_target)
     rc, m = ctx.setup.config.reliability, ctx.setup.layout.ensemble_size

@@ -18,10 +18,10 @@ from hpcai_jax.flops import analytic, counted_cache, host_cache
 from hpcai_jax.flops import crosscheck as crosscheck_module
 from hpcai_jax.flops.crosscheck import FlopFigures, analytic_figures, crosscheck
 from hpcai_jax.flops.peaks import bandwidth_at_start, matmul_peaks
-from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.run import interrupt, startup
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
 from hpcai_jax.telemetry.memory import memory_analysis
+from hpcai_jax.xla_cost import XlaCost, xla_cost
 
 # The note of a cross-check whose analytic counts an earlier run kept (flops/host_cache.py).
 KEPT_COUNTS = "the analytic counts were "
@@ -94,7 +94,9 @@ def _crosscheck(setup: RunSetup, lowered, cost: XlaCost, run_id: str) -> FlopFig
         [d.id for d in devices],
         host_cache.code_digest(analytic, crosscheck_module),
     )
-    figures, source = host_cache.kept(what, lambda: analytic_figures(config, devices), run_id)
+    figures, source = host_cache.kept(
+        what, lambda: analytic_figures(config, devices, setup), run_id
+    )
     cross = crosscheck(config, cost.flops, devices, figures)
     if source:
         cross.notes.append(f"{KEPT_COUNTS}{source}")

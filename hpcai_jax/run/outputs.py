@@ -18,12 +18,12 @@ from pathlib import Path
 from absl import logging
 
 from hpcai_jax.errors import UsageError
-from hpcai_jax.records import owned
+from hpcai_jax.records import Status, owned
 from hpcai_jax.records import write as record_write
 from hpcai_jax.run import kept_weights
 from hpcai_jax.telemetry import mllog
 
-FINISHED = ("complete", "invalid")  # a record no preempted run's may replace
+FINISHED = (Status.COMPLETE, Status.INVALID)  # a record no preempted run's may replace
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,8 +16,7 @@ from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.flops.crosscheck import FlopFigures
 from hpcai_jax.flops.roofline import roofline
-from hpcai_jax.flops.xla import XlaCost
-from hpcai_jax.records import train
+from hpcai_jax.records import Status, train
 from hpcai_jax.run import clock, evaluation, member_figures, startup
 from hpcai_jax.run.checkpoint_interval import Interval
 from hpcai_jax.run.clock import StepTimes
@@ -25,6 +24,7 @@ from hpcai_jax.run.measured_step import MeasuredStep
 from hpcai_jax.run.progress import Progress, skipped_examples
 from hpcai_jax.telemetry.comm import CommVolume
 from hpcai_jax.telemetry.energy import EnergyReading, energy_record
+from hpcai_jax.xla_cost import XlaCost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +55,7 @@ def train_record(end: RunEnd) -> records.TrainRecord:
     setup, progress, status, quality = end.setup, end.progress, end.status, end.quality
     cost, cross, peaks = end.step.cost, end.step.flops, end.step.peaks
     config, m = setup.config, setup.layout.ensemble_size
-    valid = status != "invalid"
+    valid = status != Status.INVALID
     per_member_step = cross.train_step_flops / m if cross.train_step_flops else None
     epochs = epochs_of(progress, per_member_step if valid else None, m)
     target = config.quality_target() if config.scored else None
@@ -225,7 +225,7 @@ def _metrics(
     layout, b = setup.layout, setup.config.train.batch_size
     m, timed, wall = layout.ensemble_size, len(progress.step_s), progress.train_wall_s
     useful = progress.useful_member_steps(m)
-    valid = status != "invalid"
+    valid = status != Status.INVALID
     steady = metrics.per_second(per_member_step, useful, wall) if valid else None
     per_device = steady / layout.num_devices if steady else None
     counted = [e for e in epochs if e.flops is not None]
@@ -358,7 +358,7 @@ def epochs_of(progress: Progress, per_member_step: float | None, m: int) -> list
 
 
 def _why_no_flops(status: str, progress: Progress, setup, epochs: list) -> str:
-    if status == "invalid":
+    if status == Status.INVALID:
         return "the run is invalid"
     if epochs:
         return "the training step has no FLOP count"

@@ -4,7 +4,7 @@ record itself (`records.read`), so that what is printed is what was written."""
 from __future__ import annotations
 
 from hpcai_jax import records, units
-from hpcai_jax.records import train
+from hpcai_jax.records import Status, train
 from hpcai_jax.telemetry import mllog
 
 
@@ -88,7 +88,7 @@ def _status(r: records.TrainRecord) -> str:
     """The record's status; a complete run that missed its target is scored, and where the run
     wrote an MLLOG (`--mllog`) its run_stop says aborted, which the line says too
     (telemetry/mllog.py). Without an MLLOG, none is named."""
-    if r.status != "complete":
+    if r.status != Status.COMPLETE:
         return r.status + (f" ({r.reason})" if r.reason else "")
     stop = mllog.outcome(r)
     if stop["status"] == "success":

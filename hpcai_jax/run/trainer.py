@@ -24,7 +24,7 @@ from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.errors import DiskFull, UsageError
 from hpcai_jax.flops.roofline import stream_bandwidth
-from hpcai_jax.records import train
+from hpcai_jax.records import Status, train
 from hpcai_jax.records import write as record_write
 from hpcai_jax.run import (
     checkpoint_interval,
@@ -42,7 +42,7 @@ from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.guards import PreemptionGuard, Watchdog
-from hpcai_jax.run.hooks import Outcome, Status, Stop
+from hpcai_jax.run.hooks import Outcome
 from hpcai_jax.run.measured_step import MeasuredStep, measure_step
 from hpcai_jax.run.member_figures import gather_tree
 from hpcai_jax.run.progress import DivergenceWatch, bad_examples
@@ -215,9 +215,9 @@ class Trainer:
         flops = self.measured.flops
         self.mlog.init_stop(flops.train_step_flops, flops.train_step_flops_source)
 
-    def run_steps(self, held: contextlib.ExitStack) -> Stop | None:
-        """Every remaining step, the hooks after each; returns a hook's Stop, if one ended the
-        run. Registers in `held` the release of what the steps hold: the input pipeline, the
+    def run_steps(self, held: contextlib.ExitStack) -> Outcome | None:
+        """Every remaining step, the hooks after each; returns a hook's Outcome, if one ended
+        the run. Registers in `held` the release of what the steps hold: the input pipeline, the
         watchdog, the signal handlers and the trace (`finish` releases them in order on the
         way out; each release may run twice)."""
         self._context(held)
@@ -227,7 +227,7 @@ class Trainer:
         self._register_hooks()
         window = self.window
         if window is not None:  # a run that ends inside the window still writes its trace
-            held.callback(window.close, ctx.clock.aside)
+            held.callback(window.close, hooks.Services(ctx).aside)
         with startup.phase("barrier"):
             barrier("before-timing")
         interrupt.at("the training step under way", ", then write a partial record")
@@ -266,13 +266,13 @@ class Trainer:
             batch = self.batches.next()
         return self.measured.compiled(state, batch)
 
-    def finish(self, stop: Stop | None) -> Outcome:
+    def finish(self, stop: Outcome | None) -> Outcome:
         """The loop's end: the trace closed, every step's flags read, the input pipeline
         stopped, the clock finished, the final checkpoint and the kept weights, then the signal
         handlers restored."""
         ctx = self.ctx
         if self.window is not None:
-            self.window.close(ctx.clock.aside)
+            self.window.close(hooks.Services(ctx).aside)
         ctx.dog.arm("the last step and the processes' final check", _recent_median(ctx.progress))
         ctx.clock.flush()
         outcome = hooks.settle(ctx, stop)
@@ -426,7 +426,7 @@ class Trainer:
 
     def _observed(self, quality: EnsembleQuality | None) -> train.Observe:
         """The record's `observe` section: the curves closed with the final quality, the trace."""
-        booked = self.ctx.clock.drain_booked()
+        booked = hooks.Services(self.ctx).booked()
         return train.Observe(
             tensorboard=self.curves.finish(quality, self.ctx.progress.step, booked),
             profile=self.window.summary() if self.window else None,
@@ -462,9 +462,6 @@ def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
     a SIGTERM now is noted, not fatal, so the save is never cut short by it (a second SIGINT,
     a person's "stop now", does: run/interrupt.py)."""
     if ctx.ckpt and outcome.status is not Status.INVALID:
-        step, run = ctx.progress.step, hooks.Services(ctx)
-        with run.saving(f"the final checkpoint save of step {step}"):
-            run.save(step)
-            ctx.ckpt.close()  # the record may only say "resumable" once the save is complete
+        hooks.Services(ctx).save_final(ctx.progress.step)
     elif outcome.status is Status.PARTIAL:
         logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")

@@ -10,7 +10,7 @@ import dataclasses
 from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
-from hpcai_jax.fields import field as _field
+from hpcai_jax.fields import setting as _field
 from hpcai_jax.stream import expect
 
 MIB = 1 << 20

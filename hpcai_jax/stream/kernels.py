@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from absl import logging
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax.flops.xla import XlaCost, xla_cost
 from hpcai_jax.stream.placement import STREAM_AXIS, Placement
+from hpcai_jax.xla_cost import XlaCost, xla_cost
 
 # BabelStream's start values and scalar.
 START_A = 0.1

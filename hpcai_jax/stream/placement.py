@@ -19,6 +19,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+# The memory queries are the foundation's (hpcai_jax/device_memory.py); named here too for
+# STREAM's sizing and the tools that import them from this module.
+from hpcai_jax.device_memory import MEMINFO, device_memory_bytes, mem_available_bytes  # noqa: F401
+
 STREAM_AXIS = "stream"
 
 
@@ -97,41 +101,6 @@ def make_placements(mode: str) -> tuple[Placement, ...]:
 
 def _placement(mode: str, devices: tuple[jax.Device, ...]) -> Placement:
     return Placement(mode=mode, devices=devices, mesh=Mesh(np.asarray(devices), (STREAM_AXIS,)))
-
-
-def device_memory_bytes(device: jax.Device) -> int | None:
-    """One device's memory: the allocator's limit on GPUs/TPUs; for CPU devices the host's
-    physical memory divided among the local CPU devices (they share it)."""
-    try:
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - backends without memory stats raise various errors
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
-    if device.platform == "cpu":
-        try:
-            host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError):
-            return None
-        local_cpus = sum(1 for d in jax.local_devices() if d.platform == "cpu")
-        return host // max(1, local_cpus)
-    return None
-
-
-MEMINFO = "/proc/meminfo"
-
-
-def mem_available_bytes(path: str = MEMINFO) -> int | None:
-    """The host's MemAvailable (what can be allocated without swapping), or None where the file
-    does not exist (not Linux)."""
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def devices_per_cache(placement: Placement) -> int:

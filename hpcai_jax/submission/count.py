@@ -23,7 +23,7 @@ import sys
 # and std are constants of the step).
 DECLARED = {"imagenet2012": 1000}
 # Within this of the lowered count a claim is it (a GPU run's count is the lowered program's,
-# flops/xla.py); further than FAR it is no count of this step by any rule (a run's own count is
+# xla_cost.py); further than FAR it is no count of this step by any rule (a run's own count is
 # XLA's within telemetry/flop_count.CROSSCHECK_TOLERANCE of the analytic walk, which the lowered
 # count matches to 0.1 % here, or the walk itself); in between only the compiled count can tell.
 NEAR, FAR = 0.01, 0.12
@@ -45,7 +45,7 @@ def count(config, claims: list[float]) -> dict:
     from hpcai_jax.engine.compiled import abstract_batch
     from hpcai_jax.engine.setup import build_setup
     from hpcai_jax.flops.crosscheck import crosscheck
-    from hpcai_jax.flops.xla import xla_cost
+    from hpcai_jax.xla_cost import xla_cost
 
     config = declared(config)
     setup = build_setup(config, open_data=False)

@@ -20,7 +20,7 @@ from absl import logging as absl_logging
 from hpcai_jax import nodes, records, results, rules
 from hpcai_jax.data import digest as data_digest
 from hpcai_jax.errors import DiskFull, UsageError, disk_full, is_full
-from hpcai_jax.records import owned
+from hpcai_jax.records import Status, owned
 from hpcai_jax.records import write as record_write
 
 RULESET = Path(__file__).resolve().parents[1] / "mllog_rules" / "hpcai500.yaml"
@@ -392,7 +392,7 @@ def outcome(r: records.TrainRecord) -> dict:
     missed its target is still scored (VFLOPS with its penalty), an invalid or preempted one is
     not (docs/mllog.md)."""
     q, status = r.quality, {"record_status": r.status}
-    if r.status != "complete":
+    if r.status != Status.COMPLETE:
         return {"status": "aborted", "reason": r.reason or f"the run is {r.status}", **status}
     best = max((p.ensemble for p in q.curve if p.ensemble is not None), default=None)
     if q.target is None:
