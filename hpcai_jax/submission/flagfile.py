@@ -19,7 +19,11 @@ PER_PROCESS = ("distributed",)
 
 @functools.cache
 def _defaults() -> dict:
-    return json.loads(json.dumps(RunConfig().to_dict()))
+    """Every mode's settings at their defaults, as a record's `config` holds them (Settings,
+    which `read` builds too)."""
+    from hpcai_jax.settings import Settings
+
+    return json.loads(json.dumps(Settings().to_dict()))
 
 
 def completed(section: dict) -> dict:
