@@ -392,7 +392,10 @@ def test_existing_record_is_not_overwritten(tmp_path):
     # With --overwrite, the earlier run's record, MLLOG and kept weights (the project's own,
     # told by content: tests/test_overwrite.py) are replaced by this run's.
     log = tmp_path / "same.mllog"
-    log.write_text(':::MLLOG {"key": "run_stop", "metadata": {"run_id": "same"}}\n')
+    log.write_text(
+        ':::MLLOG {"key": "run_stop", "metadata": {"file": "hpcai_jax/run/outputs.py", '
+        '"run_id": "same"}}\n'
+    )
     (tmp_path / "same.weights").mkdir()
     (tmp_path / "same.weights" / "_CHECKPOINT_METADATA").write_text("{}")
     forced = run_in_process(
