@@ -35,6 +35,7 @@ WORKLOAD_MODELS = {
         "resnet152",
         "resnet_small",
         "resnet_mini",
+        "resnet_tiny",
     ),
     "regression": ("mlp",),
     # HPC AI500's second workload; faster_rcnn_small is for tests and CPU demos.

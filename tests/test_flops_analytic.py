@@ -216,3 +216,27 @@ def test_resnet_mini_forward_macs_are_the_hand_count():
     assert mf.forward.macs / mf.batch == stem + stage1 + stage2 + stage3 + head
     small = count_model("resnet_small", (28, 28, 1), 10, 4)
     assert 3.5 < small.forward.macs / mf.forward.macs < 3.8  # a quarter, as its comment says
+
+
+def test_resnet_tiny_is_resnet_smalls_first_two_stages():
+    """resnet_tiny, the tests' cheaper model, keeps every block kind of resnet_small: an
+    identity block, a strided projection block and their BatchNorms; its MACs by hand."""
+    from hpcai_jax.models.resnet import make_resnet
+
+    stem = 3 * 3 * 1 * 16 * 28 * 28
+    stage1 = 2 * 3 * 3 * 16 * 16 * 28 * 28
+    stage2 = (3 * 3 * 16 * 32 + 3 * 3 * 32 * 32 + 16 * 32) * 14 * 14
+    head = 32 * 10
+    tiny = count_model("resnet_tiny", (28, 28, 1), 10, 4)
+    assert tiny.forward.macs / tiny.batch == stem + stage1 + stage2 + head
+    variables = jax.eval_shape(
+        make_resnet("resnet_tiny", 10).init, jax.random.key(0), jnp.ones((1, 28, 28, 1))
+    )
+    identity, projection = (variables["params"][f"ResNetBlock_{i}"] for i in (0, 1))
+    assert "conv_proj" not in identity and {"conv_proj", "norm_proj"} <= set(projection)
+    assert projection["conv_proj"]["kernel"].shape == (1, 1, 16, 32)
+    assert set(variables["batch_stats"]["ResNetBlock_1"]) == {
+        "BatchNorm_0",
+        "BatchNorm_1",
+        "norm_proj",
+    }

@@ -174,6 +174,9 @@ _ARCHS = {
     # resnet_small after a 3×3/2 stem: its stages at 14/7/4 pixels, about a quarter of its
     # FLOPs per image (the paper's experiments at one-machine scale: docs/paper.md).
     "resnet_mini": {**_SMALL, "stem_strides": 2},
+    # resnet_small's first two stages: an identity block and a strided projection block, each
+    # with its BatchNorms, and fewer ops to compile, for tests where the model is not the point.
+    "resnet_tiny": {**_SMALL, "stage_sizes": (1, 1)},
 }
 
 
