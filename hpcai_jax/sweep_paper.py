@@ -2,22 +2,11 @@
 one machine, on Fashion-MNIST with up to 8 devices forced on the host CPU, each run exactly its
 Sys_scale = M × P_degree (launch/README.md, Sweeps): devices simulated on shared cores.
 
-The plan is a list of runs of `python -m hpcai_jax.main`, each a (point, seed index) with a
-record named for its point and seed and stamped with both (--sweep_plan). Fig. 5's shape
-(§4.3): P_degree 1; its quality per M = 1…8 is the M = 8 runs' `quality.sub_ensembles`; M = 1,
-2, 4 run for FLOPS only (Eq. 6 needs one whole epoch: one epoch of 4,096 images). Fig. 7's shape
-(§4.4.1): Sys_scale 8, (M, P_degree) = (8, 1), (4, 2), (2, 4), (1, 8) under
---batch_policy=per_device at a batch of 16 per device, small enough that every member of every
-point takes at least 200 steps (the paper's runs take thousands at any split). The controls: a
-compute-matched single model (one member on all the data for 8 × the epochs of one M = 8
-member), and M = 8 with --bootstrap=none on the very seeds of the M = 8 runs, so that each pair
-shares its members' initialisations and data-order streams (data/sampler.py) and differs only
-by the bootstrap. Every other run has a seed of its own, so no two runs share a member (a member
-is (seed, m): engine/state.member_keys, data/sampler.member_counts).
-
-The size (resnet_mini, 15,000 images × 2 epochs, so that each member reaches 0.80 on the whole
-test set) and the rates of `estimate_s` were measured on 2 quiet cores: docs/paper.md, "How the
-plan was sized".
+The plan is a table of points, each run once per seed as `python -m hpcai_jax.main` with a
+record named for its point and seed and stamped with both (--sweep_plan), so the report never
+reads run ids. What each point stands for (Fig. 5, Fig. 7, the compute-matched single model,
+the bagging pairs), why the plan has this size and how `estimate_s` was calibrated:
+docs/paper.md, "The plan" and "How the plan was sized".
 """
 
 from __future__ import annotations
@@ -26,6 +15,7 @@ import dataclasses
 import os
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,15 +26,15 @@ SEEDS = 3  # seeds per point
 PAIRS = 5  # seed pairs of the bagging test: bagged and unbagged M = 8 runs on the same seeds
 SEED_SPACING = 1000  # run k's seed: SEED_SPACING × (k + 1), one per run of the plan
 # The runs' shared flags: resnet_mini on a Fashion-MNIST subset, evaluated on the whole test
-# set at the end (Fig. 7's points each epoch too: time to target). Sized so that each member
-# reaches 0.80 (the size and the estimate: the module's docstring).
+# set at the end; 12,800 images, so that Fig. 7's (1, 8) member takes exactly 200 steps of 128
+# (docs/paper.md, How the plan was sized).
 FLAGS = (
     "--mode=train",
     "--workload=image_classification",
     "--model=resnet_mini",
     "--dataset=fashion_mnist",
     "--batch_size=128",
-    "--train_examples=15000",
+    "--train_examples=12800",
     "--epochs=2",
     "--learning_rate=0.4",
     "--lr_schedule=warmup_cosine",
@@ -78,9 +68,9 @@ class PaperPoint:
 # one epoch of a small subset, the step the same program as fig5-M8's per member.
 # Their quality is the M = 8 runs' quality.sub_ensembles (random k-subsets).
 FLOPS_ONLY = ("--train_examples=4096", "--epochs=1", "--eval_examples=1000")
-# Fig. 7 at a per-device batch of 16: members of 16 × P_degree images, 1,875/938/469/235 steps
-# at P_degree 1/2/4/8 over 2 epochs of 15,000 images; the linear rule scales the learning rate.
-FIG7 = ("--batch_policy=per_device", "--batch_size=16", "--eval_every_epochs=1")
+# Fig. 7 at a per-device batch of 16: members of 16 × P_degree images, 1,600/800/400/200 steps
+# at P_degree 1/2/4/8 over 2 epochs of 12,800 images; the linear rule scales the learning rate.
+FIG7 = ("--batch_policy=per_device", "--batch_size=16")
 NOBAG = ("--bootstrap=none",)
 MATCHED_EPOCHS = 16  # 8 × the 2 epochs of one M = 8 member: the M = 8 ensemble's training
 POINTS = (
@@ -153,10 +143,12 @@ def shown(run: PaperRun, cmd: list[str]) -> str:
     return f"XLA_FLAGS={shlex.quote(flags)} {shlex.join(cmd)}"
 
 
-# The estimate's rates, on 2 quiet cores (how they were measured: the module's docstring).
-TRAIN_S_PER_MEMBER_IMAGE = 0.25e-3  # one member's training on one image (resnet_mini, quiet)
-EVAL_SHARE = 1 / 3  # an evaluated image, as a share of a trained one
-START_S = 20.0  # per run: start-up, initialisation, compilation
+# The estimate's rates, fitted to M = 8 runs at batch 128 and 16 on 2 quiet cores (docs/paper.md,
+# How the plan was sized).
+TRAIN_S_PER_MEMBER_IMAGE = 0.22e-3  # one member's training on one image (resnet_mini)
+STEP_S = 0.010  # per step, over and above its images: what makes small batches dearer
+EVAL_S_PER_MEMBER_IMAGE = 0.16e-3  # one member's evaluation of one test image
+START_S = 8.0  # per run: the process, start-up and compiles, the plan's caches shared
 TEST_IMAGES = 10_000  # Fashion-MNIST's test set: --eval_examples=0
 
 
@@ -166,20 +158,22 @@ def _flag(cmd: list, name: str, default: float) -> float:
     return float(values[-1]) if values else default
 
 
-def _epochs(cmd: list, n: float) -> float:
-    """The epochs a run trains: --epochs, or --steps' batches (a member's, --batch_policy's)."""
-    steps = _flag(cmd, "steps", 0)
-    if not steps:
-        return _flag(cmd, "epochs", 1)
+def _member_batch(cmd: list) -> float:
+    """A member's batch: --batch_size, times P_degree under --batch_policy=per_device."""
     per_device = "--batch_policy=per_device" in cmd
-    batch = _flag(cmd, "batch_size", 32) * (_flag(cmd, "parallel_degree", 1) if per_device else 1)
-    return steps * batch / n
+    return _flag(cmd, "batch_size", 32) * (_flag(cmd, "parallel_degree", 1) if per_device else 1)
+
+
+def _epochs(cmd: list, n: float) -> float:
+    """The epochs a run trains: --epochs, or --steps' member batches."""
+    steps = _flag(cmd, "steps", 0)
+    return steps * _member_batch(cmd) / n if steps else _flag(cmd, "epochs", 1)
 
 
 def estimate_s(runs: list[PaperRun], main_args: tuple[str, ...] | list[str] = ()) -> float:
     """The plan's wall time on 2 quiet cores, estimated (the caller's flags counted): images
-    trained and evaluated per member at the quickstart's rates, plus a start-up per run. A
-    model for sizing, not a measurement."""
+    trained and evaluated per member and steps taken at the fitted rates, plus a start-up per
+    run. A model for sizing, not a measurement."""
     total = 0.0
     for run in runs:
         cmd = paper_command(run, "", list(main_args))
@@ -189,9 +183,24 @@ def estimate_s(runs: list[PaperRun], main_args: tuple[str, ...] | list[str] = ()
         if every:  # each K epochs, then the final one unless the last was at the end
             evals = int(epochs // every) + (epochs % every > 0)
         tested = _flag(cmd, "eval_examples", 0) or TEST_IMAGES
-        work = n * epochs + evals * tested * EVAL_SHARE
-        total += START_S + run.point.ensemble_size * work * TRAIN_S_PER_MEMBER_IMAGE
+        trained = n * epochs * TRAIN_S_PER_MEMBER_IMAGE + evals * tested * EVAL_S_PER_MEMBER_IMAGE
+        steps = n * epochs / _member_batch(cmd)
+        total += START_S + run.point.ensemble_size * trained + steps * STEP_S
     return total
+
+
+# The caches the plan's runs share unless the caller names their own: XLA's compiled programs
+# (seeds of one point compile the same step) and the start-up measurements (flops/host_cache.py;
+# each record says which run measured what it read).
+CACHES = {"JAX_COMPILATION_CACHE_DIR": "xla", "HPCAI_JAX_STARTUP_CACHE": "startup"}
+
+
+def shared_caches(folder: str, environ: dict | None = None) -> dict:
+    """The environment with each of CACHES the caller left unset placed under `folder`."""
+    env = dict(os.environ if environ is None else environ)
+    for name, sub in CACHES.items():
+        env.setdefault(name, str(Path(folder) / sub))
+    return env
 
 
 def child_env(devices: int, environ: dict | None = None) -> dict:
@@ -218,6 +227,12 @@ def run_plan(runs: list[PaperRun], results_dir: str, main_args: list[str], clock
     the plan nor its summary."""
     plan = plan_of(bool(runs) and runs[0].smoke, main_args)
     sweep_plan.refuse_others([Path(results_dir) / f"{r.name}.json" for r in runs], plan)
+    with tempfile.TemporaryDirectory(prefix="hpcai_jax_paper_caches_") as caches:
+        return _run_each(runs, results_dir, main_args, plan, shared_caches(caches), clock)
+
+
+def _run_each(runs, results_dir, main_args, plan, environ, clock):
+    """run_plan's loop, each run in `environ` with its own device count."""
     written, failed = [], []
     for k, run in enumerate(runs, 1):
         path = Path(results_dir) / f"{run.name}.json"
@@ -231,7 +246,7 @@ def run_plan(runs: list[PaperRun], results_dir: str, main_args: list[str], clock
             cmd.append("--overwrite")
         start = clock.monotonic()
         devices = run.point.ensemble_size * run.point.parallel_degree
-        returncode = sweep_plan.run(cmd, env=child_env(devices))
+        returncode = sweep_plan.run(cmd, env=child_env(devices, environ))
         took = clock.monotonic() - start
         if returncode == 0 and finished(path):
             print(f"{head} done in {took:.0f}s", flush=True)

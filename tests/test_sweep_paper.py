@@ -65,7 +65,6 @@ def test_the_plan_is_every_point_with_no_member_shared_outside_the_bagging_pairs
         devices = p.ensemble_size * p.parallel_degree
         if p.label.startswith("fig7"):
             assert devices == 8 and "--batch_policy=per_device" in p.flags
-            assert "--eval_every_epochs=1" in p.flags  # a curve: time to target
             cmd = sp.paper_command(run, "out", [])
             member_batch = sp._flag(cmd, "batch_size", 0) * p.parallel_degree
             assert n // member_batch * epochs >= 200, run.name
@@ -84,10 +83,9 @@ def test_a_runs_command_and_devices():
     cmd = sp.paper_command(run, "out", ["--epochs=1"], "paper:full:0123456789abcdef")
     assert cmd[1:3] == ["-m", "hpcai_jax.main"]
     assert "--dataset=fashion_mnist" in cmd and "--batch_policy=per_device" in cmd
-    assert cmd[-11:] == [
+    assert cmd[-10:] == [
         "--batch_policy=per_device",
         "--batch_size=16",
-        "--eval_every_epochs=1",
         "--ensemble_size=2",
         "--parallel_degree=4",
         "--members_per_device=1",
@@ -154,18 +152,25 @@ def test_a_rerun_skips_finished_runs_and_a_failure_stops_nothing(tmp_path, monke
     assert written == [str(tmp_path / f"{r.name}.json") for r in (runs[0], runs[2])]
 
 
-def test_the_estimate_counts_member_images_evaluations_and_start_ups():
-    """One run of each kind by hand: members × (trained + evaluated images at a third) at the
-    quickstart's rate, plus the start-up."""
+def test_the_estimate_counts_member_images_evaluations_steps_and_start_ups():
+    """One run of each kind by hand: members × (trained images + evaluated images, each at its
+    rate), the steps at theirs, plus the start-up."""
     runs = {r.point.label: r for r in sp.paper_runs()}
-    rate, start, third = sp.TRAIN_S_PER_MEMBER_IMAGE, sp.START_S, sp.EVAL_SHARE
-    flops = 1 * (4096 * 1 + 1000 * third)  # FLOPS only: a small subset, 1,000 test images
-    assert sp.estimate_s([runs["fig5-M1-flops"]]) == pytest.approx(start + flops * rate)
+    train, test, step = sp.TRAIN_S_PER_MEMBER_IMAGE, sp.EVAL_S_PER_MEMBER_IMAGE, sp.STEP_S
+    flops = 1 * (4096 * train + 1000 * test) + 4096 / 128 * step  # a small subset, 1,000 tested
+    assert sp.estimate_s([runs["fig5-M1-flops"]]) == pytest.approx(sp.START_S + flops)
     n, epochs = (float(sp._flag(list(sp.FLAGS), k, 0)) for k in ("train_examples", "epochs"))
-    once = 8 * (n * epochs + 10_000 * third)  # evaluated once, at the end
-    assert sp.estimate_s([runs["fig5-M8"]]) == pytest.approx(start + once * rate)
-    each_epoch = 2 * (n * epochs + -(-epochs // 1) * 10_000 * third)  # Fig. 7: every epoch
-    assert sp.estimate_s([runs["fig7-M2-P4"]]) == pytest.approx(start + each_epoch * rate)
+    once = 8 * (n * epochs * train + 10_000 * test) + n * epochs / 128 * step
+    assert sp.estimate_s([runs["fig5-M8"]]) == pytest.approx(sp.START_S + once)
+    # Fig. 7 at 16 per device: a member of (2, 4) takes batches of 64
+    split = 2 * (n * epochs * train + 10_000 * test) + n * epochs / 64 * step
+    assert sp.estimate_s([runs["fig7-M2-P4"]]) == pytest.approx(sp.START_S + split)
+
+
+def test_the_runs_share_caches_the_caller_did_not_name(tmp_path):
+    env = sp.shared_caches(str(tmp_path), {"HPCAI_JAX_STARTUP_CACHE": "/mine"})
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "xla")
+    assert env["HPCAI_JAX_STARTUP_CACHE"] == "/mine"  # the caller's own kept
 
 
 def test_the_dry_run_prints_the_plan_and_its_estimate(capsys):
