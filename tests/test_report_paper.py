@@ -45,6 +45,8 @@ def fake(label: str, index: int, m: int, p: int, bootstrap: str = "with_replacem
     seed = SEEDS[label][index]
     name = f"paper-{label}-s{seed}"
     r["run_id"] = r["config"]["results"]["run_name"] = name
+    r["sweep_plan"] = {"experiment": "paper", "size": "full", "digest": "0" * 16}
+    r["sweep_plan"] |= {"point": label, "seed_index": index}
     r["mesh"].update(ensemble_size=m, parallel_degree=p, num_devices=m * p, members_per_device=1)
     r["config"]["mesh"].update(ensemble_size=m, parallel_degree=p, members_per_device=1)
     r["config"]["train"].update(seed=seed, bootstrap=bootstrap)
@@ -94,7 +96,7 @@ def records(raw) -> list[Record]:
     return [Record(Path(f"{r['run_id']}.json"), r) for r in raw]
 
 
-def test_points_come_from_the_run_names(records):
+def test_points_come_from_the_records_plan_stamp(raw, records):
     points = paper.paper_runs(records)
     assert sorted(points) == sorted(SEEDS)
     assert [r.seed for r in points["fig5-M8"]] == [4000, 13000, 22000]
@@ -102,6 +104,9 @@ def test_points_come_from_the_run_names(records):
     assert list(paper.fig7(points)) == [(8, 1), (1, 8)]  # Fig. 5's M = 8 is (8, 1)
     assert [r.seed for r in paper.control(points, single=True)] == [9000, 18000, 27000]
     assert paper.paper_runs([Record(Path("x.json"), BASE)]) == {}
+    # A run id of the plan's form is no stamp: the record is not the paper's.
+    unstamped = {k: v for k, v in raw[0].items() if k != "sweep_plan"}
+    assert paper.paper_runs([Record(Path(f"{unstamped['run_id']}.json"), unstamped)]) == {}
 
 
 def test_a_smoke_plans_runs_count_only_without_the_full_plans(raw, records):
@@ -109,6 +114,7 @@ def test_a_smoke_plans_runs_count_only_without_the_full_plans(raw, records):
     out beside full runs: a toy run of seed 4000 is no fourth seed of fig5-M8."""
     toy = copy.deepcopy(raw[0])
     toy["run_id"] = "smoke-paper-fig5-M8-s4000"
+    toy["sweep_plan"] = {**toy["sweep_plan"], "size": "smoke"}
     smoke = Record(Path("smoke-paper-fig5-M8-s4000.json"), toy)
     assert [r.record for r in paper.paper_runs([smoke])["fig5-M8"]] == [smoke]
     assert paper.paper_runs([*records, smoke]) == paper.paper_runs(records)
@@ -141,7 +147,8 @@ def test_full_ensemble_rows_and_flops(records):
 
 
 def test_fig7_rows(records):
-    rows = paper.fig7_rows(paper.paper_runs(records))
+    rows = [r[1:] for r in paper.fig7_rows(paper.paper_runs(records))]
+    assert [r[0] for r in paper.fig7_rows(paper.paper_runs(records))] == ["fig5-M8", "fig7-M1-P8"]
     assert [r[:2] for r in rows] == [[8, 1], [1, 8]]
     assert rows[0][5] == "3 of 3" and rows[0][6] == "20" and rows[0][14] == "112"
     # Member mean (70 + 3.5) / 100 at M = 8; the ensemble (0.80, 0.81, 0.82) gains 6.5, 7.5,
@@ -248,6 +255,7 @@ def test_the_general_plot_of_one_sys_scale_says_it_is_not_fig5(raw, tmp_path, mo
             if any(f"{k}-s" in r["run_id"] for k in kept):
                 plain = copy.deepcopy(r)
                 plain["run_id"] = plain["config"]["results"]["run_name"] = r["run_id"][6:]
+                del plain["sweep_plan"]  # run outside the paper's plan
                 (folder / f"{plain['run_id']}.json").write_text(json.dumps(plain))
         md = render(collect([str(folder)]), folder.parent)
         scaling = md[md.index("## FLOPS and VFLOPS against Sys_scale") :]
@@ -296,10 +304,12 @@ def _figure(header: str) -> tuple[str, float] | None:
 
 
 def point_figures(md: str) -> dict[tuple, dict[str, set]]:
-    """Every figure a report prints for a point (M, P_degree, Sys_scale) outside per-run rows:
-    (point, figure) -> {section: values}. A table's row is a point's where the table has the
-    M, P_degree and Sys_scale columns and no run column; the Repeats table names its figure in a
-    column and gives its mean."""
+    """Every figure a report prints for a point outside per-run rows: (mesh, label, figure) ->
+    {section: values}, mesh = (M, P_degree, Sys_scale), label the plan's point where the table
+    names it (two points may share a mesh: Fig. 5's and Fig. 7's (8, 1) differ in their batch),
+    else None. A table's row is a point's where the table has the M, P_degree and Sys_scale
+    columns and no run column; the Repeats table names its figure in a column and gives its
+    mean."""
     found: dict[tuple, dict[str, set]] = {}
     heading = ""
     for block in md.split("\n\n"):
@@ -314,23 +324,36 @@ def point_figures(md: str) -> dict[tuple, dict[str, set]]:
             continue
         for line in lines[2:]:
             row = dict(zip(headers, (c.strip() for c in line.strip("|").split(" | ")), strict=True))
-            key = (row["M"], row["P_degree"], row["Sys_scale"])
+            mesh = (row["M"], row["P_degree"], row["Sys_scale"])
             cells = [(row["figure"], row["mean"])] if "figure" in row else list(row.items())
             for header, value in cells:
                 figure = _figure(header)
                 if figure and value not in ("", "n/a", paper.NOT_TRAINED):
-                    at = found.setdefault((key, figure[0]), {})
+                    at = found.setdefault((mesh, row.get("point"), figure[0]), {})
                     at.setdefault(heading, set()).add(float(value) * figure[1])
     return found
 
 
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= abs(b) * 1e-3  # the tables' 4 digits
+
+
 def conflicts(md: str) -> list[str]:
-    """The points whose figure differs between sections (beyond the tables' 4 digits)."""
-    out = []
-    for (key, figure), sections in point_figures(md).items():
-        values = sorted(v for vs in sections.values() for v in vs)
-        if values[-1] > values[0] * (1 + 1e-3):
-            out.append(f"{key} {figure}: {sections}")
+    """The points whose figure differs between sections: a labelled point's values must agree;
+    a row that names no point must give the figure of a labelled point of its mesh, if any."""
+    found, out = point_figures(md), []
+    for (mesh, label, figure), sections in found.items():
+        values = [v for vs in sections.values() for v in vs]
+        labelled = [
+            v
+            for (m, lab, f), secs in found.items()
+            if m == mesh and f == figure and lab is not None
+            for vs in secs.values()
+            for v in vs
+        ]
+        pool = values[:1] if label is not None or not labelled else labelled
+        if not all(any(_close(v, w) for w in pool) for v in values):
+            out.append(f"{mesh} {label} {figure}: {sections}")
     return out
 
 
@@ -343,10 +366,29 @@ def test_the_shipped_records_give_each_point_one_figure(monkeypatch):
     no_plots(monkeypatch)
     md = render(collect(["docs/paper/records"]), Path("docs") / "paper.check")
     found = point_figures(md)
-    assert {f for _, f in found} == {"FLOPS", "VFLOPS", "quality"}
-    assert len({k for k, f in found if f == "VFLOPS"}) == 4  # Fig. 5's M = 1, 2, 4, 8
+    assert {f for _, _, f in found} == {"FLOPS", "VFLOPS", "quality"}
+    assert len({k for k, _, f in found if f == "VFLOPS"}) == 4  # Fig. 5's M = 1, 2, 4, 8
+    assert ("8", "1", "8") in {k for k, label, f in found if label == "fig7-M8-P1"}
     assert conflicts(md) == []
     assert md.count(markdown.aside(collect(["docs/paper/records"]))) == 9
+
+
+def test_a_second_figure_for_a_point_is_a_conflict():
+    """The check fails on the report as shipped at 08ab115: its Repeats section, which names no
+    point, gave the FLOPS-only point at (1, 1, 1) a VFLOPS of 2.603 GFLOP/s beside the paper
+    section's 47.65."""
+    paper_table = (
+        "| point | M | P_degree | Sys_scale | VFLOPS [GFLOP/s] |\n| --- | --- | --- | --- | --- |\n"
+        "| fig5-M1-flops | 1 | 1 | 1 | 47.65 |"
+    )
+    repeats = (
+        "| M | P_degree | Sys_scale | figure | mean |\n| --- | --- | --- | --- | --- |\n"
+        "| 1 | 1 | 1 | VFLOPS [GFLOP/s] | {} |"
+    )
+    one = "\n\n".join(["## Paper", paper_table, "## Repeats", repeats.format("47.65")])
+    assert conflicts(one) == []
+    two = "\n\n".join(["## Paper", paper_table, "## Repeats", repeats.format("2.603")])
+    assert conflicts(two) == ["('1', '1', '1') None VFLOPS: {'## Repeats': {2603000000.0}}"]
 
 
 def test_a_stamped_point_is_read_from_the_record_not_the_run_id(raw):

@@ -64,5 +64,7 @@ def test_reading_says_the_difference_or_the_bound():
     noisy = seeds.paired_t([0.85, 0.86, 0.84], [0.851, 0.853, 0.849])
     assert noisy.p > 0.05
     text = seeds.reading(noisy)
-    assert text == f"no difference larger than {noisy.detectable * 100:.2f} points shown"
+    bound = max(-noisy.low, noisy.high) * 100
+    assert text.startswith(f"no difference larger than {bound:.2f} points: {noisy.diff * 100:+.2f}")
+    assert text.endswith(f"; 80 % power at {noisy.detectable * 100:.2f}")
     assert seeds.reading(seeds.welch([0.8], [0.8])) == "too few runs for a test"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 
 from hpcai_jax import records
@@ -80,32 +79,23 @@ class Record:
         return self.record.mode
 
 
-# A paper record written before sweeps stamped each run's point (sweep_plan.point): its run id,
-# paper-<label>-s<seed> (smoke-paper-… for --smoke), is the only label it has (docs/paper.md).
-LEGACY_PAPER = re.compile(r"^(?P<smoke>smoke-)?paper-(?P<label>.+)-s(?P<seed>\d+)$")
-
-
 @dataclasses.dataclass(frozen=True)
 class Point:
-    """Where a training record stands in a sweep's plan: its point's label, its seed index
-    (None in a legacy record: its place among the point's seeds, sorted, stands for it)."""
+    """Where a training record stands in a sweep's plan: its point's label and seed index."""
 
     experiment: str
     label: str
-    seed_index: int | None
+    seed_index: int
     smoke: bool
 
 
 def point(r: Record) -> Point | None:
-    """The record's place in a sweep plan, read from `sweep_plan` (point, seed_index); for a
-    paper record from before those fields, from its run id (LEGACY_PAPER); None outside a plan."""
+    """The record's place in a sweep plan, read from its `sweep_plan` (point, seed_index), never
+    from its run id; None outside a plan or in a record stamped before sweeps placed each run."""
     plan = getattr(r.record, "sweep_plan", None)
-    if plan is not None and plan.point is not None:
-        return Point(plan.experiment, plan.point, plan.seed_index, plan.size == "smoke")
-    match = LEGACY_PAPER.match(r.run_id) if plan is None or plan.experiment == "paper" else None
-    if match is None:
+    if plan is None or plan.point is None or plan.seed_index is None:
         return None
-    return Point("paper", match.group("label"), None, bool(match.group("smoke")))
+    return Point(plan.experiment, plan.point, plan.seed_index, plan.size == "smoke")
 
 
 def is_paper(r: Record) -> bool:

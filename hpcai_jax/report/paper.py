@@ -2,16 +2,16 @@
 hpcai_jax.sweep --experiment=paper`; what each table mirrors and how it differs: docs/paper.md).
 
 It reads every complete record of the paper's plan, each point's label and seed index read from
-its `sweep_plan` (an older record's from its run id, paper-<point>-s<seed>: collect.point), and
-is the one section that reports them: the others leave them out (collect.is_paper). It gives an
-interval only over repeats of one point (its seeds): mean ± t_{0.975, n − 1} × sd / √n
-(`repeats.summarise`). Paired tests pair the runs of two points by seed index, on the same
+its `sweep_plan` (collect.point; never from its run id), and is the one section that reports
+them: the others leave them out (collect.is_paper). It gives an interval only over repeats of
+one point (its seeds): mean ± t_{0.975, n − 1} × sd / √n (`repeats.summarise`). Paired tests pair the runs of two points by seed index, on the same
 held-out examples.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime, timedelta
 
 from hpcai_jax.metrics import penalty
 from hpcai_jax.report import paired, seeds
@@ -40,11 +40,10 @@ PAPER_SETTING = (
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One paper record: its point's label, its seed index (None in a legacy record: its
-    place among its point's seeds) and its seed."""
+    """One paper record: its point's label, its seed index and its seed."""
 
     label: str
-    index: int | None
+    index: int
     seed: int
     record: Record
 
@@ -70,8 +69,8 @@ class Run:
 
 
 def paper_runs(records: list[Record]) -> dict[str, list[Run]]:
-    """The paper records by point label, each point's runs by seed index (legacy records: by
-    seed); other records left out, and a smoke plan's where a full plan's are there (toy runs
+    """The paper records by point label, each point's runs by seed index; other records left
+    out, and a smoke plan's where a full plan's are there (toy runs
     are no seeds of the real ones)."""
     points: dict[str, list[Run]] = {}
     found = [(plan_point(r), r) for r in records if r.mode == "train"]
@@ -85,8 +84,8 @@ def paper_runs(records: list[Record]) -> dict[str, list[Run]]:
 
 
 def _order(run: Run) -> tuple:
-    """By seed index; a legacy record (no index) by its seed."""
-    return (run.index is None, run.index or 0, run.seed)
+    """By seed index, then seed."""
+    return (run.index, run.seed)
 
 
 def fig5(points: dict[str, list[Run]]) -> dict[str, list[Run]]:
@@ -228,9 +227,8 @@ def _member(run: Run) -> tuple | None:
 
 def matched(a: list[Run], b: list[Run]) -> list[tuple[int, Run, Run]]:
     """(seed index, run of a, run of b) for each seed index both have: a missing run pairs
-    nothing else. A legacy record's index is its place among its point's runs."""
-    index_a = {r.index if r.index is not None else i: r for i, r in enumerate(a)}
-    index_b = {r.index if r.index is not None else i: r for i, r in enumerate(b)}
+    nothing else."""
+    index_a, index_b = {r.index: r for r in a}, {r.index: r for r in b}
     return [(i, index_a[i], index_b[i]) for i in sorted(index_a.keys() & index_b.keys())]
 
 
@@ -372,6 +370,7 @@ def fig7_rows(points: dict[str, list[Run]]) -> list[list]:
         steps = sorted({r.rec.timing.steps for r in v})
         rows.append(
             [
+                v[0].label,
                 m,
                 p,
                 v[0].sys_scale,
@@ -397,7 +396,7 @@ def _gain(run: Run) -> float | None:
 
 
 FIG7_HEADERS = [
-    "M", "P_degree", "Sys_scale", "seeds (n)", "evaluations per run", "reached the target",
+    "point", "M", "P_degree", "Sys_scale", "seeds (n)", "evaluations per run", "reached the target",
     "time to target [s]", "95 % interval", "final ensemble quality", "95 % interval",
     "member mean", "95 % interval", "ensemble − member mean [points]", "95 % interval",
     "steps per member", "training time [s]", "95 % interval",
@@ -445,8 +444,9 @@ FIG7 = (
     "Mirrors HPC AI500 V3.0 §4.4.1 Fig. 7 (one Sys_scale split into M members of P_degree "
     "devices each; the paper: Sys_scale 64, (M, P_degree) = (8, 8), (4, 16), (1, 64)). The time "
     "to target is from run_start to the end of the first evaluation that reached it: a run "
-    "evaluated once (the Fig. 5 point) can only reach it at its end. Mean and 95 % interval over "
-    "the seeds that reached the target."
+    "evaluated once, at its end (the evaluations per run column), can only reach it there. Mean "
+    "and 95 % interval over the seeds that reached the target; the ensemble − member mean column "
+    "is what averaging adds at each M, apart from what the batch does to each member."
 )
 PAIRED = (
     "Paired tests over the {examples} held-out examples (one point of accuracy = {point:g} "
@@ -469,11 +469,13 @@ def section(records: list[Record], folder, draw) -> list[str]:
     full = largest(points)
     parts = [heading("The paper's experiments at one machine's scale"), setting(every)]
     parts.append(
-        "Every complete paper-<point>-s<seed> record, those the sections below skip for their "
-        "configuration included (docs/paper.md). Points: "
+        "Every complete record of the paper's plan, each read by the point and seed index it is "
+        "stamped with (`sweep_plan`), those the sections below skip for their configuration "
+        "included (docs/paper.md). Points: "
         + ", ".join(f"{k} (n = {len(v)})" for k, v in points.items())
         + "."
     )
+    parts.append(span(every))
     unread = [k for k in points if not k.startswith(KNOWN)]
     if unread:
         parts.append(
@@ -486,6 +488,20 @@ def section(records: list[Record], folder, draw) -> list[str]:
     parts += [FIG7, table(FIG7_HEADERS, fig7_rows(points)) if fig7(points) else "No Fig. 7 run."]
     parts += _paired_parts(points)
     return parts
+
+
+def span(runs: list[Run]) -> str:
+    """The plan's measured wall time as its records give it: from the first run's start (its
+    record's time, `provenance.utc`, less its `timing.total_wall_s`) to the last record's time;
+    each process's own start before its clock, a second or two, aside."""
+    ends = [(datetime.fromisoformat(r.rec.provenance.utc), r.rec.timing.total_wall_s) for r in runs]
+    first = min(end - timedelta(seconds=float(wall or 0)) for end, wall in ends)
+    minutes, seconds = divmod(round((max(end for end, _ in ends) - first).total_seconds()), 60)
+    return (
+        f"The {len(runs)} runs took {minutes} min {seconds:02d} s from the first one's start "
+        f"({first.isoformat(timespec='seconds')}) to the last one's record, one after another "
+        f"on {runs[0].rec.provenance.hostname}'s {runs[0].rec.provenance.backend} devices."
+    )
 
 
 def _fig5_parts(points, full, folder, draw) -> list[str]:
@@ -594,8 +610,8 @@ SEEDS_TEXT = (
     "point, and the paired t test by seed index, whose pairs of the bagging control share their "
     "members' initialisations and data order and differ only by the bootstrap. The detectable "
     "difference is the smallest true difference the paired design finds with 80 % power at "
-    "α = 0.05, (t_0.975 + t_0.80) × sd / √n of the paired differences: where no difference is "
-    "shown, none larger than it is there. The McNemar tests below test one pair of trained "
+    "α = 0.05, (t_0.975 + t_0.80) × sd / √n of the paired differences. Where no difference is "
+    "shown, the interval's farther end is the largest difference the runs leave open. The McNemar tests below test one pair of trained "
     "models each, not training noise."
 )
 

@@ -132,14 +132,15 @@ def paired_t(a: list[float], b: list[float]) -> Test:
 
 def reading(test: Test, points: float = 100.0) -> str:
     """The result in words, in points of accuracy (× `points`): "a difference of Y (interval)"
-    where p < α, else "no difference larger than X points" (X: the detectable difference, or the
-    interval's farther end where there is none)."""
+    where p < α; else "no difference larger than X points", X the interval's farther end (what
+    the runs rule out), with the difference the design detects at 80 % power beside it."""
     if test.diff is None or test.low is None:
         return "too few runs for a test"
+    shown = (
+        f"{test.diff * points:+.2f} points ({test.low * points:+.2f} to {test.high * points:+.2f})"
+    )
     if test.p is not None and test.p < ALPHA:
-        return (
-            f"a difference of {test.diff * points:+.2f} points "
-            f"({test.low * points:+.2f} to {test.high * points:+.2f})"
-        )
-    bound = test.detectable if test.detectable is not None else max(-test.low, test.high)
-    return f"no difference larger than {bound * points:.2f} points shown"
+        return f"a difference of {shown}"
+    bound = max(-test.low, test.high) * points
+    power = "" if test.detectable is None else f"; 80 % power at {test.detectable * points:.2f}"
+    return f"no difference larger than {bound:.2f} points: {shown}{power}"
