@@ -370,10 +370,6 @@ def _sweep(argv: list[str]) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     args = parser().parse_args(own)
-    if args.experiment not in EXPERIMENTS:  # argparse's choices already; a caller's Namespace
-        raise UsageError(
-            f"--experiment={args.experiment}: expected one of {', '.join(EXPERIMENTS)}"
-        )
     runs, plan_ = EXPERIMENTS[args.experiment](args, main_args)
     written, failed = sweep_plan.run_all(runs, plan_, args.dry_run)
     if args.dry_run:

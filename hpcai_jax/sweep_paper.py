@@ -27,7 +27,7 @@ import os
 import shlex
 import time
 
-from hpcai_jax import sweep_plan
+from hpcai_jax import records, sweep_plan  # noqa: F401 - sweep_paper.records, as before
 
 FORCE = "--xla_force_host_platform_device_count"
 SEEDS = 3  # seeds per point
