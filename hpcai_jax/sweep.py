@@ -434,7 +434,7 @@ def _launched(args, main_args: list[str]) -> sweep_plan.Plan:
             run.index,
         )
 
-    return sweep_plan.Plan(fingerprint, args.results_dir, build)
+    return sweep_plan.Plan(fingerprint, args.results_dir, build, keep_failed=True)
 
 
 def _paper(args, main_args: list[str]) -> tuple[list[Run], sweep_plan.Plan]:

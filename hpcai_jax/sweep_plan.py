@@ -240,8 +240,9 @@ def command(
 class Plan:
     """How one plan's runs are built, shown and run: its fingerprint, its results folder, its
     commands (`build(run, fingerprint)`), each run's environment (None: the sweep's own), how a
-    command is printed, and whether each is printed before it runs (else under --dry_run only,
-    with a progress line after each run either way)."""
+    command is printed, whether each is printed before it runs (else under --dry_run only,
+    with a progress line after each run either way), and whether a failed run's own record is
+    reported too (the scalability and trade-off reports show an invalid run)."""
 
     fingerprint: str
     results_dir: str
@@ -249,6 +250,7 @@ class Plan:
     env: Callable[[Run], dict | None] = lambda run: None
     shown: Callable[[Run, list[str]], str] = lambda run, cmd: shlex.join(cmd)
     echo: bool = True
+    keep_failed: bool = False  # a failed run's own (partial, invalid) record among those written
 
     def path(self, run: Run) -> Path:
         return Path(self.results_dir) / f"{run.name}.json"
@@ -290,6 +292,8 @@ def run_all(runs: list[Run], plan: Plan, dry_run: bool = False, clock=time):
         else:
             print(f"{head} FAILED (exit {returncode}) after {took:.0f}s", flush=True)
             failed.append(f"{job.name} (exit {returncode})")
+            if plan.keep_failed and stamp(path) == plan.fingerprint:
+                written.append(str(path))
     return written, failed
 
 

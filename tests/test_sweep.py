@@ -463,3 +463,38 @@ def test_the_runs_flags_are_read_by_absl_as_main_reads_them(tmp_path):
     # main's flags on a FlagValues of their own, the global FLAGS untouched
     assert set(flags.main_flags()) >= set(flags.FLAG_FIELDS)
     assert flags.main_flags() is not flags.FLAGS
+
+
+def test_a_failed_runs_own_record_is_reported_and_its_rerun_replaces_it(
+    capsys, monkeypatch, tmp_path
+):
+    """A run that fails after writing its record (partial, invalid): the sweep's report shows
+    it, as before the one engine; the same sweep again runs it over that record (--overwrite)
+    and skips the complete one."""
+    from hpcai_jax import sweep as sweep_module
+    from hpcai_jax import sweep_plan
+
+    started = _fake_runs(monkeypatch)
+    complete = sweep_plan.run
+
+    def partial_first(cmd):
+        code = complete(cmd)
+        if "--run_name=sweep-tradeoff-M2-P1" in cmd and "--overwrite" not in cmd:
+            path = tmp_path / "sweep-tradeoff-M2-P1.json"
+            path.write_text(path.read_text().replace('"complete"', '"partial"'))
+            return 1
+        return code
+
+    reported = []
+    monkeypatch.setattr(sweep_plan, "run", partial_first)
+    monkeypatch.setattr(sweep_module, "_report", lambda paths, out: reported.append(paths) or True)
+    argv = ["--experiment=tradeoff", "--sys_scale=2", f"--results_dir={tmp_path}"]
+    assert sweep(capsys, *argv)[0] == 1
+    assert [Path(p).name for p in reported[0]] == [
+        "sweep-tradeoff-M2-P1.json",
+        "sweep-tradeoff-M1-P2.json",
+    ]
+    started.clear()
+    code, out, _ = sweep(capsys, *argv)
+    assert code == 0 and len(started) == 1 and started[0][-1] == "--overwrite"
+    assert "[2/2] M1-P2: done before, skipped" in out
