@@ -76,7 +76,8 @@ def _settings(
             yield (*path, field.name), config, field
 
 
-def _define_flags() -> dict[str, tuple[str, ...]]:
+def _define_flags(values: flags.FlagValues = flags.FLAGS) -> dict[str, tuple[str, ...]]:
+    """Defines every setting's flag on `values` (absl's global FLAGS, main's, by default)."""
     names = {}
     for path, owner, field in _settings(_DEFAULTS):
         cls = type(owner)
@@ -88,14 +89,15 @@ def _define_flags() -> dict[str, tuple[str, ...]]:
         accepts = meta.get("accepts")
         help_text = " ".join(t for t in (meta["help"], accepts and accepts.help_text()) if t)
         if "choices" in meta:
-            flags.DEFINE_enum(name, default, meta["choices"], help_text)
+            flags.DEFINE_enum(name, default, meta["choices"], help_text, flag_values=values)
         elif "auto" in meta:  # a number or auto: read as text, converted below
-            flags.DEFINE_string(name, "auto" if default is None else str(default), help_text)
+            text = "auto" if default is None else str(default)
+            flags.DEFINE_string(name, text, help_text, flag_values=values)
         else:
             kind = typing.get_type_hints(cls)[field.name]
             if kind not in _DEFINE_BY_TYPE:
                 raise TypeError(f"{where}: a {kind} field has no flag kind (bool, int, float, str)")
-            _DEFINE_BY_TYPE[kind](name, default, help_text)
+            _DEFINE_BY_TYPE[kind](name, default, help_text, flag_values=values)
         names[name] = path
     return names
 
@@ -109,6 +111,15 @@ _OWNERS = {
 }
 
 FLAGS = flags.FLAGS
+
+
+def main_flags() -> flags.FlagValues:
+    """main's flags, at their defaults, on a FlagValues of their own: a tool that must know what
+    a run's flags say (the sweep: its --seed, --mllog, --epochs) parses them with absl as main
+    does, never by hand."""
+    values = flags.FlagValues()
+    _define_flags(values)
+    return values
 
 
 def _replaced(config: Any, settings: Mapping[tuple[str, ...], Any], path: tuple[str, ...]) -> Any:

@@ -2,7 +2,9 @@
 5-6: scalability; §4.4.1, Fig. 7: the trade-off).
 
 Each point is one run of `python -m hpcai_jax.main` with a record of its own, so the sweep only
-plans the points, launches them and reports on their records. The experiments, the --launcher
+plans the points, launches them and reports on their records. This module plans scalability's
+and the trade-off's points and holds the CLI; the runs of every experiment, the paper's too
+(sweep_paper.py), go through the one engine of sweep_plan.py, so all of them resume alike. The experiments, the --launcher
 template and the runs' MLLOG files: `launch/README.md`, Sweeps; --repeats and what the report
 makes of them: `docs/score.md`, section 9.
 """
@@ -10,7 +12,6 @@ makes of them: `docs/score.md`, section 9.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import shlex
 import sys
@@ -20,27 +21,12 @@ from hpcai_jax import records, sweep_paper, sweep_plan, units
 from hpcai_jax.errors import UsageError, tool_main
 from hpcai_jax.report import write_report
 from hpcai_jax.report.cli import Parser, positive_int
+from hpcai_jax.sweep_plan import Point, Run
 
 PROG = "hpcai_jax.sweep"
 SEEDS = 2**32  # --seed's range (config.TrainConfig.seed): a derived seed wraps around it
 PLACEHOLDERS = ("devices", "nodes", "devices_per_node")  # --launcher's
 INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a process Ctrl-C ended
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    ensemble_size: int
-    parallel_degree: int
-    members_per_device: int = 1  # members sharing a device, mapped in one program
-
-    @property
-    def devices(self) -> int:
-        return self.ensemble_size // self.members_per_device * self.parallel_degree
-
-    @property
-    def label(self) -> str:
-        """The point's label in its runs' records (sweep_plan.point): M<M>-P<P_degree>."""
-        return f"M{self.ensemble_size}-P{self.parallel_degree}"
 
 
 def plan(
@@ -93,58 +79,32 @@ def tradeoff_sizes(sys_scale: int, ensemble_sizes: tuple[int, ...] = ()) -> tupl
     return ensemble_sizes or tuple(m for m in range(sys_scale, 0, -1) if sys_scale % m == 0)
 
 
-def flag_value(main_args: list[str], name: str) -> str:
-    """The value the runs' flags give --`name` (flagfiles read, the last one wins), or ''."""
-    args = sweep_plan.expanded(main_args)
-    value = ""
-    for i, arg in enumerate(args):
-        if arg.startswith(f"--{name}="):
-            value = arg.removeprefix(f"--{name}=")
-        elif arg == f"--{name}" and i + 1 < len(args):
-            value = args[i + 1]
-    return value
-
-
 def mllog_path(main_args: list[str]) -> str:
-    """The --mllog the runs' flags give, or ''."""
-    return flag_value(main_args, "mllog")
+    """The --mllog the runs' flags give (absl's reading, flagfiles read), or ''."""
+    return sweep_plan.given(main_args, "mllog", "")
 
 
 def base_seed(main_args: list[str]) -> int:
     """The --seed the runs' flags give (the config's default, 0, if none): repeat 0's seed."""
-    text = flag_value(main_args, "seed") or "0"
-    try:
-        seed = int(text)
-    except ValueError:
-        seed = -1
+    seed = sweep_plan.given(main_args, "seed", 0)
     if not 0 <= seed < SEEDS:
-        raise UsageError(f"--seed={text} (after --): expected an integer in [0, 2^32)")
+        raise UsageError(f"--seed={seed} (after --): expected an integer in [0, 2^32)")
     return seed
 
 
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """One run of the sweep: a point, its repeat and the seed that repeat runs with (None: the
-    runs' own --seed, when the sweep does not repeat)."""
-
-    point: Point
-    run_name: str
-    repeat: int = 0
-    seed: int | None = None
-
-
-def jobs(points: list[Point], repeats: int, name: str, experiment: str, seed: int = 0) -> list[Job]:
+def jobs(points: list[Point], repeats: int, name: str, experiment: str, seed: int = 0) -> list[Run]:
     """Every run: the whole sweep once per repeat (a machine that drifts during the sweep then
-    touches every point alike), repeat k with seed (seed + k) mod 2^32 and `-r<k>` in its run
-    name; one repeat is the plain sweep, its names and the runs' own --seed unchanged."""
+    touches every point alike), repeat k with seed (seed + k) mod 2^32, `-r<k>` in its run
+    name and k its seed index; one repeat is the plain sweep, its names and the runs' own
+    --seed unchanged."""
     out = []
     for k in range(repeats):
         for point in points:
             run_name = f"{name}-{experiment}-M{point.ensemble_size}-P{point.parallel_degree}"
             if repeats == 1:
-                out.append(Job(point, run_name))
+                out.append(Run(point, run_name))
             else:
-                out.append(Job(point, f"{run_name}-r{k}", k, (seed + k) % SEEDS))
+                out.append(Run(point, f"{run_name}-r{k}", (seed + k) % SEEDS, k))
     return out
 
 
@@ -180,28 +140,24 @@ def command(
     mllog: str = "",
     seed: int | None = None,
     plan: str = "",
+    index: int = 0,
 ) -> list[str]:
-    """The run's command line; `mllog`, the --mllog of the runs' flags, becomes the run's own
-    file (`run_mllog`); a repeat's `seed` overrides the runs' --seed (absl: the last one wins);
-    `plan`, the sweep's fingerprint (sweep_plan.py), comes last."""
+    """The run's command line (the engine's builder, sweep_plan.command) behind the filled
+    launcher template: the runs' flags before the point's; `mllog`, the --mllog of the runs'
+    flags, becomes the run's own file (`run_mllog`); a repeat's `seed` overrides the runs'
+    --seed (absl: the last one wins); `plan`, the sweep's fingerprint, comes last with the
+    run's point and seed index `index`."""
     nodes = -(-point.devices // devices_per_node)
     prefix = launcher.format(
         devices=point.devices, nodes=nodes, devices_per_node=min(devices_per_node, point.devices)
     )
-    return [
-        *shlex.split(prefix),
-        sys.executable,
-        "-m",
-        "hpcai_jax.main",
-        *main_args,
-        f"--ensemble_size={point.ensemble_size}",
-        f"--parallel_degree={point.parallel_degree}",
-        f"--members_per_device={point.members_per_device}",
-        *([f"--seed={seed}"] if seed is not None else []),
-        f"--run_name={run_name}",
-        *([f"--mllog={run_mllog(mllog, run_name)}"] if mllog else []),
-        *([f"--sweep_plan={plan}"] if plan else []),
-    ]
+    return sweep_plan.command(
+        Run(point, run_name, seed, index),
+        before=main_args,
+        after=[f"--mllog={run_mllog(mllog, run_name)}"] if mllog else [],
+        prefix=shlex.split(prefix),
+        plan=plan,
+    )
 
 
 def table(runs: list[records.TrainRecord]) -> str:
@@ -235,6 +191,9 @@ Every run gets --sweep_plan=<experiment>:<smoke|full>:<digest>:<point>:<seed ind
 fingerprint (the digest: of the flags that decide its results, hpcai_jax/sweep_plan.py) and the
 run's place in it (its point's label, M<M>-P<P_degree> or the paper's, and its repeat or seed
 index), kept in its record: the report reads a run's point from there, never from its name.
+Every experiment resumes: a rerun skips each run whose record is complete and of the same
+plan ("done before, skipped"), runs again over its own partial one, and refuses, in one line
+before any run, a folder holding another plan's record under one of its runs' names.
 Ctrl-C stops the run in progress as its own Ctrl-C would (its record written, its lock
 released), then the sweep, in one line, exit 130; a second Ctrl-C stops the run now. SIGTERM
 and SIGHUP are passed on to the run the same way (exit 128 + the signal).
@@ -411,8 +370,23 @@ def _sweep(argv: list[str]) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     args = parser().parse_args(own)
-    if args.experiment == "paper":
-        return _paper(args, main_args)
+    runs, plan_ = EXPERIMENTS[args.experiment](args, main_args)
+    written, failed = sweep_plan.run_all(runs, plan_, args.dry_run)
+    if args.dry_run:
+        if args.experiment == "paper":
+            minutes = sweep_paper.estimate_s(runs, main_args) / 60
+            print(f"{len(runs)} run(s), about {minutes:.0f} min on 2 quiet cores (estimated)")
+        return 0
+    if written and args.experiment != "paper":
+        print(table([records.read(Path(path)) for path in written]))
+    reported = not written or _report(written, Path(args.results_dir) / "report")
+    print(summary(len(runs), failed), flush=True)
+    return 1 if failed or not reported else 0
+
+
+def _points_plan(args, main_args: list[str]) -> tuple[list[Run], sweep_plan.Plan]:
+    """--experiment=scalability or tradeoff: the points of `plan`, each repeat's runs
+    (`jobs`), and their commands behind the --launcher template."""
     for flag, given in (("--smoke", args.smoke), ("--only", args.only)):
         if given:
             raise UsageError(f"{flag}: only for --experiment=paper, not {args.experiment}")
@@ -428,20 +402,15 @@ def _sweep(argv: list[str]) -> int:
         )
     except ValueError as e:
         raise UsageError(str(e)) from None
-    runs, written, failed = _run_jobs(args, points, main_args)
-    if runs:
-        print(table(runs))
-    reported = not written or _report(written, Path(args.results_dir) / "report")
-    if not args.dry_run:
-        print(summary(len(runs) + len(failed), failed), flush=True)
-    return 1 if failed or not reported else 0
-
-
-def _run_jobs(args, points: list[Point], main_args: list[str]):
-    """Each job's command printed, then run (not under --dry_run): (records read, record paths
-    written, failed runs)."""
-    mllog = mllog_path(main_args)
     seed = base_seed(main_args) if args.repeats > 1 else 0
+    runs = jobs(points, args.repeats, args.name, args.experiment, seed)
+    return runs, _launched(args, main_args)
+
+
+def _launched(args, main_args: list[str]) -> sweep_plan.Plan:
+    """Scalability's and the trade-off's runs in the engine: each command printed before it
+    runs, behind the --launcher template, with the runs' --mllog made its own."""
+    mllog = mllog_path(main_args)
     fingerprint = sweep_plan.fingerprint(
         args.experiment,
         False,
@@ -450,55 +419,39 @@ def _run_jobs(args, points: list[Point], main_args: list[str]):
         devices_per_node=args.devices_per_node,
         launcher=args.launcher,
     )
-    runs, written, failed = [], [], []
-    for job in jobs(points, args.repeats, args.name, args.experiment, seed):
-        cmd = command(
-            job.point,
+    runs_args = [*main_args, f"--results_dir={args.results_dir}"]
+
+    def build(run: Run, plan_: str) -> list[str]:
+        return command(
+            run.point,
             args.launcher,
             args.devices_per_node,
-            job.run_name,
-            [*main_args, f"--results_dir={args.results_dir}"],
+            run.name,
+            runs_args,
             mllog,
-            job.seed,
-            sweep_plan.placed(fingerprint, job.point.label, job.repeat),
+            run.seed,
+            plan_,
+            run.index,
         )
-        print("+ " + shlex.join(cmd), flush=True)
-        if args.dry_run:
-            continue
-        path = Path(args.results_dir) / f"{job.run_name}.json"
-        older = path.exists()  # another sweep's record: reported only if this run replaced it
-        returncode = sweep_plan.run(cmd)
-        if path.exists() and (returncode == 0 or not older):
-            written.append(str(path))  # a failed run's invalid or partial record included
-        if returncode != 0:
-            failed.append(f"{job.run_name} (exit {returncode})")
-            continue
-        runs.append(records.read(path))
-    return runs, written, failed
+
+    return sweep_plan.Plan(fingerprint, args.results_dir, build, keep_failed=True)
 
 
-def _paper(args, main_args: list[str]) -> int:
-    """--experiment=paper: the plan of hpcai_jax/sweep_paper.py, resumable, then its report."""
+def _paper(args, main_args: list[str]) -> tuple[list[Run], sweep_plan.Plan]:
+    """--experiment=paper: the runs of hpcai_jax/sweep_paper.py's table (or of --only's
+    points), each on exactly its Sys_scale of host devices."""
     labels = {p.label for p in sweep_paper.POINTS}
     unknown = [x for x in args.only if x not in labels]
     if unknown:
         raise UsageError(f"--only={unknown[0]}: expected one of {', '.join(sorted(labels))}")
-    twice = sorted({x for x in args.only if args.only.count(x) > 1})
-    if twice:
-        raise UsageError(f"--only={','.join(args.only)}: expected each label once ({twice[0]})")
+    sweep_plan.check_labels(args.only, f"--only={','.join(args.only)}")
     runs = sweep_paper.paper_runs(args.smoke, args.only)
-    if args.dry_run:
-        plan_ = sweep_paper.plan_of(args.smoke, main_args)
-        for run in runs:
-            cmd = sweep_paper.paper_command(run, args.results_dir, main_args, plan_)
-            print("+ " + sweep_paper.shown(run, cmd), flush=True)
-        minutes = sweep_paper.estimate_s(runs, main_args) / 60
-        print(f"{len(runs)} run(s), about {minutes:.0f} min on 2 quiet cores (estimated)")
-        return 0
-    written, failed = sweep_paper.run_plan(runs, args.results_dir, main_args)
-    reported = not written or _report(written, Path(args.results_dir) / "report")
-    print(summary(len(runs), failed), flush=True)
-    return 1 if failed or not reported else 0
+    fingerprint = sweep_paper.plan_of(args.smoke, main_args)
+    return runs, sweep_paper.paper_plan(args.results_dir, main_args, fingerprint)
+
+
+# Each experiment: its runs and its plan (how they are built and run) from the sweep's flags.
+EXPERIMENTS = {"scalability": _points_plan, "tradeoff": _points_plan, "paper": _paper}
 
 
 def summary(total: int, failed: list[str]) -> str:

@@ -14,12 +14,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from hpcai_jax import records, sweep_plan
+from hpcai_jax import records, sweep_plan  # noqa: F401 - sweep_paper.records, as before
 
 FORCE = "--xla_force_host_platform_device_count"
 SEEDS = 3  # seeds per point
@@ -82,30 +81,29 @@ POINTS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class PaperRun:
-    point: PaperPoint
-    seed: int
-    smoke: bool = False
-    index: int = 0  # which of its point's seeds: its record's sweep_plan.seed_index
-
-    @property
-    def name(self) -> str:
-        return f"{'smoke-' if self.smoke else ''}paper-{self.point.label}-s{self.seed}"
+def _point(row: PaperPoint, smoke: bool) -> sweep_plan.Point:
+    """A row of the table as the engine's point: one member per device, --smoke's flags after
+    the point's own (so a FLOPS-only point's subset is toy-sized too)."""
+    extra = (*row.flags, *(SMOKE if smoke else ()))
+    return sweep_plan.Point(
+        row.ensemble_size, row.parallel_degree, 1, extra, row.seeds, row.seeds_of, row.label
+    )
 
 
-def paper_runs(smoke: bool = False, only: tuple[str, ...] = ()) -> list[PaperRun]:
+def paper_runs(smoke: bool = False, only: tuple[str, ...] = ()) -> list[sweep_plan.Run]:
     """Every run, seed index by seed index (a machine that drifts touches every point alike);
     each run its own seed, SEED_SPACING apart, the same with or without `only` (the points of
     these labels), but a point `seeds_of` another, whose k-th run takes that point's k-th seed.
-    A point of fewer seeds runs in the first rounds."""
+    A point of fewer seeds runs in the first rounds; a label twice in the table is one line."""
+    sweep_plan.check_labels([row.label for row in POINTS], "sweep_paper.POINTS")
     runs, seeds, k = [], {}, 0
-    for s in range(1 if smoke else max(p.seeds for p in POINTS)):
-        for point in POINTS:
+    for s in range(1 if smoke else max(row.seeds for row in POINTS)):
+        for row in POINTS:
             k += 1
-            seeds[point.label, s] = seeds.get((point.seeds_of, s), SEED_SPACING * k)
-            if s < point.seeds and (not only or point.label in only):
-                runs.append(PaperRun(point, seeds[point.label, s], smoke, s))
+            seeds[row.label, s] = seed = seeds.get((row.seeds_of, s), SEED_SPACING * k)
+            if s < row.seeds and (not only or row.label in only):
+                name = f"{'smoke-' if smoke else ''}paper-{row.label}-s{seed}"
+                runs.append(sweep_plan.Run(_point(row, smoke), name, seed, s))
     return runs
 
 
@@ -115,29 +113,16 @@ def plan_of(smoke: bool, main_args: list[str]) -> str:
     return sweep_plan.fingerprint("paper", smoke, [*FLAGS, *(SMOKE if smoke else ()), *main_args])
 
 
-def paper_command(run: PaperRun, results_dir: str, main_args: list[str], plan: str = "") -> list:
-    """The run's command line: the shared flags, the point's, --smoke's, then the caller's
-    (absl: the last one wins), and the plan's fingerprint after them (no flag replaces it)."""
-    p = run.point
-    return [
-        sys.executable,
-        "-m",
-        "hpcai_jax.main",
-        *FLAGS,
-        *p.flags,
-        *(SMOKE if run.smoke else ()),
-        f"--ensemble_size={p.ensemble_size}",
-        f"--parallel_degree={p.parallel_degree}",
-        "--members_per_device=1",
-        f"--seed={run.seed}",
-        f"--run_name={run.name}",
-        f"--results_dir={results_dir}",
-        *main_args,
-        *([f"--sweep_plan={sweep_plan.placed(plan, p.label, run.index)}"] if plan else []),
-    ]
+def paper_command(
+    run: sweep_plan.Run, results_dir: str, main_args: list[str], plan: str = ""
+) -> list[str]:
+    """The run's command line (sweep_plan.command): the shared flags, the point's (--smoke's
+    among them), then the caller's (absl: the last one wins), and the plan's fingerprint after
+    them (no flag replaces it)."""
+    return sweep_plan.command(run, FLAGS, [f"--results_dir={results_dir}", *main_args], plan=plan)
 
 
-def shown(run: PaperRun, cmd: list[str]) -> str:
+def shown(run: sweep_plan.Run, cmd: list[str]) -> str:
     """The command as a shell runs it, its XLA_FLAGS (the point's device count) in front."""
     flags = child_env(run.point.ensemble_size * run.point.parallel_degree)["XLA_FLAGS"]
     return f"XLA_FLAGS={shlex.quote(flags)} {shlex.join(cmd)}"
@@ -153,38 +138,43 @@ TEST_IMAGES = 10_000  # Fashion-MNIST's test set: --eval_examples=0
 
 
 def _flag(cmd: list, name: str, default: float) -> float:
-    """The value absl would take for --name in cmd (the last one wins)."""
-    values = [a.split("=", 1)[1] for a in cmd if str(a).startswith(f"--{name}=")]
-    return float(values[-1]) if values else default
+    """The value absl would take for --name in cmd (the last one wins), or `default`."""
+    return _value(sweep_plan.caller_flags(cmd), name, default)
 
 
-def _member_batch(cmd: list) -> float:
+def _member_batch(values) -> float:
     """A member's batch: --batch_size, times P_degree under --batch_policy=per_device."""
-    per_device = "--batch_policy=per_device" in cmd
-    return _flag(cmd, "batch_size", 32) * (_flag(cmd, "parallel_degree", 1) if per_device else 1)
+    per_device = values["batch_policy"].present and values.batch_policy == "per_device"
+    parallel = _value(values, "parallel_degree", 1) if per_device else 1
+    return _value(values, "batch_size", 32) * parallel
 
 
-def _epochs(cmd: list, n: float) -> float:
+def _value(values, name: str, default: float) -> float:
+    """A parsed flag's value where the command sets it, else `default`."""
+    return float(values[name].value) if values[name].present else default
+
+
+def _epochs(values, n: float) -> float:
     """The epochs a run trains: --epochs, or --steps' member batches."""
-    steps = _flag(cmd, "steps", 0)
-    return steps * _member_batch(cmd) / n if steps else _flag(cmd, "epochs", 1)
+    steps = _value(values, "steps", 0)
+    return steps * _member_batch(values) / n if steps else _value(values, "epochs", 1)
 
 
-def estimate_s(runs: list[PaperRun], main_args: tuple[str, ...] | list[str] = ()) -> float:
+def estimate_s(runs: list[sweep_plan.Run], main_args: tuple[str, ...] | list[str] = ()) -> float:
     """The plan's wall time on 2 quiet cores, estimated (the caller's flags counted): images
     trained and evaluated per member and steps taken at the fitted rates, plus a start-up per
     run. A model for sizing, not a measurement."""
     total = 0.0
     for run in runs:
-        cmd = paper_command(run, "", list(main_args))
-        n = _flag(cmd, "train_examples", 60_000)
-        epochs = _epochs(cmd, n)
-        every, evals = _flag(cmd, "eval_every_epochs", 0), 1
+        values = sweep_plan.caller_flags(paper_command(run, "", list(main_args)))
+        n = _value(values, "train_examples", 60_000)
+        epochs = _epochs(values, n)
+        every, evals = _value(values, "eval_every_epochs", 0), 1
         if every:  # each K epochs, then the final one unless the last was at the end
             evals = int(epochs // every) + (epochs % every > 0)
-        tested = _flag(cmd, "eval_examples", 0) or TEST_IMAGES
+        tested = _value(values, "eval_examples", 0) or TEST_IMAGES
         trained = n * epochs * TRAIN_S_PER_MEMBER_IMAGE + evals * tested * EVAL_S_PER_MEMBER_IMAGE
-        steps = n * epochs / _member_batch(cmd)
+        steps = n * epochs / _member_batch(values)
         total += START_S + run.point.ensemble_size * trained + steps * STEP_S
     return total
 
@@ -212,46 +202,30 @@ def child_env(devices: int, environ: dict | None = None) -> dict:
     return env
 
 
-def finished(path: Path) -> bool:
-    """Whether a run's record exists and is complete: a rerun of the plan skips it."""
-    try:
-        return records.read(path).status == "complete"
-    except Exception:  # absent, partial, unreadable: run it (again)
-        return False
+def paper_plan(
+    results_dir: str, main_args: list[str], fingerprint: str, environ: dict | None = None
+) -> sweep_plan.Plan:
+    """The paper plan in the engine: its commands, each run on exactly its Sys_scale of host
+    devices (`child_env`), printed as a shell runs them under --dry_run only (a progress line
+    per run instead)."""
+    return sweep_plan.Plan(
+        fingerprint,
+        results_dir,
+        lambda run, plan: paper_command(run, results_dir, main_args, plan),
+        env=lambda run: child_env(run.point.devices, environ),
+        shown=shown,
+        echo=False,
+    )
 
 
-def run_plan(runs: list[PaperRun], results_dir: str, main_args: list[str], clock=time):
-    """Runs the plan in order, skipping the runs it finished before and running again, over
-    their records, those it left partial or invalid (a record of another plan refuses it, in one
-    line, before any run); returns (records written, failed runs). A failed run ends neither
-    the plan nor its summary."""
-    plan = plan_of(bool(runs) and runs[0].smoke, main_args)
-    sweep_plan.refuse_others([Path(results_dir) / f"{r.name}.json" for r in runs], plan)
+def run_plan(
+    runs: list[sweep_plan.Run], results_dir: str, main_args: list[str], clock=time, dry_run=False
+):
+    """The plan's runs through the engine's one loop (sweep_plan.run_all: resumed, another
+    plan's record refused, a failed run stopping none), sharing one set of caches unless the
+    caller names their own (CACHES): (records written, failed runs)."""
+    smoke = bool(runs) and runs[0].name.startswith("smoke-")
     with tempfile.TemporaryDirectory(prefix="hpcai_jax_paper_caches_") as caches:
-        return _run_each(runs, results_dir, main_args, plan, shared_caches(caches), clock)
-
-
-def _run_each(runs, results_dir, main_args, plan, environ, clock):
-    """run_plan's loop, each run in `environ` with its own device count."""
-    written, failed = [], []
-    for k, run in enumerate(runs, 1):
-        path = Path(results_dir) / f"{run.name}.json"
-        head = f"[{k}/{len(runs)}] {run.point.label} seed {run.seed}"
-        if finished(path):
-            print(f"{head}: done before, skipped", flush=True)
-            written.append(str(path))
-            continue
-        cmd = paper_command(run, results_dir, main_args, plan)
-        if sweep_plan.stamp(path) == plan:  # its own partial or invalid record: replaced
-            cmd.append("--overwrite")
-        start = clock.monotonic()
-        devices = run.point.ensemble_size * run.point.parallel_degree
-        returncode = sweep_plan.run(cmd, env=child_env(devices, environ))
-        took = clock.monotonic() - start
-        if returncode == 0 and finished(path):
-            print(f"{head} done in {took:.0f}s", flush=True)
-            written.append(str(path))
-        else:
-            print(f"{head} FAILED (exit {returncode}) after {took:.0f}s", flush=True)
-            failed.append(f"{run.name} (exit {returncode})")
-    return written, failed
+        environ = shared_caches(caches)
+        plan = paper_plan(results_dir, main_args, plan_of(smoke, main_args), environ)
+        return sweep_plan.run_all(runs, plan, dry_run, clock)

@@ -3,6 +3,7 @@
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import ROOT
@@ -124,7 +125,7 @@ def test_a_flagfiles_include_is_found_from_another_folder(tmp_path, monkeypatch)
 def test_repeats_run_the_sweep_k_times_with_derived_seeds(tmp_path):
     points = plan("tradeoff", sys_scale=2)
     runs = jobs(points, 3, "s", "tradeoff", seed=2**32 - 1)
-    assert [(j.point, j.run_name, j.repeat, j.seed) for j in runs] == [
+    assert [(j.point, j.name, j.index, j.seed) for j in runs] == [
         (Point(2, 1), "s-tradeoff-M2-P1-r0", 0, 2**32 - 1),
         (Point(1, 2), "s-tradeoff-M1-P2-r0", 0, 2**32 - 1),
         (Point(2, 1), "s-tradeoff-M2-P1-r1", 1, 0),  # (seed + k) mod 2^32
@@ -133,7 +134,7 @@ def test_repeats_run_the_sweep_k_times_with_derived_seeds(tmp_path):
         (Point(1, 2), "s-tradeoff-M1-P2-r2", 2, 1),
     ]
     # One repeat is the plain sweep: its run names, the runs' own --seed.
-    assert [(j.run_name, j.seed) for j in jobs(points, 1, "s", "tradeoff", seed=7)] == [
+    assert [(j.name, j.seed) for j in jobs(points, 1, "s", "tradeoff", seed=7)] == [
         ("s-tradeoff-M2-P1", None),
         ("s-tradeoff-M1-P2", None),
     ]
@@ -380,3 +381,120 @@ def test_the_summary_names_the_quality_metric_the_runs_report():
     assert "ensemble r2" in table([regression]).splitlines()[0]
     assert "ensemble top1_accuracy" in table([classification]).splitlines()[0]
     assert "ensemble quality" in table([regression, classification]).splitlines()[0]
+
+
+def _fake_runs(monkeypatch) -> list[list[str]]:
+    """Every run the sweep starts writes a complete record stamped with its command's plan (a
+    record as records.read gives it back: status and fingerprint)."""
+    import json
+    from types import SimpleNamespace
+
+    from hpcai_jax import sweep as sweep_module
+    from hpcai_jax import sweep_plan
+
+    started = []
+
+    def fake_run(cmd):
+        started.append(cmd)
+        flags = dict(a[2:].split("=", 1) for a in cmd if a.startswith("--") and "=" in a)
+        plan = flags["sweep_plan"].rsplit(":", 2)[0]  # the fingerprint, as str(SweepPlan)
+        out = {"status": "complete", "sweep_plan": plan}
+        (Path(flags["results_dir"]) / f"{flags['run_name']}.json").write_text(json.dumps(out))
+        return 0
+
+    monkeypatch.setattr(sweep_plan, "run", fake_run)
+    monkeypatch.setattr(records, "read", lambda p: SimpleNamespace(**json.loads(p.read_text())))
+    monkeypatch.setattr(sweep_module, "table", lambda runs: "")
+    monkeypatch.setattr(sweep_module, "_report", lambda paths, out: True)
+    return started
+
+
+@pytest.mark.parametrize(
+    "experiment",
+    [
+        ["--experiment=tradeoff", "--sys_scale=2", "--repeats=2"],
+        ["--experiment=scalability", "--parallel_degree=1", "--max_ensemble=2"],
+    ],
+)
+def test_a_second_identical_sweep_skips_every_run(capsys, monkeypatch, tmp_path, experiment):
+    """Scalability and the trade-off resume as the paper plan does (one engine,
+    sweep_plan.run_all): the same command again finds every record complete and of its plan,
+    and runs nothing."""
+    started = _fake_runs(monkeypatch)
+    argv = [*experiment, f"--results_dir={tmp_path}", "--", "--steps=2"]
+    code, out, err = sweep(capsys, *argv)
+    assert (code, err) == (0, "") and len(started) == out.count("+ ") >= 2
+    total = len(started)
+    started.clear()
+    code, out, err = sweep(capsys, *argv)
+    assert (code, err, started) == (0, "", [])
+    assert out.count("done before, skipped") == total and "+ " not in out
+    assert out.splitlines()[-1] == f"sweep: {total} of {total} run(s) completed"
+
+
+def test_a_record_of_another_plan_refuses_the_sweep(capsys, monkeypatch, tmp_path):
+    """A record under a name this sweep would write, from other runs' flags: one line, exit 2,
+    before any run (never overwritten, never taken as this sweep's)."""
+    started = _fake_runs(monkeypatch)
+    base = ["--experiment=tradeoff", "--sys_scale=2", f"--results_dir={tmp_path}", "--"]
+    assert sweep(capsys, *base, "--steps=2")[0] == 0
+    started.clear()
+    code, out, err = sweep(capsys, *base, "--steps=3")
+    assert (code, out, started) == (2, "", [])
+    assert err.startswith("hpcai_jax.sweep: error: ") and err.count("\n") == 1, err
+    assert "sweep-tradeoff-M2-P1.json and 1 more written by another plan (plan tradeoff:" in err
+
+
+def test_the_runs_flags_are_read_by_absl_as_main_reads_them(tmp_path):
+    """--seed and --mllog, in any spelling absl takes (a separate value, a flagfile, the last
+    one winning), from main's own flag definitions; a bad value is one line."""
+    from hpcai_jax import flags, sweep_plan
+
+    flagfile = tmp_path / "runs.flags"
+    flagfile.write_text("# a comment\n--seed=41\n--mllog=a.log\n")
+    assert base_seed(["--seed", "9"]) == 9
+    assert base_seed([f"--flagfile={flagfile}", "--steps=2"]) == 41
+    assert mllog_path(["--mllog=x.log", f"--flagfile={flagfile}"]) == "a.log"
+    assert sweep_plan.given(["--verbosity=1", "--nooverwrite"], "overwrite", None) is False
+    with pytest.raises(UsageError, match="seed"):
+        base_seed(["--seed=x"])
+    with pytest.raises(UsageError, match="model"):
+        sweep_plan.given(["--model=none_such"], "model")
+    # main's flags on a FlagValues of their own, the global FLAGS untouched
+    assert set(flags.main_flags()) >= set(flags.FLAG_FIELDS)
+    assert flags.main_flags() is not flags.FLAGS
+
+
+def test_a_failed_runs_own_record_is_reported_and_its_rerun_replaces_it(
+    capsys, monkeypatch, tmp_path
+):
+    """A run that fails after writing its record (partial, invalid): the sweep's report shows
+    it, as before the one engine; the same sweep again runs it over that record (--overwrite)
+    and skips the complete one."""
+    from hpcai_jax import sweep as sweep_module
+    from hpcai_jax import sweep_plan
+
+    started = _fake_runs(monkeypatch)
+    complete = sweep_plan.run
+
+    def partial_first(cmd):
+        code = complete(cmd)
+        if "--run_name=sweep-tradeoff-M2-P1" in cmd and "--overwrite" not in cmd:
+            path = tmp_path / "sweep-tradeoff-M2-P1.json"
+            path.write_text(path.read_text().replace('"complete"', '"partial"'))
+            return 1
+        return code
+
+    reported = []
+    monkeypatch.setattr(sweep_plan, "run", partial_first)
+    monkeypatch.setattr(sweep_module, "_report", lambda paths, out: reported.append(paths) or True)
+    argv = ["--experiment=tradeoff", "--sys_scale=2", f"--results_dir={tmp_path}"]
+    assert sweep(capsys, *argv)[0] == 1
+    assert [Path(p).name for p in reported[0]] == [
+        "sweep-tradeoff-M2-P1.json",
+        "sweep-tradeoff-M1-P2.json",
+    ]
+    started.clear()
+    code, out, _ = sweep(capsys, *argv)
+    assert code == 0 and len(started) == 1 and started[0][-1] == "--overwrite"
+    assert "[2/2] M1-P2: done before, skipped" in out

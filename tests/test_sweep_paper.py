@@ -320,3 +320,86 @@ def test_one_tiny_real_point(tmp_path, monkeypatch, capsys):
     capsys.readouterr()
     assert main(full) == 2
     assert "paper-fig5-M1-flops-s1000.json written by another plan" in capsys.readouterr().err
+
+
+def _old_runs(smoke: bool, only: tuple[str, ...] = ()) -> list[tuple]:
+    """The paper plan's runs as sweep_paper.py built them before the one engine (its own
+    PaperRun): (row, seed, seed index, name), from the table as it stands."""
+    runs, seeds, k = [], {}, 0
+    for s in range(1 if smoke else max(p.seeds for p in sp.POINTS)):
+        for point in sp.POINTS:
+            k += 1
+            seeds[point.label, s] = seeds.get((point.seeds_of, s), sp.SEED_SPACING * k)
+            if s < point.seeds and (not only or point.label in only):
+                seed = seeds[point.label, s]
+                name = f"{'smoke-' if smoke else ''}paper-{point.label}-s{seed}"
+                runs.append((point, seed, s, name))
+    return runs
+
+
+def _old_command(run: tuple, smoke: bool, results_dir: str, main_args: list, plan: str) -> list:
+    """paper_command before the one engine, verbatim but for the run's form."""
+    p, seed, index, name = run
+    return [
+        sys.executable,
+        "-m",
+        "hpcai_jax.main",
+        *sp.FLAGS,
+        *p.flags,
+        *(sp.SMOKE if smoke else ()),
+        f"--ensemble_size={p.ensemble_size}",
+        f"--parallel_degree={p.parallel_degree}",
+        "--members_per_device=1",
+        f"--seed={seed}",
+        f"--run_name={name}",
+        f"--results_dir={results_dir}",
+        *main_args,
+        *([f"--sweep_plan={plan}:{p.label}:{index}"] if plan else []),
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv, main_args",
+    [
+        (["--results_dir=out"], []),
+        (["--smoke"], []),
+        (["--only=fig7-M2-P4,control-M8-nobag"], ["--epochs=1", "--mllog=logs/x.mllog"]),
+        (["--smoke", "--results_dir=r"], ["--steps=5", "--batch_policy=per_device"]),
+    ],
+)
+def test_the_engine_keeps_the_paper_plans_commands_and_fingerprint(capsys, argv, main_args):
+    """Under the one engine (sweep_plan.py) the paper plan's dry run prints, byte for byte, the
+    commands the plan printed before it, and its fingerprint is the same: the records of a plan
+    begun before resume under it. The fingerprint's digest itself is pinned too, on flags that
+    do not depend on the table."""
+    from hpcai_jax.sweep import main
+    from hpcai_jax.sweep_plan import fingerprint
+
+    assert main(["--experiment=paper", "--dry_run", *argv, "--", *main_args]) == 0
+    printed = [x.removeprefix("+ ") for x in capsys.readouterr().out.splitlines()[:-1]]
+    smoke = "--smoke" in argv
+    only = next((tuple(a[7:].split(",")) for a in argv if a.startswith("--only=")), ())
+    results = next((a.split("=", 1)[1] for a in argv if a.startswith("--results_dir=")), "results")
+    plan = sp.plan_of(smoke, main_args)
+    expected = []
+    for run in _old_runs(smoke, only):
+        cmd = _old_command(run, smoke, results, main_args, plan)
+        forced = sp.child_env(run[0].ensemble_size * run[0].parallel_degree)["XLA_FLAGS"]
+        expected.append(f"XLA_FLAGS={shlex.quote(forced)} {shlex.join(cmd)}")
+    assert printed == expected
+    assert plan == fingerprint(
+        "paper", smoke, [*sp.FLAGS, *(sp.SMOKE if smoke else ()), *main_args]
+    )
+    assert fingerprint("paper", False, ["--epochs=1"]) == "paper:full:6834e25ba1786c72"
+
+
+def test_a_label_twice_in_the_table_is_one_line_and_exit_2(capsys, monkeypatch):
+    """Two points of one label would write one record name twice: the plan is refused before
+    anything is printed or run."""
+    from hpcai_jax.sweep import main
+
+    monkeypatch.setattr(sp, "POINTS", (*sp.POINTS, sp.POINTS[0]))
+    assert main(["--experiment=paper", "--dry_run"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert "sweep_paper.POINTS: expected each label once (fig5-M1-flops)" in err
