@@ -6,9 +6,9 @@ it accepts; `flags.py` derives each command-line flag from it and `validate` che
 against it. The rules between settings are the only checks written out here.
 
 This module holds the training run's settings, which the engine reads, and imports no mode: a
-mode's own settings live beside the mode (`stream/config.py`, `nodecheck/config.py`, the
-distributed start-up's in `distributed.py`), and `settings.py`, above them all, composes them
-with these into the one configuration `main` runs (`Settings`).
+mode's own settings live apart (`stream/config.py`, `check_config.py`, the distributed
+start-up's in `distributed.py`), and `settings.py`, above them all, composes them with these
+into the one configuration `main` runs (`Settings`).
 """
 
 from __future__ import annotations
@@ -705,7 +705,7 @@ class ReliabilityConfig(Checked):
 class CheckRecordConfig(Checked):
     """The one setting of the node check that a training run reads: the record whose measured
     member strategy --member_strategy=auto takes (engine/member_map.py). The node check's own
-    settings extend it beside the mode (`nodecheck/config.py`)."""
+    settings extend it (`check_config.py`)."""
 
     record: str = _field(
         "",

@@ -1,18 +1,19 @@
 """The configuration `main` runs: the training run's settings (`config.RunConfig`, all the
-engine reads) composed with each mode's own, which live beside their modes: the distributed
-start-up's (`distributed.py`), STREAM's (`stream/config.py`) and the node check's
-(`nodecheck/config.py`, extending the one node-check setting a training run reads). It sits
-above the modes, so that `config.py` imports none of them; `flags.py` derives one flag per
-setting of `Settings`, and a record's `config` section is `Settings.to_dict()`."""
+engine reads) composed with each mode's own: the distributed start-up's (`distributed.py`),
+STREAM's (`stream/config.py`, beside its mode) and the node check's (`check_config.py`,
+extending the one node-check setting a training run reads). It sits above `config.py`, which
+imports none of the modes, and below the modes that read it (`nodecheck/`; STREAM takes what it
+reads of it as a protocol, `stream/record.py`); `flags.py` derives one flag per setting of
+`Settings`, and a record's `config` section is `Settings.to_dict()`."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from hpcai_jax import fields, gpu_settings
+from hpcai_jax.check_config import CheckConfig
 from hpcai_jax.config import RunConfig
 from hpcai_jax.distributed import DistributedConfig
-from hpcai_jax.nodecheck.config import CheckConfig
 from hpcai_jax.stream.config import StreamConfig
 
 

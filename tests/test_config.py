@@ -13,8 +13,8 @@ from helpers import ROOT, assert_one_line_error, run_in_process
 from hpcai_jax import config as C
 from hpcai_jax import fields
 from hpcai_jax import flags as hflags
+from hpcai_jax.check_config import CheckConfig
 from hpcai_jax.errors import UsageError
-from hpcai_jax.nodecheck.config import CheckConfig
 from hpcai_jax.settings import Settings
 from hpcai_jax.stream.config import StreamConfig
 
@@ -368,7 +368,15 @@ def test_the_configuration_imports_without_jax():
     assert out.stdout.strip() == "[]", out.stdout
 
 
-MODE_PACKAGES = ("nodecheck", "stream", "distributed", "gpu_settings", "acceptance", "settings")
+MODE_PACKAGES = (
+    "nodecheck",
+    "check_config",
+    "stream",
+    "distributed",
+    "gpu_settings",
+    "acceptance",
+    "settings",
+)
 
 
 def _hpcai_imports(path) -> set[str]:
@@ -385,8 +393,10 @@ def _hpcai_imports(path) -> set[str]:
 
 
 def test_the_training_configuration_imports_no_mode():
-    """config.py holds what the engine reads; each mode's settings live beside the mode and
-    are composed above it (settings.py), so the engine never reaches a mode's package."""
+    """config.py holds what the engine reads; each mode's settings live apart from it and are
+    composed above it (settings.py), so the engine never reaches a mode's package. The node
+    check's settings sit at the root (check_config.py), below the composition: settings.py
+    imports nothing of nodecheck/, which reads it."""
     from helpers import ROOT
 
     imported = _hpcai_imports(ROOT / "hpcai_jax" / "config.py")
@@ -395,7 +405,8 @@ def test_the_training_configuration_imports_no_mode():
     ], sorted(imported)
     # The composition holds every mode's section, and the flags are derived from it.
     composed = _hpcai_imports(ROOT / "hpcai_jax" / "settings.py")
-    assert {"hpcai_jax.nodecheck.config", "hpcai_jax.stream.config"} <= composed
+    assert {"hpcai_jax.check_config", "hpcai_jax.stream.config"} <= composed
+    assert not [m for m in composed if m.startswith("hpcai_jax.nodecheck")], composed
     assert {f.name for f in dataclasses.fields(Settings)} >= {"stream", "check", "distributed"}
     assert not {"stream", "distributed"} & {f.name for f in dataclasses.fields(C.RunConfig)}
 

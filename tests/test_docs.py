@@ -321,13 +321,13 @@ def test_docs_never_cite_the_shared_folder():
 def _main_flags_from_config() -> dict[str, str]:
     """hpcai_jax.main's config flags and their fields' types, read from the source as flags.py
     derives them."""
-    # settings.py, and the modules of the parts it composes (a mode's settings live beside it).
+    # settings.py, and the modules of the parts it composes (a mode's settings live apart).
     modules = (
         "settings.py",
         "config.py",
         "distributed.py",
         "stream/config.py",
-        "nodecheck/config.py",
+        "check_config.py",
     )
     classes = {
         node.name: node

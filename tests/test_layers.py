@@ -1,7 +1,8 @@
-"""The architecture holds: no import circles between modules, and no layer imports one above it
-(data/, workloads/, models/, ops/, stream/ and records/ never import the engine; FLOP accounting,
-flops/, sits on it and below the run; records/ imports nothing above it, and the report reads
-records without JAX)."""
+"""The architecture holds: no import circles between modules nor loops between folders, and no
+layer imports one above it (data/, workloads/, models/, ops/, stream/ and records/ never import
+the engine; FLOP accounting, flops/, sits on it and below the run; every pair of the folders
+CONTRIBUTING.md names imports one way only; every module keeps to docs/design.md's floors;
+records/ imports nothing above it, and the report reads records without JAX)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
-def test_there_are_no_import_circles():
-    graph = _imports()
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles a depth-first walk of `graph` meets, each as the path round it."""
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles = []
 
@@ -58,7 +59,32 @@ def test_there_are_no_import_circles():
     for module in sorted(graph):
         if module not in state:
             visit(module, [module])
-    assert not cycles, cycles
+    return cycles
+
+
+def test_there_are_no_import_circles():
+    assert _cycles(_imports()) == []
+
+
+def _folders(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between folders (`stream`) and root modules (`settings`)."""
+    folders: dict[str, set[str]] = {}
+    for module, deps in graph.items():
+        folder = _package(module)
+        folders.setdefault(folder, set()).update(_package(d) for d in deps)
+        folders[folder].discard(folder)
+    return folders
+
+
+def test_there_are_no_loops_between_folders():
+    """A folder or root module that imports another is never imported back by it, at any
+    remove: the settings compose the node check's (check_config.py) without importing
+    nodecheck/, which reads them, and STREAM names what it reads of them as a protocol."""
+    graph = _imports()
+    assert _cycles(_folders(graph)) == []
+    # It can fail: the settings composing the node check's from nodecheck/ again.
+    graph["hpcai_jax.settings"] = graph["hpcai_jax.settings"] | {"hpcai_jax.nodecheck.runner"}
+    assert [set(c) for c in _cycles(_folders(graph))] == [{"nodecheck", "settings"}]
 
 
 def test_lower_layers_never_import_the_engine():
@@ -100,12 +126,10 @@ def test_the_engine_layers_import_only_downward():
 
 # CONTRIBUTING.md's packages below the engine: they import none of its layers and none of the
 # modes and tools above (STREAM's kernels take XLA's count from the foundations, xla_cost.py;
-# the engine's memory check the memory queries, device_memory.py). The arrows that still run up,
-# each with the issue that removes it: STREAM's mode reads the composed settings (issue 67,
-# "STREAM takes its own config").
+# the engine's memory check the memory queries, device_memory.py; STREAM's mode names what it
+# reads of the composed settings as a protocol, stream/record.py's RunSettings).
 BELOW_THE_ENGINE = ("data", "workloads", "models", "ops", "stream", "records")
 ON_TOP = ("settings", "flags", "help", "dry_run", "sweep_paper", "sweep_plan")
-STILL_UP = {("hpcai_jax.stream.benchmark", "hpcai_jax.settings")}
 
 
 def _upward_from_below(graph) -> set[tuple[str, str]]:
@@ -121,10 +145,50 @@ def _upward_from_below(graph) -> set[tuple[str, str]]:
 
 def test_the_packages_below_the_engine_import_nothing_above_them():
     graph = _imports()
-    assert _upward_from_below(graph) == STILL_UP
-    # It can fail: STREAM's kernels on flops/ again, the engine loop engine → stream → flops.
+    assert _upward_from_below(graph) == set()
+    # It can fail: STREAM's kernels on flops/ again, the engine loop engine → stream → flops;
+    # STREAM's mode on the composed settings again.
     graph["hpcai_jax.stream.kernels"] = graph["hpcai_jax.stream.kernels"] | {"hpcai_jax.flops"}
-    assert ("hpcai_jax.stream.kernels", "hpcai_jax.flops") in _upward_from_below(graph)
+    graph["hpcai_jax.stream.benchmark"] = graph["hpcai_jax.stream.benchmark"] | {
+        "hpcai_jax.settings"
+    }
+    assert _upward_from_below(graph) == {
+        ("hpcai_jax.stream.kernels", "hpcai_jax.flops"),
+        ("hpcai_jax.stream.benchmark", "hpcai_jax.settings"),
+    }
+
+
+# CONTRIBUTING.md's folders in its order: the packages below the engine (one floor), the
+# engine's layers one by one, the modes and tools above (one floor). No exception: flops/mode.py,
+# a mode inside its layer, imports nothing above flops/ either.
+NAMED_FLOORS = (BELOW_THE_ENGINE, *((layer,) for layer in ENGINE_LAYERS), ABOVE_THE_ENGINE)
+
+
+def upward_folder_arrows(graph) -> list[tuple[str, str]]:
+    """The imports from a folder CONTRIBUTING.md names into one it names later."""
+    floor = {p: i for i, names in enumerate(NAMED_FLOORS) for p in names}
+    return sorted(
+        (module, dep)
+        for module, deps in graph.items()
+        for dep in deps
+        if floor.get(_package(dep), -1) > floor.get(_package(module), len(NAMED_FLOORS))
+    )
+
+
+def test_every_pair_of_named_folders_imports_one_way():
+    """Of every two folders CONTRIBUTING.md names on different floors, only the upper imports the
+    lower (stream/ → flops/ included: the roofline runs STREAM, never the other way)."""
+    graph = _imports()
+    named = [p for floor in NAMED_FLOORS for p in floor if (PACKAGE / p).is_dir()]
+    assert len(named) == 15, named
+    assert upward_folder_arrows(graph) == []
+    # It can fail: STREAM's kernels on flops/, and the run on the node check.
+    graph["hpcai_jax.stream.kernels"] = graph["hpcai_jax.stream.kernels"] | {"hpcai_jax.flops"}
+    graph["hpcai_jax.run.trainer"] = graph["hpcai_jax.run.trainer"] | {"hpcai_jax.nodecheck.rows"}
+    assert upward_folder_arrows(graph) == [
+        ("hpcai_jax.run.trainer", "hpcai_jax.nodecheck.rows"),
+        ("hpcai_jax.stream.kernels", "hpcai_jax.flops"),
+    ]
 
 
 def test_contributing_names_the_layers_this_file_checks():
@@ -266,29 +330,41 @@ def test_every_root_module_has_a_floor():
     assert len(named) == len(set(named)), "a module named on two floors"
 
 
-def test_the_root_floors_import_only_downward():
-    """Each root module imports only what sits on its floor or below it (root modules and
-    packages), and the foundations (the first floor) nothing of the package but errors.py."""
+def test_every_module_imports_only_its_floor_and_below():
+    """Each module (a root module, or one of a package on the list) imports only what sits on
+    its floor or below it (root modules and packages), and the foundations (the first floor)
+    nothing of the package but errors.py."""
     graph, listed = _imports(), floors()
     assert listed[0] and "errors.py" in listed[0]
-    assert _root_floor_problems(graph, listed) == []
+    assert _floor_problems(graph, listed) == []
     # It can fail: the settings importing the engine (config.py once did, for the forms).
+    # And a package's module: STREAM on the composed settings again.
     graph["hpcai_jax.config"] = graph["hpcai_jax.config"] | {"hpcai_jax.engine.member_map"}
-    assert _root_floor_problems(graph, listed) == [("hpcai_jax.config", "hpcai_jax.engine")]
+    graph["hpcai_jax.stream.record"] = graph["hpcai_jax.stream.record"] | {"hpcai_jax.settings"}
+    assert _floor_problems(graph, listed) == [
+        ("hpcai_jax.config", "hpcai_jax.engine"),
+        ("hpcai_jax.stream.record", "hpcai_jax.settings"),
+    ]
 
 
-def _root_floor_problems(graph, listed) -> list[tuple[str, str]]:
+def _floor_problems(graph, listed) -> list[tuple[str, str]]:
     floor_of = {}
     for i, names in enumerate(listed):
         for name in names:
             floor_of["hpcai_jax." + name.removesuffix(".py").removesuffix("/")] = i
+
+    def owner(module: str) -> str:
+        return module if module in floor_of else ".".join(module.split(".")[:2])
+
     problems = []
     for module, deps in graph.items():
-        if module not in floor_of:
+        mine = floor_of.get(owner(module))
+        if mine is None:
             continue
         for dep in deps:
-            owner = dep if dep in floor_of else ".".join(dep.split(".")[:2])
-            above = floor_of.get(owner, -1) > floor_of[module]
-            if above or (floor_of[module] == 0 and dep != "hpcai_jax.errors"):
-                problems.append((module, owner))
+            theirs = owner(dep)
+            if theirs == owner(module):
+                continue
+            if floor_of.get(theirs, -1) > mine or (mine == 0 and dep != "hpcai_jax.errors"):
+                problems.append((module, theirs))
     return sorted(set(problems))

@@ -38,7 +38,7 @@ def stream_bandwidth(record_path: str) -> tuple[float, str]:
                 f"--stream_record={record_path}: not a STREAM record with a Triad figure ({why})"
             )
         return per_device * 1e9, f"STREAM record {record_path} (Triad, per device)"
-    from hpcai_jax.stream import measure_bandwidth  # STREAM's own kernels, timing and check
+    from hpcai_jax.stream.benchmark import measure_bandwidth  # STREAM's kernels, timing, check
 
     cpu = jax.devices()[0].platform == "cpu"
     n = jax.device_count()  # the arrays are split over every device: a multiple of their count
@@ -57,7 +57,7 @@ def stream_bandwidth(record_path: str) -> tuple[float, str]:
     return (
         triad.per_device_gb_per_s * 1e9,
         f"STREAM Triad measured at start: all {triad.num_devices} devices at once, float32, "
-        f"{result.elements} elements, best of {_CALLS - 1} samples of {result.burst} call(s), "
+        f"{result.size.elements} elements, best of {_CALLS - 1} samples of {result.burst} call(s), "
         "per device"
         + (
             ""

@@ -17,7 +17,7 @@ from hpcai_jax.records.schema import adapter
 TITLES = {
     "train": ("Training record", "`--mode=train`, built by `hpcai_jax/run/record.py`"),
     "flops": ("FLOP accounting record", "`--mode=flops`, built by `flops/mode.py`"),
-    "stream": ("STREAM record", "`--mode=stream`, built by `hpcai_jax/stream/benchmark.py`"),
+    "stream": ("STREAM record", "`--mode=stream`, built by `hpcai_jax/stream/record.py`"),
     "check": ("Node check record", "`--mode=check`, built by `hpcai_jax/nodecheck/runner.py`"),
 }
 INTRO = f"""\

@@ -1,4 +1,4 @@
-"""The STREAM record (`--mode=stream`); `stream/benchmark.py` builds it from `stream/report.py`'s
+"""The STREAM record (`--mode=stream`); `stream/record.py` builds it from `stream/report.py`'s
 figures. docs/stream.md explains the figures, docs/record.md lists the fields."""
 
 from __future__ import annotations

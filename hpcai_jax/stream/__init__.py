@@ -1,8 +1,9 @@
 """BabelStream-style memory-bandwidth benchmark in JAX (`--mode=stream`, docs/design.md §2).
 
-Modules, one job each: config (flag checks, array size), placement (devices and sharding),
-cache (the 4x-cache size rule), kernels (compiled donated kernels), runner (timing), validate
-(BabelStream's check), report (table, CSV, record), benchmark (the run, end to end).
+Modules, one job each: config (flag checks), sizing (the arrays' size), placement (devices and
+sharding), cache (the 4x-cache size rule), kernels (compiled donated kernels), runner (timing),
+validate (BabelStream's check), measured (what a run measured), report (table, CSV, figures),
+printed (what the mode prints), record (its JSON record), benchmark (the run, end to end).
 """
 
 __all__ = ["StreamResult", "measure_bandwidth", "run_stream"]

@@ -171,7 +171,7 @@ def merit_suffix(record: StreamRecord) -> str:
 
 
 def decorate(record: StreamRecord, text, output_format: str = "text", csv: bool = False):
-    """`text` (benchmark.StreamText, as render_stream gives it) with what the record's
+    """`text` (printed.StreamText, as render_stream gives it) with what the record's
     acceptance section adds: its lines close the report on stdout in text, go to stderr where
     stdout is CSV (--csv) or CSV/JSON (--output_format, which then replaces the report); the
     slowest device's node closes the figure-of-merit line. A function of the record and `text`

@@ -1,19 +1,21 @@
-"""STREAM's settings (`StreamConfig`, the `stream` part of `settings.Settings`), and its array
-size, resolved once the placement (device count, cache, free memory) is known. The checks that
-need no device are `StreamConfig.validate()`; `Settings.validate` calls it in stream mode only.
+"""STREAM's settings (`StreamConfig`, the `stream` part of `settings.Settings`) and the calls
+per timed sample they give a platform. The checks that need no device are
+`StreamConfig.validate()`; `Settings.validate` calls it in stream mode only. The arrays' size,
+resolved once the placement (device count, cache, free memory) is known, is `sizing.py`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 from hpcai_jax.fields import Checked
 from hpcai_jax.fields import setting as _field
 from hpcai_jax.stream import expect
 
-MIB = 1 << 20
+# The arrays' size is sizing.py's; named here too for the modules and tests that import it so.
+from hpcai_jax.stream.sizing import MIB, ArraySize, Room, given_sizes, resolve_array_size  # noqa: F401
+
 PRECISIONS = ("float64", "float32", "bfloat16")
 KERNEL_SETS = ("all", "triad", "nstream")
 PLACEMENTS = ("one", "all", "each")
@@ -148,15 +150,7 @@ class StreamConfig(Checked):
     def validate(self) -> None:
         """Checks every STREAM flag; raises UsageError with a one-line message naming it."""
         super().validate()
-        given = [
-            f"--{name}={value}"
-            for name, value in (
-                ("array_size", self.array_size),
-                ("array_mib", self.array_mib),
-                ("array_fraction", self.array_fraction),
-            )
-            if value
-        ]
+        given = [flag for _, flag in given_sizes(self)]
         _require(
             len(given) <= 1,
             f"{' and '.join(given)}: set at most one of --array_size, "
@@ -201,110 +195,6 @@ ACCELERATOR_BURST = 8
 def resolve_burst(config: StreamConfig, platform: str) -> int:
     """Calls per timed sample on `platform` (--stream_burst, or the platform's default)."""
     return config.burst or DEFAULT_BURST.get(platform, ACCELERATOR_BURST)
-
-
-@dataclasses.dataclass(frozen=True)
-class ArraySize:
-    """Elements per (global) array, and which setting chose them."""
-
-    elements: int
-    source: str  # "rule", "array_size", "array_mib" or "array_fraction"
-    note: str = ""  # e.g. how a derived size was rounded, or why the rule chose it
-
-
-@dataclasses.dataclass(frozen=True)
-class Room:
-    """Where the arrays go: what the size rule and the memory check need to know of it."""
-
-    num_devices: int  # devices the arrays are split over, an equal shard each
-    device_memory_bytes: int | None  # one device's memory (--array_fraction's base)
-    rule_elements_per_device: int  # the smallest power of two that keeps the 4x-cache rule
-    rule_why: str  # that size's reason, in words
-    free_bytes_per_device: int | None  # what one device's three shards may take; None: unknown
-    free_source: str  # where that figure comes from
-
-
-def resolve_array_size(config: StreamConfig, room: Room) -> ArraySize:
-    """Elements per array for `room.num_devices` devices that each hold an equal shard: the
-    rule's size under auto, else the flag's. Checked against free memory before anything is
-    allocated.
-
-    An explicit --array_size must divide evenly over the devices; sizes derived from MiB or a
-    memory fraction are rounded down to a multiple of the device count (and reported).
-
-    Raises:
-      UsageError: the size is not divisible, too small, or does not fit in free memory.
-    """
-    size = itemsize(config.precision)
-    n = room.num_devices
-    if config.array_size:
-        elements, source, note = config.array_size, "array_size", ""
-        _require(
-            elements % n == 0,
-            f"--array_size={elements}: not divisible across {n} devices "
-            f"(--stream_devices={config.devices}); use a multiple of {n}",
-        )
-    elif config.array_mib or config.array_fraction:
-        elements, source, note = _derived_size(config, n, room.device_memory_bytes, size)
-    else:
-        elements, source = room.rule_elements_per_device * n, "rule"
-        note = f"--array_size=auto: {_pow2(elements)} {config.precision} elements: {room.rule_why}"
-    if room.free_bytes_per_device is not None:
-        need = 3 * elements // n * size
-        _require(
-            need <= room.free_bytes_per_device,
-            f"{_flag_of(config, source, elements)}: three arrays of {elements * size / MIB:,.0f} "
-            f"MiB need {need / MIB:,.0f} MiB per device, more than the "
-            f"{room.free_bytes_per_device / MIB:,.0f} MiB free ({room.free_source})"
-            + (
-                "; free memory, or give a smaller size with --allow_small_arrays"
-                if source == "rule"
-                else ""
-            ),
-        )
-    return ArraySize(elements=elements, source=source, note=note)
-
-
-def _pow2(n: int) -> str:
-    """2^k where n is a power of two, else n."""
-    return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"
-
-
-def _derived_size(
-    config: StreamConfig, num_devices: int, device_memory_bytes: int | None, size: int
-) -> tuple[int, str, str]:
-    """(elements, source, note) of a size given in MiB or as a fraction of device memory:
-    rounded down to a multiple of the device count, the rounding said in the note."""
-    if config.array_mib:
-        exact = config.array_mib * MIB / size
-        source, flag = "array_mib", f"--array_mib={config.array_mib}"
-    else:
-        _require(
-            device_memory_bytes is not None,
-            f"--array_fraction={config.array_fraction}: "
-            "this backend does not report its device memory; use --array_size or --array_mib",
-        )
-        # The fraction is of one device's memory for its shards of all three arrays.
-        exact = config.array_fraction * device_memory_bytes * num_devices / (3 * size)
-        source, flag = "array_fraction", f"--array_fraction={config.array_fraction}"
-    elements = int(exact) // num_devices * num_devices
-    _require(
-        elements >= num_devices,
-        f"{flag}: gives {int(exact)} elements per array, fewer than the {num_devices} devices",
-    )
-    note = (
-        f"{flag} gives {exact:.1f} elements per array; rounded down to {elements}, a "
-        f"multiple of {num_devices} devices"
-        if elements != exact
-        else ""
-    )
-    return elements, source, note
-
-
-def _flag_of(config: StreamConfig, source: str, elements: int) -> str:
-    if source == "rule":
-        return f"--array_size=auto ({_pow2(elements)} elements, the 4x-cache rule's size)"
-    return f"--{source}={getattr(config, source)}"
 
 
 def _require(ok: bool, message: str) -> None:

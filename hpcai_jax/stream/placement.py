@@ -103,14 +103,6 @@ def _placement(mode: str, devices: tuple[jax.Device, ...]) -> Placement:
     return Placement(mode=mode, devices=devices, mesh=Mesh(np.asarray(devices), (STREAM_AXIS,)))
 
 
-def devices_per_cache(placement: Placement) -> int:
-    """How many of the placement's devices sit behind one largest cache: all local CPU devices
-    share the host's caches; each accelerator has its own."""
-    if placement.platform == "cpu":
-        return len(placement.local_devices)
-    return 1
-
-
 def hardware_name(placement: Placement) -> str:
     """The device kind; for CPUs (whose kind is just "cpu") the processor model and core count."""
     if placement.platform != "cpu":
@@ -125,3 +117,8 @@ def hardware_name(placement: Placement) -> str:
             model = line.split(":", 1)[1].strip()
             break
     return f"{model}, {os.cpu_count()} logical cores"
+
+
+def implementation_label(placement: Placement) -> str:
+    """BabelStream's "Implementation" line: JAX's version, the platform and the hardware."""
+    return f"JAX {jax.__version__} ({placement.platform}: {hardware_name(placement)})"

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from hpcai_jax.records.stream import Clause, Kernel, RuleVerdict, StreamRecord
 from hpcai_jax.stream.config import StreamConfig
+from hpcai_jax.stream.sizing import given_sizes
 
 UKNSS_MIN_ITERATIONS = 100
 UKNSS_MAX_SPREAD = 0.05  # (max - min) / mean of a kernel's calls, every kernel, every device
@@ -177,8 +178,7 @@ def applied(config: StreamConfig, device_count: int) -> StreamConfig:
     changes: dict = {}
     if rules.each and config.devices == "one":
         changes["devices"] = "each"
-    given = config.array_size or config.array_mib or config.array_fraction
-    if rules.elements_per_device and not given:
+    if rules.elements_per_device and not given_sizes(config):
         shards = device_count if changes.get("devices", config.devices) == "all" else 1
         changes["array_size"] = rules.elements_per_device * shards
     return dataclasses.replace(config, **changes) if changes else config

@@ -15,8 +15,9 @@ from hpcai_jax.dtypes import itemsize
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records.stream import ScanPoint, StreamRecord, StreamScan
 from hpcai_jax.stream import report
-from hpcai_jax.stream.config import MIB, StreamConfig
+from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.placement import make_placement
+from hpcai_jax.stream.sizing import MIB
 
 SCAN_START = 1 << 15  # elements per array, JUPITER's first size
 

@@ -455,7 +455,7 @@ def rendered(r: StreamRecord, printed: str) -> str:
     """The whole stdout the run printed, rendered again from the record alone: BabelStream's
     report and figure of merit (stream/report.py) with the acceptance section re-derived from
     the figures (`accepted`, never the record's own) and decorated as the run does."""
-    from hpcai_jax.stream.benchmark import StreamText
+    from hpcai_jax.stream.printed import StreamText
 
     conf = (r.config or {}).get("stream") or {}
     p = printout(r, printed)

@@ -1,6 +1,8 @@
-"""The settings of `--mode=check` (`CheckConfig`, the `check` part of `settings.Settings`): beside
-the mode, and free of JAX, so that the configuration imports without it. The one setting a
-training run reads too, the record, is the core's (`config.CheckRecordConfig`)."""
+"""The settings of `--mode=check` (`CheckConfig`, the `check` part of `settings.Settings`): at the
+root, not beside the mode in `nodecheck/`, because the mode sits above `settings.py`, which
+composes them (docs/design.md, the floors); free of JAX, so that the configuration imports
+without it. The one setting a training run reads too, the record, is the core's
+(`config.CheckRecordConfig`)."""
 
 from __future__ import annotations
 
