@@ -134,6 +134,10 @@ class MeshConfig(Checked):
         ge=1,
         auto=0,
         note="or auto",
+        # The FLOP accounting compiles the step on whatever devices exist, so its members
+        # share them unless told otherwise (M = 4 with one member per device fits no machine
+        # with P_degree = the device count).
+        mode_defaults={"flops": "auto"},
     )
     parallel_degree: int | None = _field(
         None,

@@ -20,15 +20,27 @@ import numpy as np
 from absl import logging
 
 from hpcai_jax.errors import LOST_EXIT_CODE, UsageError, end_process
+from hpcai_jax.fields import setting
 
 
 @dataclasses.dataclass(frozen=True)
 class DistributedConfig:
-    coordinator_address: str = ""
-    num_processes: int = 0
-    process_id: int = -1
-    local_device_ids: str = ""  # "0,1,2,3", "all", or "" (JAX decides)
-    timeout_s: int = 0  # 0: by the process count (startup_timeout_s)
+    coordinator_address: str = setting(
+        "", "HOST:PORT of process 0. Explicit flags win over cluster auto-detection."
+    )
+    num_processes: int = setting(0, "Number of processes.")
+    process_id: int = setting(-1, "This process's index.")
+    local_device_ids: str = setting(
+        "",
+        "Devices this process owns: '0,1,2,3', 'all' (one task per node), or empty for JAX's "
+        "choice.",
+    )
+    timeout_s: int = setting(
+        0,
+        "Seconds to wait for every process to join; 0: 300 plus 60 per 1,000 processes beyond "
+        "the first 1,000 (docs/scale.md).",
+        flag="distributed_timeout_s",
+    )
 
     def validate(self) -> None:
         if self.timeout_s < 0:

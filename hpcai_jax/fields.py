@@ -116,6 +116,7 @@ def setting(
     choices: tuple[str, ...] | None = None,
     enum: bool = True,
     auto: Any = dataclasses.MISSING,
+    mode_defaults: dict[str, str] | None = None,
     **accepts: Any,
 ) -> _T:
     """A setting with its one description; `flags.py` makes a --flag of it, `check` checks it.
@@ -130,6 +131,8 @@ def setting(
       auto: the setting may be None, "derive it", spelled `auto` on the command line; `auto`
         is the number that said so before (0 or -1): the flag still takes it (deprecated), and
         the record's configuration writes None as it, as it always did.
+      mode_defaults: mode -> the flag's text that mode takes when the command line leaves it
+        unset (flags.MODE_DEFAULTS).
       **accepts: the rest of `Accepts`: ge, gt, le, lt, allow, valid, unit, note, message.
     """
     metadata: dict = {"help": help}
@@ -138,6 +141,8 @@ def setting(
         accepts["auto"] = True
     if flag is not None:
         metadata["flag"] = flag
+    if mode_defaults:
+        metadata["mode_defaults"] = mode_defaults
     if choices is not None and enum:
         metadata["choices"] = choices
     if choices is not None or accepts:

@@ -22,30 +22,8 @@ from typing import Any
 from absl import flags
 
 from hpcai_jax import fields
-from hpcai_jax.distributed import DistributedConfig
 from hpcai_jax.errors import UsageError
 from hpcai_jax.settings import Settings
-
-# DistributedConfig lives in distributed.py, which knows nothing of flags: its fields' metadata
-# (what `config._field` puts on the others) is here.
-_METADATA_OF: dict[type, dict[str, Mapping[str, Any]]] = {
-    DistributedConfig: {
-        "coordinator_address": {
-            "help": "HOST:PORT of process 0. Explicit flags win over cluster auto-detection."
-        },
-        "num_processes": {"help": "Number of processes."},
-        "process_id": {"help": "This process's index."},
-        "local_device_ids": {
-            "help": "Devices this process owns: '0,1,2,3', 'all' (one task per node), or empty "
-            "for JAX's choice."
-        },
-        "timeout_s": {
-            "help": "Seconds to wait for every process to join; 0: 300 plus 60 per 1,000 "
-            "processes beyond the first 1,000 (docs/scale.md).",
-            "flag": "distributed_timeout_s",
-        },
-    },
-}
 
 _DEFINE_BY_TYPE = {
     bool: flags.DEFINE_bool,
@@ -55,12 +33,6 @@ _DEFINE_BY_TYPE = {
 }
 
 _DEFAULTS = Settings()
-
-
-def field_metadata(owner: type, field: dataclasses.Field) -> Mapping[str, Any]:
-    """A setting's description: "help", and "flag", "choices" (an enum flag) and "accepts" (what
-    `validate` checks, fields.Accepts) where it has them."""
-    return {**field.metadata, **_METADATA_OF.get(owner, {}).get(field.name, {})}
 
 
 def _settings(
@@ -81,7 +53,7 @@ def _define_flags(values: flags.FlagValues = flags.FLAGS) -> dict[str, tuple[str
     names = {}
     for path, owner, field in _settings(_DEFAULTS):
         cls = type(owner)
-        meta = field_metadata(cls, field)
+        meta = field.metadata
         name, default = meta.get("flag", field.name), getattr(owner, field.name)
         where = f"{cls.__name__}.{field.name}"
         if not meta.get("help"):
@@ -147,10 +119,17 @@ def _from_text(name: str, value: Any) -> Any:
     return None if number == field.metadata["auto"] else number
 
 
-# A mode's own default for a flag it is run without: the FLOP accounting compiles the step on
-# whatever devices exist, so its members share them unless told otherwise (with the training
-# default of one member per device, M = 4 fits no machine with P_degree = the device count).
-MODE_DEFAULTS: dict[str, dict[str, str]] = {"flops": {"members_per_device": "auto"}}
+def _mode_defaults() -> dict[str, dict[str, str]]:
+    """Mode -> {flag: its text} for the flags a mode defaults on its own (fields.setting's
+    `mode_defaults`, declared on the field)."""
+    found: dict[str, dict[str, str]] = {}
+    for name, (_, field) in _OWNERS.items():
+        for mode, text in field.metadata.get("mode_defaults", {}).items():
+            found.setdefault(mode, {})[name] = text
+    return found
+
+
+MODE_DEFAULTS = _mode_defaults()
 
 
 def _given(values: flags.FlagValues, name: str) -> Any:

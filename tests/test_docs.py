@@ -20,7 +20,7 @@ link and image targets that are not URLs must exist next to the doc.
 Flags. A `--flag` in code belongs to the program before it: after `hpcai_jax.main` (also
 `launch/tpu_pod.sh run`) it must be a flag of hpcai_jax.main: the config fields' flags,
 derived here from hpcai_jax/config.py by flags.py's rule (the field's name, or the `flag=`
-given to `config._field`, or a "flag" in flags.py's `_METADATA_OF`; statically, so that this
+given to `config._field` or `fields.setting`; statically, so that this
 test does not import JAX), and absl's own (ABSL_FLAGS); after another program of this
 repository (`python benchmarks/x.py`, `python launch/local.py`, `python -m hpcai_jax.sweep`,
 `bash benchmarks/device_check.sh`, ...) it must be one that script defines (argparse's
@@ -335,15 +335,6 @@ def _main_flags_from_config() -> dict[str, str]:
         for node in ast.parse((PACKAGE / module).read_text(encoding="utf-8")).body
         if isinstance(node, ast.ClassDef)
     }
-    renamed = {}  # field name -> flag, from flags.py's _METADATA_OF
-    flags_py = ast.parse((PACKAGE / "flags.py").read_text(encoding="utf-8"))
-    for node in ast.walk(flags_py):
-        if isinstance(node, ast.Dict):
-            for key, value in zip(node.keys, node.values, strict=True):
-                if isinstance(key, ast.Constant) and isinstance(value, ast.Dict):
-                    for k, v in zip(value.keys, value.values, strict=True):
-                        if isinstance(k, ast.Constant) and k.value == "flag":
-                            renamed[key.value] = v.value
 
     def leaves(cls: ast.ClassDef):
         for base in cls.bases:  # a subclass's settings are its bases' and its own
@@ -356,7 +347,7 @@ def _main_flags_from_config() -> dict[str, str]:
             if kind in classes:
                 yield from leaves(classes[kind])
                 continue
-            name = renamed.get(item.target.id, item.target.id)
+            name = item.target.id
             if isinstance(item.value, ast.Call):
                 for keyword in item.value.keywords:
                     if keyword.arg == "flag":

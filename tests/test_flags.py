@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import pathlib
 import typing
 
 import pytest
@@ -102,9 +103,11 @@ def test_every_field_has_exactly_one_flag_and_every_flag_a_field():
     assert set(hflags.FLAG_FIELDS) == module_flags()  # and nothing else defined by the module
 
 
-def test_metadata_kept_in_flags_py_names_real_fields():
-    for owner, described in hflags._METADATA_OF.items():
-        assert set(described) <= {field.name for field in dataclasses.fields(owner)}
+def test_flags_py_declares_no_setting_of_its_own():
+    """Every help text and mode default is on its field: flags.py only derives (issue 67)."""
+    text = pathlib.Path(hflags.__file__).read_text()
+    assert '"help":' not in text and "_METADATA_OF" not in text
+    assert hflags.MODE_DEFAULTS == {"flops": {"members_per_device": "auto"}}
 
 
 def test_flag_names_are_field_names_except_the_renamed():
@@ -118,7 +121,7 @@ def test_flag_names_are_field_names_except_the_renamed():
 def test_flag_kind_default_and_help_come_from_the_field(path, owner, field):
     name = next(n for n, p in hflags.FLAG_FIELDS.items() if p == path)
     flag = FLAGS[name]
-    derived = "auto" in hflags.field_metadata(owner, field)
+    derived = "auto" in field.metadata
     if derived:  # a number or auto (--members_per_device=auto): a string flag
         default = default_of(path)
         assert flag.default == ("auto" if default is None else str(default))
@@ -131,7 +134,7 @@ def test_flag_kind_default_and_help_come_from_the_field(path, owner, field):
         assert isinstance(flag, flags.EnumFlag) and tuple(flag.parser.enum_values) == ENUMS[name]
     else:
         assert flag.flag_type() == FLAG_TYPE[typing.get_type_hints(owner)[field.name]]
-    help_text = hflags.field_metadata(owner, field)["help"]
+    help_text = field.metadata["help"]
     assert help_text and help_text in flag.help
     # Whitespace-free: absl wraps help lines, also after a hyphen ("reduce-\nscatter").
     assert "".join(help_text.split()) in "".join(rendered_help().split())
@@ -139,10 +142,10 @@ def test_flag_kind_default_and_help_come_from_the_field(path, owner, field):
 
 def test_a_declared_range_ends_the_flags_help():
     """The help states the range `validate` checks, from the same declaration."""
-    for path, owner, field in SETTINGS:
+    for path, _owner, field in SETTINGS:
         accepts = field.metadata.get("accepts")
         name = next(n for n, p in hflags.FLAG_FIELDS.items() if p == path)
-        help_text = hflags.field_metadata(owner, field)["help"]  # after absl's <a|b>: of enums
+        help_text = field.metadata["help"]  # after absl's <a|b>: of enums
         if accepts is not None and accepts.help_text():
             assert FLAGS[name].help.endswith(f"{help_text} {accepts.help_text()}"), name
         else:
@@ -171,9 +174,9 @@ def test_derive_it_is_spelled_once():
 def test_a_special_number_says_what_it_means_in_the_help():
     """A setting that accepts 0 or -1 outside its range (--array_mib=0: not set, the size then
     automatic) says so in its help, as `0: ...` or `-1: ...`."""
-    for path, owner, field in SETTINGS:
+    for path, _owner, field in SETTINGS:
         allowed = getattr(field.metadata.get("accepts"), "allow", ())
-        help_text = hflags.field_metadata(owner, field)["help"]
+        help_text = field.metadata["help"]
         for value in {0, -1} & set(allowed):
             assert f"{value}: " in help_text, (path[-1], help_text)
 

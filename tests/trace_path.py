@@ -1,13 +1,12 @@
 """Runs `python -m hpcai_jax.main` with the flags given and writes, as JSON to the file named
-first, the package traced and its modules whose code ran on any thread (the main thread, the prefetch
-thread, every other) from the entry point to the trainer's first update: the return of its
-first `Trainer.step`. Then it ends the process at once (os._exit): the path stops there.
+first, the package traced, the lines of the function bodies entered in each of its files on
+any thread (tests/body_trace.py) from the entry point to the trainer's first update, the return
+of its first `Trainer.step`, and how many `RunSetup`s the run built. Then it ends the process
+at once (os._exit): the path stops there. With --stub_probes (before the flags) the start-up
+measurements are stubbed: the step is compiled and nothing else measured, the path a run
+needs to train.
 
-A module counts when one of its functions runs outside an import: what an import executes (a
-module's top level, its class bodies, what they call) is declaration, not the run's path. The
-reading of tests/test_step_path.py (docs/design.md, "The path from `main()`").
-
-    python tests/trace_path.py OUT.json --flagfile=configs/quickstart.flags [--flag=value ...]
+    python tests/trace_path.py OUT.json [--stub_probes] --flagfile=configs/quickstart.flags
 """
 
 from __future__ import annotations
@@ -17,65 +16,87 @@ import os
 import runpy
 import sys
 import threading
+import types
 from pathlib import Path
 
-import hpcai_jax  # noqa: E402  (the package this interpreter imports: its files are traced)
+from body_trace import PACKAGE, BodyTrace
 
-PACKAGE = str(Path(hpcai_jax.__file__).resolve().parent) + os.sep
 TRAINER = PACKAGE + os.path.join("run", "trainer.py")
 ENTRY = PACKAGE + "main.py"  # run as __main__: its top level is the run itself
 
 
-def _importing(frame) -> bool:
-    """Whether the frame runs inside an import of one of the package's modules."""
-    while frame is not None:
-        code = frame.f_code
-        path = code.co_filename
-        if code.co_name == "<module>" and path.startswith(PACKAGE) and path != ENTRY:
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _thread_targets() -> set[str]:
-    """The package's modules whose functions the live threads were started to run: on the
-    path whether or not the thread has been scheduled yet (the watchdog's, started just
-    before the first step)."""
-    found = set()
+def _thread_targets() -> list:
+    """The code of the package's functions the live threads were started to run: on the path
+    whether or not the thread has been scheduled yet (the watchdog's, started just before the
+    first step)."""
+    found = []
     for thread in threading.enumerate():
-        target = getattr(getattr(thread, "_target", None), "__func__", None) or getattr(
-            thread, "_target", None
-        )
-        path = getattr(getattr(target, "__code__", None), "co_filename", "")
-        if path.startswith(PACKAGE):
-            found.add("hpcai_jax/" + path.removeprefix(PACKAGE).replace(os.sep, "/"))
+        target = getattr(thread, "_target", None)
+        code = getattr(getattr(target, "__func__", target), "__code__", None)
+        if code is not None and code.co_filename.startswith(PACKAGE):
+            found.append(code)
     return found
+
+
+def _stub_probes() -> None:
+    """The trainer's start-up measurements replaced by the compile alone."""
+    from hpcai_jax.engine.compiled import compile_step
+    from hpcai_jax.run import trainer
+    from hpcai_jax.run.measured_step import MeasuredStep
+
+    def compiled_only(setup, state, bandwidth, run_id=""):
+        shapes = (setup.mesh, setup.layout, setup.config.train.batch_size)
+        build = compile_step(setup.train_step, state, *shapes, setup.workload.spec.fields)
+        flops = types.SimpleNamespace(train_step_flops=0.0, train_step_flops_source="stub")
+        return MeasuredStep(build.compiled, None, flops, {}, {}, None, build.seconds)
+
+    trainer.measure_step = compiled_only
+
+
+def _count_setups(built: list) -> None:
+    from hpcai_jax.engine.setup import RunSetup
+
+    init = RunSetup.__init__
+
+    def counted(self, *args, **kwargs):
+        built.append(1)
+        init(self, *args, **kwargs)
+
+    RunSetup.__init__ = counted
+
+
+class _StopAtFirstStep(BodyTrace):
+    """The body trace, ended (and written) at the return of the first `Trainer.step`."""
+
+    def __init__(self, out: str, built: list):
+        super().__init__(ENTRY)
+        self.out, self.built = out, built
+
+    def __call__(self, frame, event, arg):
+        super().__call__(frame, event, arg)
+        code = frame.f_code
+        if code.co_name == "step" and code.co_filename == TRAINER:
+            return self._at_return
+        return None
+
+    def _at_return(self, frame, event, arg):
+        if event != "return":
+            return self._at_return
+        self.stop()
+        self.codes.update(_thread_targets())  # a thread started but not yet scheduled
+        traced = {"package": PACKAGE, "files": self.files(), "run_setups": len(self.built)}
+        Path(self.out).write_text(json.dumps(traced, indent=1) + "\n")
+        os._exit(0)
 
 
 def main() -> None:
     out, flags = sys.argv[1], sys.argv[2:]
-    seen: set[str] = set()
-    lock = threading.Lock()
-
-    def profile(frame, event, arg):
-        code = frame.f_code
-        path = code.co_filename
-        if not path.startswith(PACKAGE):
-            return
-        if event == "call" and code.co_name != "<module>" and not _importing(frame):
-            with lock:
-                seen.add("hpcai_jax/" + path.removeprefix(PACKAGE).replace(os.sep, "/"))
-        elif event == "return" and path == TRAINER and code.co_name == "step":
-            sys.setprofile(None)
-            threading.setprofile(None)
-            with lock:
-                seen.update(_thread_targets())  # a thread started but not yet scheduled
-                traced = {"package": PACKAGE, "modules": sorted(seen)}
-                Path(out).write_text(json.dumps(traced, indent=1) + "\n")
-            os._exit(0)
-
-    threading.setprofile(profile)
-    sys.setprofile(profile)
+    if flags[:1] == ["--stub_probes"]:
+        flags = flags[1:]
+        _stub_probes()
+    built: list = []
+    _count_setups(built)
+    _StopAtFirstStep(out, built).start()
     sys.argv = ["hpcai_jax.main", *flags]
     runpy.run_module("hpcai_jax.main", run_name="__main__", alter_sys=True)
     sys.exit("the run ended before its first step")
