@@ -56,6 +56,16 @@ def trained():
     return setup, state
 
 
+@pytest.fixture(scope="module")
+def alone(trained):
+    """Each member trained alone for STEPS steps: the reference of the sharded and the mapped
+    ensembles. One compile and one training for both: a member alone runs the plain model on
+    one device (`member_train_step`), whatever the mesh or member form of the setup it is
+    built from, and these configurations differ in those only."""
+    setup, _ = trained
+    return [train_alone(setup, m, STEPS) for m in range(2)]
+
+
 # The box head trains on RoIs picked by discrete choices (top-k, NMS, IoU thresholds) from the
 # RPN's outputs, which the sharded step computes with BatchNorm statistics reduced over `data`:
 # float-level differences can flip one RoI's label, a jump of ~lr × one RoI's gradient
@@ -65,10 +75,9 @@ HEAD = ("cls_score", "bbox_pred", "box_features")
 
 
 @pytest.mark.slow
-def test_ensemble_matches_members_trained_alone(trained):
-    setup, state = trained
-    for m in range(2):
-        ref = train_alone(setup, m, STEPS)
+def test_ensemble_matches_members_trained_alone(trained, alone):
+    _, state = trained
+    for m, ref in enumerate(alone):
         got = jax.tree_util.tree_flatten_with_path(state.params)[0]
         want = jax.tree_util.tree_flatten_with_path(ref.params)[0]
         for (path, g), (_, w) in zip(got, want, strict=True):
@@ -83,11 +92,10 @@ def test_ensemble_matches_members_trained_alone(trained):
 
 
 @pytest.mark.slow
-def test_mapped_detector_members_match_members_trained_alone():
+def test_mapped_detector_members_match_members_trained_alone(alone):
     """Both members on every device, mapped in one program (P_degree 8), sequential (scan) and
     one kernel per layer (batched, batched_grouped): the same parameters as each member alone
     (docs/members.md)."""
-    refs = None
     for form in ("scan", "batched", "batched_grouped"):
         config = _config(
             members_per_device=2, parallel_degree=8, member_strategy="vmap", member_map=form
@@ -101,8 +109,7 @@ def test_mapped_detector_members_match_members_trained_alone():
         for t in range(STEPS):
             state, metrics = setup.train_step(state, batches(t))
         assert np.all(np.asarray(metrics.finite))
-        refs = refs or [train_alone(setup, m, STEPS) for m in range(2)]
-        for m, ref in enumerate(refs):
+        for m, ref in enumerate(alone):
             for (path, g), (_, w) in zip(
                 jax.tree_util.tree_flatten_with_path(state.params)[0],
                 jax.tree_util.tree_flatten_with_path(ref.params)[0],

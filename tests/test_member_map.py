@@ -189,12 +189,22 @@ def _trained(dtype: str, mesh: C.MeshConfig):
     return setup, jax.tree.map(np.asarray, (state.params, state.model_state, state.loss_scale))
 
 
+_ALONE: dict[str, tuple] = {}  # dtype → the reference below: one compile and training each
+
+
 def _alone(setup) -> tuple:
-    """(params, model state) of the 4 members, each trained alone: the reference."""
-    each = [train_alone(setup, m, STEPS) for m in range(4)]
-    return jax.tree.map(
-        lambda *a: np.stack([np.asarray(x) for x in a]), *[(r.params, r.model_state) for r in each]
-    )
+    """(params, model state) of the 4 members, each trained alone: the reference. `_trained`'s
+    setups differ in their mesh and member form, which a member alone does not read (plain
+    model, one device: `member_train_step`), and in their dtype, which it does: the tests of
+    one dtype share it."""
+    dtype = setup.config.model.dtype
+    if dtype not in _ALONE:
+        each = [train_alone(setup, m, STEPS) for m in range(4)]
+        _ALONE[dtype] = jax.tree.map(
+            lambda *a: np.stack([np.asarray(x) for x in a]),
+            *[(r.params, r.model_state) for r in each],
+        )
+    return _ALONE[dtype]
 
 
 @pytest.mark.slow

@@ -74,7 +74,7 @@ def test_ensemble_matches_members_trained_alone(mesh_config, workload):
 
 @pytest.mark.slow
 def test_state_is_sharded_over_the_ensemble_axis():
-    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4)))
+    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4), **TINY))
     state = setup.init_state()
     leaf = state.params["conv_init"]["kernel"]
     assert leaf.shape[0] == 4
@@ -96,7 +96,7 @@ def test_eval_step_averages_the_voting_members_probabilities():
     """An example's prediction is the argmax of the mean softmax of the members voting on it (all
     kept members on held-out data, the out-of-bag members on training data); an example without
     a voter is not scored."""
-    setup = build_setup(tiny_config())
+    setup = build_setup(tiny_config(**TINY))
     state = setup.init_state()
     item = next(eval_batches(setup.datasets.eval, setup.mesh, 100))
     assert item.split == 2 and len(set(item.rows.tolist())) == 100  # slices gathered in the step
