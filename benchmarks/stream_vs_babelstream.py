@@ -59,6 +59,8 @@ def main(argv=None) -> int:
     if not args.babelstream:
         print(SKIP_MESSAGE)
         return 0
+    host = host_cpu()
+    print(f"# host CPU: {host['described']}, {host['logical_cores']} logical cores", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             binary = resolve_binary(
@@ -96,11 +98,10 @@ def main(argv=None) -> int:
             pairs.append(runs)
             print(f"pair {i}: " + format_pair(runs), flush=True)
     summary = summarize(pairs)
-    print(format_summary(summary))
+    print(format_summary(summary, host))
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"args": vars(args), "pairs": pairs, "summary": summary}, indent=2)
-        )
+        saved = {"args": vars(args), "host_cpu": host, "pairs": pairs, "summary": summary}
+        Path(args.json).write_text(json.dumps(saved, indent=2))
     return 0
 
 
@@ -131,6 +132,14 @@ def resolve_binary(path: Path, build_dir: Path, model: str) -> Path:
         raise RuntimeError(f"built {path}, but {binary} is not there")
     print(f"# built {binary} (cmake -DMODEL={model} -DCMAKE_BUILD_TYPE=Release)")
     return binary
+
+
+def host_cpu() -> dict:
+    """The CPU both sides ran on (vendor, model, family/model/stepping, cores): a ratio holds
+    for one chip, so the figures carry its name."""
+    from hpcai_jax.stream.placement import cpu_identity
+
+    return {**cpu_identity(), "logical_cores": os.cpu_count()}
 
 
 ITEMSIZE = {"float64": 8, "float32": 4}
@@ -267,9 +276,14 @@ def summarize(pairs: list[dict[str, dict[str, float]]]) -> dict[str, dict]:
     return out
 
 
-def format_summary(summary: dict[str, dict]) -> str:
+def format_summary(summary: dict[str, dict], host: dict | None = None) -> str:
     rows = [
         "",
+        *(
+            [f"JAX / BabelStream on {host['described']}, {host['logical_cores']} logical cores", ""]
+            if host
+            else []
+        ),
         "| kernel | JAX GB/s (median) | BabelStream GB/s (median) | JAX / BabelStream, median "
         "| range | per pair |",
         "| --- | --- | --- | --- | --- | --- |",

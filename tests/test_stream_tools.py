@@ -77,9 +77,91 @@ def test_without_babelstream_it_skips_and_says_how_to_run_it(capsys):
     assert "--babelstream=PATH" in out and "stream_vs_numpy.py" in out
 
 
-def test_a_path_that_is_neither_binary_nor_source_tree_is_refused(tmp_path, capsys):
+# First processor's block of /proc/cpuinfo on three hosts (x86 lines trimmed to the ones read).
+CPUINFO_AMD_KVM = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu vme avx2
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC
+"""
+CPUINFO_INTEL = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz
+stepping\t: 8
+"""
+CPUINFO_GRACE = """processor\t: 0
+BogoMIPS\t: 2000.00
+Features\t: fp asimd evtstrm
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x0
+CPU part\t: 0xd4f
+CPU revision\t: 0
+"""
+
+
+@pytest.mark.parametrize(
+    "text, vendor, model, described",
+    [
+        (
+            CPUINFO_AMD_KVM,
+            "AuthenticAMD",
+            "AMD EPYC",
+            "AuthenticAMD AMD EPYC (family 25, model 1, stepping 1)",
+        ),
+        (
+            CPUINFO_INTEL,
+            "GenuineIntel",
+            "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz",
+            "GenuineIntel Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz "
+            "(family 6, model 143, stepping 8)",
+        ),
+        (CPUINFO_GRACE, "Arm", "part 0xd4f", "Arm part 0xd4f"),
+    ],
+)
+def test_the_host_cpu_is_named_by_vendor_and_model_from_cpuinfo(text, vendor, model, described):
+    from hpcai_jax.stream.placement import cpu_identity
+
+    got = cpu_identity(text)
+    assert (got["vendor"], got["model"], got["described"]) == (vendor, model, described)
+    assert got["source"] == "/proc/cpuinfo"
+
+
+def test_without_cpuinfo_the_cpu_is_platforms_guess(monkeypatch):
+    from hpcai_jax.stream import placement
+
+    monkeypatch.setattr(placement.platform, "processor", lambda: "x86_64")
+    got = placement.cpu_identity("")
+    assert (got["vendor"], got["model"], got["source"]) == ("unknown vendor", "x86_64", "platform")
+
+
+def test_the_comparisons_header_and_table_name_the_host_cpu(tmp_path, monkeypatch, capsys):
+    """Named before anything can fail (here: a path BabelStream is not at), and above the
+    summary table that the docs quote."""
+    from hpcai_jax.stream import placement
+
+    real = placement.cpu_identity
+    monkeypatch.setattr(placement, "cpu_identity", lambda: real(CPUINFO_AMD_KVM))
     assert vs.main([f"--babelstream={tmp_path}"]) == 2
-    assert "expected an executable or a BabelStream source tree" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert captured.out.startswith(
+        "# host CPU: AuthenticAMD AMD EPYC (family 25, model 1, stepping 1), "
+    )
+    assert "expected an executable or a BabelStream source tree" in captured.err
+    host = vs.host_cpu()
+    assert host["vendor"] == "AuthenticAMD" and host["logical_cores"] >= 1
+    pairs = [{"jax": {"Copy": 9.0}, "babelstream": {"Copy": 10.0}}]
+    assert vs.format_summary(vs.summarize(pairs), host).startswith(
+        "\nJAX / BabelStream on AuthenticAMD AMD EPYC (family 25, model 1, stepping 1), "
+    )
 
 
 @pytest.mark.slow
@@ -117,6 +199,7 @@ def test_against_a_fake_babelstream_end_to_end(tmp_path, capsys):
     assert ratio == pytest.approx(pair["jax"]["Triad"] / pair["babelstream"]["Triad"])
     out = capsys.readouterr().out
     assert "| Triad |" in out
+    assert saved["host_cpu"]["model"] and f"# host CPU: {saved['host_cpu']['described']}" in out
     assert (
         "# BabelStream's own validation fails at 8192 elements: FAILED validation of sum\n"
         "# BabelStream validates 4096 elements: both sides run at that size" in out

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 from pathlib import Path
 
 import jax
@@ -107,16 +108,61 @@ def hardware_name(placement: Placement) -> str:
     """The device kind; for CPUs (whose kind is just "cpu") the processor model and core count."""
     if placement.platform != "cpu":
         return placement.device_kind
-    model = "unknown CPU"
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        text = ""
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            model = line.split(":", 1)[1].strip()
-            break
-    return f"{model}, {os.cpu_count()} logical cores"
+    return f"{cpu_identity()['model']}, {os.cpu_count()} logical cores"
+
+
+# Arm's "CPU implementer" codes (the Arm ARM's MIDR_EL1 table), for hosts whose cpuinfo names no
+# model: the vendor is then the implementer and the model its part number.
+ARM_IMPLEMENTERS = {
+    "0x41": "Arm",
+    "0x42": "Broadcom",
+    "0x43": "Cavium",
+    "0x46": "Fujitsu",
+    "0x48": "HiSilicon",
+    "0x4e": "NVIDIA",
+    "0x50": "Applied Micro",
+    "0x51": "Qualcomm",
+    "0x61": "Apple",
+    "0xc0": "Ampere",
+}
+
+
+def cpu_identity(cpuinfo: str | None = None) -> dict[str, str]:
+    """The host CPU's vendor and model, so that a CPU figure names the chip it came from: x86's
+    `vendor_id` and `model name` (with family, model and stepping: a virtual machine may say
+    only "AMD EPYC"), Arm's implementer and part, or platform's guess where cpuinfo is silent.
+    `cpuinfo` is /proc/cpuinfo's text (read when None)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and value.strip():
+            fields.setdefault(key.strip(), value.strip())
+    implementer = fields.get("CPU implementer", "").lower()
+    vendor = fields.get("vendor_id") or ARM_IMPLEMENTERS.get(implementer, implementer)
+    model = fields.get("model name") or fields.get("cpu model") or fields.get("cpu", "")
+    if not model and "CPU part" in fields:
+        model = f"part {fields['CPU part']}"
+    signature = ", ".join(
+        f"{name} {fields[key]}"
+        for name, key in (("family", "cpu family"), ("model", "model"), ("stepping", "stepping"))
+        if key in fields
+    )
+    source = "/proc/cpuinfo" if vendor or model else "platform"
+    vendor = vendor or "unknown vendor"
+    model = model or platform.processor() or platform.machine() or "unknown CPU"
+    described = f"{vendor} {model}" + (f" ({signature})" if signature else "")
+    return {
+        "vendor": vendor,
+        "model": model,
+        "signature": signature,
+        "source": source,
+        "described": described,
+    }
 
 
 def implementation_label(placement: Placement) -> str:
