@@ -358,6 +358,7 @@ def _old_command(run: tuple, smoke: bool, results_dir: str, main_args: list, pla
     ]
 
 
+@pytest.mark.slow  # the tier check reads the frozen builder's sys.executable as a process start
 @pytest.mark.parametrize(
     "argv, main_args",
     [
