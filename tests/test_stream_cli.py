@@ -100,7 +100,7 @@ def test_run_name_is_the_record_id_in_every_mode(tmp_path):
     assert first.returncode == 0, first.stderr
     assert [p.name for p in tmp_path.iterdir()] == ["bw.json"]
     original = (tmp_path / "bw.json").read_text()
-    again = run_main(*args, timeout=120)
+    again = run_in_process(*args)  # refused before anything is measured: no process needed
     assert _error_line(again).startswith(
         f"--results_dir={tmp_path} already holds a record of run id bw"
     )

@@ -1,9 +1,9 @@
 """The acceptance's members group: how a device runs many small members (docs/members.md, "On
 a device"). First the layer table (acceptance/member_layers.py: four resnet_small layers at each
 (M, B) of the sizes' grid, every formulation and the ideal, written to members_layers.json and
-.md in OUT_DIR), then the whole resnet_small step at M members of batch B under every
---member_map form, unroll, M separate steps and the ideal, then the decision rule's verdict on
-what `--member_map=auto` should take on this backend."""
+.md in OUT_DIR), then the whole step of the sizes' member model (resnet_small; resnet_tiny at
+--smoke) at M members of batch B under every --member_map form, unroll, M separate steps and the
+ideal, then the decision rule's verdict on what `--member_map=auto` should take on this backend."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def _step_config(ctx, members: int, batch: int, strategy: str, how: str):
     config = dataclasses.replace(
         base,
         data=dataclasses.replace(base.data, image_size=28, num_classes=10),
-        model=dataclasses.replace(base.model, model="resnet_small"),
+        model=dataclasses.replace(base.model, model=ctx.sizes.member_model),
     )
     return training.step_config(
         config,

@@ -13,9 +13,10 @@ class Sizes:
     batch_size: int  # images per device per step, whatever the members per device
     dtype: str
     # The members group (acceptance/members.py): (M, B) of the layer table, most wanted first,
-    # and of the whole resnet_small step under every --member_map form.
+    # and of the whole `member_model` step (at 28²) under every --member_map form.
     member_layer_grid: tuple[tuple[int, int], ...]
     member_step: tuple[int, int]
+    member_model: str
     member_layers: tuple[int, ...]  # indices into member_layers.LAYERS
     member_forms: tuple[str, ...] | None  # --member_map forms of the whole step; None: all
     member_calls: int  # calls per timing sample of a layer
@@ -40,6 +41,7 @@ FULL = Sizes(
     dtype="bfloat16",
     member_layer_grid=((16, 32), (4, 32), (16, 128), (4, 128)),
     member_step=(16, 32),
+    member_model="resnet_small",
     member_layers=(0, 1, 2, 3),
     member_forms=None,
     member_calls=5,
@@ -58,8 +60,11 @@ FULL = Sizes(
     max_steps=20,
 )
 
+# The smoke's classifier is resnet_tiny: resnet_small's every block kind in fewer ops, so that
+# its six whole-step compiles (train, members, dtypes) are what CI can afford; the code is the
+# same at any model.
 SMOKE = Sizes(
-    model="resnet_small",
+    model="resnet_tiny",
     image_size=32,
     batch_size=8,
     dtype="bfloat16",
@@ -67,6 +72,7 @@ SMOKE = Sizes(
     # layer is the same code), the default form and the one-kernel-per-layer one in the step.
     member_layer_grid=((2, 2),),
     member_step=(2, 4),
+    member_model="resnet_tiny",
     member_layers=(1, 2),
     member_forms=("scan", "batched"),
     member_calls=1,
