@@ -361,6 +361,10 @@ def test_a_signal_stops_the_run_and_its_lock_goes_with_it(tmp_path, monkeypatch,
             os.kill(os.getpid(), signum)  # the sweep's signal, as a terminal or SLURM sends it
             time.sleep(0.3)
 
+    # A process started in the background by a non-interactive shell (nohup ... &) inherits
+    # SIGINT ignored, and Python then keeps it ignored: the test gives itself Python's default,
+    # as a terminal's foreground process has it.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=press_ctrl_c, daemon=True).start()
     start = time.monotonic()
     expected = sweep_plan.Stopped if how == "sigterm" else KeyboardInterrupt
@@ -369,6 +373,7 @@ def test_a_signal_stops_the_run_and_its_lock_goes_with_it(tmp_path, monkeypatch,
     assert time.monotonic() - start < 30
     assert lock.exists() == ignore  # released by the run itself; a killed run's stays
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the sweep's own handler back
+    signal.signal(signal.SIGINT, before)
 
 
 def test_the_summary_names_the_quality_metric_the_runs_report():
