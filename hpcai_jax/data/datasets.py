@@ -114,57 +114,77 @@ def open_datasets(config: DataConfig) -> Datasets:
     """Raises UsageError with a how-to-get-it hint when a data set is missing or corrupt."""
     if config.dataset == "synthetic":
         return Datasets(synthetic_spec(config), None, None)
-    if config.dataset == "fashion_mnist":
-        train = fashion_mnist.load_split(config.data_dir, "train")
-        held_out = fashion_mnist.load_split(config.data_dir, "test")
-    elif config.dataset == "friedman1":
-        train, held_out = friedman.load()
-    elif config.dataset == "synthetic_climate":
-        from hpcai_jax.data import synthetic_climate
-
-        train, held_out = synthetic_climate.load(
-            climate_height(config),
-            config.train_examples or synthetic_climate.TRAIN_EXAMPLES,
-            config.eval_examples or synthetic_climate.EVAL_EXAMPLES,
-            seed=0,  # one fixed data set: --seed varies the members, not the data
-        )
-        train = ClimateTrainSet(train, config.climate_flip, in_memory=True)
-    elif config.dataset == "extremeweather":
-        from hpcai_jax.data import extremeweather
-
-        train, held_out = extremeweather.open_extremeweather(
-            config.data_dir, climate_height(config)
-        )
-        train = ClimateTrainSet(train, config.climate_flip)
-    else:
-        from hpcai_jax.data.open_files import ensure_open_file_limit, files_needed
-        from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
-
-        train = TfdsSource(
-            config.dataset,
-            "train",
-            config.data_dir,
-            config.square_image_size,
-            augment=config.augment,
-            bad_example_policy=config.bad_example_policy,
-        )
-        held_out = TfdsSource(
-            config.dataset,
-            eval_split_name(config.dataset, config.data_dir),
-            config.data_dir,
-            config.square_image_size,
-            bad_example_policy=config.bad_example_policy,
-        )
-        ensure_open_file_limit(
-            files_needed(train.shards, held_out.shards, config.data_workers),
-            f"--dataset={config.dataset} ({train.shards} training and {held_out.shards} "
-            "held-out shards)",
-        )
+    train, held_out = _OPENERS.get(config.dataset, _tfds)(config)
     _warn_past_the_end(config, "train_examples", "training", len(train))
     _warn_past_the_end(config, "eval_examples", "held-out", len(held_out))
     return Datasets(
         train.spec, train.head(config.train_examples), held_out.head(config.eval_examples)
     )
+
+
+def _fashion_mnist(config: DataConfig) -> tuple[Source, Source]:
+    train = fashion_mnist.load_split(config.data_dir, "train")
+    return train, fashion_mnist.load_split(config.data_dir, "test")
+
+
+def _friedman(config: DataConfig) -> tuple[Source, Source]:
+    return friedman.load()
+
+
+def _synthetic_climate(config: DataConfig) -> tuple[Source, Source]:
+    from hpcai_jax.data import synthetic_climate
+
+    train, held_out = synthetic_climate.load(
+        climate_height(config),
+        config.train_examples or synthetic_climate.TRAIN_EXAMPLES,
+        config.eval_examples or synthetic_climate.EVAL_EXAMPLES,
+        seed=0,  # one fixed data set: --seed varies the members, not the data
+    )
+    return ClimateTrainSet(train, config.climate_flip, in_memory=True), held_out
+
+
+def _extremeweather(config: DataConfig) -> tuple[Source, Source]:
+    from hpcai_jax.data import extremeweather
+
+    train, held_out = extremeweather.open_extremeweather(config.data_dir, climate_height(config))
+    return ClimateTrainSet(train, config.climate_flip), held_out
+
+
+def _tfds(config: DataConfig) -> tuple[Source, Source]:
+    """A tfds set's two splits, the open-file limit raised for their shards."""
+    from hpcai_jax.data.open_files import ensure_open_file_limit, files_needed
+    from hpcai_jax.data.tfds_source import TfdsSource, eval_split_name
+
+    train = TfdsSource(
+        config.dataset,
+        "train",
+        config.data_dir,
+        config.square_image_size,
+        augment=config.augment,
+        bad_example_policy=config.bad_example_policy,
+    )
+    held_out = TfdsSource(
+        config.dataset,
+        eval_split_name(config.dataset, config.data_dir),
+        config.data_dir,
+        config.square_image_size,
+        bad_example_policy=config.bad_example_policy,
+    )
+    ensure_open_file_limit(
+        files_needed(train.shards, held_out.shards, config.data_workers),
+        f"--dataset={config.dataset} ({train.shards} training and {held_out.shards} "
+        "held-out shards)",
+    )
+    return train, held_out
+
+
+# The built-in sets' openers: (training split, held-out split); any other name is a tfds set's.
+_OPENERS = {
+    "fashion_mnist": _fashion_mnist,
+    "friedman1": _friedman,
+    "synthetic_climate": _synthetic_climate,
+    "extremeweather": _extremeweather,
+}
 
 
 def _warn_past_the_end(config: DataConfig, name: str, split: str, size: int) -> None:

@@ -47,11 +47,8 @@ class RunSetup:
     plan: StepPlan  # every choice the steps make, resolved (engine/plan.py)
     member_strategy_why: str  # why the plan's member mapping (the record's)
     train_step: object  # jitted (state, batch) -> (state, StepMetrics)
-    eval_step: object  # jitted (state, batch, valid, votes, split) -> EvalCounts
     # id(source) -> data.pipeline.ReadCache: what evaluations read, kept for the next ones.
     read_caches: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
-    # The sub-ensembles every evaluation scores (engine/subsets.py); None: none.
-    subset_plan: SubsetPlan | None = None
     # The train settings as given, where --batch_policy=per_device resolved them (`config`'s
     # train.batch_size is then the member's batch): what the record states.
     given_train: TrainConfig | None = None
@@ -96,6 +93,19 @@ class RunSetup:
     def member_loop_trips(self) -> int:
         """How often the compiled train step's loop over members runs in all (1: no loop)."""
         return self.plan.mapping.loop_trips(self.layout.members_per_device)
+
+    @functools.cached_property
+    def subset_plan(self) -> SubsetPlan | None:
+        """The sub-ensembles every evaluation scores (engine/subsets.py); None: none. Drawn on
+        first use, with the evaluation step: the training step needs neither."""
+        return subset_plan(self.workload, self.layout.ensemble_size, self.config.train.seed)
+
+    @functools.cached_property
+    def eval_step(self):
+        """The jitted (state, batch, valid, votes, split) -> EvalCounts (engine/evaluate.py),
+        built on first use: a run's first evaluation, or its start-up memory figures."""
+        subsets = self.subset_plan
+        return build_eval_step(self.workload, self.plan, subsets.masks if subsets else None)
 
     @functools.cached_property
     def count_step(self):
@@ -147,7 +157,6 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         share = tc.batch_size // layout.parallel_degree
         check_fits(workload, mapping.form, together, share, device_memory_bytes(devices[0]))
     step_plan = StepPlan(mesh, layout, mapping, allreduce, specs)
-    subsets = subset_plan(workload, layout.ensemble_size, tc.seed)
     return RunSetup(
         config=config,
         datasets=datasets,
@@ -158,8 +167,6 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
         plan=step_plan,
         member_strategy_why=why,
         train_step=build_train_step(workload, tx, step_plan),
-        eval_step=build_eval_step(workload, step_plan, subsets.masks if subsets else None),
-        subset_plan=subsets,
         given_train=None if given == tc else given,
     )
 

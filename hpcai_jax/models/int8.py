@@ -31,8 +31,11 @@ def compute_dtype(name: str) -> np.dtype:
 
 def apply_policy(model: nn.Module, name: str) -> nn.Module:
     """`model` as --dtype=`name` trains it: quantized by qwix under int8, unchanged otherwise."""
-    if name != INT8:
-        return model
+    return _quantized(model) if name == INT8 else model
+
+
+def _quantized(model: nn.Module) -> nn.Module:
+    """`model` with its weighted layers' matmuls in int8 (qwix)."""
     import qwix  # only --dtype=int8 needs it (and costs ~1 s to import)
 
     class LayerQtProvider(qwix.QtProvider):

@@ -34,7 +34,7 @@ from hpcai_jax.run import evaluation, member_figures
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.clock import RunClock, format_duration
 from hpcai_jax.run.guards import FAILED_EXIT_CODE, PreemptionGuard, Watchdog
-from hpcai_jax.run.progress import DivergenceWatch, Progress, skipped_examples
+from hpcai_jax.run.progress import DivergenceWatch, Progress, bad_examples, skipped_examples
 from hpcai_jax.telemetry.mllog import MLLog
 
 
@@ -196,6 +196,26 @@ class Context:
     ckpt: Checkpointer | None
     total_steps: int
     dog: Watchdog | None = None  # bounds steps, agreements, saves, eval batches
+
+    @classmethod
+    def open(
+        cls, setup: RunSetup, state, progress: Progress, mlog: MLLog, ckpt, batches, held
+    ) -> Context:
+        """The hooks' view of a run going on from `progress` with the input pipeline `batches`:
+        its clock (timing from the first step after the warm-up), divergence watch and
+        watchdog (closed with the run, `held`'s: an armed one must not outlive it)."""
+        tc, rc = setup.config.train, setup.config.reliability
+        first, total = progress.step, setup.total_steps
+        timed_from = first + min(tc.timing_warmup_steps, max(0, total - first - 1))
+        clock = RunClock(progress, timed_from, setup.sampler.steps_per_epoch, batches, mlog.epoch)
+        watch = DivergenceWatch(
+            progress,
+            rc.on_divergence,
+            lambda member, step: bad_examples(setup, member, step),
+        )
+        dog = Watchdog(rc.watchdog_factor, rc.watchdog_min_s, jax.process_index())
+        held.callback(dog.close)
+        return cls(setup, state, progress, clock, mlog, watch, ckpt, total, dog)
 
     @contextlib.contextmanager
     def bounded(self, what: str):
@@ -424,18 +444,25 @@ def settle(ctx: Context, stop: Outcome | None) -> Outcome:
 
 
 def final_quality(
-    ctx: Context, complete: bool, last_eval: tuple[int, EnsembleQuality | None] | None
-) -> EnsembleQuality | None:
-    """A complete run's quality: the last evaluation where it was taken at the final step (only
-    the out-of-bag estimate still to compute), else a final evaluation; None for a run that did
-    not complete. A signal during it raises run/evaluation.Stopped."""
-    if not complete:
-        return None
-    if last_eval and last_eval[0] == ctx.progress.step and last_eval[1]:
-        return evaluation.with_oob(
-            ctx.setup, ctx.state, last_eval[1], ctx.clock, ctx.dog, ctx.progress.step
-        )
-    return ctx.evaluate(oob=True, training=False)
+    ctx: Context, outcome: Outcome, last_eval: tuple[int, EnsembleQuality | None] | None
+) -> tuple[Outcome, EnsembleQuality | None]:
+    """(the outcome, a complete run's quality): the last evaluation where it was taken at the
+    final step (only the out-of-bag estimate still to compute), else a final evaluation; None
+    for a run that did not complete. A signal during it (run/evaluation.Stopped) makes the run
+    `partial`, resumable from the final checkpoint, which re-evaluates."""
+    if outcome.status is not Status.COMPLETE:
+        return outcome, None
+    last = ctx.progress.step
+    try:
+        if last_eval and last_eval[0] == last and last_eval[1]:
+            quality = evaluation.with_oob(
+                ctx.setup, ctx.state, last_eval[1], ctx.clock, ctx.dog, last
+            )
+            return outcome, quality
+        return outcome, ctx.evaluate(oob=True, training=False)
+    except evaluation.Stopped as e:
+        logging.warning("%s", e.reason)
+        return Outcome(Status.PARTIAL, e.reason), None
 
 
 def poison(state, member: int):

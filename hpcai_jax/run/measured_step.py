@@ -18,6 +18,7 @@ from hpcai_jax.flops import analytic, counted_cache, host_cache
 from hpcai_jax.flops import crosscheck as crosscheck_module
 from hpcai_jax.flops.crosscheck import FlopFigures, analytic_figures, crosscheck
 from hpcai_jax.flops.peaks import bandwidth_at_start, matmul_peaks
+from hpcai_jax.flops.roofline import stream_bandwidth
 from hpcai_jax.run import interrupt, startup
 from hpcai_jax.telemetry.comm import CommVolume, comm_volume, cross_member
 from hpcai_jax.telemetry.memory import memory_analysis
@@ -37,6 +38,13 @@ class MeasuredStep(NamedTuple):
     peaks: dict
     comm: CommVolume | None  # process 0's alone
     compile_s: float = 0.0
+
+
+def given_bandwidth(config) -> tuple[float, str] | None:
+    """A --stream_record's bandwidth (flops/roofline.py), read before any work so that a bad
+    one fails at once; None without one (STREAM then runs at start-up, `measure_step`)."""
+    path = config.results.stream_record
+    return stream_bandwidth(path) if path else None
 
 
 def measure_step(

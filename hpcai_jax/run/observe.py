@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import jax
 
+from hpcai_jax.errors import UsageError
 from hpcai_jax.records import train
 from hpcai_jax.run import member_figures, outputs
 from hpcai_jax.run import record as run_record
@@ -168,6 +169,25 @@ class ProfileWindow:
             perfetto_trace=trace.perfetto() if trace else None,
             aside_s=self.aside_s,
             lost=trace.lost if trace else None,
+        )
+
+
+def record_section(curves: Curves, window, quality, step: int, booked) -> train.Observe:
+    """The record's `observe` section: the curves closed with the final quality (None: none)
+    at `step`, with `booked` (hooks.Services.booked), and the profile window's summary."""
+    return train.Observe(
+        tensorboard=curves.finish(quality, step, booked),
+        profile=window.summary() if window else None,
+    )
+
+
+def check_profile_window(setup) -> None:
+    """--profile_steps=A:B must end by the run's last step."""
+    window = setup.config.results.profile_range
+    if window and window[1] > setup.total_steps:
+        raise UsageError(
+            f"--profile_steps={setup.config.results.profile_steps}: the run has "
+            f"{setup.total_steps} steps; B may be at most {setup.total_steps}"
         )
 
 

@@ -15,8 +15,10 @@ import signal
 import threading
 from pathlib import Path
 
+import jax
 from absl import logging
 
+from hpcai_jax import results
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records import Status, owned
 from hpcai_jax.records import write as record_write
@@ -24,6 +26,34 @@ from hpcai_jax.run import kept_weights
 from hpcai_jax.telemetry import mllog
 
 FINISHED = (Status.COMPLETE, Status.INVALID)  # a record no preempted run's may replace
+Claim = record_write.Claim  # a run's hold on its record's name (`claim`)
+
+
+def refuse_at_once(config) -> None:
+    """Before any work: a results directory no process can write to, or (process 0) a
+    directory or a user's file where this run's outputs go. A resumed run's id is checked
+    again where it is claimed (`claim`)."""
+    record_write.check_writable(config.results.results_dir)
+    if jax.process_index() == 0:
+        run_id = record_write.run_id(config, "train")
+        Outputs.of(config, run_id).refuse_foreign(config.results.results_dir)
+
+
+def claim(config, run_id: str, resuming: bool) -> Claim:
+    """The record's name claimed for `run_id` (results.claim) before the state is initialised,
+    so that a clash fails fast; then, on process 0, the names the commit replaces checked to
+    hold the project's files (`Outputs.refuse_foreign`)."""
+    rc = config.results
+    claimed = results.claim(rc.results_dir, run_id, rc.overwrite, resuming)
+    if jax.process_index() == 0:
+        Outputs.of(config, run_id).refuse_foreign(rc.results_dir)
+    return claimed
+
+
+def stage_record(config, run_id: str, record) -> Path | None:
+    """Writes the record under its partial name (process 0: its path; None elsewhere), for
+    `Outputs.commit` to rename with the others."""
+    return results.write_record(config.results.results_dir, run_id, record, stage=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ from absl import logging
 
 from hpcai_jax.distributed import allgather
 from hpcai_jax.errors import DataError
-from hpcai_jax.run import member_figures
+from hpcai_jax.run import checkpoint_interval, member_figures
 
 
 @dataclasses.dataclass
@@ -67,6 +67,11 @@ class Progress:
         values = {k: v for k, v in meta.items() if k in fields}
         values["diverged"] = {int(k): v for k, v in meta.get("diverged", {}).items()}
         return cls(**values)
+
+    def recent_median_s(self) -> float | None:
+        """What the watchdog scales with: the median of the last 101 timed steps
+        (run/checkpoint_interval.py); None before the first."""
+        return checkpoint_interval.median_step(self.step_s)
 
     def note_resume(self, mesh: dict) -> None:
         """A segment starts at `self.step` on `mesh` (the layout's fields): it may be another

@@ -50,6 +50,17 @@ class RunEnd:
     observe: train.Observe | None = None
 
 
+def run_figures(run_clock: clock.RunClock, progress: Progress, setup) -> tuple:
+    """(the members' last figures, every process's timing): what each process brings to the
+    record at the run's end (every process calls it), the epochs then set to last as long as
+    the slowest process took (`clock.take_slowest_epochs`)."""
+    last = run_clock.last_metrics
+    final = None if last is None else member_figures.gather_tree(last)
+    timings = clock.per_process(progress, setup.mesh, setup.layout.members_per_device)
+    clock.take_slowest_epochs(progress, timings)
+    return final, timings
+
+
 def train_record(end: RunEnd) -> records.TrainRecord:
     """The record, section by section (docs/record.md)."""
     setup, progress, status, quality = end.setup, end.progress, end.status, end.quality

@@ -14,7 +14,7 @@ import sys
 import jax
 from absl import logging
 
-from hpcai_jax import distributed, records, results
+from hpcai_jax import distributed, records
 from hpcai_jax.config import RunConfig
 from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
@@ -22,13 +22,10 @@ from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import StepMetrics
-from hpcai_jax.errors import DiskFull, UsageError
-from hpcai_jax.flops.roofline import stream_bandwidth
-from hpcai_jax.records import Status, train
-from hpcai_jax.records import write as record_write
+from hpcai_jax.errors import DiskFull
+from hpcai_jax.records import Status
+from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import (
-    checkpoint_interval,
-    evaluation,
     hooks,
     interrupt,
     kept_weights,
@@ -38,14 +35,11 @@ from hpcai_jax.run import (
     startup,
     summary,
 )
-from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import record as run_record
 from hpcai_jax.run.checkpoint import Checkpointer
-from hpcai_jax.run.guards import PreemptionGuard, Watchdog
+from hpcai_jax.run.guards import PreemptionGuard
 from hpcai_jax.run.hooks import Outcome
-from hpcai_jax.run.measured_step import MeasuredStep, measure_step
-from hpcai_jax.run.member_figures import gather_tree
-from hpcai_jax.run.progress import DivergenceWatch, bad_examples
+from hpcai_jax.run.measured_step import MeasuredStep, given_bandwidth, measure_step
 from hpcai_jax.telemetry.mllog import MLLog
 from hpcai_jax.telemetry.profile import INPUT_WAIT, STEP_ANNOTATION
 
@@ -95,38 +89,35 @@ def _interrupted_line(done: Finished, config: RunConfig) -> str | None:
 def train_and_evaluate(config: RunConfig) -> Finished:
     """Runs the bagged-ensemble benchmark: its record (also written), path and exit code."""
     wall_start = run_clock.read()
-    record_write.check_writable(config.results.results_dir)
-    if jax.process_index() == 0:  # a directory or a user's file as an output: refused at once
-        run_id = record_write.run_id(config, "train")  # a resumed run's: checked again later
-        outputs.Outputs.of(config, run_id).refuse_foreign(config.results.results_dir)
-    # A --stream_record is read before any work, so that a bad one fails at once.
-    bandwidth = (
-        stream_bandwidth(config.results.stream_record) if config.results.stream_record else None
-    )
+    outputs.refuse_at_once(config)  # the results directory and the names of its outputs
+    bandwidth = given_bandwidth(config)  # a bad --stream_record fails at once
     # --resume_members=fit: the members that fit these devices (docs/reliability.md).
     fitted = resume.fit(config, jax.device_count(), jax.local_device_count())
     with startup.phase("setup"):
         setup = build_setup(fitted.config)
     ckpt = resume.checkpointer(config, setup, fitted)
-    _check_profile_window(setup)
+    observe.check_profile_window(setup)
     # Everything that can be checked before any work is (the layout on these devices, the data,
     # the results directory, a --stream_record): main's settings table may follow.
     startup.valid()
     return Trainer(setup, ckpt, wall_start, bandwidth, fitted.dropped).run()
 
 
-def _check_profile_window(setup: RunSetup) -> None:
-    """--profile_steps=A:B must end by the run's last step."""
-    window = setup.config.results.profile_range
-    if window and window[1] > setup.total_steps:
-        raise UsageError(
-            f"--profile_steps={setup.config.results.profile_steps}: the run has "
-            f"{setup.total_steps} steps; B may be at most {setup.total_steps}"
-        )
-
-
 class Trainer:
     """One training run (or one segment of a resumed one): `run` goes through the stages."""
+
+    # Set by the stages, in their order.
+    start: resume.Start
+    mlog: MLLog
+    claimed: outputs.Claim
+    measured: MeasuredStep
+    batches: Prefetcher
+    ctx: hooks.Context
+    hooks: hooks.Hooks  # the schedule between steps (`_register_hooks`)
+    # The hooks whose results the record reads (`_register_hooks`).
+    evaluation: hooks.Evaluation
+    curves: observe.Curves
+    checkpoint: hooks.Checkpoint
 
     def __init__(
         self,
@@ -138,21 +129,9 @@ class Trainer:
     ):
         self.setup, self.ckpt, self.wall_start = setup, ckpt, wall_start
         self.bandwidth, self.dropped = bandwidth, dropped
-        self.hooks = hooks.Hooks()
         self.guard: PreemptionGuard | None = None
         self.not_kept: DiskFull | None = None  # the kept weights' full disk (`finish`)
-        # Set by the stages, in their order.
-        self.start: resume.Start
-        self.mlog: MLLog
-        self.claimed: record_write.Claim
-        self.measured: MeasuredStep
-        self.batches: Prefetcher
-        self.ctx: hooks.Context
-        # The hooks whose results the record reads (`_register_hooks`).
-        self.evaluation: hooks.Evaluation
-        self.curves: observe.Curves
-        self.checkpoint: hooks.Checkpoint
-        self.window: observe.ProfileWindow | None = None
+        self.window: observe.ProfileWindow | None = None  # the profile window (`_register_hooks`)
 
     def run(self) -> Finished:
         """The stages in order: the record (also written), its path and the exit code."""
@@ -182,14 +161,7 @@ class Trainer:
         with startup.phase("state", "checkpoint"):  # finding and restoring one, if any
             self.start = resume.start(setup, self.ckpt, self.dropped)
         progress = self.start.progress
-        self.claimed = results.claim(
-            config.results.results_dir,
-            progress.run_id,
-            config.results.overwrite,
-            self.start.resuming,
-        )
-        if jax.process_index() == 0:  # the names its commit replaces hold the project's files
-            outputs.Outputs.of(config, progress.run_id).refuse_foreign(config.results.results_dir)
+        self.claimed = outputs.claim(config, progress.run_id, self.start.resuming)
         # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
         self.mlog = MLLog.start(
             setup,
@@ -249,7 +221,7 @@ class Trainer:
             # Named for a profiler trace (docs/observe.md); without one they cost a microsecond.
             # The hooks run outside it: a profile window starts and stops between two steps.
             with jax.profiler.StepTraceAnnotation(STEP_ANNOTATION, step_num=step):
-                ctx.dog.arm(f"step {step}", _recent_median(progress))
+                ctx.dog.arm(f"step {step}", progress.recent_median_s())
                 if injection and injection[1] == step:
                     ctx.state = hooks.poison(ctx.state, injection[0])
                 ctx.state, metrics = self.step(ctx.state)
@@ -273,7 +245,7 @@ class Trainer:
         ctx = self.ctx
         if self.window is not None:
             self.window.close(hooks.Services(ctx).aside)
-        ctx.dog.arm("the last step and the processes' final check", _recent_median(ctx.progress))
+        ctx.dog.arm("the last step and the processes' final check", ctx.progress.recent_median_s())
         ctx.clock.flush()
         outcome = hooks.settle(ctx, stop)
         ctx.dog.disarm()
@@ -291,11 +263,7 @@ class Trainer:
         makes the run `partial` (resumable from the final checkpoint, which re-evaluates)."""
         interrupt.at("the set-up of the final evaluation")  # each batch names itself
         try:
-            complete = outcome.status is Status.COMPLETE
-            return outcome, hooks.final_quality(self.ctx, complete, self.evaluation.last)
-        except evaluation.Stopped as e:
-            logging.warning("%s", e.reason)
-            return Outcome(Status.PARTIAL, e.reason), None
+            return hooks.final_quality(self.ctx, outcome, self.evaluation.last)
         finally:
             interrupt.at("the record's writing")
 
@@ -305,11 +273,9 @@ class Trainer:
         slowest process took."""
         ctx, setup = self.ctx, self.setup
         progress, clock, dog = ctx.progress, ctx.clock, ctx.dog
-        dog.arm("the processes' end-of-run gather", _recent_median(progress))
-        final = None if clock.last_metrics is None else gather_tree(clock.last_metrics)
-        timings = run_clock.per_process(progress, setup.mesh, setup.layout.members_per_device)
+        dog.arm("the processes' end-of-run gather", progress.recent_median_s())
+        final, timings = run_record.run_figures(clock, progress, setup)
         dog.disarm()
-        run_clock.take_slowest_epochs(progress, timings)
         end = run_record.RunEnd(
             setup,
             progress,
@@ -323,7 +289,13 @@ class Trainer:
             energy=(clock.energy_start, clock.energy_end),
             per_process=timings,
             interval=self.checkpoint.interval,
-            observe=self._observed(quality),
+            observe=observe.record_section(
+                self.curves,
+                self.window,
+                quality,
+                progress.step,
+                hooks.Services(ctx).booked(),
+            ),
         )
         record = run_record.train_record(end)
         dog.close()
@@ -339,7 +311,7 @@ class Trainer:
         only a segment). Both are written under their partial names, then committed with the
         events and the kept weights (run/outputs.py)."""
         config, progress = self.setup.config, self.ctx.progress
-        path = results.write_record(config.results.results_dir, progress.run_id, record, stage=True)
+        path = outputs.stage_record(config, progress.run_id, record)
         resumable = outcome.status is Status.PARTIAL and self.ckpt is not None
         self.mlog.run_stop(record, resumable=resumable)
         if path is not None:
@@ -364,37 +336,15 @@ class Trainer:
         return f"the checkpoint of step {start.progress.step} in {where}"
 
     def _context(self, held: contextlib.ExitStack) -> None:
-        """The steps' input pipeline, and the hooks' view of the run: its clock (timing from the
-        first step after the warm-up), divergence watch and watchdog (closed with the run: an
-        armed one must not outlive it)."""
+        """The steps' input pipeline, and the hooks' view of the run (hooks.Context.open: its
+        clock, divergence watch and watchdog), each closed with the run."""
         setup, progress = self.setup, self.start.progress
-        tc, rc = setup.config.train, setup.config.reliability
-        first = progress.step
         self.batches = Prefetcher(
-            _batches(setup), first, setup.total_steps, setup.config.data.prefetch
+            _batches(setup), progress.step, setup.total_steps, setup.config.data.prefetch
         )
         held.callback(self.batches.close)
-        timed_from = first + min(tc.timing_warmup_steps, max(0, setup.total_steps - first - 1))
-        clock = run_clock.RunClock(
-            progress, timed_from, setup.sampler.steps_per_epoch, self.batches, self.mlog.epoch
-        )
-        watch = DivergenceWatch(
-            progress,
-            rc.on_divergence,
-            lambda member, step: bad_examples(setup, member, step),
-        )
-        dog = Watchdog(rc.watchdog_factor, rc.watchdog_min_s, jax.process_index())
-        held.callback(dog.close)
-        self.ctx = hooks.Context(
-            setup,
-            self.start.state,
-            progress,
-            clock,
-            self.mlog,
-            watch,
-            self.ckpt,
-            setup.total_steps,
-            dog,
+        self.ctx = hooks.Context.open(
+            setup, self.start.state, progress, self.mlog, self.ckpt, self.batches, held
         )
 
     def _register_hooks(self) -> None:
@@ -413,6 +363,7 @@ class Trainer:
         self.curves = observe.curves(setup, run_id, flops, ctx.clock, self.start.resuming)
         self.checkpoint = hooks.checkpoint(setup, ctx.progress.step, self.ckpt)
         self.window = observe.profile_window(setup, run_id, self.measured.compiled.as_text())
+        self.hooks = hooks.Hooks()
         add = self.hooks.add
         add(hooks.DivergenceCheck(), every=check_every, at_last=True)
         line = hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size)
@@ -423,14 +374,6 @@ class Trainer:
         add(self.checkpoint, when=self.checkpoint.due)
         if self.window is not None:
             add(self.window, when=self.window.due)
-
-    def _observed(self, quality: EnsembleQuality | None) -> train.Observe:
-        """The record's `observe` section: the curves closed with the final quality, the trace."""
-        booked = hooks.Services(self.ctx).booked()
-        return train.Observe(
-            tensorboard=self.curves.finish(quality, self.ctx.progress.step, booked),
-            profile=self.window.summary() if self.window else None,
-        )
 
 
 def _batches(setup: RunSetup):
@@ -450,11 +393,6 @@ def _batches(setup: RunSetup):
         setup.config.data.data_workers,
         setup.config.data.worker_restarts,
     )
-
-
-def _recent_median(progress) -> float | None:
-    """What the watchdog scales with: the median of the last 101 timed steps."""
-    return checkpoint_interval.median_step(progress.step_s)
 
 
 def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
