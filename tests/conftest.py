@@ -36,6 +36,9 @@ if "HPCAI_JAX_TEST_ENV" not in os.environ:  # set once, by the first process (xd
         cache = tempfile.mkdtemp(prefix="hpcai_jax_test_xla_cache_")
         os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
         atexit.register(shutil.rmtree, cache, ignore_errors=True)
+    # Every program cached, however quick its compile (JAX's default keeps those of 1 s or more
+    # only): the suite compiles many small programs more than once (BUILD_NOTES, Test suite).
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     # The start-up measurements (matmul peaks, STREAM, the cross-check's counts) taken by the
     # suite's first training run and read by every later one (hpcai_jax/flops/host_cache.py);
     # the tests of those measurements call them directly, which measures.
