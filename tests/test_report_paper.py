@@ -391,6 +391,24 @@ def test_a_second_figure_for_a_point_is_a_conflict():
     assert conflicts(two) == ["('1', '1', '1') None VFLOPS: {'## Repeats': {2603000000.0}}"]
 
 
+def test_the_plans_span_leaves_out_a_record_without_a_readable_time(raw):
+    """A record from outside with a time that is no time (or a wall of 1e400, NaN) is left out
+    of the plan's span, named by count, instead of ending the report in a traceback."""
+    made = []
+    for i, (utc, wall) in enumerate(
+        [("2026-12-07T05:00:10+00:00", 10.0), ("2026-12-07T05:01:00+00:00", 20.0)]
+        + [("yesterday", 1.0), ("2026-12-07T05:02:00+00:00", float("nan"))]
+        + [("2026-12-07T05:02:00+00:00", 1e400)]
+    ):
+        r = copy.deepcopy(raw[0])
+        r["provenance"]["utc"], r["timing"]["total_wall_s"] = utc, wall
+        made.append(Record(Path(f"{i}.json"), r))
+    runs = [paper.Run("fig5-M8", i, 0, r) for i, r in enumerate(made)]
+    assert paper.span(runs).startswith("The 2 runs took 1 min 00 s from the first one's start")
+    assert paper.span(runs).endswith("(3 record(s) without a readable time left out).")
+    assert paper.span(runs[2:]).startswith("The plan's wall time: not given")
+
+
 def test_a_stamped_point_is_read_from_the_record_not_the_run_id(raw):
     """A record whose sweep_plan names its point and seed index is that point's, whatever its
     run id (a misnamed run does not drop out); the seed index orders and pairs the runs."""

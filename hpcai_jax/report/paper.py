@@ -11,6 +11,7 @@ held-out examples.
 from __future__ import annotations
 
 import dataclasses
+import math
 from datetime import datetime, timedelta
 
 from hpcai_jax.metrics import penalty
@@ -490,17 +491,33 @@ def section(records: list[Record], folder, draw) -> list[str]:
     return parts
 
 
+def _interval(run: Run) -> tuple[datetime, datetime] | None:
+    """(start, end) of a run from its record: `provenance.utc` (the record's write time) less
+    `timing.total_wall_s`; None where either is not a time (a record from outside)."""
+    try:
+        end = datetime.fromisoformat(str(run.rec.provenance.utc))
+        wall = float(run.rec.timing.total_wall_s or 0)
+        if not math.isfinite(wall) or wall < 0:
+            return None
+        return end - timedelta(seconds=wall), end
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def span(runs: list[Run]) -> str:
-    """The plan's measured wall time as its records give it: from the first run's start (its
-    record's time, `provenance.utc`, less its `timing.total_wall_s`) to the last record's time;
-    each process's own start before its clock, a second or two, aside."""
-    ends = [(datetime.fromisoformat(r.rec.provenance.utc), r.rec.timing.total_wall_s) for r in runs]
-    first = min(end - timedelta(seconds=float(wall or 0)) for end, wall in ends)
-    minutes, seconds = divmod(round((max(end for end, _ in ends) - first).total_seconds()), 60)
+    """The plan's measured wall time as its records give it: from the first run's start to the
+    last record; each process's own start before its clock, a second or two, aside."""
+    found = [t for r in runs if (t := _interval(r)) is not None]
+    if not found or any(s.tzinfo is None for s, _ in found):
+        return "The plan's wall time: not given (no record with a time zone-aware time)."
+    first, last = min(s for s, _ in found), max(e for _, e in found)
+    minutes, seconds = divmod(round((last - first).total_seconds()), 60)
+    missing = len(runs) - len(found)
+    aside = f" ({missing} record(s) without a readable time left out)" if missing else ""
     return (
-        f"The {len(runs)} runs took {minutes} min {seconds:02d} s from the first one's start "
+        f"The {len(found)} runs took {minutes} min {seconds:02d} s from the first one's start "
         f"({first.isoformat(timespec='seconds')}) to the last one's record, one after another "
-        f"on {runs[0].rec.provenance.hostname}'s {runs[0].rec.provenance.backend} devices."
+        f"on {runs[0].rec.provenance.hostname}'s {runs[0].rec.provenance.backend} devices{aside}."
     )
 
 
