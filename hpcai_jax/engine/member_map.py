@@ -1,5 +1,7 @@
 """How a device runs its several members, and which way `--member_strategy=auto` and
-`--member_map=auto` pick per backend (docs/members.md, with the measurements behind each choice).
+`--member_map=auto` pick per backend: the forms' table's default, or a check record's measured
+strategy (--check_record); docs/members.md, "Why auto picks what it picks", holds the
+measurements behind each default.
 
 `--member_strategy`: `vmap`, the members as one mapped program over their stacked parameters
 (whose size does not grow with the members), or `unroll`, a Python loop inside the step (one
@@ -27,36 +29,10 @@ from __future__ import annotations
 from hpcai_jax import member_forms
 from hpcai_jax.errors import UsageError
 
-# Why --member_strategy=auto picks member_forms' default per backend (docs/members.md).
-MEMBER_STRATEGY_WHY = {
-    "cpu": (
-        "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (docs/members.md): under "
-        "scan the members run one after another in a loop at 0.91-1.55x separate steps' speed "
-        "(M = 4, 16, 64; B = 8, 32, 128), as fast as unroll (0.97-1.43x) where unroll was built "
-        "(M <= 16), in a program that does not grow with them"
-    ),
-    "gpu": (
-        "measured on one H200 by the acceptance's members group (docs/measurements.md) before "
-        "the fast mapped forms existed: 2 members under grouped vmap ran at 0.08 of the "
-        "1-member rate, 4 under unroll at 0.65; the mapped forms are not measured on a GPU yet"
-    ),
-    "tpu": "not measured on a TPU yet; kept as on GPUs",
-}
-
-# Why --member_map=auto picks member_forms' default per backend (docs/members.md).
-MEMBER_MAP_WHY = {
-    "cpu": (
-        "measured on a 2-core CPU (docs/members.md): scan (sequential) ran 0.91-1.55x separate "
-        "steps; every form that batches the members ran slower there: batched (one kernel per "
-        "layer) 0.48-0.85x, conv_loop 0.65-0.81x, grouped 0.15-0.50x, batched_grouped "
-        "0.02-0.07x"
-    ),
-    "gpu": (
-        "not measured on a GPU yet: jax.vmap batches BatchNorm and elementwise kernels across "
-        "the members, each convolution keeps one member's cuDNN kernel"
-    ),
-    "tpu": "not measured on a TPU yet; as on GPUs",
-}
+# Where `auto`'s default comes from: the forms' table, whose choices docs/members.md's section
+# explains with the measurements behind them (the record's why points there once).
+WHY_DEFAULT = "the forms table's default"
+WHY_DOCS = 'see docs/members.md, "Why auto picks what it picks"'
 
 
 def auto_form(backend: str, strategy: bool) -> str:
@@ -70,9 +46,11 @@ def auto_form(backend: str, strategy: bool) -> str:
     return next(n for n in member_forms.VMAP_FORMS if known in table[n].default_on)
 
 
-def _default(whys: dict, backend: str, strategy: bool) -> tuple[str, str]:
-    """`auto`'s pick from the forms' table, and why."""
-    return auto_form(backend, strategy), whys.get(backend, whys["cpu"])
+def _default(backend: str, strategy: bool, note: str = "") -> tuple[str, str]:
+    """`auto`'s pick from the forms' table, and why (`note`: why no measurement replaced it)."""
+    return auto_form(backend, strategy), f"auto for {backend}: {WHY_DEFAULT}" + (
+        f", as {note}" if note else ""
+    )
 
 
 def resolve_member_strategy(
@@ -91,9 +69,8 @@ def resolve_member_strategy(
         return requested, "--member_strategy"
     if measured is not None:
         return measured
-    strategy, why = _default(MEMBER_STRATEGY_WHY, backend, strategy=True)
-    unmeasured = " (the check record did not measure it)" if check_record else ""
-    return strategy, f"auto for {backend}{unmeasured}: {why}"
+    unmeasured = "the check record did not measure it" if check_record else ""
+    return _default(backend, strategy=True, note=unmeasured)
 
 
 def resolve_member_map(
@@ -114,8 +91,7 @@ def resolve_member_map(
         )
     if requested != "auto":
         return requested, "--member_map"
-    how, why = _default(MEMBER_MAP_WHY, backend, strategy=False)
-    return how, f"auto for {backend}: {why}"
+    return _default(backend, strategy=False)
 
 
 def resolve_mapping(
@@ -148,8 +124,13 @@ def resolve_mapping(
             f"--member_group={group} must divide the {members_per_device} members per device"
         )
     if strategy == member_forms.UNROLL:
-        return member_forms.UNROLL, 0, why
+        return member_forms.UNROLL, 0, _pointed(why)
     why = f"{why}; members mapped as {form} ({member_forms.FORMS_TABLE[form].does}): {form_why}"
     if 0 < group < members_per_device:
         why += f"; {group} members at a time (--member_group)"
-    return form, group if 0 < group < members_per_device else 0, why
+    return form, group if 0 < group < members_per_device else 0, _pointed(why)
+
+
+def _pointed(why: str) -> str:
+    """The record's why, with where the measurements behind a default are where it took one."""
+    return f"{why}; {WHY_DOCS}" if WHY_DEFAULT in why else why
