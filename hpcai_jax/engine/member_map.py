@@ -1,7 +1,7 @@
 """How a device runs its several members, and which way `--member_strategy=auto` and
-`--member_map=auto` pick per backend: the forms' table's default, or a check record's measured
-strategy (--check_record); docs/members.md, "Why auto picks what it picks", holds the
-measurements behind each default.
+`--member_map=auto` pick per backend: the forms' table's default, a check record's measured
+strategy (--check_record) or an acceptance's decision (--acceptance); docs/members.md, "Why auto
+picks what it picks", holds the measurements behind each default.
 
 `--member_strategy`: `vmap`, the members as one mapped program over their stacked parameters
 (whose size does not grow with the members), or `unroll`, a Python loop inside the step (one
@@ -53,11 +53,32 @@ def _default(backend: str, strategy: bool, note: str = "") -> tuple[str, str]:
     )
 
 
+def decided_form(acceptance: str, backend: str) -> tuple[str | None, str]:
+    """(form, why) from an acceptance's decision (--acceptance; records/strategy.accepted_form),
+    its form checked against the forms' table; (None, "") without one."""
+    if not acceptance:
+        return None, ""
+    from hpcai_jax.records.strategy import accepted_form
+
+    form, why = accepted_form(acceptance, backend)
+    if form is not None and form not in member_forms.VMAP_FORMS:
+        raise UsageError(
+            f"--acceptance={acceptance}: its decision names {form!r}, not a --member_map form "
+            f"(expected one of {', '.join(member_forms.VMAP_FORMS)})"
+        )
+    return form, why
+
+
 def resolve_member_strategy(
-    requested: str, backend: str, members_per_device: int, check_record: str = ""
+    requested: str,
+    backend: str,
+    members_per_device: int,
+    check_record: str = "",
+    decided: str | None = None,
 ) -> tuple[str, str]:
     """Returns (strategy, why) for the record. `auto` takes the strategy a --mode=check record
-    measured on this backend (`check_record`), else the backend's default."""
+    measured on this backend (`check_record`), else `vmap` where an acceptance's decision chose
+    a form (`decided`: its members are mapped), else the backend's default."""
     measured = None
     if check_record and requested == "auto":  # read (and checked) whatever the layout
         from hpcai_jax.records.strategy import measured_strategy
@@ -69,16 +90,23 @@ def resolve_member_strategy(
         return requested, "--member_strategy"
     if measured is not None:
         return measured
+    if decided is not None:
+        return "vmap", f"auto for {backend}: vmap, as the acceptance's decision maps the members"
     unmeasured = "the check record did not measure it" if check_record else ""
     return _default(backend, strategy=True, note=unmeasured)
 
 
 def resolve_member_map(
-    requested: str, backend: str, dtype: str, model_parallel: int = 1
+    requested: str,
+    backend: str,
+    dtype: str,
+    model_parallel: int = 1,
+    decided: tuple[str | None, str] = (None, ""),
 ) -> tuple[str, str]:
-    """(how vmap maps the members, why). int8 keeps XLA's own batching: qwix intercepts the
-    models' convolutions (models/int8.py), so they must stay lax's; so does a member split over
-    `model`, whose convolutions' gradients are typed varying over it."""
+    """(how vmap maps the members, why). `auto` takes an acceptance's decision (`decided`:
+    decided_form's), else the backend's default. int8 keeps XLA's own batching: qwix
+    intercepts the models' convolutions (models/int8.py), so they must stay lax's; so does a
+    member split over `model`, whose convolutions' gradients are typed varying over it."""
     if model_parallel > 1:
         return (
             member_forms.XLA_BATCHED,
@@ -91,7 +119,10 @@ def resolve_member_map(
         )
     if requested != "auto":
         return requested, "--member_map"
-    return _default(backend, strategy=False)
+    form, why = decided
+    if form is not None:
+        return form, why
+    return _default(backend, strategy=False, note=why)
 
 
 def resolve_mapping(
@@ -104,15 +135,17 @@ def resolve_mapping(
     members_per_device: int,
     model_parallel: int = 1,
     check_record: str = "",
+    acceptance: str = "",
 ) -> tuple[str, int, str]:
     """(form, group, why): the one mapping both flags resolve to on this backend
     (engine/plan.MemberMapping: its form and members batched at once, 0 for all), and why (the
     record's mesh.member_strategy_why). Raises UsageError for a --member_group the form cannot
-    take."""
+    take, or an --acceptance file it cannot read or that was measured elsewhere."""
+    decided = decided_form(acceptance, backend)
     strategy, why = resolve_member_strategy(
-        strategy_flag, backend, members_per_device, check_record
+        strategy_flag, backend, members_per_device, check_record, decided[0]
     )
-    form, form_why = resolve_member_map(map_flag, backend, dtype, model_parallel)
+    form, form_why = resolve_member_map(map_flag, backend, dtype, model_parallel, decided)
     if group and (strategy != "vmap" or member_forms.FORMS_TABLE[form].sequential):
         mapped = form if strategy == "vmap" else f"--member_strategy={strategy}"
         raise UsageError(
