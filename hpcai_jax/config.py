@@ -185,6 +185,12 @@ class MeshConfig(Checked):
         "--members_per_device.",
         ge=0,
     )
+    acceptance: str = _field(
+        "",
+        "An acceptance.json of benchmarks/accelerator/acceptance.sh run on this backend: "
+        "--member_map=auto takes its members decision (and --member_strategy=auto vmap where "
+        "the decision chose a form). Empty: the per-backend default (docs/members.md).",
+    )
     allreduce: str = _field(
         "flat",
         "How a member's gradient is summed over its P_degree devices: flat (one all-reduce), "

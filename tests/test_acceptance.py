@@ -25,6 +25,7 @@ from hpcai_jax.acceptance.items import (
     verdict_of,
 )
 from hpcai_jax.acceptance.journal import Journal
+from hpcai_jax.engine.member_map import resolve_mapping
 from hpcai_jax.nodecheck.rows import Row
 
 SCRIPT = ROOT / "benchmarks" / "accelerator" / "acceptance.sh"
@@ -126,6 +127,18 @@ def test_every_item_has_the_documented_fields_and_a_figure_where_it_passes(smoke
     variant = rates["step, 2 members of batch 4, vmap batched"]
     assert variant["reference_value"] == rates["step, 2 members of batch 4, separate"]["value"]
     assert rates["decision: --member_map=auto"]["value"] in ("batched", "unchanged")
+    # The document names its backend, and a training run on it takes its decision (--acceptance).
+    assert doc["backend"] == "cpu"
+    _, _, why = resolve_mapping(
+        "vmap",
+        "auto",
+        0,
+        backend="cpu",
+        dtype="float32",
+        members_per_device=2,
+        acceptance=str(out / "acceptance.json"),
+    )
+    assert "acceptance out/acceptance.json" in why, why
     layers = json.loads((out / "members_layers.json").read_text())
     assert {(r["layer"], r["form"]) for r in layers} == {
         (layer, form)

@@ -3,7 +3,8 @@ a device"). First the layer table (acceptance/member_layers.py: four resnet_smal
 (M, B) of the sizes' grid, every formulation and the ideal, written to members_layers.json and
 .md in OUT_DIR), then the whole step of the sizes' member model (resnet_small; resnet_tiny at
 --smoke) at M members of batch B under every --member_map form, unroll, M separate steps and the
-ideal, then the decision rule's verdict on what `--member_map=auto` should take on this backend."""
+ideal, then the decision rule's verdict on what `--member_map=auto` should take on this backend
+(what a training run given this acceptance.json takes: --acceptance, records/strategy.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from hpcai_jax.member_forms import ONE_KERNEL_PER_LAYER, VMAP_FORMS, XLA_BATCHED
 from hpcai_jax.nodecheck import training
 from hpcai_jax.nodecheck.budget import Allotment
 from hpcai_jax.nodecheck.rows import NA, skipped
+from hpcai_jax.records.strategy import DECISION_ITEM, NOT_MEASURED, UNCHANGED
 
 GROUP = "members"
 LAYER_FILE = "members_layers"
@@ -147,14 +149,14 @@ def decision_item(rates: dict[str, float], backend: str) -> Item:
     seq, ideal = rates.get("vmap scan"), rates.get("ideal")
     best = max(((rates.get(f"vmap {f}", 0.0), f) for f in ONE_KERNEL_PER_LAYER), default=None)
     if not (seq and ideal and best and best[0]):
-        return Item(GROUP, "decision: --member_map=auto", "n/a", "", "", NA, "not measured")
+        return Item(GROUP, DECISION_ITEM, NOT_MEASURED, "", "", NA, "not measured")
     meets = best[0] >= 2 * seq and best[0] >= 0.5 * ideal
-    verdict = best[1] if meets else "unchanged"
+    verdict = best[1] if meets else UNCHANGED
     note = (
         f"{best[1]}: {best[0] / seq:.2f}x sequential, {best[0] / ideal:.0%} of the ideal on "
         f"{backend}; rule: {member_layers.DECISION}"
     )
-    return Item(GROUP, "decision: --member_map=auto", verdict, "", "", NA, note)
+    return Item(GROUP, DECISION_ITEM, verdict, "", "", NA, note)
 
 
 def member_items(ctx, allotment: Allotment) -> list[Item]:

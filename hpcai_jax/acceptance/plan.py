@@ -88,6 +88,9 @@ def run(
         jax.default_backend(),
         out_dir=out_dir,
     )
+    # The backend its items were measured on: a training run given this acceptance.json
+    # (--acceptance) takes its decision on that backend only.
+    journal.note(backend=ctx.backend)
     done = set(journal.finished())
     if after_exit is not None:
         _restore(ctx, journal)

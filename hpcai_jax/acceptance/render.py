@@ -48,6 +48,8 @@ def document(journal: Journal) -> dict:
         "verdict": verdict_of(items) if items else FAIL,
         "counts": {v: sum(i.verdict == v for i in items) for v in ("PASS", "WARN", "FAIL", "n/a")},
         "run": run,
+        # The backend the measuring process ran on (the last process's), None before it started.
+        "backend": next((n["backend"] for n in reversed(journal.notes()) if "backend" in n), None),
         "wall_s": round(time.time() - started, 1) if started else None,
         "restarts": [n for n in journal.notes() if "resumed_after_exit" in n],
         "items": [i.to_dict() for i in items],

@@ -1,5 +1,7 @@
 """How a device runs its several members, and which way `--member_strategy=auto` and
-`--member_map=auto` pick per backend (docs/members.md, with the measurements behind each choice).
+`--member_map=auto` pick per backend: the forms' table's default, a check record's measured
+strategy (--check_record) or an acceptance's decision (--acceptance); docs/members.md, "Why auto
+picks what it picks", holds the measurements behind each default.
 
 `--member_strategy`: `vmap`, the members as one mapped program over their stacked parameters
 (whose size does not grow with the members), or `unroll`, a Python loop inside the step (one
@@ -27,36 +29,10 @@ from __future__ import annotations
 from hpcai_jax import member_forms
 from hpcai_jax.errors import UsageError
 
-# Why --member_strategy=auto picks member_forms' default per backend (docs/members.md).
-MEMBER_STRATEGY_WHY = {
-    "cpu": (
-        "measured on a 2-core CPU by benchmarks/ensemble_vs_loop.py (docs/members.md): under "
-        "scan the members run one after another in a loop at 0.91-1.55x separate steps' speed "
-        "(M = 4, 16, 64; B = 8, 32, 128), as fast as unroll (0.97-1.43x) where unroll was built "
-        "(M <= 16), in a program that does not grow with them"
-    ),
-    "gpu": (
-        "measured on one H200 by the acceptance's members group (docs/measurements.md) before "
-        "the fast mapped forms existed: 2 members under grouped vmap ran at 0.08 of the "
-        "1-member rate, 4 under unroll at 0.65; the mapped forms are not measured on a GPU yet"
-    ),
-    "tpu": "not measured on a TPU yet; kept as on GPUs",
-}
-
-# Why --member_map=auto picks member_forms' default per backend (docs/members.md).
-MEMBER_MAP_WHY = {
-    "cpu": (
-        "measured on a 2-core CPU (docs/members.md): scan (sequential) ran 0.91-1.55x separate "
-        "steps; every form that batches the members ran slower there: batched (one kernel per "
-        "layer) 0.48-0.85x, conv_loop 0.65-0.81x, grouped 0.15-0.50x, batched_grouped "
-        "0.02-0.07x"
-    ),
-    "gpu": (
-        "not measured on a GPU yet: jax.vmap batches BatchNorm and elementwise kernels across "
-        "the members, each convolution keeps one member's cuDNN kernel"
-    ),
-    "tpu": "not measured on a TPU yet; as on GPUs",
-}
+# Where `auto`'s default comes from: the forms' table, whose choices docs/members.md's section
+# explains with the measurements behind them (the record's why points there once).
+WHY_DEFAULT = "the forms table's default"
+WHY_DOCS = 'see docs/members.md, "Why auto picks what it picks"'
 
 
 def auto_form(backend: str, strategy: bool) -> str:
@@ -70,16 +46,39 @@ def auto_form(backend: str, strategy: bool) -> str:
     return next(n for n in member_forms.VMAP_FORMS if known in table[n].default_on)
 
 
-def _default(whys: dict, backend: str, strategy: bool) -> tuple[str, str]:
-    """`auto`'s pick from the forms' table, and why."""
-    return auto_form(backend, strategy), whys.get(backend, whys["cpu"])
+def _default(backend: str, strategy: bool, note: str = "") -> tuple[str, str]:
+    """`auto`'s pick from the forms' table, and why (`note`: why no measurement replaced it)."""
+    return auto_form(backend, strategy), f"auto for {backend}: {WHY_DEFAULT}" + (
+        f", as {note}" if note else ""
+    )
+
+
+def decided_form(acceptance: str, backend: str) -> tuple[str | None, str]:
+    """(form, why) from an acceptance's decision (--acceptance; records/strategy.accepted_form),
+    its form checked against the forms' table; (None, "") without one."""
+    if not acceptance:
+        return None, ""
+    from hpcai_jax.records.strategy import accepted_form
+
+    form, why = accepted_form(acceptance, backend)
+    if form is not None and form not in member_forms.VMAP_FORMS:
+        raise UsageError(
+            f"--acceptance={acceptance}: its decision names {form!r}, not a --member_map form "
+            f"(expected one of {', '.join(member_forms.VMAP_FORMS)})"
+        )
+    return form, why
 
 
 def resolve_member_strategy(
-    requested: str, backend: str, members_per_device: int, check_record: str = ""
+    requested: str,
+    backend: str,
+    members_per_device: int,
+    check_record: str = "",
+    decided: str | None = None,
 ) -> tuple[str, str]:
     """Returns (strategy, why) for the record. `auto` takes the strategy a --mode=check record
-    measured on this backend (`check_record`), else the backend's default."""
+    measured on this backend (`check_record`), else `vmap` where an acceptance's decision chose
+    a form (`decided`: its members are mapped), else the backend's default."""
     measured = None
     if check_record and requested == "auto":  # read (and checked) whatever the layout
         from hpcai_jax.records.strategy import measured_strategy
@@ -91,17 +90,23 @@ def resolve_member_strategy(
         return requested, "--member_strategy"
     if measured is not None:
         return measured
-    strategy, why = _default(MEMBER_STRATEGY_WHY, backend, strategy=True)
-    unmeasured = " (the check record did not measure it)" if check_record else ""
-    return strategy, f"auto for {backend}{unmeasured}: {why}"
+    if decided is not None:
+        return "vmap", f"auto for {backend}: vmap, as the acceptance's decision maps the members"
+    unmeasured = "the check record did not measure it" if check_record else ""
+    return _default(backend, strategy=True, note=unmeasured)
 
 
 def resolve_member_map(
-    requested: str, backend: str, dtype: str, model_parallel: int = 1
+    requested: str,
+    backend: str,
+    dtype: str,
+    model_parallel: int = 1,
+    decided: tuple[str | None, str] = (None, ""),
 ) -> tuple[str, str]:
-    """(how vmap maps the members, why). int8 keeps XLA's own batching: qwix intercepts the
-    models' convolutions (models/int8.py), so they must stay lax's; so does a member split over
-    `model`, whose convolutions' gradients are typed varying over it."""
+    """(how vmap maps the members, why). `auto` takes an acceptance's decision (`decided`:
+    decided_form's), else the backend's default. int8 keeps XLA's own batching: qwix
+    intercepts the models' convolutions (models/int8.py), so they must stay lax's; so does a
+    member split over `model`, whose convolutions' gradients are typed varying over it."""
     if model_parallel > 1:
         return (
             member_forms.XLA_BATCHED,
@@ -114,8 +119,10 @@ def resolve_member_map(
         )
     if requested != "auto":
         return requested, "--member_map"
-    how, why = _default(MEMBER_MAP_WHY, backend, strategy=False)
-    return how, f"auto for {backend}: {why}"
+    form, why = decided
+    if form is not None:
+        return form, why
+    return _default(backend, strategy=False, note=why)
 
 
 def resolve_mapping(
@@ -128,15 +135,17 @@ def resolve_mapping(
     members_per_device: int,
     model_parallel: int = 1,
     check_record: str = "",
+    acceptance: str = "",
 ) -> tuple[str, int, str]:
     """(form, group, why): the one mapping both flags resolve to on this backend
     (engine/plan.MemberMapping: its form and members batched at once, 0 for all), and why (the
     record's mesh.member_strategy_why). Raises UsageError for a --member_group the form cannot
-    take."""
+    take, or an --acceptance file it cannot read or that was measured elsewhere."""
+    decided = decided_form(acceptance, backend)
     strategy, why = resolve_member_strategy(
-        strategy_flag, backend, members_per_device, check_record
+        strategy_flag, backend, members_per_device, check_record, decided[0]
     )
-    form, form_why = resolve_member_map(map_flag, backend, dtype, model_parallel)
+    form, form_why = resolve_member_map(map_flag, backend, dtype, model_parallel, decided)
     if group and (strategy != "vmap" or member_forms.FORMS_TABLE[form].sequential):
         mapped = form if strategy == "vmap" else f"--member_strategy={strategy}"
         raise UsageError(
@@ -148,8 +157,13 @@ def resolve_mapping(
             f"--member_group={group} must divide the {members_per_device} members per device"
         )
     if strategy == member_forms.UNROLL:
-        return member_forms.UNROLL, 0, why
+        return member_forms.UNROLL, 0, _pointed(why)
     why = f"{why}; members mapped as {form} ({member_forms.FORMS_TABLE[form].does}): {form_why}"
     if 0 < group < members_per_device:
         why += f"; {group} members at a time (--member_group)"
-    return form, group if 0 < group < members_per_device else 0, why
+    return form, group if 0 < group < members_per_device else 0, _pointed(why)
+
+
+def _pointed(why: str) -> str:
+    """The record's why, with where the measurements behind a default are where it took one."""
+    return f"{why}; {WHY_DOCS}" if WHY_DEFAULT in why else why

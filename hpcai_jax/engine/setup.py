@@ -200,5 +200,6 @@ def _member_mapping(config: RunConfig, layout: MeshLayout):
         members_per_device=layout.members_per_device,
         model_parallel=layout.model_parallel,
         check_record=config.check.record,
+        acceptance=mc.acceptance,
     )
     return MemberMapping(form, group), why

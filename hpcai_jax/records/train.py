@@ -41,7 +41,9 @@ class Mesh:
     member_strategy: str = field(
         "how a device runs its members: unroll (one program per member) or vmap (batched)"
     )
-    member_strategy_why: str = field("why that strategy: the flag, a check record or the default")
+    member_strategy_why: str = field(
+        "why that strategy and mapping: the flags, a check record, an acceptance or the default"
+    )
     member_mapping: str | None = field(
         "how the device's members ran, resolved: unroll, or the --member_map form under vmap "
         "(scan, conv_loop, batched, batched_grouped, grouped; docs/members.md), with /k where "
