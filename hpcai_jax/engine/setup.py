@@ -12,7 +12,7 @@ import optax
 from jax.sharding import Mesh
 
 from hpcai_jax.axes import MODEL
-from hpcai_jax.config import RunConfig, TrainConfig, resolved_batch
+from hpcai_jax.config import RunConfig, TrainConfig
 from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
 from hpcai_jax.data.sampler import BootstrapSampler
@@ -22,7 +22,7 @@ from hpcai_jax.engine.collectives import resolve_plan
 from hpcai_jax.engine.evaluate import build_eval_step, subset_plan
 from hpcai_jax.engine.member_map import resolve_mapping
 from hpcai_jax.engine.member_memory import check_fits
-from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
+from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout, resolved_batch
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.plan import MemberMapping, StepPlan
 from hpcai_jax.engine.step import build_train_step
