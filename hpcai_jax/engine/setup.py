@@ -15,6 +15,7 @@ from hpcai_jax.axes import MODEL
 from hpcai_jax.config import RunConfig, TrainConfig
 from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
+from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.device_memory import device_memory_bytes
 from hpcai_jax.engine import state as ensemble
@@ -88,6 +89,28 @@ class RunSetup:
 
     def init_state(self) -> ensemble.EnsembleState:
         return self._init(self.config.train.seed)
+
+    def batches(self, first: int) -> Prefetcher:
+        """The steps' input pipeline from step `first` to the last, --prefetch batches ahead
+        on a background thread; `close` stops it and its workers, if any."""
+        tc, data = self.config.train, self.config.data
+        members = self.layout.ensemble_size
+        if self.datasets.synthetic:
+            batch = synthetic_batch(
+                self.workload.synthetic, self.mesh, members, tc.batch_size, tc.seed
+            )
+            make = lambda step: batch  # noqa: E731 - generated once, reused every step
+        else:
+            make = train_batches(
+                self.datasets.train,
+                self.sampler,
+                self.mesh,
+                members,
+                self.total_steps,
+                data.data_workers,
+                data.worker_restarts,
+            )
+        return Prefetcher(make, first, self.total_steps, data.prefetch)
 
     @property
     def member_loop_trips(self) -> int:
