@@ -52,7 +52,7 @@ BUILTIN_DATASETS = {
     "synthetic_climate": "extreme_weather",
 }
 BOOTSTRAP_METHODS = ("with_replacement", "poisson", "none")
-BATCH_POLICIES = ("per_member", "per_device")  # resolved_batch
+BATCH_POLICIES = ("per_member", "per_device")  # engine/mesh.py: resolved_batch
 OPTIMIZERS = ("sgd", "adam", "adagrad", "lars", "lamb")
 LR_SCHEDULES = ("constant", "warmup_cosine", "warmup_polynomial", "step")
 # How a device runs its members: hpcai_jax/member_forms.py, one row per form.
@@ -477,28 +477,6 @@ class TrainConfig(Checked):
             "--stop_at_target: needs --eval_every_epochs > 0 (without it the only evaluation is "
             "the last one)",
         )
-
-
-def resolved_batch(config: RunConfig, parallel_degree: int) -> RunConfig:
-    """The engine's view of `config` once P_degree is known: train.batch_size the member's batch
-    (`member_batch`; the peak learning rate, learning_rate × batch / lr_reference_batch, then
-    scales by P_degree too) and batch_policy per_member, so resolving twice changes nothing. The
-    record keeps the settings as given (engine/setup.RunSetup.recorded_config)."""
-    if config.train.batch_policy == "per_member":
-        return config
-    train = dataclasses.replace(
-        config.train,
-        batch_size=member_batch(config.train, parallel_degree),
-        batch_policy="per_member",
-    )
-    return dataclasses.replace(config, train=train)
-
-
-def member_batch(train: TrainConfig, parallel_degree: int) -> int:
-    """The batch of one member under --batch_policy with `parallel_degree` devices per member."""
-    if train.batch_policy == "per_device":
-        return train.batch_size * parallel_degree
-    return train.batch_size
 
 
 @dataclasses.dataclass(frozen=True)

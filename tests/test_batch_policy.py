@@ -1,4 +1,4 @@
-"""--batch_policy (config.resolved_batch): the member's batch and peak learning rate as P_degree
+"""--batch_policy (engine/mesh.resolved_batch): the member's batch and peak learning rate as P_degree
 grows, under the paper's fixed batch per device and under today's fixed batch per member."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from hpcai_jax import config as C
-from hpcai_jax.engine.schedules import peak_learning_rate
+from hpcai_jax.engine.mesh import resolved_batch
+from hpcai_jax.engine.optimizer import peak_learning_rate
 from hpcai_jax.errors import UsageError
 
 
@@ -32,7 +33,7 @@ def test_member_batch_and_learning_rate_for_p_degree(policy, batches, rates):
     warm-up epochs kept; per_member: both unchanged (each device gets batch / P_degree)."""
     got = []
     for p in (1, 2, 4, 8):
-        resolved = C.resolved_batch(_config(policy), p)
+        resolved = resolved_batch(_config(policy), p)
         assert resolved.optim == _config(policy).optim  # warm-up and the base rate unchanged
         got.append(
             (
@@ -47,9 +48,9 @@ def test_member_batch_and_learning_rate_for_p_degree(policy, batches, rates):
 def test_resolving_twice_changes_nothing():
     """The engine's view says per_member, so a setup built from a setup's config (the FLOP
     cross-check, a re-evaluation) does not multiply the batch again."""
-    once = C.resolved_batch(_config("per_device"), 4)
+    once = resolved_batch(_config("per_device"), 4)
     assert (once.train.batch_size, once.train.batch_policy) == (128, "per_member")
-    assert C.resolved_batch(once, 4) == once
+    assert resolved_batch(once, 4) == once
 
 
 def test_the_record_states_the_policy_as_given():
@@ -58,7 +59,7 @@ def test_the_record_states_the_policy_as_given():
 
     given = _config("per_device")
     fake = RunSetup.__new__(RunSetup)
-    object.__setattr__(fake, "config", C.resolved_batch(given, 2))
+    object.__setattr__(fake, "config", resolved_batch(given, 2))
     object.__setattr__(fake, "given_train", given.train)
     assert fake.recorded_config.train == given.train
     assert fake.recorded_config.to_dict()["train"]["batch_policy"] == "per_device"

@@ -1,5 +1,6 @@
-"""hpcai_jax/engine/schedules.py: every schedule, step by step, against hand-rolled formulas and
-literal figures; the flags that shape them are checked up front with one-line errors."""
+"""hpcai_jax/engine/optimizer.py's learning-rate schedules: every schedule, step by step,
+against hand-rolled formulas and literal figures; the flags that shape them are checked up front
+with one-line errors."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import optax
 import pytest
 
 from hpcai_jax.config import OptimConfig
-from hpcai_jax.engine.schedules import make_schedule
+from hpcai_jax.engine.optimizer import make_schedule
 from hpcai_jax.errors import UsageError
 
 

@@ -33,6 +33,8 @@ _VALID = "__valid__"  # the padding mask travels with the fields, then leaves th
 # The most member groups that share one eval block's reads: the eval step gathers the slices
 # with split - 1 collective permutes.
 MAX_READ_SPLIT = 64
+# The wait for the step's batch, as a profiler trace names it (docs/observe.md).
+INPUT_WAIT = "input_wait"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,9 +313,11 @@ class Prefetcher:
         self._queue.put(self._DONE)
 
     def next(self) -> Batch:
-        start = self._clock()
-        item = self._queue.get()
-        self.wait_s += self._clock() - start
+        """The next step's batch, its wait `wait_s`'s and a profiler trace's `input_wait`."""
+        with jax.profiler.TraceAnnotation(INPUT_WAIT):
+            start = self._clock()
+            item = self._queue.get()
+            self.wait_s += self._clock() - start
         if isinstance(item, BaseException):
             raise item
         if item is self._DONE:

@@ -1,4 +1,5 @@
-"""The device mesh: axis names and Eq. 5, (M / members_per_device) × P_degree × P_model = devices.
+"""The device mesh: axis names and Eq. 5, (M / members_per_device) × P_degree × P_model = devices;
+and the member's batch once P_degree is known (--batch_policy, docs/optimizers.md).
 
 Axis names and partition specs live in hpcai_jax/axes.py.
 """
@@ -13,7 +14,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from hpcai_jax.axes import DATA, ENSEMBLE, MODEL
-from hpcai_jax.config import MeshConfig
+from hpcai_jax.config import MeshConfig, RunConfig, TrainConfig
 from hpcai_jax.errors import UsageError
 
 
@@ -105,6 +106,28 @@ def _ways_to_fit(m: int, mpd: int, p: int, pm: int, devices: int) -> list[str]:
     if devices % (p * pm) == 0:
         ways.append(f"--ensemble_size={devices // (p * pm) * mpd}")
     return ways
+
+
+def resolved_batch(config: RunConfig, parallel_degree: int) -> RunConfig:
+    """The engine's view of `config` once P_degree is known: train.batch_size the member's batch
+    (`member_batch`; the peak learning rate, learning_rate × batch / lr_reference_batch, then
+    scales by P_degree too) and batch_policy per_member, so resolving twice changes nothing. The
+    record keeps the settings as given (engine/setup.RunSetup.recorded_config)."""
+    if config.train.batch_policy == "per_member":
+        return config
+    train = dataclasses.replace(
+        config.train,
+        batch_size=member_batch(config.train, parallel_degree),
+        batch_policy="per_member",
+    )
+    return dataclasses.replace(config, train=train)
+
+
+def member_batch(train: TrainConfig, parallel_degree: int) -> int:
+    """The batch of one member under --batch_policy with `parallel_degree` devices per member."""
+    if train.batch_policy == "per_device":
+        return train.batch_size * parallel_degree
+    return train.batch_size
 
 
 def make_mesh(layout: MeshLayout, devices: list | None = None) -> Mesh:

@@ -1,12 +1,18 @@
 """Every member's optimizer: the paper's Table 2 default (SGD with momentum) and its alternatives
-(Adam, AdaGrad, LARS, LAMB), on the learning-rate schedule of `schedules.py`.
+(Adam, AdaGrad, LARS, LAMB), on its learning-rate schedule; and float16's loss scale.
 
 The engine applies the update per member, under vmap or an unrolled loop inside shard_map
 (engine/step.py: member_train_step), so every per-layer figure (LARS/LAMB trust ratios, Adam's
 moments) is each member's own and never mixes members. docs/optimizers.md has the update rules.
 
-Below them, float16's dynamic loss scaling (`LossScale`, one scale per member): dynamic loss scaling for --dtype=float16, one scale per member, kept in its state.
+The learning-rate schedule (the paper's Table 2: warm-up and the linear scaling rule): every
+schedule starts with a linear warm-up from 0 to the peak over --warmup_epochs, the peak being
+learning_rate × batch_size / lr_reference_batch (Goyal et al.'s linear scaling rule). What follows
+is the schedule's own: constant, cosine or polynomial decay over the steps left (to
+--lr_end_value), or steps down by --lr_step_factor at the epochs --lr_step_epochs, counted from
+the start of training as in Goyal et al.'s 30,60,80. docs/optimizers.md has the formulas.
 
+float16's dynamic loss scaling (`LossScale`): one scale per member, kept in its state.
 float16 gradients underflow below 6e-8; scaling the loss shifts them into range. The master
 weights stay float32 and the gradients are unscaled (in float32) before the update. A step
 whose reduced gradient holds an inf or NaN is skipped: the member's state is left as it was
@@ -27,7 +33,6 @@ from flax import struct
 from jax import lax
 
 from hpcai_jax.config import OptimConfig
-from hpcai_jax.engine.schedules import make_schedule
 
 # Parameters that get neither weight decay nor a trust ratio, by leaf name: biases and the
 # normalisation layers' scales (flax's BatchNorm, LayerNorm and GroupNorm name theirs "scale" and
@@ -150,6 +155,73 @@ _OPTIMIZERS: dict[
     "adagrad": _adagrad,
     "lars": _lars,
     "lamb": _lamb,
+}
+
+
+# The learning-rate schedule (the module docstring).
+
+
+def peak_learning_rate(config: OptimConfig, batch_size: int) -> float:
+    """The linear scaling rule: the rate the warm-up reaches, for a member's batch."""
+    return config.learning_rate * batch_size / config.lr_reference_batch
+
+
+def make_schedule(
+    config: OptimConfig, batch_size: int, steps_per_epoch: int, total_steps: int
+) -> optax.Schedule:
+    """The learning rate as a function of the step count (0 for the first step)."""
+    peak = peak_learning_rate(config, batch_size)
+    warmup = int(round(config.warmup_epochs * steps_per_epoch))
+    # Steps left after the warm-up (at least one, so that a run shorter than its warm-up still
+    # has a well-defined decay).
+    decay_steps = max(total_steps - warmup, 1)
+    after = _AFTER_WARMUP[config.lr_schedule](config, peak, decay_steps, warmup, steps_per_epoch)
+    if not warmup:
+        return after
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
+
+
+# Each takes (config, peak, decay_steps, warmup, steps_per_epoch) and returns a schedule of the
+# steps since the warm-up ended.
+_Builder = Callable[[OptimConfig, float, int, int, int], optax.Schedule]
+
+
+def _constant(config, peak, decay_steps, warmup, steps_per_epoch):
+    return optax.constant_schedule(peak)
+
+
+def _cosine(config, peak, decay_steps, warmup, steps_per_epoch):
+    # alpha is the end value as a fraction of the peak: peak → lr_end_value.
+    alpha = config.lr_end_value / peak
+    return optax.cosine_decay_schedule(peak, decay_steps=decay_steps, alpha=alpha)
+
+
+def _polynomial(config, peak, decay_steps, warmup, steps_per_epoch):
+    return optax.polynomial_schedule(
+        init_value=peak,
+        end_value=config.lr_end_value,
+        power=config.lr_decay_power,
+        transition_steps=decay_steps,
+    )
+
+
+def _step(config, peak, decay_steps, warmup, steps_per_epoch):
+    boundaries = jnp.asarray([round(e * steps_per_epoch) for e in config.step_epochs])
+    factor = config.lr_step_factor
+
+    def schedule(count):
+        # Boundaries count from the start of training, the schedule from the end of the warm-up.
+        passed = jnp.sum(count + warmup >= boundaries)
+        return peak * factor**passed
+
+    return schedule
+
+
+_AFTER_WARMUP: dict[str, _Builder] = {
+    "constant": _constant,
+    "warmup_cosine": _cosine,
+    "warmup_polynomial": _polynomial,
+    "step": _step,
 }
 
 

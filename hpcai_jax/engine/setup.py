@@ -12,9 +12,10 @@ import optax
 from jax.sharding import Mesh
 
 from hpcai_jax.axes import MODEL
-from hpcai_jax.config import RunConfig, TrainConfig, resolved_batch
+from hpcai_jax.config import RunConfig, TrainConfig
 from hpcai_jax.data import friedman
 from hpcai_jax.data.datasets import Datasets, data_spec, open_datasets, resolved
+from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.data.sampler import BootstrapSampler
 from hpcai_jax.device_memory import device_memory_bytes
 from hpcai_jax.engine import state as ensemble
@@ -22,7 +23,7 @@ from hpcai_jax.engine.collectives import resolve_plan
 from hpcai_jax.engine.evaluate import build_eval_step, subset_plan
 from hpcai_jax.engine.member_map import resolve_mapping
 from hpcai_jax.engine.member_memory import check_fits
-from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout
+from hpcai_jax.engine.mesh import MeshLayout, make_mesh, resolve_layout, resolved_batch
 from hpcai_jax.engine.optimizer import make_optimizer
 from hpcai_jax.engine.plan import MemberMapping, StepPlan
 from hpcai_jax.engine.step import build_train_step
@@ -88,6 +89,28 @@ class RunSetup:
 
     def init_state(self) -> ensemble.EnsembleState:
         return self._init(self.config.train.seed)
+
+    def batches(self, first: int) -> Prefetcher:
+        """The steps' input pipeline from step `first` to the last, --prefetch batches ahead
+        on a background thread; `close` stops it and its workers, if any."""
+        tc, data = self.config.train, self.config.data
+        members = self.layout.ensemble_size
+        if self.datasets.synthetic:
+            batch = synthetic_batch(
+                self.workload.synthetic, self.mesh, members, tc.batch_size, tc.seed
+            )
+            make = lambda step: batch  # noqa: E731 - generated once, reused every step
+        else:
+            make = train_batches(
+                self.datasets.train,
+                self.sampler,
+                self.mesh,
+                members,
+                self.total_steps,
+                data.data_workers,
+                data.worker_restarts,
+            )
+        return Prefetcher(make, first, self.total_steps, data.prefetch)
 
     @property
     def member_loop_trips(self) -> int:

@@ -26,11 +26,11 @@ from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup
 from hpcai_jax.engine.state import EnsembleState
 from hpcai_jax.engine.step import StepMetrics
-from hpcai_jax.errors import PREEMPTED_EXIT_CODE
+from hpcai_jax.errors import PREEMPTED_EXIT_CODE, DiskFull
 from hpcai_jax.records import Status
 from hpcai_jax.run import checkpoint_interval as interval_rule
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, member_figures
+from hpcai_jax.run import evaluation, kept_weights, member_figures
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.clock import RunClock, format_duration
 from hpcai_jax.run.guards import FAILED_EXIT_CODE, PreemptionGuard, Watchdog
@@ -40,12 +40,14 @@ from hpcai_jax.telemetry.mllog import MLLog
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """How the training loop ends: its status, why, and whether at the quality target. A hook
+    """How the training loop ends: its status, why, whether at the quality target, and a
+    complete run's final quality (`final_quality`; None before it and for another run). A hook
     that ends the run returns one; the loop's end settles the last (`settle`)."""
 
     status: Status
     reason: str = ""
     stopped_at_target: bool = False
+    quality: EnsembleQuality | None = None
 
     @property
     def exit_code(self) -> int:
@@ -349,10 +351,16 @@ class Evaluation:
 @dataclasses.dataclass
 class Preemption:
     """A SIGTERM stops the run at a step boundary every process agrees on (agreed every
-    `every` steps); the checkpoint after the loop makes it resumable."""
+    `every` steps); the checkpoint after the loop makes it resumable. From its making to
+    `restore` its guard notes SIGTERM and a first SIGINT instead of acting on them
+    (run/guards.py)."""
 
-    guard: PreemptionGuard
     every: int
+    guard: PreemptionGuard = dataclasses.field(default_factory=PreemptionGuard)
+
+    def restore(self) -> None:
+        """The signal handlers as they were before the guard (a second call does nothing)."""
+        self.guard.restore()
 
     def __call__(self, info: StepInfo, run: Services) -> Outcome | None:
         done = info.done
@@ -443,26 +451,41 @@ def settle(ctx: Context, stop: Outcome | None) -> Outcome:
     return outcome
 
 
+def final_save(ctx: Context, outcome: Outcome) -> DiskFull | None:
+    """The checkpoint a complete or preempted run ends with, then a complete run's weights
+    kept (run/kept_weights.py): the full disk that kept none, for the run to raise once its
+    record says so, else None. Still under the preemption guard: a SIGTERM now is noted, not
+    fatal, so the save is never cut short by it (a second SIGINT, a person's "stop now", does:
+    run/interrupt.py)."""
+    if ctx.ckpt and outcome.status is not Status.INVALID:
+        Services(ctx).save_final(ctx.progress.step)
+    elif outcome.status is Status.PARTIAL:
+        logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")
+    with ctx.bounded("keeping the members' final weights"):
+        return kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
+
+
 def final_quality(
     ctx: Context, outcome: Outcome, last_eval: tuple[int, EnsembleQuality | None] | None
-) -> tuple[Outcome, EnsembleQuality | None]:
-    """(the outcome, a complete run's quality): the last evaluation where it was taken at the
-    final step (only the out-of-bag estimate still to compute), else a final evaluation; None
-    for a run that did not complete. A signal during it (run/evaluation.Stopped) makes the run
-    `partial`, resumable from the final checkpoint, which re-evaluates."""
+) -> Outcome:
+    """The outcome with a complete run's quality: the last evaluation where it was taken at
+    the final step (only the out-of-bag estimate still to compute), else a final evaluation;
+    a run that did not complete has none. A signal during it (run/evaluation.Stopped) makes
+    the run `partial`, resumable from the final checkpoint, which re-evaluates."""
     if outcome.status is not Status.COMPLETE:
-        return outcome, None
+        return outcome
     last = ctx.progress.step
     try:
         if last_eval and last_eval[0] == last and last_eval[1]:
             quality = evaluation.with_oob(
                 ctx.setup, ctx.state, last_eval[1], ctx.clock, ctx.dog, last
             )
-            return outcome, quality
-        return outcome, ctx.evaluate(oob=True, training=False)
+        else:
+            quality = ctx.evaluate(oob=True, training=False)
     except evaluation.Stopped as e:
         logging.warning("%s", e.reason)
-        return Outcome(Status.PARTIAL, e.reason), None
+        return Outcome(Status.PARTIAL, e.reason)
+    return dataclasses.replace(outcome, quality=quality)
 
 
 def poison(state, member: int):

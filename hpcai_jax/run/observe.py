@@ -17,10 +17,16 @@ from hpcai_jax.records import train
 from hpcai_jax.run import member_figures, outputs
 from hpcai_jax.run import record as run_record
 from hpcai_jax.telemetry.events import EventLog
-from hpcai_jax.telemetry.profile import Trace
+from hpcai_jax.telemetry.profile import STEP_ANNOTATION, Trace
 
 if TYPE_CHECKING:  # run/hooks.py calls the window: imported for the annotation only
     from hpcai_jax.run.hooks import StepInfo
+
+
+def step_trace(step: int) -> jax.profiler.StepTraceAnnotation:
+    """The training step `step` named for a profiler trace (docs/observe.md); without a trace
+    the annotation costs a microsecond."""
+    return jax.profiler.StepTraceAnnotation(STEP_ANNOTATION, step_num=step)
 
 
 def profile_dir(config, run_id: str) -> str:

@@ -22,6 +22,7 @@ from hpcai_jax import results
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records import Status, owned
 from hpcai_jax.records import write as record_write
+from hpcai_jax.run import clock as run_clock
 from hpcai_jax.run import kept_weights
 from hpcai_jax.telemetry import mllog
 
@@ -48,6 +49,16 @@ def claim(config, run_id: str, resuming: bool) -> Claim:
     if jax.process_index() == 0:
         Outputs.of(config, run_id).refuse_foreign(rc.results_dir)
     return claimed
+
+
+def open_mllog(setup, wall_start: float, progress, resuming: bool) -> mllog.MLLog:
+    """--mllog's MLPerf-style lines (a no-op without it), its init_start at `wall_start` (the
+    run clock's reading at the run's start); a resumed run appends to its own log, cut back to
+    its checkpoint's lines (telemetry/mllog.py)."""
+    resumed_at = progress.step if resuming else None
+    return mllog.MLLog.start(
+        setup, wall_start, run_clock.read, progress.run_id, resumed_at, progress.mllog_lines
+    )
 
 
 def stage_record(config, run_id: str, record) -> Path | None:

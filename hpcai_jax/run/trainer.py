@@ -16,32 +16,15 @@ from absl import logging
 
 from hpcai_jax import distributed, records
 from hpcai_jax.config import RunConfig
-from hpcai_jax.data.pipeline import Prefetcher, synthetic_batch, train_batches
 from hpcai_jax.distributed import barrier
-from hpcai_jax.engine.evaluate import EnsembleQuality
 from hpcai_jax.engine.setup import RunSetup, build_setup
-from hpcai_jax.engine.state import EnsembleState
-from hpcai_jax.engine.step import StepMetrics
 from hpcai_jax.errors import DiskFull
 from hpcai_jax.records import Status
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import (
-    hooks,
-    interrupt,
-    kept_weights,
-    observe,
-    outputs,
-    resume,
-    startup,
-    summary,
-)
+from hpcai_jax.run import hooks, interrupt, observe, outputs, resume, startup, summary
 from hpcai_jax.run import record as run_record
-from hpcai_jax.run.checkpoint import Checkpointer
-from hpcai_jax.run.guards import PreemptionGuard
 from hpcai_jax.run.hooks import Outcome
 from hpcai_jax.run.measured_step import MeasuredStep, given_bandwidth, measure_step
-from hpcai_jax.telemetry.mllog import MLLog
-from hpcai_jax.telemetry.profile import INPUT_WAIT, STEP_ANNOTATION
 
 
 def run_train(config: RunConfig) -> int:
@@ -106,13 +89,13 @@ def train_and_evaluate(config: RunConfig) -> Finished:
 class Trainer:
     """One training run (or one segment of a resumed one): `run` goes through the stages."""
 
-    # Set by the stages, in their order.
+    # Set by the stages, in their order, with `mlog` (--mllog's lines: outputs.open_mllog) and
+    # `batches` (the steps' input pipeline: RunSetup.batches).
     start: resume.Start
-    mlog: MLLog
     claimed: outputs.Claim
     measured: MeasuredStep
-    batches: Prefetcher
     ctx: hooks.Context
+    preemption: hooks.Preemption  # the SIGTERM guard and its hook (`run_steps`)
     hooks: hooks.Hooks  # the schedule between steps (`_register_hooks`)
     # The hooks whose results the record reads (`_register_hooks`).
     evaluation: hooks.Evaluation
@@ -122,14 +105,14 @@ class Trainer:
     def __init__(
         self,
         setup: RunSetup,
-        ckpt: Checkpointer | None,
+        ckpt,
         wall_start: float,
         bandwidth: tuple[float, str] | None,
         dropped: tuple[int, ...] = (),
     ):
+        """`ckpt`: the run's checkpointer (resume.checkpointer), None without --checkpoint_dir."""
         self.setup, self.ckpt, self.wall_start = setup, ckpt, wall_start
         self.bandwidth, self.dropped = bandwidth, dropped
-        self.guard: PreemptionGuard | None = None
         self.not_kept: DiskFull | None = None  # the kept weights' full disk (`finish`)
         self.window: observe.ProfileWindow | None = None  # the profile window (`_register_hooks`)
 
@@ -145,8 +128,8 @@ class Trainer:
                 raise e.keeping(self._restored()) from None
             try:
                 stop = self.run_steps(held)
-                outcome, quality = self.final_quality(self.finish(stop))
-                record = self.record(outcome, quality)
+                outcome = self.final_quality(self.finish(stop))
+                record = self.record(outcome)
             except Exception as e:  # before `held` releases: a lost peer ends it at once
                 distributed.exit_if_lost(e)
                 raise
@@ -162,15 +145,7 @@ class Trainer:
             self.start = resume.start(setup, self.ckpt, self.dropped)
         progress = self.start.progress
         self.claimed = outputs.claim(config, progress.run_id, self.start.resuming)
-        # --mllog: MLPerf-style lines (no-op without it); a resumed run appends to its own.
-        self.mlog = MLLog.start(
-            setup,
-            self.wall_start,
-            run_clock.read,
-            progress.run_id,
-            progress.step if self.start.resuming else None,
-            progress.mllog_lines,
-        )
+        self.mlog = outputs.open_mllog(setup, self.wall_start, progress, self.start.resuming)
         if self.start.resuming:
             interrupt.keeping(f"no record was written; {self._restored()} stays")
         if self.start.state is None:
@@ -194,8 +169,8 @@ class Trainer:
         way out; each release may run twice)."""
         self._context(held)
         ctx, progress = self.ctx, self.ctx.progress
-        self.guard = PreemptionGuard()
-        held.callback(self.guard.restore)
+        self.preemption = hooks.Preemption(self._check_every)  # SIGTERM noted from here on
+        held.callback(self.preemption.restore)
         self._register_hooks()
         window = self.window
         if window is not None:  # a run that ends inside the window still writes its trace
@@ -220,7 +195,7 @@ class Trainer:
         for step in range(progress.step, ctx.total_steps):
             # Named for a profiler trace (docs/observe.md); without one they cost a microsecond.
             # The hooks run outside it: a profile window starts and stops between two steps.
-            with jax.profiler.StepTraceAnnotation(STEP_ANNOTATION, step_num=step):
+            with observe.step_trace(step):
                 ctx.dog.arm(f"step {step}", progress.recent_median_s())
                 if injection and injection[1] == step:
                     ctx.state = hooks.poison(ctx.state, injection[0])
@@ -231,12 +206,11 @@ class Trainer:
                 return stop
         return None
 
-    def step(self, state: EnsembleState) -> tuple[EnsembleState, StepMetrics]:
-        """One training step, the start of the step's path (docs/design.md): the members' batch,
-        then the compiled ensemble step (engine/step.py): the updated state and its metrics."""
-        with jax.profiler.TraceAnnotation(INPUT_WAIT):
-            batch = self.batches.next()
-        return self.measured.compiled(state, batch)
+    def step(self, state):
+        """One training step, the start of the step's path (docs/design.md): the members' batch
+        (the prefetcher's, its wait a profiler trace's `input_wait`), then the compiled ensemble
+        step (engine/step.py): the updated EnsembleState and its StepMetrics."""
+        return self.measured.compiled(state, self.batches.next())
 
     def finish(self, stop: Outcome | None) -> Outcome:
         """The loop's end: the trace closed, every step's flags read, the input pipeline
@@ -252,13 +226,11 @@ class Trainer:
         self.batches.close()
         ctx.clock.finish()
         interrupt.at("the final checkpoint and weights")  # then the final evaluation stops
-        _final_save(ctx, outcome)
-        with ctx.bounded("keeping the members' final weights"):
-            self.not_kept = kept_weights.keep(ctx, outcome.status is Status.COMPLETE)
-        self.guard.restore()
+        self.not_kept = hooks.final_save(ctx, outcome)
+        self.preemption.restore()
         return outcome
 
-    def final_quality(self, outcome: Outcome) -> tuple[Outcome, EnsembleQuality | None]:
+    def final_quality(self, outcome: Outcome) -> Outcome:
         """A complete run's final quality (None for another); a signal during its evaluation
         makes the run `partial` (resumable from the final checkpoint, which re-evaluates)."""
         interrupt.at("the set-up of the final evaluation")  # each batch names itself
@@ -267,11 +239,11 @@ class Trainer:
         finally:
             interrupt.at("the record's writing")
 
-    def record(self, outcome: Outcome, quality: EnsembleQuality | None) -> records.TrainRecord:
+    def record(self, outcome: Outcome) -> records.TrainRecord:
         """The run's record: its final quality, the members' last figures and every process's
         timing (the end of the run: every process is here); an epoch lasts as long as its
         slowest process took."""
-        ctx, setup = self.ctx, self.setup
+        ctx, setup, quality = self.ctx, self.setup, outcome.quality
         progress, clock, dog = ctx.progress, ctx.clock, ctx.dog
         dog.arm("the processes' end-of-run gather", progress.recent_median_s())
         final, timings = run_record.run_figures(clock, progress, setup)
@@ -339,13 +311,17 @@ class Trainer:
         """The steps' input pipeline, and the hooks' view of the run (hooks.Context.open: its
         clock, divergence watch and watchdog), each closed with the run."""
         setup, progress = self.setup, self.start.progress
-        self.batches = Prefetcher(
-            _batches(setup), progress.step, setup.total_steps, setup.config.data.prefetch
-        )
+        self.batches = setup.batches(progress.step)
         held.callback(self.batches.close)
         self.ctx = hooks.Context.open(
             setup, self.start.state, progress, self.mlog, self.ckpt, self.batches, held
         )
+
+    @property
+    def _check_every(self) -> int:
+        """The steps between the processes' agreements on the members' flags and on SIGTERM."""
+        rc = self.setup.config.reliability
+        return rc.divergence_check_every or self.setup.config.train.log_every
 
     def _register_hooks(self) -> None:
         """The schedule between steps, in the order the hooks run; the profile window, if any,
@@ -355,8 +331,7 @@ class Trainer:
         1: each step's curve point, and a SIGTERM read (agreed every `check_every`)."""
         setup, ctx = self.setup, self.ctx
         config = setup.config
-        tc, rc = config.train, config.reliability
-        check_every = rc.divergence_check_every or tc.log_every
+        tc = config.train
         target = config.quality_target().target if config.scored and tc.stop_at_target else None
         run_id, flops = ctx.progress.run_id, self.measured.flops.train_step_flops
         self.evaluation = hooks.Evaluation(target)
@@ -365,41 +340,12 @@ class Trainer:
         self.window = observe.profile_window(setup, run_id, self.measured.compiled.as_text())
         self.hooks = hooks.Hooks()
         add = self.hooks.add
-        add(hooks.DivergenceCheck(), every=check_every, at_last=True)
+        add(hooks.DivergenceCheck(), every=self._check_every, at_last=True)
         line = hooks.ProgressLine(tc.log_every, setup.layout.ensemble_size * tc.batch_size)
         add(line, when=line.due)
         add(self.evaluation, every=tc.eval_every_epochs * setup.sampler.steps_per_epoch)
         add(self.curves, every=1)
-        add(hooks.Preemption(self.guard, check_every), every=1)
+        add(self.preemption, every=1)
         add(self.checkpoint, when=self.checkpoint.due)
         if self.window is not None:
             add(self.window, when=self.window.due)
-
-
-def _batches(setup: RunSetup):
-    """A function step → Batch (the Prefetcher closes its workers, if any)."""
-    tc = setup.config.train
-    if setup.datasets.synthetic:
-        batch = synthetic_batch(
-            setup.workload.synthetic, setup.mesh, setup.layout.ensemble_size, tc.batch_size, tc.seed
-        )
-        return lambda step: batch
-    return train_batches(
-        setup.datasets.train,
-        setup.sampler,
-        setup.mesh,
-        setup.layout.ensemble_size,
-        setup.total_steps,
-        setup.config.data.data_workers,
-        setup.config.data.worker_restarts,
-    )
-
-
-def _final_save(ctx: hooks.Context, outcome: Outcome) -> None:
-    """The checkpoint a complete or preempted run ends with. Still under the preemption guard:
-    a SIGTERM now is noted, not fatal, so the save is never cut short by it (a second SIGINT,
-    a person's "stop now", does: run/interrupt.py)."""
-    if ctx.ckpt and outcome.status is not Status.INVALID:
-        hooks.Services(ctx).save_final(ctx.progress.step)
-    elif outcome.status is Status.PARTIAL:
-        logging.warning("preempted without --checkpoint_dir: this run cannot be resumed")

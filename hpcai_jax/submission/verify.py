@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hpcai_jax import records, rules
-from hpcai_jax.config import resolved_batch
-from hpcai_jax.engine.mesh import MeshLayout
+from hpcai_jax.engine.mesh import MeshLayout, resolved_batch
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records.train import Mesh
 from hpcai_jax.submission import (

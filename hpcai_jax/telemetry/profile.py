@@ -18,6 +18,7 @@ import jax
 from absl import logging
 
 from hpcai_jax.axes import DATA, MODEL
+from hpcai_jax.data.pipeline import INPUT_WAIT
 from hpcai_jax.engine.step import (
     FORWARD_BACKWARD_SCOPE,
     METRICS_SCOPE,
@@ -25,9 +26,9 @@ from hpcai_jax.engine.step import (
     allreduce_scope,
 )
 
-# Host-side phases: TraceAnnotations of the training loop (run/trainer.py, run/evaluation.py).
+# Host-side phases: TraceAnnotations of the training loop (run/observe.py's step, the
+# prefetcher's wait in data/pipeline.py, run/evaluation.py).
 STEP_ANNOTATION = "train_step"
-INPUT_WAIT = "input_wait"
 EVALUATION = "evaluation"
 
 # Device-side phases, in the order they are looked for in an instruction's scope path.
