@@ -248,3 +248,16 @@ def plan_for(mesh, mapping, members_per_device: int):
         model_parallel=shape.get(MODEL, 1),
     )
     return StepPlan(mesh, layout, mapping, AllreducePlan("flat", "float32", p, p))
+
+
+def peaks_at_start(dtype: str, bandwidth: tuple[float, str] | None, run_id: str = "") -> dict:
+    """The record's `peak_flops` as a run's start takes it: the probes "peaks" and "stream" of
+    hpcai_jax/run/probes.py, through their stores, for a model of `dtype`."""
+    import types
+
+    from hpcai_jax.run import probes
+
+    model = types.SimpleNamespace(dtype=dtype)
+    setup = types.SimpleNamespace(config=types.SimpleNamespace(model=model))
+    two = tuple(p for p in probes.PROBES if p.name in ("peaks", "stream"))
+    return probes.run(probes.Measuring(setup, None, None, bandwidth, run_id), two).peaks

@@ -22,9 +22,8 @@ from hpcai_jax import config as C
 from hpcai_jax import records
 from hpcai_jax.data.pipeline import Prefetcher
 from hpcai_jax.engine.step import StepMetrics
-from hpcai_jax.flops import peaks
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, measured_step, trainer
+from hpcai_jax.run import evaluation, measured_step, probes, trainer
 from hpcai_jax.run.checkpoint import Checkpointer
 from hpcai_jax.run.clock import EpochTimer
 from hpcai_jax.run.progress import Progress
@@ -94,12 +93,14 @@ def run(tmp_path_factory):
         )
         mp.setattr(evaluation, "evaluate", clock.after(EVAL, evaluation.evaluate))
         mp.setattr(measured_step, "compile_step", clock.after(COMPILE, measured_step.compile_step))
-        # Not under test, and seconds each: the peak and bandwidth measurements at start.
-        # The process's cache of them too: neither reuse a real one nor keep these fakes.
-        mp.setattr(peaks, "_MEASURED", {})
-        mp.delenv("HPCAI_JAX_STARTUP_CACHE", raising=False)  # nor the suite's (host_cache.py)
-        mp.setattr(peaks, "_peak_flops", lambda dtype: {"dtype": dtype, "measured_method": "fake"})
-        mp.setattr(peaks, "stream_bandwidth", lambda path: (1e9, "a test"))
+
+        # Not under test, and seconds each: the peak and bandwidth measurements at start, stood
+        # in for through the probes' registry, which then neither reads nor keeps them.
+        def fake_peaks(m):
+            return {"dtype": m.setup.config.model.dtype, "measured_method": "fake"}
+
+        stand_ins = probes.replaced(peaks=fake_peaks, stream=lambda m: (1e9, "a test"))
+        mp.setattr(probes, "PROBES", stand_ins)
         done = trainer.train_and_evaluate(config)
     assert done.exit_code == 0, done.record.reason
     return done.record, tmp / "run.mllog", saved

@@ -142,9 +142,12 @@ def test_a_cpu_process_with_many_devices_keeps_the_matmul_work_constant():
 
 
 def test_a_process_measures_its_devices_once_and_later_records_say_so(monkeypatch):
-    from hpcai_jax.flops import peaks
+    from helpers import peaks_at_start
 
-    monkeypatch.setattr(peaks, "_MEASURED", {})
+    from hpcai_jax.flops import host_cache, peaks
+    from hpcai_jax.run import probes
+
+    monkeypatch.setattr(host_cache, "_MEASURED", {})
     monkeypatch.delenv("HPCAI_JAX_STARTUP_CACHE", raising=False)  # the process's own reuse alone
     calls = []
 
@@ -156,18 +159,18 @@ def test_a_process_measures_its_devices_once_and_later_records_say_so(monkeypatc
         calls.append(("stream", path))
         return 5e9, "STREAM Triad measured at start"
 
-    monkeypatch.setattr(peaks, "_peak_flops", peak_flops)
-    monkeypatch.setattr(peaks, "stream_bandwidth", stream_bandwidth)
-    first = peaks.peaks_at_start("float32", None)
+    monkeypatch.setattr(peaks, "matmul_peaks", peak_flops)
+    monkeypatch.setattr(probes, "stream_bandwidth", stream_bandwidth)
+    first = peaks_at_start("float32", None)
     assert first["measured_method"] == "chained matmuls"
     assert first["bandwidth_source"] == "STREAM Triad measured at start"
-    again = peaks.peaks_at_start("float32", None)
+    again = peaks_at_start("float32", None)
     assert again["measured_per_device"] == 1e9 and again["bandwidth_per_device"] == 5e9
     reused = "chained matmuls; measured by this process's first run"
     assert again["measured_method"] == reused
     assert again["bandwidth_source"].endswith("; measured by this process's first run")
     assert first["measured_method"] == "chained matmuls"  # the cached result left as it was
-    given = peaks.peaks_at_start("bfloat16", (7e9, "STREAM record r.json"))
+    given = peaks_at_start("bfloat16", (7e9, "STREAM record r.json"))
     assert given["bandwidth_source"] == "STREAM record r.json"
     assert given["measured_method"] == "chained matmuls"  # another dtype: measured afresh
     assert calls == [("matmul", "float32"), ("stream", ""), ("matmul", "bfloat16")]

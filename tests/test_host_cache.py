@@ -8,8 +8,10 @@ import json
 
 import jax
 import pytest
+from helpers import peaks_at_start
 
 from hpcai_jax.flops import host_cache, peaks
+from hpcai_jax.run import probes
 
 
 @pytest.fixture
@@ -75,27 +77,35 @@ def test_a_damaged_entry_or_an_unwritable_folder_costs_only_the_measurement(
 
 
 def test_a_run_s_record_says_its_peaks_came_from_an_earlier_run(folder, monkeypatch):
-    """peaks.py through the cache, as two processes on one host (each its own _MEASURED): the
+    """The peak and STREAM probes through the cache, as two processes on one host (each its own
+    _MEASURED): the
     second's sources name the first run; STREAM of a several-process run is measured afresh."""
     measured = {"dtype": "float32", "measured_per_device": 1e9, "measured_method": "chained"}
-    monkeypatch.setattr(peaks, "_MEASURED", {})
-    monkeypatch.setattr(peaks, "_peak_flops", lambda dtype: dict(measured))
-    monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: (5e9, "STREAM Triad"))
-    first = peaks.peaks_at_start("float32", None)
+    monkeypatch.setattr(host_cache, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "matmul_peaks", lambda dtype: dict(measured))
+    monkeypatch.setattr(probes, "stream_bandwidth", lambda path: (5e9, "STREAM Triad"))
+    first = peaks_at_start("float32", None)
     assert first["measured_method"] == "chained" and first["bandwidth_source"] == "STREAM Triad"
-    first_peak = peaks.matmul_peaks("float32", "run-a")
+    first_peak = peaks_at_start("float32", None, "run-a")
     assert first_peak["measured_method"].endswith("; measured by this process's first run")
-    monkeypatch.setattr(peaks, "_MEASURED", {})  # a new process
-    peaks.matmul_peaks("float16", "run-a")
-    monkeypatch.setattr(peaks, "_MEASURED", {})
-    monkeypatch.setattr(peaks, "_peak_flops", lambda dtype: _never())
-    monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: _never())
-    peak = peaks.matmul_peaks("float16", "run-b")
+    monkeypatch.setattr(host_cache, "_MEASURED", {})  # a new process
+    peaks_at_start("float16", (1.0, "given"), "run-a")
+    monkeypatch.setattr(host_cache, "_MEASURED", {})
+    monkeypatch.setattr(peaks, "matmul_peaks", lambda dtype: _never())
+    monkeypatch.setattr(probes, "stream_bandwidth", lambda path: _never())
+    peak = peaks_at_start("float16", None, "run-b")
     assert peak["measured_per_device"] == 1e9
     assert peak["measured_method"].startswith(f"chained; read from {host_cache.ENV}=")
     assert "measured by run run-a at " in peak["measured_method"]
-    per_device, source = peaks.bandwidth_at_start(None, "run-b")
+    per_device, source = peak["bandwidth_per_device"], peak["bandwidth_source"]
     assert per_device == 5e9 and source.startswith("STREAM Triad; read from ")
+
+
+def _bandwidth_at_start(run_id: str) -> tuple[float, str]:
+    """The "stream" probe alone (hpcai_jax/run/probes.py), through its store."""
+    stream = tuple(p for p in probes.PROBES if p.name == "stream")
+    m = probes.run(probes.Measuring(None, None, None, None, run_id), stream)
+    return m.peaks["bandwidth_per_device"], m.peaks["bandwidth_source"]
 
 
 def test_stream_of_several_processes_is_process_zero_s_for_all(folder, monkeypatch):
@@ -103,21 +113,25 @@ def test_stream_of_several_processes_is_process_zero_s_for_all(folder, monkeypat
     whatever a process's own cache holds (one that read its own while the others measured would
     wait for them forever)."""
     sent = []
-    monkeypatch.setattr(peaks, "_MEASURED", {})
+    monkeypatch.setattr(host_cache, "_MEASURED", {})
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 0)
-    monkeypatch.setattr(peaks.distributed, "from_process_zero", lambda t, size: sent.append(t) or t)
-    monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: (4e9, "Triad"))
-    assert peaks.bandwidth_at_start(None, "run-a") == (4e9, "Triad")  # measured by all, kept
-    monkeypatch.setattr(peaks, "_MEASURED", {})
-    monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: _never())
-    per_device, source = peaks.bandwidth_at_start(None, "run-b")
+    monkeypatch.setattr(
+        host_cache.distributed, "from_process_zero", lambda t, size: sent.append(t) or t
+    )
+    monkeypatch.setattr(probes, "stream_bandwidth", lambda path: (4e9, "Triad"))
+    assert _bandwidth_at_start("run-a") == (4e9, "Triad")  # measured by all, kept
+    monkeypatch.setattr(host_cache, "_MEASURED", {})
+    monkeypatch.setattr(probes, "stream_bandwidth", lambda path: _never())
+    per_device, source = _bandwidth_at_start("run-b")
     assert per_device == 4e9 and "measured by run run-a at " in source
     assert sent[0] == "" and json.loads(sent[1])["run"] == "run-a"
     # Process 1: process 0's word alone counts, its own cache (the same folder here) unread.
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     for zero_says, expected in ((sent[1], 4e9), ("", 3e9)):
-        monkeypatch.setattr(peaks, "_MEASURED", {})
-        monkeypatch.setattr(peaks.distributed, "from_process_zero", lambda t, size, z=zero_says: z)
-        monkeypatch.setattr(peaks, "stream_bandwidth", lambda path: (3e9, "Triad"))
-        assert peaks.bandwidth_at_start(None, "run-c")[0] == expected
+        monkeypatch.setattr(host_cache, "_MEASURED", {})
+        monkeypatch.setattr(
+            host_cache.distributed, "from_process_zero", lambda t, size, z=zero_says: z
+        )
+        monkeypatch.setattr(probes, "stream_bandwidth", lambda path: (3e9, "Triad"))
+        assert _bandwidth_at_start("run-c")[0] == expected

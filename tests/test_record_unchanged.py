@@ -12,7 +12,7 @@ import re
 
 from helpers import ROOT
 
-from hpcai_jax.run.measured_step import KEPT_COUNTS
+from hpcai_jax.run.probes import KEPT_COUNTS
 
 BASELINE = ROOT / "tests" / "data" / "tiny_run_record.json"
 # Paths (flattened, list indices as [i]) whose values depend on the clock, the machine's load or

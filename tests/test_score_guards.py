@@ -34,9 +34,9 @@ from hpcai_jax import config as C
 from hpcai_jax import records
 from hpcai_jax.engine import compiled as step_module
 from hpcai_jax.engine import evaluate as evaluate_module
-from hpcai_jax.flops import peaks
+from hpcai_jax.flops import host_cache
 from hpcai_jax.run import clock as run_clock
-from hpcai_jax.run import evaluation, measured_step, trainer
+from hpcai_jax.run import evaluation, measured_step, probes, trainer
 from hpcai_jax.run.checkpoint import Checkpointer
 
 M, B, N, STEPS = 4, 16, 64, 6  # 4 steps per epoch: the run crosses an epoch boundary
@@ -169,13 +169,11 @@ def run(tmp_path_factory):
         mp.setattr(step_module, "time", shim)
         mp.setattr(measured_step, "compile_step", compile_step)
         mp.setattr(evaluation, "evaluate", evaluate)
-        mp.setattr(peaks, "_MEASURED", {})  # no real peak cached by an earlier run, none kept
-        mp.delenv("HPCAI_JAX_STARTUP_CACHE", raising=False)  # nor in the suite's (host_cache.py)
-        mp.setattr(
-            peaks,
-            "_peak_flops",
-            lambda dtype: {"measured_per_device": 1e9, "measured_method": "-"},
-        )
+        # STREAM measured, no real one reused nor this one kept (the process's, host_cache.py)
+        mp.setattr(host_cache, "_MEASURED", {})
+        mp.delenv("HPCAI_JAX_STARTUP_CACHE", raising=False)  # nor in the suite's
+        fake_peaks = {"measured_per_device": 1e9, "measured_method": "-"}
+        mp.setattr(probes, "PROBES", probes.replaced(peaks=lambda m: dict(fake_peaks)))
         mp.setattr(Checkpointer, "save", save)
         mp.setattr(jax, "block_until_ready", block_until_ready)
         done = trainer.train_and_evaluate(config)

@@ -28,7 +28,7 @@ from hpcai_jax.run import trainer
 # The step's own path and the core path, in files and lines of function bodies entered.
 STEP_FILES, STEP_LINES = 9, 450
 CORE_FILES, CORE_LINES = 20, 1_200  # issue 67's goals, met
-CORE_TODAY = (20, 1_192)  # today's figures, the mapped layout's: the ceiling
+CORE_TODAY = (20, 1_198)  # today's figures, the mapped layout's: the ceiling
 
 
 def step_path() -> list[str]:
@@ -148,8 +148,8 @@ def test_the_core_path_meets_the_goal(paths_per_layout):
 # The path from main(), in files and lines of function bodies entered: today's figures as
 # ceilings (lines with room for what the caches already hold: docs/design.md); with the
 # start-up measurements stubbed, the figures reported beside them.
-MAIN_FILES, MAIN_LINES = 72, 4_700
-STUBBED_FILES, STUBBED_LINES = 50, 2_850
+MAIN_FILES, MAIN_LINES = 73, 4_700
+STUBBED_FILES, STUBBED_LINES = 51, 2_850
 
 
 def main_path() -> set[str]:

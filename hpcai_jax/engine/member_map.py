@@ -28,11 +28,15 @@ from __future__ import annotations
 
 from hpcai_jax import member_forms
 from hpcai_jax.errors import UsageError
+from hpcai_jax.records.strategy import accepted_form, measured_strategy
 
 # Where `auto`'s default comes from: the forms' table, whose choices docs/members.md's section
 # explains with the measurements behind them (the record's why points there once).
 WHY_DEFAULT = "the forms table's default"
 WHY_DOCS = 'see docs/members.md, "Why auto picks what it picks"'
+# An acceptance's decision (`decided_form`): the form it chose, or None, and why.
+Decided = tuple[str | None, str]
+NONE: Decided = (None, "")
 
 
 def auto_form(backend: str, strategy: bool) -> str:
@@ -48,18 +52,13 @@ def auto_form(backend: str, strategy: bool) -> str:
 
 def _default(backend: str, strategy: bool, note: str = "") -> tuple[str, str]:
     """`auto`'s pick from the forms' table, and why (`note`: why no measurement replaced it)."""
-    return auto_form(backend, strategy), f"auto for {backend}: {WHY_DEFAULT}" + (
-        f", as {note}" if note else ""
-    )
+    note = f", as {note}" if note else ""
+    return auto_form(backend, strategy), f"auto for {backend}: {WHY_DEFAULT}{note}"
 
 
-def decided_form(acceptance: str, backend: str) -> tuple[str | None, str]:
+def decided_form(acceptance: str, backend: str) -> Decided:
     """(form, why) from an acceptance's decision (--acceptance; records/strategy.accepted_form),
-    its form checked against the forms' table; (None, "") without one."""
-    if not acceptance:
-        return None, ""
-    from hpcai_jax.records.strategy import accepted_form
-
+    its form checked against the forms' table."""
     form, why = accepted_form(acceptance, backend)
     if form is not None and form not in member_forms.VMAP_FORMS:
         raise UsageError(
@@ -81,8 +80,6 @@ def resolve_member_strategy(
     a form (`decided`: its members are mapped), else the backend's default."""
     measured = None
     if check_record and requested == "auto":  # read (and checked) whatever the layout
-        from hpcai_jax.records.strategy import measured_strategy
-
         measured = measured_strategy(check_record, backend)
     if members_per_device == 1:
         return member_forms.UNROLL, "one member per device: nothing to map over"
@@ -97,32 +94,21 @@ def resolve_member_strategy(
 
 
 def resolve_member_map(
-    requested: str,
-    backend: str,
-    dtype: str,
-    model_parallel: int = 1,
-    decided: tuple[str | None, str] = (None, ""),
+    requested: str, backend: str, dtype: str, model_parallel: int = 1, decided: Decided = NONE
 ) -> tuple[str, str]:
     """(how vmap maps the members, why). `auto` takes an acceptance's decision (`decided`:
     decided_form's), else the backend's default. int8 keeps XLA's own batching: qwix
     intercepts the models' convolutions (models/int8.py), so they must stay lax's; so does a
     member split over `model`, whose convolutions' gradients are typed varying over it."""
-    if model_parallel > 1:
-        return (
-            member_forms.XLA_BATCHED,
-            "--model_parallel: a split member's convolutions keep XLA's batching",
-        )
-    if dtype == "int8":
-        return (
-            member_forms.XLA_BATCHED,
-            "--dtype=int8: qwix's quantized convolutions keep XLA's batching",
-        )
+    kept = "--model_parallel: a split member's" if model_parallel > 1 else ""
+    kept = "--dtype=int8: qwix's quantized" if dtype == "int8" and not kept else kept
+    if kept:
+        return member_forms.XLA_BATCHED, f"{kept} convolutions keep XLA's batching"
     if requested != "auto":
         return requested, "--member_map"
-    form, why = decided
-    if form is not None:
-        return form, why
-    return _default(backend, strategy=False, note=why)
+    if decided[0] is not None:
+        return decided
+    return _default(backend, strategy=False, note=decided[1])
 
 
 def resolve_mapping(
@@ -141,7 +127,7 @@ def resolve_mapping(
     (engine/plan.MemberMapping: its form and members batched at once, 0 for all), and why (the
     record's mesh.member_strategy_why). Raises UsageError for a --member_group the form cannot
     take, or an --acceptance file it cannot read or that was measured elsewhere."""
-    decided = decided_form(acceptance, backend)
+    decided = decided_form(acceptance, backend) if acceptance else NONE
     strategy, why = resolve_member_strategy(
         strategy_flag, backend, members_per_device, check_record, decided[0]
     )
@@ -156,14 +142,11 @@ def resolve_mapping(
         raise UsageError(
             f"--member_group={group} must divide the {members_per_device} members per device"
         )
+    group = group if 0 < group < members_per_device else 0
     if strategy == member_forms.UNROLL:
-        return member_forms.UNROLL, 0, _pointed(why)
-    why = f"{why}; members mapped as {form} ({member_forms.FORMS_TABLE[form].does}): {form_why}"
-    if 0 < group < members_per_device:
-        why += f"; {group} members at a time (--member_group)"
-    return form, group if 0 < group < members_per_device else 0, _pointed(why)
-
-
-def _pointed(why: str) -> str:
-    """The record's why, with where the measurements behind a default are where it took one."""
-    return f"{why}; {WHY_DOCS}" if WHY_DEFAULT in why else why
+        form, group = member_forms.UNROLL, 0
+    else:
+        why = f"{why}; members mapped as {form} ({member_forms.FORMS_TABLE[form].does}): {form_why}"
+        why += f"; {group} members at a time (--member_group)" if group else ""
+    # Where the record's why took a default, where the measurements behind it are.
+    return form, group, f"{why}; {WHY_DOCS}" if WHY_DEFAULT in why else why

@@ -10,7 +10,9 @@ benchmark's record should by default. An entry is keyed on what was measured and
 JAX sees it (local device ids and kinds, backend, process count, `$XLA_FLAGS`, JAX's version;
 the counts also on the program and this package's counting code), and holds the id of the run
 that measured it, which a later record's source names. A folder that cannot be read or written
-only costs the next run the measurement."""
+only costs the next run the measurement. In front of it, this process keeps what it measured
+for its later runs (an in-process sweep, the test suite). The stores here are the ones
+run/probes.py consults: no measurement reads them itself."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import jax
 
+from hpcai_jax import distributed
 from hpcai_jax.flops.counted_cache import write_json
 
 ENV = "HPCAI_JAX_STARTUP_CACHE"
@@ -93,6 +96,49 @@ def kept(what: tuple[str, ...], measure: Callable[[], object], run_id: str) -> t
         return entry["value"], source(entry)
     value = measure()
     keep(what, value, run_id)
+    return value, ""
+
+
+_MEASURED: dict[tuple, object] = {}  # (what, local device ids) -> what a run measured at start
+REUSED = "measured by this process's first run"
+
+
+def kept_in_process(what: tuple, measure: Callable[[], object], run_id: str) -> tuple[object, str]:
+    """`kept`, behind what this process measured before on its local devices: that figure again,
+    "measured by this process's first run", for every later run in it."""
+    return _once(what, lambda: kept(what, measure, run_id))
+
+
+def kept_by_every_process(
+    what: tuple, measure: Callable[[], object], run_id: str
+) -> tuple[object, str]:
+    """`kept_in_process` for a measurement that spans every process (STREAM): every one must
+    measure it or none, so process 0's kept figure, if it has one, serves all (a collective every
+    process enters, whatever its own cache holds), else all measure it and process 0 keeps it."""
+    if jax.process_count() == 1:
+        return kept_in_process(what, measure, run_id)
+    return _once(what, lambda: _of_process_zero(what, measure, run_id))
+
+
+def _once(what: tuple, get: Callable[[], tuple[object, str]]) -> tuple[object, str]:
+    key = (*what, tuple(d.id for d in jax.local_devices()))
+    if key in _MEASURED:
+        return _MEASURED[key], REUSED
+    value, source = get()
+    _MEASURED[key] = value
+    return value, source
+
+
+def _of_process_zero(what: tuple, measure, run_id: str) -> tuple[object, str]:
+    entry = read(what) if jax.process_index() == 0 else None
+    text = json.dumps(entry) if entry else ""
+    shared = distributed.from_process_zero(text if len(text.encode()) <= 4096 else "", 4096)
+    if shared:
+        entry = json.loads(shared)
+        return entry["value"], source(entry)
+    value = measure()
+    if jax.process_index() == 0:
+        keep(what, value, run_id)
     return value, ""
 
 

@@ -18,7 +18,6 @@ full-precision FP32 figure.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import time
 from collections.abc import Callable
@@ -29,9 +28,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax import distributed, dtypes
-from hpcai_jax.flops import host_cache
-from hpcai_jax.flops.roofline import stream_bandwidth
+from hpcai_jax import dtypes
 
 T = 1e12
 
@@ -198,14 +195,15 @@ def measure_matmul_peak(
     return measure_matmul_peak_all(dtype, [device], size, budget_s).aggregate
 
 
-# What a training run measures at its start, for its MFU and roofline (docs/score.md §7): once
-# per process and device set.
+# What a training run measures at its start, for its MFU and roofline (docs/score.md §7), as a
+# probe of run/probes.py, which keeps it per process and per host.
 
 
-def _peak_flops(dtype: str) -> dict:
-    """Per-device peak FLOP/s for MFU: the datasheet figure where the device is in the table, and
-    a large-matmul figure measured with all local devices at once, as the step runs them (on a
-    CPU the devices share the cores, so one device alone would overstate each one's share)."""
+def matmul_peaks(dtype: str) -> dict:
+    """The record's `peak_flops` but the bandwidth: per-device peak FLOP/s for MFU, the datasheet
+    figure where the device is in the table, and a large-matmul figure measured with all local
+    devices at once, as the step runs them (on a CPU the devices share the cores, so one device
+    alone would overstate each one's share)."""
     kind = jax.local_devices()[0].device_kind
     measured = measure_matmul_peak_all(dtype)
     return {
@@ -216,62 +214,3 @@ def _peak_flops(dtype: str) -> dict:
         "measured_aggregate": measured.aggregate,
         "measured_method": measured.method,
     }
-
-
-_MEASURED: dict[tuple, object] = {}  # (what, local device ids) -> what a run measured at start
-_REUSED = "; measured by this process's first run"
-
-
-def _measured_once(what: tuple, measure, run_id: str = "") -> tuple[object, str]:
-    """(the figure, what the record adds to its source): measure() the first time this process
-    asks for `what` on its local devices, then that result again, "measured by this process's
-    first run" (an in-process sweep, the test suite); where $HPCAI_JAX_STARTUP_CACHE is set, a
-    figure an earlier run on this host kept (flops/host_cache.py), named with that run."""
-    key = (*what, tuple(d.id for d in jax.local_devices()))
-    if key in _MEASURED:
-        return _MEASURED[key], _REUSED
-    if what[0] == "stream" and jax.process_count() > 1:
-        value, source = _stream_of_process_zero(measure, run_id)
-    else:
-        value, source = host_cache.kept(what, measure, run_id)
-    _MEASURED[key] = value
-    return value, f"; {source}" if source else ""
-
-
-def _stream_of_process_zero(measure, run_id: str) -> tuple[object, str]:
-    """STREAM spans every process, so every one must measure it or none: process 0's kept
-    figure, if it has one, for all (a collective every process enters, whatever its own cache
-    holds), else measured by all and kept by process 0."""
-    entry = host_cache.read(("stream",)) if jax.process_index() == 0 else None
-    text = json.dumps(entry) if entry else ""
-    shared = distributed.from_process_zero(text if len(text.encode()) <= 4096 else "", 4096)
-    if shared:
-        entry = json.loads(shared)
-        return entry["value"], host_cache.source(entry)
-    value = measure()
-    if jax.process_index() == 0:
-        host_cache.keep(("stream",), value, run_id)
-    return value, ""
-
-
-def matmul_peaks(dtype: str, run_id: str = "") -> dict:
-    """The record's `peak_flops` but the bandwidth: the datasheet and measured matmul peaks."""
-    measured, note = _measured_once(("matmul", dtype), lambda: _peak_flops(dtype), run_id)
-    return dict(measured, measured_method=measured["measured_method"] + note)
-
-
-def bandwidth_at_start(bandwidth: tuple[float, str] | None, run_id: str = "") -> tuple[float, str]:
-    """Per-device bandwidth and its source: a --stream_record's (given), else STREAM's Triad
-    measured here."""
-    if bandwidth:
-        return bandwidth
-    (per_device, source), note = _measured_once(("stream",), lambda: stream_bandwidth(""), run_id)
-    return per_device, source + note
-
-
-def peaks_at_start(dtype: str, bandwidth: tuple[float, str] | None) -> dict:
-    """The record's `peak_flops`: the matmul peak with the per-device bandwidth, that of a
-    --stream_record where one is given (None: STREAM's Triad measured here)."""
-    peaks = matmul_peaks(dtype)
-    peaks["bandwidth_per_device"], peaks["bandwidth_source"] = bandwidth_at_start(bandwidth)
-    return peaks
