@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -254,59 +255,106 @@ def test_no_intact_checkpoint_ends_in_one_line(whole, tmp_path):
     assert not (tmp_path / "r").exists() or not os.listdir(tmp_path / "r")
 
 
-# One process of a 2-process job (4 CPU devices each) on one checkpoint directory: saves steps
-# 1 and 2 of an array split over the 8 devices; or restores the newest intact step, prints it
-# with this process's first element, and saves step 2 anew (offset 20).
+# One process of a 2-process job (4 CPU devices each) on one checkpoint directory, which does
+# what each line of its stdin asks, then says "done": "save" saves steps 1 and 2 of an array
+# split over the 8 devices; "restore" restores the newest intact step, prints it with this
+# process's first element, and saves step 2 anew (offset 20). Each with a Checkpointer of its
+# own, as a job started anew would have: one job serves every phase of the test below.
 _PROCESS = """
 import json, sys
 import jax
-directory, mode, port, index = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+directory, port, index = sys.argv[1], sys.argv[2], int(sys.argv[3])
 jax.distributed.initialize(f"localhost:{port}", num_processes=2, process_id=index)
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from hpcai_jax.run.checkpoint import Checkpointer
 sharding = NamedSharding(Mesh(np.array(jax.devices()), ("d",)), PartitionSpec("d"))
 n = 8 * 4096
-checkpointer = Checkpointer(directory, every=1, keep=5, fingerprint_value={})
-def save(step, offset):
+def save(checkpointer, step, offset):
     values = np.arange(n, dtype=np.float32) + offset
     w = jax.make_array_from_callback((n,), sharding, lambda index: values[index])
     checkpointer.save(step, {"w": w}, {"step": step, "run_id": "r"})
-if mode == "save":
-    save(1, 1)
-    save(2, 2)
-else:
-    abstract = {"w": jax.ShapeDtypeStruct((n,), np.float32, sharding=sharding)}
-    state, meta = checkpointer.restore(abstract)
-    first = float(np.asarray(state["w"].addressable_shards[0].data)[0])
-    print(json.dumps({"step": meta["step"], "first": first}))
-    save(2, 20)
-checkpointer.close()
+for mode in sys.stdin:
+    checkpointer = Checkpointer(directory, every=1, keep=5, fingerprint_value={})
+    if mode.strip() == "save":
+        save(checkpointer, 1, 1)
+        save(checkpointer, 2, 2)
+    else:
+        abstract = {"w": jax.ShapeDtypeStruct((n,), np.float32, sharding=sharding)}
+        state, meta = checkpointer.restore(abstract)
+        first = float(np.asarray(state["w"].addressable_shards[0].data)[0])
+        print(json.dumps({"step": meta["step"], "first": first}))
+        save(checkpointer, 2, 20)
+    checkpointer.close()
+    sys.stderr.flush()
+    print("done", flush=True)
 """
 
 
-def _job(directory, mode):
-    """What each process printed (its restored step and value), and its stdout and stderr."""
-    from helpers import ROOT, subprocess_env
-    from test_multiprocess import _free_port
+class _Job:
+    """The two processes of `_PROCESS` on `directory`, started once; `phase` runs one phase in
+    both. A hang kills them (after JOB_S), failing the test rather than the suite."""
 
-    port = str(_free_port())
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _PROCESS, str(directory), mode, port, str(index)],
-            cwd=ROOT,
-            env=subprocess_env(4),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for index in range(2)
-    ]
-    outs = [proc.communicate(timeout=300) for proc in procs]
-    for proc, (_, err) in zip(procs, outs, strict=True):
-        assert proc.returncode == 0, err[-3000:]
-    printed = [[line for line in out.splitlines() if line.startswith("{")] for out, _ in outs]
-    return [json.loads(lines[-1]) if lines else None for lines in printed], outs
+    JOB_S = 300
+
+    def __init__(self, directory, logs):
+        from helpers import ROOT, subprocess_env
+        from test_multiprocess import _free_port
+
+        port = str(_free_port())
+        self.logs = [logs / f"process_{index}.err" for index in range(2)]
+        self.procs = []
+        for index, log in enumerate(self.logs):
+            with open(log, "w") as err:
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-c", _PROCESS, str(directory), port, str(index)],
+                        cwd=ROOT,
+                        env=subprocess_env(4),
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        text=True,
+                    )
+                )
+        self.read = [0, 0]  # how much of each process's stderr earlier phases took
+        self.timer = threading.Timer(self.JOB_S, self.kill)
+        self.timer.start()
+
+    def kill(self):
+        self.timer.cancel()
+        for proc in self.procs:
+            proc.kill()
+
+    def phase(self, mode):
+        """What each process printed (its restored step and value), and its stdout and stderr
+        in this phase."""
+        for proc in self.procs:
+            proc.stdin.write(f"{mode}\n")
+            proc.stdin.flush()
+        outs = []
+        for index, proc in enumerate(self.procs):
+            out, line = [], ""
+            for line in proc.stdout:
+                if line == "done\n":
+                    break
+                out.append(line)
+            text = self.logs[index].read_text()
+            err, self.read[index] = text[self.read[index] :], len(text)
+            assert line == "done\n", err[-3000:]  # else it ended (or hung) in the phase
+            outs.append(("".join(out), err))
+        printed = [[line for line in out.splitlines() if line.startswith("{")] for out, _ in outs]
+        return [json.loads(lines[-1]) if lines else None for lines in printed], outs
+
+    def close(self):
+        """Ends both processes (their stdin closed) and checks that each exited 0."""
+        try:
+            for proc in self.procs:
+                proc.stdin.close()
+            codes = [proc.wait(timeout=self.JOB_S) for proc in self.procs]
+            assert codes == [0, 0], [log.read_text()[-3000:] for log in self.logs]
+        finally:
+            self.timer.cancel()
 
 
 @pytest.mark.multiprocess
@@ -314,14 +362,22 @@ def test_processes_agree_on_the_step_when_only_one_reads_the_damage(tmp_path):
     """Each process reads only its own devices' part of the state: a file damaged in step 2
     that process 1 alone reads fails there only. Both fall back to step 1 together (a process
     restoring step 2 while its peer restores step 1 would train a mixed state)."""
-    _job(tmp_path, "save")
-    _truncate(_largest_file(tmp_path / "2" / "state" / "ocdbt.process_1"), 0.5)  # its data
-    results, outs = _job(tmp_path, "restore")
-    # Process 0's first element is element 0, process 1's element 4 * 4096, at step 1.
-    assert results == [{"step": 1, "first": 1.0}, {"step": 1, "first": 1.0 + 4 * 4096}]
-    assert "unreadable by process 1" in outs[0][1] and "its state is unreadable" in outs[1][1]
-    # Their save of step 2: process 0 moved the corrupt one aside, and both see the new step.
-    assert "moved the corrupt checkpoint of step 2 aside" in outs[0][1]
-    assert len([p for p in _steps(tmp_path) if p.startswith("2.corrupt-")]) == 1
-    results, _ = _job(tmp_path, "restore")
-    assert results == [{"step": 2, "first": 20.0}, {"step": 2, "first": 20.0 + 4 * 4096}]
+    directory = tmp_path / "ck"
+    directory.mkdir()
+    job = _Job(directory, tmp_path)
+    try:
+        job.phase("save")
+        _truncate(_largest_file(directory / "2" / "state" / "ocdbt.process_1"), 0.5)  # its data
+        results, outs = job.phase("restore")
+        # Process 0's first element is element 0, process 1's element 4 * 4096, at step 1.
+        assert results == [{"step": 1, "first": 1.0}, {"step": 1, "first": 1.0 + 4 * 4096}]
+        assert "unreadable by process 1" in outs[0][1] and "its state is unreadable" in outs[1][1]
+        # Their save of step 2: process 0 moved the corrupt one aside, and both see the new step.
+        assert "moved the corrupt checkpoint of step 2 aside" in outs[0][1]
+        assert len([p for p in _steps(directory) if p.startswith("2.corrupt-")]) == 1
+        results, _ = job.phase("restore")
+        assert results == [{"step": 2, "first": 20.0}, {"step": 2, "first": 20.0 + 4 * 4096}]
+    except BaseException:
+        job.kill()
+        raise
+    job.close()

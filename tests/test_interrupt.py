@@ -233,7 +233,7 @@ SHORT = [
     "--eval_examples=200",
     "--eval_batch_size=100",
     "--lr_schedule=constant",
-    "--model=resnet_small",
+    "--model=resnet_tiny",
     "--log_every=1",
     "--target_quality=0.9",
     "--steps=2",
@@ -305,7 +305,8 @@ SMALL = [
 ]
 # (the stderr line's fragment at which the signal is sent, the signal, the phase it lands in)
 # Phase lines are printed at a phase's end: the next phase is under way. Those of distributed,
-# imports and setup are held until the configuration is valid (run/startup.py).
+# imports and setup are held until the configuration is valid (run/startup.py). In the order of
+# the phases: no run before the one signalled in the peaks (or STREAM) gets to measure them.
 START_UP = [
     ("start-up: single process", "SIGINT", "distributed"),
     ("setting(s) not at their defaults", "SIGINT", "state"),
@@ -331,9 +332,14 @@ def _interrupted(tmp_path, name: str, cue: str, sig: str) -> tuple[int, list[str
         [sys.executable, "-m", "hpcai_jax.main", *args],
         cwd=ROOT,
         # The peaks and STREAM measured, not read from the suite's cache (host_cache.py): a
-        # signal cued by the phase before them must land in them.
+        # signal cued by the phase before them must land in them. The test's own cache, empty
+        # at first: the run signalled in the peaks keeps them (the signal is acted on at the
+        # phase's end), the next measures STREAM and keeps it, and the runs after read both
+        # (START_UP's order).
         env=subprocess_env(
-            2, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", HPCAI_JAX_STARTUP_CACHE=""
+            2,
+            JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+            HPCAI_JAX_STARTUP_CACHE=str(tmp_path / "startup"),
         ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

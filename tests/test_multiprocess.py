@@ -304,11 +304,32 @@ def wait_for_epochs(mllog: Path, count: int) -> None:
         time.sleep(0.05)
 
 
+def main_thread_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) that process `pid`'s main thread has run so far."""
+    stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()  # from the state on: utime and stime are 12th, 13th
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for_steps(pids: list[int], cpu_s: float = 0.02) -> None:
+    """Once process 0 has started its steps, all processes have left the barrier before timing
+    (run/trainer.py): the main thread of one that waits there runs nothing, and after it only
+    the run clock's start comes before the steps. `cpu_s` of its CPU time from then on is its
+    steps': its run clock is running, and a stop lands in one of its timed steps. A poll with a
+    deadline, as `wait_for_epochs`."""
+    start = {pid: main_thread_cpu_s(pid) for pid in pids}
+    deadline = time.monotonic() + JOIN_S
+    while any(main_thread_cpu_s(pid) - start[pid] < cpu_s for pid in pids):
+        assert time.monotonic() < deadline, "process 2 ran no steps"
+        time.sleep(0.01)
+
+
 def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
-    """Four processes, one member each: process 2 is stopped (SIGSTOP) mid-run until process 0
-    has finished an epoch more. The other members' steps do not wait for it (no collective of
-    the step spans two members, and the host meets only at the end): were they to wait, process
-    0 would never finish that epoch. Eq. 6's epoch time is the slowest process's."""
+    """Four processes, one member each: process 2 is stopped (SIGSTOP) mid-run, early in its
+    steps, until process 0 has finished an epoch more. The other members' steps do not wait for
+    it (no collective of the step spans two members, and the host meets only at the end): were
+    they to wait, process 0 would never finish that epoch. Eq. 6's epoch time is the slowest
+    process's."""
     mllog = tmp_path / "run.mllog"
     proc = start_job(
         [
@@ -320,12 +341,12 @@ def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
         [
             *ONE_MEMBER_EACH,
             "--train_examples=8192",  # 512 steps of 16 an epoch
-            # Epochs enough after the stop: it lands once process 0 has logged one, and lasts
-            # one more of process 0's; process 2 would have to run 16 times process 0's pace to
-            # be done before it. 6 epochs failed beside a loaded suite: process 0's first epoch
-            # took 3.1 s, process 2 ran all 6 of its 0.3-0.5 s epochs in it and was stopped
-            # idle at the end (71 s of CPU for this test at 16, 55 s at 6).
-            "--epochs=16",
+            # Epochs enough that process 2 is still in its steps when the stop lands, and
+            # process 0 has one to finish while it is stopped. The stop is cued by process 2's
+            # first steps (wait_for_steps), not by process 0's first epoch, which a loaded
+            # machine once made longer than all of process 2's run (6 epochs then, 16 after);
+            # process 0 would have to run many times process 2's pace to be done before it.
+            "--epochs=6",
             "--timing_warmup_steps=0",  # every step timed: the stop lands in one
             f"--results_dir={tmp_path}",
             f"--mllog={mllog}",
@@ -335,7 +356,7 @@ def test_a_stalled_process_delays_only_itself_and_its_epoch(tmp_path):
     try:
         read_until(proc, output, "[p0] ", "process 0: training steps")
         pids = pids_of(proc, 2, output)
-        wait_for_epochs(mllog, 1)  # 512 steps into process 0's run: process 2 is in its steps
+        wait_for_steps(pids)  # process 2 is in its steps
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         stopped_at = time.monotonic()
