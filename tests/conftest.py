@@ -3,12 +3,14 @@ devices in every test; fast compiles; one compilation cache for every process of
 
 The suite's time is compilation: on these tiny models XLA:CPU spends most of a step's compile in
 LLVM's optimisation passes, which buy nothing at test sizes. The tests compile at backend
-optimisation level 0 (3-6× faster here, same programs, same results within float tolerance);
-benchmarks and real runs keep XLA's defaults. The persistent cache lets a subprocess that
-compiles a program another test already compiled (the CLI tests run the same configurations)
-load it instead. Subprocesses inherit both through the environment (`helpers.subprocess_env`),
-and pyproject.toml's warning filters as PYTHONWARNINGS: a deprecation a CLI run reaches fails its
-test as one in the test process does.
+optimisation level 0 (3-6× faster here, same programs, same results within float tolerance)
+and with XLA:CPU's classic elemental emitters instead of its fusion emitters, which take most of
+what is left of a compile at level 0 (BUILD_NOTES, Test suite); benchmarks and real runs keep
+XLA's defaults. The persistent cache lets a subprocess that compiles a program another test
+already compiled (the CLI tests run the same configurations) load it instead. Subprocesses
+inherit both through the environment (`helpers.subprocess_env`), and pyproject.toml's warning
+filters as PYTHONWARNINGS: a deprecation a CLI run reaches fails its test as one in the test
+process does.
 """
 
 import atexit
@@ -16,7 +18,10 @@ import os
 import shutil
 import tempfile
 
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+FAST_COMPILE = (
+    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    " --xla_cpu_use_fusion_emitters=false"
+)
 # pyproject.toml's filterwarnings in -W form (literal message prefix and module): keep in step.
 SUBPROCESS_WARNINGS = (
     "error::DeprecationWarning,"
