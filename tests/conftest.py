@@ -22,6 +22,11 @@ FAST_COMPILE = (
     "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     " --xla_cpu_use_fusion_emitters=false"
 )
+# benchmarks/suite_compiles.py: the suite's compiles with XLA:CPU's fusion emitters on (its
+# baseline), and a JSON line per compile of the test processes written to this file.
+if os.environ.get("HPCAI_JAX_TEST_FUSION_EMITTERS") == "1":
+    FAST_COMPILE = FAST_COMPILE.replace("emitters=false", "emitters=true")
+COMPILE_LOG = os.environ.get("HPCAI_JAX_TEST_COMPILE_LOG", "")
 # pyproject.toml's filterwarnings in -W form (literal message prefix and module): keep in step.
 SUBPROCESS_WARNINGS = (
     "error::DeprecationWarning,"
@@ -154,6 +159,23 @@ LONGEST_FIRST = [
 # test that reads the shared CLI run (`tiny_run`, directly or through a fixture) is `slow` here.
 TIERS = ("slow", "multiprocess")
 SHELLS = {"bash", "sh", "dash", "zsh"}
+
+
+def pytest_configure(config):
+    """With $HPCAI_JAX_TEST_COMPILE_LOG: every XLA compile of this process (a persistent cache
+    hit included, as JAX times it), with its test and function, one JSON line each."""
+    if not COMPILE_LOG:
+        return
+    import jax
+
+    def logged(event: str, seconds: float, **kwargs) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+            line = {"test": test, "function": kwargs.get("fun_name", ""), "seconds": seconds}
+            with open(COMPILE_LOG, "a") as f:
+                f.write(json.dumps(line) + "\n")
+
+    jax.monitoring.register_event_duration_secs_listener(logged)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
