@@ -93,11 +93,11 @@ def evaluate_now(
         progress.curve.append(point(quality, progress.step, setup.sampler.steps_per_epoch, at_s))
         mlog.evaluated(quality, span.start, span.end)
         logging.info(
-            "evaluated at step %d in %.1f s: ensemble %s %.4f",
+            "evaluated at step %d in %.1f s: ensemble %s %s",
             progress.step,
             span.end - span.start,
             setup.workload.metric,
-            quality.ensemble,
+            "undefined" if quality.ensemble is None else f"{quality.ensemble:.4f}",
         )
     return quality
 
@@ -126,7 +126,13 @@ def point(quality: EnsembleQuality, step: int, steps_per_epoch: int, wall_s: flo
 
 
 def reached(quality: EnsembleQuality | None, target: float | None) -> bool:
-    return quality is not None and target is not None and quality.ensemble >= target
+    """Whether the ensemble's quality is at the target (an undefined quality never is)."""
+    return (
+        quality is not None
+        and target is not None
+        and quality.ensemble is not None
+        and quality.ensemble >= target
+    )
 
 
 def time_to_target(
@@ -137,13 +143,15 @@ def time_to_target(
         return None, "no quality target (no held-out quality)"
     if status == Status.INVALID:
         return None, "the run is invalid"
-    first = next((p for p in curve if p["ensemble"] >= target), None)
+    # An evaluation whose quality is undefined (R² over one held-out example) reaches nothing.
+    defined = [p for p in curve if p["ensemble"] is not None]
+    first = next((p for p in defined if p["ensemble"] >= target), None)
     if first is None:
         if not curve:
             return None, "no evaluation"
-        best = max(p["ensemble"] for p in curve)
+        best = f"best {max(p['ensemble'] for p in defined):.4f}" if defined else "quality undefined"
         return None, (
-            f"the ensemble never reached the target {target:g}: best {best:.4f} in "
+            f"the ensemble never reached the target {target:g}: {best} in "
             f"{len(curve)} evaluation(s)"
         )
     resumed = [r["at_step"] for r in resumes if r["at_step"] < first["step"]]

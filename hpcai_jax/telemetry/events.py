@@ -40,7 +40,11 @@ class EventLog:
             log._fail(f"could not open TensorBoard events in {directory}: {e}")
         return log
 
-    def scalar(self, tag: str, value: float, step: int) -> None:
+    def scalar(self, tag: str, value: float | None, step: int) -> None:
+        """One point of a curve; None (a figure undefined here, such as R² over one held-out
+        example) writes no point."""
+        if value is None:
+            return
         self.asked += 1
         if self._writer is None:
             return
