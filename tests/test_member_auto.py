@@ -6,6 +6,7 @@ measured on its backend; a file that is not one, or from elsewhere, is one usage
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from helpers import ROOT
@@ -112,7 +113,13 @@ def _decision(value, backend="gpu"):
         ({"items": _decision(CHOSEN)["items"]}, "names no backend"),
         ({"backend": "gpu", "items": "all"}, "no list of items"),
         ([1, 2], "no list of items"),
-        ("{not json", "cannot read it (JSONDecodeError)"),
+        ("{not json", "cannot read it (unreadable or not JSON (JSONDecodeError))"),
+        ("[" * 100_000 + "]" * 100_000, "JSON nested deeper than 64"),
+        (_decision(float("nan")), "its decision is nan, expected a form's name"),
+        (
+            '{"backend": "gpu", "items": [{"name": "decision: --member_map=auto", "value": 1e400}]}',
+            "its decision is inf, expected a form's name",
+        ),
     ],
 )
 def test_a_hostile_acceptance_file_is_one_usage_error_naming_the_flag(tmp_path, doc, fragment):
@@ -122,6 +129,13 @@ def test_a_hostile_acceptance_file_is_one_usage_error_naming_the_flag(tmp_path, 
     message = str(e.value)
     assert message.startswith(f"--acceptance={path}: ") and fragment in message
     assert "\n" not in message
+
+
+def test_a_fifo_given_as_the_acceptance_is_refused_without_being_opened(tmp_path):
+    fifo = tmp_path / "acceptance.json"
+    os.mkfifo(fifo)  # opening it to read would wait for a writer forever
+    with pytest.raises(UsageError, match="not a regular file"):
+        _mapping(acceptance=str(fifo))
 
 
 def test_a_missing_acceptance_file_is_refused_even_where_the_flags_are_explicit(tmp_path):

@@ -4,6 +4,8 @@ whatever version of the layout it was written in (docs/record.md)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 from hpcai_jax.records import v1
@@ -23,6 +25,7 @@ KINDS: dict[str, type] = {
 }
 VERSIONS = (1, SCHEMA_VERSION)
 MAX_DEPTH = 64  # JSON nesting a record may have: its deepest sections are a few levels down
+MAX_BYTES = 256 << 20  # a record's file: far above any record, far below a machine's memory
 
 
 def nesting(value, limit: int = MAX_DEPTH) -> int:
@@ -42,12 +45,24 @@ def nesting(value, limit: int = MAX_DEPTH) -> int:
 
 
 def load(path: str | Path) -> dict:
-    """The JSON object in a file; RecordError when it cannot be read, is not JSON, or nests
+    """The JSON object in a file; RecordError when it is not a regular file (a FIFO is never
+    opened, so never waited on), holds more than MAX_BYTES, cannot be read, is not JSON, or nests
     deeper than MAX_DEPTH."""
     try:
-        data = json.loads(Path(path).read_text())
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordError("not a regular file (a FIFO, device or folder)")
+        if info.st_size > MAX_BYTES:
+            raise RecordError(f"{info.st_size} bytes, over {MAX_BYTES}")
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
+            raise RecordError(f"over {MAX_BYTES} bytes")
+        data = json.loads(raw.decode("utf-8"))
     except RecursionError:
         raise RecordError(f"JSON nested deeper than {MAX_DEPTH}") from None
+    except RecordError:
+        raise
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise RecordError(f"unreadable or not JSON ({type(e).__name__})") from e
     if nesting(data) > MAX_DEPTH:

@@ -5,12 +5,11 @@ measured on this backend (`--member_strategy=auto`); and from an acceptance's ac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from hpcai_jax.errors import UsageError
 from hpcai_jax.records.nodecheck import CheckRecord
-from hpcai_jax.records.read import RecordError, read
+from hpcai_jax.records.read import RecordError, load, read
 
 # The acceptance's decision item (acceptance/members.decision_item): its value is the form the
 # rule chose, UNCHANGED where no form met it, NOT_MEASURED where the step was not measured.
@@ -54,10 +53,9 @@ def _acceptance_items(path: str, flag: str) -> tuple[str, list]:
     """(backend, items) of the acceptance.json at `path`; UsageError where it is not one."""
     expected = "expected the acceptance.json of benchmarks/accelerator/acceptance.sh"
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
-        raise UsageError(f"{flag}: cannot read it ({why}); {expected}") from None
+        doc = load(path)  # a regular file, bounded in size and nesting
+    except RecordError as e:
+        raise UsageError(f"{flag}: cannot read it ({e}); {expected}") from None
     items = doc.get("items") if isinstance(doc, dict) else None
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise UsageError(f"{flag}: no list of items; {expected}")
