@@ -56,16 +56,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _fusion(dump: Path, module: str) -> tuple[str, list[str], int]:
+def _loop(dump: Path, module: str) -> tuple[str, list[str], int]:
     """The kernel's loop function name, its operands (parameter names a/b/c, in order) and its
     partition count, from XLA's optimized HLO."""
     text = next(dump.glob(f"*{module}.cpu_after_optimizations.txt")).read_text()
     entry = text[text.index("ENTRY") :]
     root = next(line for line in entry.splitlines() if "ROOT" in line)
-    match = re.search(r"ROOT %([\w.\-]+) = \S+ fusion\(([^)]*)\)", root)
+    # One loop fusion, or (Add, compiled without the fusion emitters) one elemental instruction
+    # with its own loop kernel: either way one function over the parameters.
+    match = re.search(r"ROOT %([\w.\-]+) = \S+ (fusion|add|multiply)\(([^)]*)\)", root)
     if match is None:
-        raise SystemExit(f"stream_runtime: {module}: the kernel is not one loop fusion: {root}")
-    operands = [o.strip().lstrip("%").split(".")[0] for o in match.group(2).split(",")]
+        raise SystemExit(f"stream_runtime: {module}: the kernel is not one loop: {root}")
+    operands = [o.strip().lstrip("%").split(".")[0] for o in match.group(3).split(",")]
     parts = re.search(r'"outer_dimension_partitions":\["(\d+)"\]', root)
     return match.group(1), operands, int(parts.group(1)) if parts else 1
 
@@ -81,7 +83,7 @@ def build(tmp: Path, dump: Path, kernels: list[str], n: int) -> tuple[ctypes.CDL
     """The C library: xla_<k> (XLA's code on OpenMP threads) and gcc_<k> for every kernel."""
     source, objects, layout = [DRIVER, f"#define N {n}L"], [], {}
     for k in kernels:
-        _, operands, parts = _fusion(dump, f"jit__{k}")
+        _, operands, parts = _loop(dump, f"jit__{k}")
         obj, name = _object(dump, f"jit__{k}")
         objects.append(obj)
         layout[k] = (operands, parts)

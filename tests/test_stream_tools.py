@@ -240,3 +240,32 @@ def test_stream_vs_numpy_refuses_arrays_larger_than_free_memory(monkeypatch):
         stream_vs_numpy.too_large(stream_vs_numpy.argparse.Namespace(array_size=1 << 25, no_c=True))
         == ""
     )
+
+
+@pytest.mark.parametrize(
+    "root, name, operands",
+    [
+        (
+            '%multiply_add_fusion = f64[16777216]{0} fusion(%b.1, %c.1), kind=kLoop, '
+            "calls=%fused_computation, sharding={replicated}",
+            "multiply_add_fusion",
+            ["b", "c"],
+        ),
+        # Add is compiled without XLA:CPU's fusion emitters: one elemental instruction.
+        ("%add.2 = f64[16777216]{0} add(%a.1, %b.1), sharding={replicated}", "add.2", ["a", "b"]),
+    ],
+)
+def test_stream_runtime_finds_each_kernels_loop_in_xlas_dump(tmp_path, root, name, operands):
+    """benchmarks/stream_runtime.py links XLA's loop for every kernel of the run order, the
+    elemental Add as well as the fusions (it once stopped at Add)."""
+    import stream_runtime
+
+    partitions = ', backend_config={"outer_dimension_partitions":["2"]}'
+    text = f"HloModule m\n\nENTRY %main {{\n  ROOT {root}{partitions}\n}}\n"
+    (tmp_path / "module_0000.jit__k.cpu_after_optimizations.txt").write_text(text)
+    assert stream_runtime._loop(tmp_path, "jit__k") == (name, operands, 2)
+    (tmp_path / "module_0000.jit__k.cpu_after_optimizations.txt").write_text(
+        text.replace(root, "%t = (f64[4]{0}, f64[4]{0}) tuple(%a.1, %b.1)")
+    )
+    with pytest.raises(SystemExit, match="not one loop"):
+        stream_runtime._loop(tmp_path, "jit__k")
