@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import check_cli
 
@@ -204,15 +205,26 @@ def _fast_triad(gb):
 
 def _ten_calls(data):
     """The run claimed of 10 calls a kernel, gold values replayed for them, each mean one that 9
-    timed calls can give: consistent, but for what follows."""
+    timed calls can give: consistent, but for what follows. From 10 calls check asks that no
+    kernel lead Copy and Mul by more than COPY_FACTOR, which the fixture's 2 timed calls of 16
+    MiB on a loaded machine can break honestly (Triad 24.9 GB/s over Mul's 10.1 once): a forger
+    slows such a kernel's fastest call to 1.5 x the leader of the two first."""
     from hpcai_jax.stream import validate
 
     data["run"]["num_times"] = data["config"]["stream"]["num_times"] = 10
     a = data["array"]
     gold = validate.gold_values("all", 10, a["precision"], a["elements"])
     data["validation"]["gold"].update(a=gold.a, b=gold.b, c=gold.c, dot=gold.dot)
+    kernels = data["kernels"]
+    lead = max(kernels[k]["gb_per_s"] for k in ("copy", "mul"))
+    for k in kernels.values():
+        if k["gb_per_s"] > 1.5 * lead:
+            k["min_s"] *= k["gb_per_s"] / (1.5 * lead)
+            k["max_s"] = max(k["max_s"], k["min_s"])
     _kernels(data, lambda k: k.update(avg_s=(k["min_s"] + k["max_s"]) / 2))
     _rederive(data)
+    for row in data.get("per_process_gb_per_s") or []:  # process 0's own, in float32
+        row.update({key: float(np.float32(k["gb_per_s"])) for key, k in kernels.items()})
 
 
 def _triad_times_copy(factor):
