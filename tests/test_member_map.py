@@ -333,6 +333,34 @@ def test_a_batched_form_that_does_not_fit_is_one_line_before_compiling(monkeypat
     )
 
 
+def test_a_batched_decision_that_does_not_fit_names_the_acceptance_not_a_flag(
+    monkeypatch, tmp_path
+):
+    """With --member_map=auto, a form an acceptance's decision chose is not the user's flag:
+    the memory line names --acceptance (its file) and what auto took from it."""
+    from hpcai_jax.acceptance import render
+    from hpcai_jax.acceptance.journal import Journal
+    from hpcai_jax.acceptance.members import decision_item
+    from hpcai_jax.engine import setup as setup_module
+
+    journal = Journal(tmp_path)
+    journal.note(backend="cpu")
+    rates = {"vmap scan": 10.0, "ideal": 40.0, "vmap batched": 30.0}
+    journal.finish("members", [decision_item(rates, "cpu")])
+    render.write(tmp_path)
+    path = str(tmp_path / render.JSON_NAME)
+    mesh = C.MeshConfig(4, 4, 1, member_strategy="vmap", acceptance=path)
+    monkeypatch.setattr(setup_module, "device_memory_bytes", lambda device: 20 * 2**20)
+    with pytest.raises(UsageError) as e:
+        build_setup(tiny_config(mesh=mesh), devices=jax.devices()[:1], open_data=False)
+    line = str(e.value)
+    assert "\n" not in line, line
+    assert line.startswith(
+        f"--member_map=auto (batched, the decision of --acceptance={path}) needs 57.8 MB"
+    ), line
+    assert "give --member_group=1 or less, or another --member_map" in line
+
+
 @pytest.mark.parametrize(
     "mesh, expected",
     [

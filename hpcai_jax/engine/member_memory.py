@@ -72,12 +72,19 @@ def columns_need(workload: Workload, members: int, batch: int) -> tuple[int, str
 
 
 def check_fits(
-    workload: Workload, form: str, members: int, batch: int, free_bytes: int | None
+    workload: Workload,
+    form: str,
+    members: int,
+    batch: int,
+    free_bytes: int | None,
+    chosen_by: str = "",
 ) -> None:
     """UsageError (one line) where `form` is memory-checked (hpcai_jax/member_forms.py: batched)
     and its largest layer's slices need more
     than the device's `free_bytes` (None: unknown, nothing checked). `members`: those batched
-    together (--member_group, else the device's); `batch`: each one's examples on the device."""
+    together (--member_group, else the device's); `batch`: each one's examples on the device;
+    `chosen_by`: the flag or file that chose the form, as the line names it (default: the
+    --member_map flag)."""
     if not member_forms.FORMS_TABLE[form].memory_checked or free_bytes is None:
         return
     need, layer = columns_need(workload, members, batch)
@@ -85,7 +92,8 @@ def check_fits(
         room = members * free_bytes // need
         fits = max([d for d in range(1, members) if members % d == 0 and d <= room] or [1])
         raise UsageError(
-            f"--member_map={form} needs {si(need, 'B')} per device for the slices of its "
+            f"{chosen_by or f'--member_map={form}'} needs {si(need, 'B')} per device for the "
+            "slices of its "
             f"largest layer ({layer}, {members} members of {batch} examples batched together); "
             f"the device has {si(free_bytes, 'B')}: give --member_group={fits} or less, "
             "or another --member_map"

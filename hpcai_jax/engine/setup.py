@@ -176,9 +176,7 @@ def build_setup(config: RunConfig, devices: list | None = None, open_data: bool 
     specs = ensemble.state_specs(workload, tx, layout.ensemble_size, pm)
     mapping, why = _member_mapping(config, layout)
     if mapping.row.memory_checked:
-        together = mapping.group or layout.members_per_device
-        share = tc.batch_size // layout.parallel_degree
-        check_fits(workload, mapping.form, together, share, device_memory_bytes(devices[0]))
+        _check_fits(config, layout, workload, mapping, devices[0])
     step_plan = StepPlan(mesh, layout, mapping, allreduce, specs)
     return RunSetup(
         config=config,
@@ -209,6 +207,20 @@ def _training_examples(config: RunConfig, datasets: Datasets | None) -> int:
             f"--batch_size={tc.batch_size} exceeds the {num_examples} training examples"
         )
     return num_examples
+
+
+def _check_fits(config: RunConfig, layout: MeshLayout, workload, mapping, device) -> None:
+    """engine/member_memory.check_fits for a memory-checked form, its line naming what chose
+    the form: the --member_map flag, or under auto the decision of --acceptance's file."""
+    mc = config.mesh
+    chosen_by = (
+        f"--member_map=auto ({mapping.form}, the decision of --acceptance={mc.acceptance})"
+        if mc.member_map == "auto" and mc.acceptance
+        else ""
+    )
+    together = mapping.group or layout.members_per_device
+    share = config.train.batch_size // layout.parallel_degree
+    check_fits(workload, mapping.form, together, share, device_memory_bytes(device), chosen_by)
 
 
 def _member_mapping(config: RunConfig, layout: MeshLayout):
