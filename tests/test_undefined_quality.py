@@ -27,6 +27,24 @@ def test_an_undefined_quality_never_reaches_the_target():
     assert evaluation.time_to_target(curve, 0.9, [], "complete") == (3.0, None)
 
 
+def test_mllogs_run_stop_says_undefined_not_unevaluated():
+    """run_stop's reason for a complete run that missed its target: an evaluation whose quality
+    is undefined is not the absence of one."""
+    from hpcai_jax.telemetry import mllog
+
+    def record(curve):
+        quality = types.SimpleNamespace(target=0.9, curve=curve, ensemble=None)
+        return types.SimpleNamespace(quality=quality, status="complete", reason="")
+
+    undefined = [types.SimpleNamespace(ensemble=None)] * 2
+    assert mllog.outcome(record(undefined)) == {
+        "status": "aborted",
+        "reason": "target 0.9 not reached: quality undefined in 2 evaluation(s)",
+        "record_status": "complete",
+    }
+    assert mllog.outcome(record([]))["reason"] == "target 0.9 not reached: no evaluation"
+
+
 def test_an_undefined_scalar_writes_no_point(tmp_path):
     log = EventLog.open(str(tmp_path))
     log.scalar("final/ensemble", None, 5)

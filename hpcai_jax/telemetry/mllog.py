@@ -397,8 +397,9 @@ def outcome(r: records.TrainRecord) -> dict:
     best = max((p.ensemble for p in q.curve if p.ensemble is not None), default=None)
     if q.target is None:
         why = "no quality target (no held-out quality)"
-    elif best is None:
-        why = f"target {q.target:g} not reached: no evaluation"
+    elif best is None:  # none evaluated, or each one's quality undefined (R² of one example)
+        undefined = f"quality undefined in {len(q.curve)} evaluation(s)"
+        why = f"target {q.target:g} not reached: {undefined if q.curve else 'no evaluation'}"
     elif best >= q.target:
         return {"status": "success", **status}
     else:
