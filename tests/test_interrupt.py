@@ -143,7 +143,10 @@ def test_a_second_sigint_ends_the_process_at_once_and_removes_its_locks(
     held = PathLock(str(tmp_path / ".run.lock"))  # the run's, as its claim's is
     made = tmp_path / "made"
     made.mkdir()
-    interrupt.on_hard_exit(made.rmdir)
+    interrupt.on_hard_exit(made.rmdir)  # the folder the run made, once the file in it is gone:
+    log = made / "run.mllog.partial"  # the clean-ups run the last registered first
+    log.write_text("header\n")
+    interrupt.on_hard_exit(log.unlink)
     interrupt.defer()
     interrupt.at("the training step under way", ", then write a partial record")
     _signal(signal.SIGINT)
@@ -328,6 +331,7 @@ def _interrupted(tmp_path, name: str, cue: str, sig: str) -> tuple[int, list[str
     """The CLI run (results and checkpoints in tmp_path/name), sent `sig` when a line holding
     `cue` appears on its stderr; its exit code and its lines that are not absl's log lines."""
     args = [*SMALL, f"--results_dir={tmp_path}/r", f"--checkpoint_dir={tmp_path}/{name}"]
+    args.append(f"--mllog={tmp_path}/r/run.mllog")
     proc = subprocess.Popen(
         [sys.executable, "-m", "hpcai_jax.main", *args],
         cwd=ROOT,
@@ -365,9 +369,12 @@ def _interrupted(tmp_path, name: str, cue: str, sig: str) -> tuple[int, list[str
 @pytest.mark.slow
 def test_sigint_at_each_start_up_phase_ends_cleanly(tmp_path, record_property):
     """SIGINT (SIGTERM once) sent as each start-up phase begins, cued by the phase lines: the
-    shell's code for the signal, one line naming the phase, no traceback, no record written.
-    Then one in the loop's first step (exit 75, a checkpoint and a partial record) and one in
-    the start-up of the run that resumes from it (exit 75, the checkpoint kept)."""
+    shell's code for the signal, one line naming the phase, no traceback, no record written,
+    and no MLLOG left under its partial name (a new run's header lines, which no run takes up).
+    Then one in the loop's first step (exit 75, a checkpoint, a partial record and its MLLOG)
+    and one in the start-up of the run that resumes from it (exit 75, the checkpoint and the
+    log kept)."""
+    log = tmp_path / "r" / "run.mllog"
     for cue, sig, phase in START_UP:
         code, own = _interrupted(tmp_path, "new", cue, sig)
         record_property(phase, f"{code} {own}")
@@ -375,6 +382,7 @@ def test_sigint_at_each_start_up_phase_ends_cleanly(tmp_path, record_property):
         assert (m := LINE.fullmatch(own[1])), (phase, own)
         assert m.group(1) == sig and code == int(m.group(3)) == 128 + getattr(signal, sig)
         assert not list((tmp_path / "r").glob("*.json")), phase
+        assert not list((tmp_path / "r").glob("*.partial")), phase
     code, own = _interrupted(tmp_path, "ck", "start-up: barrier took", "SIGINT")
     record_property("first step", f"{code} {own}")
     assert code == 75 and len(own) == 2 and ACK.fullmatch(own[0]), own
@@ -383,6 +391,8 @@ def test_sigint_at_each_start_up_phase_ends_cleanly(tmp_path, record_property):
         rf"{tmp_path}/ck and the record \S+\.json \(partial\); the same command resumes; exit 75",
         own[1],
     ), own
+    lines = log.read_text().count("\n")
+    assert "run_start" in log.read_text(), lines
     code, own = _interrupted(tmp_path, "ck", "start-up: state (checkpoint) took", "SIGTERM")
     record_property("resumed start-up", f"{code} {own}")
     assert code == 75 and len(own) == 2 and ACK.fullmatch(own[0]), own
@@ -391,6 +401,7 @@ def test_sigint_at_each_start_up_phase_ends_cleanly(tmp_path, record_property):
         rf"step \d+ in {tmp_path}/ck \(no step ran\); the same command resumes; exit 75",
         own[1],
     ), own
+    assert log.read_text().count("\n") >= lines  # the resumed run's log kept, whole
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -157,9 +158,11 @@ def test_the_projects_own_outputs_are_recognised_by_content(tmp_path):
 def test_a_new_run_never_replaces_an_earlier_runs_partial_log(tmp_path, monkeypatch):
     """The issue's exit-130 case: an earlier run's log at --mllog's partial name (a run
     interrupted before its commit, which its resume continues) is byte for byte what it was
-    after a new --overwrite run that stops in its start-up; the new run's lines are at a name of
-    its own, `PATH.<pid>.partial`, which its commit would have renamed to PATH."""
+    after a new --overwrite run that stops in its start-up; the new run's lines were at a name
+    of its own, `PATH.<pid>.partial`, which its commit would have renamed to PATH, and which it
+    removes as it stops before its training began (telemetry/mllog.discard_unstarted)."""
     from hpcai_jax.engine.setup import RunSetup
+    from hpcai_jax.telemetry import mllog
 
     log = _write(tmp_path / "logs" / "small.mllog", OUR_LOG)
     earlier = _write(record_write.staged(log), OUR_LOG.replace("run_stop", "segment_stop"))
@@ -168,13 +171,20 @@ def test_a_new_run_never_replaces_an_earlier_runs_partial_log(tmp_path, monkeypa
     def stopped(self):
         raise RuntimeError("injected: the run stops in its start-up")
 
+    own = []
+    discard = mllog.MLLog.discard_unstarted
+
+    def seen(self):
+        own.append((self._path, "init_start" in self._path.read_text()))
+        discard(self)
+
     monkeypatch.setattr(RunSetup, "init_state", stopped)
+    monkeypatch.setattr(mllog.MLLog, "discard_unstarted", seen)
     with pytest.raises(RuntimeError, match="injected"):
         run_in_process(*TINY, f"--results_dir={tmp_path}/r", f"--mllog={log}", "--overwrite")
-    now = _sums(tmp_path / "logs")
-    assert {k: v for k, v in now.items() if k in before} == before
-    (own,) = set(now) - set(before)
-    assert own.endswith(".partial") and "init_start" in Path(own).read_text()
+    assert _sums(tmp_path / "logs") == before
+    [(path, started)] = own
+    assert path.name == f"small.mllog.{os.getpid()}.partial" and started and not path.exists()
     assert earlier.read_text().endswith('"lineno": 1}}\n') and "segment_stop" in earlier.read_text()
 
 

@@ -208,7 +208,7 @@ def hard_exit(name: str, second: bool) -> None:
     if locks is not None:
         with contextlib.suppress(Exception):
             locks.release_all()
-    for cleanup in list(_cleanups):
+    for cleanup in reversed(_cleanups):  # the last registered first: files before folders
         with contextlib.suppress(Exception):
             cleanup()
     code = signal_exit_code(name)
@@ -227,7 +227,7 @@ def keeping(kept: str) -> None:
 
 
 def on_hard_exit(cleanup: Callable[[], None]) -> None:
-    """`cleanup` runs before a hard exit (until `restore`)."""
+    """`cleanup` runs before a hard exit (until `restore`), after those registered later."""
     _cleanups.append(cleanup)
 
 

@@ -125,7 +125,11 @@ class Trainer:
                 self.restore()
                 self.compile()
             except interrupt.Interrupted as e:  # a resumed run's checkpoint is still there
+                self._discard_unstarted()
                 raise e.keeping(self._restored()) from None
+            except BaseException:
+                self._discard_unstarted()
+                raise
             try:
                 stop = self.run_steps(held)
                 outcome = self.final_quality(self.finish(stop))
@@ -134,6 +138,11 @@ class Trainer:
                 distributed.exit_if_lost(e)
                 raise
             return self.write(record, outcome)
+
+    def _discard_unstarted(self) -> None:
+        """The MLLOG a new run began, removed where start-up ended it (telemetry/mllog.py)."""
+        if getattr(self, "mlog", None) is not None:
+            self.mlog.discard_unstarted()
 
     # The stages.
 
@@ -146,6 +155,7 @@ class Trainer:
         progress = self.start.progress
         self.claimed = outputs.claim(config, progress.run_id, self.start.resuming)
         self.mlog = outputs.open_mllog(setup, self.wall_start, progress, self.start.resuming)
+        interrupt.on_hard_exit(self.mlog.discard_unstarted)  # a second signal in start-up
         if self.start.resuming:
             interrupt.keeping(f"no record was written; {self._restored()} stays")
         if self.start.state is None:

@@ -93,6 +93,7 @@ class MLLog:
         self._kept: _KeptLines | None = None
         self._spare: Path | None = None  # where the log goes if --mllog cannot be written
         self.lost: DiskFull | None = None  # no space for the log anywhere (`_keep_complete`)
+        self._unstarted = False  # a new run's log, its training not begun (`discard_unstarted`)
 
     @classmethod
     def start(
@@ -151,7 +152,23 @@ class MLLog:
             log._target = config.quality_target() if config.scored else None
         else:
             log._header(setup, log._ms(wall_start), hosts, run_id)
+            log._unstarted = not resumed
         return log
+
+    def discard_unstarted(self) -> None:
+        """A new run that ends before its training begins (an interrupt or an error in
+        start-up) removes the log it began: header lines under a partial name that no run takes
+        up (the same command is a new run again, and a new run never continues another's
+        partial log), left beside the user's files. A resumed run's log, or one whose training
+        began, is kept."""
+        if not self._unstarted or self._path is None:
+            return
+        self._unstarted = False
+        with contextlib.suppress(OSError):
+            self._stream.close()
+        self._mllogger, self._kept = None, None
+        with contextlib.suppress(OSError):
+            self._path.unlink(missing_ok=True)
 
     def line_count(self) -> int:
         """Lines the log holds now (0 without one): a checkpoint saves it (run/hooks.py)."""
@@ -259,6 +276,7 @@ class MLLog:
     def run_start(self, first_step: int, at: float) -> None:
         """Before the first step (`first_step` > 0 on a resumed run); `at` is the clock reading
         time to target counts from (a segment's own start, for a resumed segment)."""
+        self._unstarted = False
         if self._segment is not None:
             meta = {"first_step": first_step, **self._segment}
             self._line("event", "segment_start", first_step, meta, self._ms(at))
