@@ -28,7 +28,7 @@ from hpcai_jax.run import trainer
 # The step's own path and the core path, in files and lines of function bodies entered.
 STEP_FILES, STEP_LINES = 9, 450
 CORE_FILES, CORE_LINES = 20, 1_200  # issue 67's goals, met
-CORE_TODAY = (20, 1_196)  # today's figures, the mapped layout's: the ceiling
+CORE_TODAY = (20, 1_199)  # today's figures, the mapped layout's: the ceiling
 
 
 def step_path() -> list[str]:

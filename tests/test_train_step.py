@@ -83,6 +83,28 @@ def test_state_is_sharded_over_the_ensemble_axis():
     assert {s.data.shape[0] for s in leaf.addressable_shards} == {2}
 
 
+@pytest.mark.slow
+def test_members_initialised_one_after_another_are_the_vmapped_ones_bit_for_bit():
+    """engine/state.build_init: a device's several members initialised in a loop (lax.map in
+    a shard_map) are the vmapped program's, every leaf, bit for bit, sharded the same."""
+    from hpcai_jax.engine import state as engine_state
+
+    setup = build_setup(tiny_config(mesh=C.MeshConfig(8, 2, 2), **TINY), open_data=False)
+    looped = setup.init_state()
+
+    def vmapped(seed):
+        keys = jax.random.split(jax.random.key(seed), 8)
+        return jax.vmap(lambda k: engine_state.init_member(setup.workload, setup.tx, k))(keys)
+
+    shardings = engine_state.shardings(setup.mesh, None)
+    want = jax.jit(vmapped, out_shardings=shardings)(
+        jnp.asarray(setup.config.train.seed, jnp.uint32)
+    )
+    for got, ref in zip(jax.tree.leaves(looped), jax.tree.leaves(want), strict=True):
+        assert got.sharding.is_equivalent_to(ref.sharding, got.ndim)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+
+
 def test_one_member_per_device_needs_no_strategy():
     assert resolve_member_strategy("vmap", "cpu", 1)[0] == "unroll"
     strategy, why = resolve_member_strategy("auto", "cpu", 4)

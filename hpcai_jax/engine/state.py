@@ -6,6 +6,8 @@ P('ensemble'), shards the whole state and per-member transforms never mix member
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -13,7 +15,7 @@ from flax import struct
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from hpcai_jax.axes import MEMBER_SPEC, member_spec
+from hpcai_jax.axes import ENSEMBLE, MEMBER_SPEC, member_spec
 from hpcai_jax.engine.mesh import sharding
 from hpcai_jax.engine.optimizer import LossScale
 from hpcai_jax.errors import UsageError
@@ -105,6 +107,10 @@ def shardings(mesh: Mesh, specs):
     )
 
 
+# build_init's loop over a device's own members: keys in, state out, each device its block.
+_PER_DEVICE = {"in_specs": MEMBER_SPEC, "out_specs": MEMBER_SPEC}
+
+
 def build_init(
     workload: Workload,
     tx: optax.GradientTransformation,
@@ -112,13 +118,16 @@ def build_init(
     ensemble_size: int,
     specs=None,
 ):
-    """The jitted seed → stacked state: born sharded over the ensemble axis (no host copy of all
-    members), and over `model` as `specs` says (state_specs). Built once per setup, so that
-    initialising again (a test, a resume check) does not compile again."""
+    """The jitted seed → stacked state, born sharded over the ensemble axis and over `model` as
+    `specs` says; a device's several members initialised one after another: the vmap's bits at
+    about half its compile (docs/design.md, The members' initial state). Built once per setup."""
+    member = functools.partial(init_member, workload, tx)
+    local = jax.vmap(member)
+    if specs is None and ensemble_size > mesh.shape[ENSEMBLE]:
+        local = jax.shard_map(functools.partial(jax.lax.map, member), mesh=mesh, **_PER_DEVICE)
 
     def init(seed_array):
-        keys = jax.random.split(jax.random.key(seed_array), ensemble_size)
-        return jax.vmap(lambda k: init_member(workload, tx, k))(keys)
+        return local(jax.random.split(jax.random.key(seed_array), ensemble_size))
 
     jitted = jax.jit(init, out_shardings=shardings(mesh, specs))
     return lambda seed: jitted(jnp.asarray(seed, jnp.uint32))
