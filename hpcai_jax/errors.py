@@ -1,6 +1,8 @@
 """The exceptions that end a run with a one-line message instead of a traceback, and the exit
 codes of the failures that are not input (docs/reliability.md, Exit codes)."""
 
+import argparse
+
 # EX_UNAVAILABLE (sysexits.h): a peer or device the run needs stopped answering: a process of
 # the job is gone (a collective failed for it) or hung (the watchdog). Transient: the launch
 # scripts requeue it, up to MAX_REQUEUES.
@@ -22,6 +24,14 @@ class UsageError(Exception):
     """
 
     exit_code = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """The tools' argparse parser: a bad argument is a UsageError (one line naming it, exit 2),
+    not argparse's usage block."""
+
+    def error(self, message: str):
+        raise UsageError(message)
 
 
 class DataError(UsageError):

@@ -9,7 +9,6 @@ Data and Measured.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -44,7 +43,7 @@ from hpcai_jax.data.extremeweather import (
     raw_files,
     refuse_sample,
 )
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import Parser, UsageError
 
 UNIT_SAMPLES = 4  # samples per unit when a chunk holds fewer (one-sample chunks: 4 at a time)
 SLAB_BYTES = 256 << 20  # float32 bytes a worker holds from the file at once (a slab of chunks)
@@ -329,15 +328,10 @@ def _convert_units(units: list[Unit], done: set[int], partial: Path, factor, wor
 PROG = "hpcai_jax.data.climate_convert"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m hpcai_jax.data.climate_convert --raw_dir=D --image_size=192 [--out_dir=O]
     [--workers=K]`."""
-    p = _Parser(prog=f"python -m {PROG}", description=" ".join(__doc__.split("\n\n")[0].split()))
+    p = Parser(prog=f"python -m {PROG}", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("--raw_dir", required=True, help="directory with train/ and test/ climo_*.h5")
     p.add_argument(
         "--out_dir",

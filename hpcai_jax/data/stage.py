@@ -9,7 +9,6 @@ lines: `docs/reliability.md`, Data at scale.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -22,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax.errors import Parser, UsageError
 from hpcai_jax.locks import Busy, PathLock
 
 PROG = "hpcai_jax.data.stage"
@@ -396,14 +395,9 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m hpcai_jax.data.stage SRC DST [--threads=K] [--progress_s=S]`."""
-    p = _Parser(prog=f"python -m {PROG}", description=" ".join(__doc__.split("\n\n")[0].split()))
+    p = Parser(prog=f"python -m {PROG}", description=" ".join(__doc__.split("\n\n")[0].split()))
     p.add_argument("src", metavar="SRC", help="a tfds data directory, or one data set's")
     p.add_argument("dst", metavar="DST", help="the node-local copy, to train with --data_dir=DST")
     p.add_argument(

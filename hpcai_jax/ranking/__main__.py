@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hpcai_jax.errors import UsageError, tool_main
+from hpcai_jax.errors import Parser, tool_main
 
 PROG = "hpcai_jax.ranking"
 EPILOG = """\
@@ -20,13 +20,8 @@ examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog=f"python -m {PROG}",
         description="Check submission packages and rank those that pass into an HPC AI500 "
         "V3.0 list: docs/ranking.md.",

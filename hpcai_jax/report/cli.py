@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from hpcai_jax.errors import UsageError
+from hpcai_jax import errors
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -25,14 +25,11 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         return super()._get_help_string(action)
 
 
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are a UsageError (one line), not usage and exit."""
+class Parser(errors.Parser):
+    """The tools' parser (one-line errors), with the report's help formatter."""
 
     def __init__(self, **kwargs):
         super().__init__(formatter_class=HelpFormatter, **kwargs)
-
-    def error(self, message: str):
-        raise UsageError(message)
 
 
 def positive_int(text: str) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hpcai_jax.errors import UsageError, tool_main
+from hpcai_jax.errors import Parser, tool_main
 
 PROG = "hpcai_jax.submission"
 EPILOG = """\
@@ -25,20 +25,15 @@ pip install -e '.[mllog]') and a record named by --run_name (else train-<UTC>-<p
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = Parser(
         prog=f"python -m {PROG}",
         description="Gather training and STREAM records into a submission package (pack), and\n"
         "re-derive and check a package's figures (check): docs/submission.md.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    commands = p.add_subparsers(dest="command", required=True, parser_class=Parser)
     pack = commands.add_parser("pack", help="gather training and STREAM records into a package")
     pack.add_argument("records", nargs="+", metavar="RUN_RECORDS", help="record files or folders")
     pack.add_argument("--out", required=True, help="the package folder (new, or empty)")
