@@ -246,7 +246,7 @@ def test_stream_vs_numpy_refuses_arrays_larger_than_free_memory(monkeypatch):
     "root, name, operands",
     [
         (
-            '%multiply_add_fusion = f64[16777216]{0} fusion(%b.1, %c.1), kind=kLoop, '
+            "%multiply_add_fusion = f64[16777216]{0} fusion(%b.1, %c.1), kind=kLoop, "
             "calls=%fused_computation, sharding={replicated}",
             "multiply_add_fusion",
             ["b", "c"],
