@@ -73,8 +73,13 @@ def test_ensemble_matches_members_trained_alone(mesh_config, workload):
 
 
 @pytest.mark.slow
-def test_state_is_sharded_over_the_ensemble_axis():
-    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4), **TINY))
+def test_state_is_sharded_over_the_ensemble_axis_and_looped_init_is_vmapped_bit_for_bit():
+    """Each device holds its own members; they were initialised one after another
+    (engine/state.build_init: lax.map in a shard_map), and are the vmapped program's, every
+    leaf, bit for bit, sharded the same."""
+    from hpcai_jax.engine import state as engine_state
+
+    setup = build_setup(tiny_config(mesh=C.MeshConfig(4, 2, 4), **TINY), open_data=False)
     state = setup.init_state()
     leaf = state.params["conv_init"]["kernel"]
     assert leaf.shape[0] == 4
@@ -82,25 +87,14 @@ def test_state_is_sharded_over_the_ensemble_axis():
     # Each device holds its 2 members only.
     assert {s.data.shape[0] for s in leaf.addressable_shards} == {2}
 
-
-@pytest.mark.slow
-def test_members_initialised_one_after_another_are_the_vmapped_ones_bit_for_bit():
-    """engine/state.build_init: a device's several members initialised in a loop (lax.map in
-    a shard_map) are the vmapped program's, every leaf, bit for bit, sharded the same."""
-    from hpcai_jax.engine import state as engine_state
-
-    setup = build_setup(tiny_config(mesh=C.MeshConfig(8, 2, 2), **TINY), open_data=False)
-    looped = setup.init_state()
-
     def vmapped(seed):
-        keys = jax.random.split(jax.random.key(seed), 8)
+        keys = jax.random.split(jax.random.key(seed), 4)
         return jax.vmap(lambda k: engine_state.init_member(setup.workload, setup.tx, k))(keys)
 
     shardings = engine_state.shardings(setup.mesh, None)
-    want = jax.jit(vmapped, out_shardings=shardings)(
-        jnp.asarray(setup.config.train.seed, jnp.uint32)
-    )
-    for got, ref in zip(jax.tree.leaves(looped), jax.tree.leaves(want), strict=True):
+    seed = jnp.asarray(setup.config.train.seed, jnp.uint32)
+    want = jax.jit(vmapped, out_shardings=shardings)(seed)
+    for got, ref in zip(jax.tree.leaves(state), jax.tree.leaves(want), strict=True):
         assert got.sharding.is_equivalent_to(ref.sharding, got.ndim)
         np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
 
