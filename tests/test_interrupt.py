@@ -162,6 +162,31 @@ def test_a_second_sigint_ends_the_process_at_once_and_removes_its_locks(
     ]
 
 
+def test_a_second_sigint_mid_write_leaves_no_temporary_file(
+    handlers, exits, tmp_path, capfd, monkeypatch
+):
+    """A hard exit while a record or log is being written (its temporary file made, not yet
+    renamed): the temporary file is removed with the locks, and nothing is at the path."""
+    from hpcai_jax.records import write as record_write
+
+    target = tmp_path / "run.mllog"
+    seen = []
+
+    def signalled_mid_write(fd):  # inside the write: the file made, the rename to come
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        _signal(signal.SIGINT)
+        _signal(signal.SIGINT)
+
+    interrupt.defer()
+    monkeypatch.setattr(record_write, "as_created", signalled_mid_write)
+    with pytest.raises(FileNotFoundError):  # the (faked) exit returned; the rename fails
+        record_write.write_text_atomically(target, "header\n")
+    assert exits == [130]
+    assert seen[0][0].startswith(".run.mllog.") and seen[0][0].endswith(".tmp"), seen
+    assert list(tmp_path.iterdir()) == [] and not record_write._IN_FLIGHT
+    capfd.readouterr()
+
+
 def test_a_second_sigterm_is_only_noted(handlers, exits):
     """A scheduler may send SIGTERM twice: the save under way completes."""
     interrupt.defer()

@@ -5,6 +5,7 @@ provenance and writes on process 0 only); docs/reliability.md, Interrupts.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -131,12 +132,25 @@ def stage_of(path: str | Path) -> Path:
     return own if own.exists() else staged(path)
 
 
+# The temporary files of the writes under way, which a hard exit removes (`remove_in_flight`).
+_IN_FLIGHT: set[str] = set()
+
+
+def remove_in_flight() -> None:
+    """Removes the temporary files of the writes under way: a hard exit's clean-up
+    (run/interrupt.py, a second signal), as the process ends before their rename."""
+    for tmp in list(_IN_FLIGHT):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
 def write_text_atomically(path: Path, text: str) -> None:
     """`text` at `path`, its directory made, through a temporary file renamed over it: a reader
     sees the old file or the new one, never half of one. Raises OSError (the temporary file
     removed)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    _IN_FLIGHT.add(tmp)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             as_created(f.fileno())
@@ -145,6 +159,8 @@ def write_text_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        _IN_FLIGHT.discard(tmp)
 
 
 def write_record(results_dir: str, run_id: str, record: Record | dict, stage: bool = False) -> Path:
@@ -165,6 +181,7 @@ def write_record(results_dir: str, run_id: str, record: Record | dict, stage: bo
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{run_id}.", suffix=".tmp", dir=path.parent)
+        _IN_FLIGHT.add(tmp)
         with os.fdopen(fd, "w") as f:
             as_created(f.fileno())
             f.write(text)
@@ -190,6 +207,8 @@ def write_record(results_dir: str, run_id: str, record: Record | dict, stage: bo
         if tmp:
             Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        _IN_FLIGHT.discard(tmp)
     return path
 
 

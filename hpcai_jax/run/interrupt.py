@@ -201,13 +201,18 @@ _EXIT_KEPT = "stopped at once, before its record was written"
 
 
 def hard_exit(name: str, second: bool) -> None:
-    """Ends the process now, from any thread: the locks this process holds removed, the
-    clean-ups (each on its own: one that fails does not keep the others), then one line
-    naming what is on disk, and exit 128 + the signal's number."""
+    """Ends the process now, from any thread: the locks this process holds and the temporary
+    files of its writes under way removed, the clean-ups (each on its own: one that fails does
+    not keep the others), then one line naming what is on disk, and exit 128 + the signal's
+    number."""
     locks = sys.modules.get("hpcai_jax.locks")  # none is held if it was never imported
     if locks is not None:
         with contextlib.suppress(Exception):
             locks.release_all()
+    writes = sys.modules.get("hpcai_jax.records.write")  # a record or log being written
+    if writes is not None:
+        with contextlib.suppress(Exception):
+            writes.remove_in_flight()
     for cleanup in reversed(_cleanups):  # the last registered first: files before folders
         with contextlib.suppress(Exception):
             cleanup()
