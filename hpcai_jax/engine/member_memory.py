@@ -93,8 +93,8 @@ def check_fits(
         fits = max([d for d in range(1, members) if members % d == 0 and d <= room] or [1])
         raise UsageError(
             f"{chosen_by or f'--member_map={form}'} needs {si(need, 'B')} per device for the "
-            "slices of its "
-            f"largest layer ({layer}, {members} members of {batch} examples batched together); "
+            f"slices of its largest layer ({layer}, {members} members of {batch} examples "
+            "batched together); "
             f"the device has {si(free_bytes, 'B')}: give --member_group={fits} or less, "
             "or another --member_map"
         )

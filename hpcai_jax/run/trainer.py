@@ -124,11 +124,11 @@ class Trainer:
             try:
                 self.restore()
                 self.compile()
-            except interrupt.Interrupted as e:  # a resumed run's checkpoint is still there
-                self._discard_unstarted()
-                raise e.keeping(self._restored()) from None
-            except BaseException:
-                self._discard_unstarted()
+            except BaseException as e:  # the MLLOG a new run began goes (telemetry/mllog.py)
+                if getattr(self, "mlog", None) is not None:
+                    self.mlog.discard_unstarted()
+                if isinstance(e, interrupt.Interrupted):  # a resumed run's checkpoint stays
+                    raise e.keeping(self._restored()) from None
                 raise
             try:
                 stop = self.run_steps(held)
@@ -138,11 +138,6 @@ class Trainer:
                 distributed.exit_if_lost(e)
                 raise
             return self.write(record, outcome)
-
-    def _discard_unstarted(self) -> None:
-        """The MLLOG a new run began, removed where start-up ended it (telemetry/mllog.py)."""
-        if getattr(self, "mlog", None) is not None:
-            self.mlog.discard_unstarted()
 
     # The stages.
 
