@@ -125,7 +125,8 @@ def main(argv=None) -> int:
         import jax
 
         sys.path.insert(0, str(ROOT))
-        from hpcai_jax.stream.kernels import KERNELS, compile_kernel, init_arrays
+        from hpcai_jax.stream.kernels import KERNELS, compile_kernel
+        from hpcai_jax.stream.layout import init_arrays
         from hpcai_jax.stream.placement import make_placement
 
         with jax.enable_x64(True):
@@ -135,8 +136,7 @@ def main(argv=None) -> int:
                 k: compile_kernel(KERNELS[k], placement, args.array_size, dtype)
                 for k in args.kernels
             }
-            arrays = init_arrays(placement, args.array_size, dtype)
-            jax.block_until_ready(arrays)
+            arrays, _ = init_arrays(placement, args.array_size, dtype, spaced=True)
             lib, layout = build(Path(tmp), dump, args.kernels, args.array_size)
             print(
                 f"# {args.array_size} doubles per array, {args.calls} calls x {args.rounds} "

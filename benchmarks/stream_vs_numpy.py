@@ -195,7 +195,8 @@ class JaxStream:
 
         from hpcai_jax.dtypes import dtype as jnp_dtype
         from hpcai_jax.stream.kernels import KERNELS as SPECS
-        from hpcai_jax.stream.kernels import compile_kernel, init_arrays
+        from hpcai_jax.stream.kernels import compile_kernel
+        from hpcai_jax.stream.layout import init_arrays
         from hpcai_jax.stream.placement import make_placement
 
         self._x64 = jax.enable_x64(True)
@@ -206,8 +207,7 @@ class JaxStream:
         self.compiled = {
             k: compile_kernel(SPECS[k], self.placement, self.n, dtype) for k in KERNELS
         }
-        self.arrays = init_arrays(self.placement, self.n, dtype)
-        jax.block_until_ready(self.arrays)
+        self.arrays, _ = init_arrays(self.placement, self.n, dtype, spaced=True)
         self.dot_sum = None
         self.kernels = {k: (lambda k=k: self._call(k)) for k in KERNELS}
 
@@ -231,10 +231,12 @@ class JaxStream:
                 0, num_times, lambda i, a: b + (SCALAR * (1.0 + 1e-30 * i)) * c, a
             )
 
-        from hpcai_jax.stream.kernels import init_arrays
+        from hpcai_jax.stream.layout import init_arrays
 
         sharding = self.placement.sharded
-        a, b, c = init_arrays(self.placement, self.n, self.arrays["a"].dtype).values()
+        a, b, c = init_arrays(self.placement, self.n, self.arrays["a"].dtype, spaced=True)[
+            0
+        ].values()
         run = jax.jit(loop, donate_argnums=(0,), keep_unused=True, out_shardings=sharding)
         compiled = run.lower(a, b, c).compile()
         a = jax.block_until_ready(compiled(a, b, c))  # warm-up, as the first iteration

@@ -148,7 +148,7 @@ def test_the_core_path_meets_the_goal(paths_per_layout):
 # The path from main(), in files and lines of function bodies entered: today's figures as
 # ceilings (lines with room for what the caches already hold: docs/design.md); with the
 # start-up measurements stubbed, the figures reported beside them.
-MAIN_FILES, MAIN_LINES = 73, 4_700
+MAIN_FILES, MAIN_LINES = 74, 4_700  # 74 since the STREAM arrays' layout (stream/layout.py)
 STUBBED_FILES, STUBBED_LINES = 51, 2_850
 
 

@@ -84,6 +84,8 @@ def test_shipped_flagfile_runs(tmp_path):
     assert record.reason.startswith(f"arrays {below}: one array 0.5 MiB < 4 x largest cache")
     assert not record.cache.size_rule_ok
     assert record.printed == proc.stdout
+    # On a CPU the arrays were set apart, and how far is measured (stream/layout.py).
+    assert record.layout.spaced and record.layout.min_gap_bytes >= 0
 
 
 def test_run_name_is_the_record_id_in_every_mode(tmp_path):

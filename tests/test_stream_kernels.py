@@ -17,8 +17,8 @@ from hpcai_jax.stream.kernels import (
     KERNELS,
     START_SCALAR,
     compile_kernel,
-    init_arrays,
 )
+from hpcai_jax.stream.layout import init_arrays
 from hpcai_jax.stream.placement import make_placement
 from hpcai_jax.stream.runner import run_kernels
 
@@ -104,7 +104,7 @@ def test_donated_kernels_allocate_nothing_per_call(devices):
         for kernel in kernels:
             assert kernel.allocation.aliased, kernel.spec.name
             assert kernel.allocation.temp_bytes == 0, kernel.spec.name
-        run = run_kernels(kernels, init_arrays(placement, N, dtype), 2)
+        run = run_kernels(kernels, init_arrays(placement, N, dtype, spaced=True)[0], 2)
         assert run.buffer_reused == dict.fromkeys(["copy", "mul", "add", "triad", "nstream"], True)
 
 

@@ -40,7 +40,8 @@ jax.distributed.initialize(
     initialization_timeout={JOIN_S},
 )
 import jax.numpy as jnp
-from hpcai_jax.stream.kernels import KERNELS, compile_kernel, init_arrays
+from hpcai_jax.stream.kernels import KERNELS, compile_kernel
+from hpcai_jax.stream.layout import init_arrays
 from hpcai_jax.stream.placement import make_placement
 from hpcai_jax.stream.runner import run_kernels
 from hpcai_jax.stream.sync import call_barrier
@@ -69,7 +70,7 @@ for name, sync in (("unsynced", None), ("synced", barrier)):
         if sync is not None:
             sync()
 
-    arrays = init_arrays(placement, 4096, jnp.float32)
+    arrays, _ = init_arrays(placement, 4096, jnp.float32, spaced=True)
     barrier()  # both runs start together; only the calls' own synchronisation differs
     run = run_kernels([kernel], arrays, 4, before)
     out[name] = {{

@@ -59,6 +59,20 @@ class StreamRun:
 
 
 @section
+class ArrayLayout:
+    spaced: bool = field(
+        "a spacer of one array's size was allocated between every two arrays (CPUs, where "
+        "five arrays fit free memory; docs/stream.md, Arrays set apart)"
+    )
+    min_gap_bytes: int | None = field(
+        "the fewest bytes between the end of one array and the start of the next on one "
+        "device, in this process (`--stream_devices=each`: its first device); None: unknown",
+        "B",
+    )
+    note: str = field("why the arrays were not spaced, or what could not be read; else empty")
+
+
+@section
 class StreamTiming:
     compile_s: float = field("compiling the kernels", "s")
     init_s: float = field("initialising the arrays on the devices", "s")
@@ -265,6 +279,11 @@ class StreamRecord(Record):
     acceptance: Acceptance | None = field(
         "the rule set's verdict, the devices compared, the outliers and the expectations "
         "(docs/stream.md, Acceptance); absent in older records",
+        omit_none=True,
+    )
+    layout: ArrayLayout | None = field(
+        "where the three arrays sat in memory (docs/stream.md, Arrays set apart); absent in "
+        "older records",
         omit_none=True,
     )
     scan: StreamScan | None = field(

@@ -22,9 +22,9 @@ from hpcai_jax.distributed import allgather
 from hpcai_jax.dtypes import dtype as jnp_dtype
 from hpcai_jax.dtypes import itemsize
 from hpcai_jax.records import write as record_write
-from hpcai_jax.stream import acceptance, report, rules, scan, sizing
+from hpcai_jax.stream import acceptance, layout, report, rules, scan, sizing
 from hpcai_jax.stream.config import StreamConfig, resolve_burst
-from hpcai_jax.stream.kernels import KERNELS, RUN_ORDERS, KernelSpec, compile_kernel, init_arrays
+from hpcai_jax.stream.kernels import KERNELS, RUN_ORDERS, KernelSpec, compile_kernel
 from hpcai_jax.stream.measured import StreamMeasurement, StreamResult
 from hpcai_jax.stream.placement import (
     Placement,
@@ -82,27 +82,19 @@ def measure_bandwidth(
     """
     with _x64(config.precision):
         placement = make_placement(config.devices) if placement is None else placement
-        size, size_check = sizing.sized(config, placement, _room(config, placement), remedy, warn)
+        room = _room(config, placement)
+        size, size_check = sizing.sized(config, placement, room, remedy, warn)
         nbytes = itemsize(config.precision)
+        spaced = _spaced(placement, size.elements // placement.num_devices * nbytes, room)
         dtype = jnp_dtype(config.precision)
         kernel_specs = KERNELS if kernel_specs is None else kernel_specs
         kernels, barrier, compile_s = _compiled(
             config, kernel_specs, placement, size.elements, dtype
         )
-        run, validation, init_s, burst = _run_and_validate(
-            config, placement, kernels, barrier, size.elements, dtype
+        run, validation, init_s, burst, arrays_layout = _run_and_validate(
+            config, placement, kernels, barrier, size.elements, dtype, spaced
         )
-    figures = [
-        report.kernel_figures(
-            k.spec.key,
-            run.times_s[k.spec.key],
-            size.elements,
-            nbytes,
-            placement.num_devices,
-            k.cost.bytes_accessed,
-        )
-        for k in kernels
-    ]
+    figures = _figures(kernels, run.times_s, size.elements, nbytes, placement.num_devices)
     return StreamResult(
         config=config,
         size=size,
@@ -117,7 +109,18 @@ def measure_bandwidth(
         compile_s=compile_s,
         init_s=init_s,
         burst=burst,
+        layout=arrays_layout,
     )
+
+
+def _figures(kernels, times_s, elements: int, nbytes: int, num_devices: int):
+    """Each kernel's figures (report.py) from its calls' seconds."""
+    return [
+        report.kernel_figures(
+            k.spec.key, times_s[k.spec.key], elements, nbytes, num_devices, k.cost.bytes_accessed
+        )
+        for k in kernels
+    ]
 
 
 def _room(config: StreamConfig, placement: Placement) -> sizing.Room:
@@ -139,12 +142,23 @@ def _compiled(config: StreamConfig, kernel_specs, placement, elements: int, dtyp
     return kernels, barrier, time.perf_counter() - start
 
 
-def _run_and_validate(config: StreamConfig, placement, kernels, barrier, elements: int, dtype):
+def _spaced(placement: Placement, bytes_per_device: int, room: sizing.Room) -> bool:
+    """Whether the arrays get spacers (layout.py); the same answer in every process the arrays
+    span, which all make the same calls."""
+    fits = layout.spacers_fit(placement, bytes_per_device, room.free_bytes_per_device)
+    if len(placement.local_devices) < placement.num_devices:
+        fits = bool(allgather(np.asarray([fits])).all())
+    return fits
+
+
+def _run_and_validate(
+    config: StreamConfig, placement, kernels, barrier, elements: int, dtype, spaced: bool
+):
     """Initialises the arrays, runs the compiled kernels num_times and checks the arrays they
-    leave against the gold values; (the run, its validation, init seconds, the burst)."""
+    leave against the gold values; (the run, its validation, init seconds, the burst, where
+    the arrays sat)."""
     start = time.perf_counter()
-    arrays = init_arrays(placement, elements, dtype)
-    jax.block_until_ready(arrays)
+    arrays, arrays_layout = layout.init_arrays(placement, elements, dtype, spaced)
     init_s = time.perf_counter() - start
     burst = resolve_burst(config, placement.platform)
     run = run_kernels(kernels, arrays, config.num_times, barrier, burst)
@@ -154,7 +168,7 @@ def _run_and_validate(config: StreamConfig, placement, kernels, barrier, element
     validation = validate(
         run.arrays, run.dot_sum, config.kernels, replays, config.precision, placement
     )
-    return run, validation, init_s, burst
+    return run, validation, init_s, burst, arrays_layout
 
 
 def measure_each(

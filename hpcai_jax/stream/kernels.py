@@ -233,13 +233,3 @@ def _summed_over_devices(fn: Callable, placement: Placement) -> Callable:
         in_specs=(P(STREAM_AXIS),) * 3,
         out_specs=P(),
     )
-
-
-def init_arrays(placement: Placement, elements: int, dtype) -> dict[str, jax.Array]:
-    """a, b, c filled with BabelStream's start values, created directly in their shards."""
-
-    def fill():
-        return tuple(jnp.full((elements,), value, dtype) for value in (START_A, START_B, START_C))
-
-    made = jax.jit(fill, out_shardings=(placement.sharded,) * 3)()
-    return dict(zip(ARRAY_NAMES, made, strict=True))

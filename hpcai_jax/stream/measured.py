@@ -12,6 +12,7 @@ from hpcai_jax.stream import report
 from hpcai_jax.stream.cache import SizeCheck
 from hpcai_jax.stream.config import StreamConfig
 from hpcai_jax.stream.kernels import DOT_EXTRA_BYTES, CompiledKernel
+from hpcai_jax.stream.layout import Layout
 from hpcai_jax.stream.placement import Placement
 from hpcai_jax.stream.sizing import ArraySize
 from hpcai_jax.stream.validate import Validation
@@ -32,6 +33,7 @@ class StreamResult:
     compile_s: float
     init_s: float
     burst: int = 1  # calls per timed sample (runner.py)
+    layout: Layout | None = None  # where the arrays sat (layout.py); None where not measured
 
     @property
     def elements(self) -> int:

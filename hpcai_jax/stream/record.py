@@ -79,6 +79,7 @@ def stream_record(
         kernels=report.figures_record(figures),
         figure_of_merit=stream_records.FigureOfMerit(kernel=fom.key, gb_per_s=fom.gb_per_s),
         allocation=_allocation(result),
+        layout=_layout(result),
         byte_weight_mismatches=result.byte_weight_mismatches(),
         validation=validation,
         per_process_gb_per_s=per_process,
@@ -100,6 +101,12 @@ def _allocation(result: StreamResult) -> dict[str, stream_records.Allocation]:
         )
         for k in result.kernels
     }
+
+
+def _layout(result: StreamResult) -> stream_records.ArrayLayout | None:
+    if result.layout is None:
+        return None
+    return stream_records.ArrayLayout(**dataclasses.asdict(result.layout))
 
 
 def _per_device(devices: list[report.DeviceFigures]) -> list[stream_records.DeviceRun]:
