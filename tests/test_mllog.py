@@ -4,6 +4,7 @@ ruleset, broken copies of it fail, and a bad path or a missing package is one li
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -212,6 +213,42 @@ def test_a_resumed_run_appends_only_to_its_own_open_segment(tmp_path):
     mllog._keep_earlier(log, overwrite=True, resumed_at=None)  # --overwrite: replaced
     with pytest.raises(UsageError, match="another run's log"):
         mllog._keep_earlier(log, overwrite=False, resumed_at=None)
+
+
+def _run_log(run_id, lines, stop=None) -> str:
+    """A run's log: its init_start naming `run_id`, `lines` more, and a segment_stop at `stop`."""
+    ours = {"file": "hpcai_jax/telemetry/mllog.py"}
+    start = {"key": "init_start", "value": None, "metadata": {"run_id": run_id, **ours}}
+    body = [json.dumps(start)] + [json.dumps({"key": "x", "value": i}) for i in range(lines)]
+    text = "".join(f":::MLLOG {line}\n" for line in body)
+    return text + (_segment_stop(run_id, stop) + "\n" if stop is not None else "")
+
+
+def test_a_resumed_run_never_takes_up_another_runs_partial_log(tmp_path):
+    """Run x was killed before its commit (its log at PATH.partial); run y, started after it,
+    staged its own at PATH.<pid>.partial. Resumed, y continues its own log (committed at PATH,
+    or left under its earlier process's id), and x's is neither cut nor appended to."""
+    path, own = tmp_path / "run.mllog", tmp_path / f"run.mllog.{os.getpid()}.partial"
+    config = SimpleNamespace(results=SimpleNamespace(overwrite=False))
+    spare = tmp_path / "spare.mllog"
+    theirs = _run_log("x", 9)
+    (tmp_path / "run.mllog.partial").write_text(theirs)
+    # y was preempted and committed its log at PATH: a copy is taken up and appended to.
+    path.write_text(_run_log("y", 5, stop=12))
+    assert mllog._continued(config, path, spare, "y", 12, 3) == (own, True, False)
+    assert own.read_text() == path.read_text()
+    own.unlink()
+    # y was killed: its log, under its earlier process's id, is moved to this process's name
+    # and cut back to its checkpoint's lines.
+    earlier = tmp_path / "run.mllog.4242.partial"
+    earlier.write_text(_run_log("y", 5))
+    assert mllog._continued(config, path, spare, "y", 12, 3)[1:] == (True, True)
+    assert not earlier.exists() and own.read_text().startswith(_run_log("y", 2)[:-1])
+    assert len(own.read_text().splitlines()) == 3  # (start() then adds a segment_stop)
+    assert (tmp_path / "run.mllog.lost").read_text().count("\n") == 3  # named after --mllog
+    assert (tmp_path / "run.mllog.partial").read_text() == theirs
+    # The log at the partial name that is the run's own is continued there.
+    assert mllog._resumed_stage(path, "x") == tmp_path / "run.mllog.partial"
 
 
 def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):

@@ -175,15 +175,16 @@ def test_the_mllog_is_written_at_its_partial_name_and_resumed_from_it(tmp_path):
     with pytest.raises(UsageError, match="another run's log"):
         mllog._continued(_config(tmp_path), path, spare, "a", None, 0)
     assert mllog._continued(_config(tmp_path, overwrite=True), path, spare, "a", None, 0) == (
+        staged,
         False,
         False,
     )
     assert path.read_text() == EARLIER and not staged.exists()
     _write(path, FIRST + _stop("a", 12) + "\n")  # a committed segment
-    assert mllog._continued(_config(tmp_path), path, spare, "a", 12, 0) == (True, False)
+    assert mllog._continued(_config(tmp_path), path, spare, "a", 12, 0) == (staged, True, False)
     assert staged.read_text() == path.read_text()
     _write(staged, FIRST + _stop("a", 12) + "\n:::MLLOG {}\n" + _stop("a", 20) + "\n")
-    assert mllog._continued(_config(tmp_path), path, spare, "a", 20, 0) == (True, False)
+    assert mllog._continued(_config(tmp_path), path, spare, "a", 20, 0) == (staged, True, False)
     assert path.read_text().count("segment_stop") == 1  # untouched until the commit
 
 

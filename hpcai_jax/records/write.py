@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import json
 import os
 import tempfile
@@ -123,6 +124,14 @@ def fresh_stage(path: str | Path) -> Path:
     except OSError:
         taken = True
     return name.with_name(f"{Path(path).name}.{os.getpid()}{PARTIAL}") if taken else name
+
+
+def pid_stages(path: str | Path) -> list[Path]:
+    """Every `PATH.<pid>.partial` beside `path`: the names `fresh_stage` gave, any process's."""
+    path = Path(path)
+    prefix = f"{path.name}."
+    found = path.parent.glob(f"{glob.escape(prefix)}*{PARTIAL}")
+    return sorted(p for p in found if p.name[len(prefix) : -len(PARTIAL)].isdigit())
 
 
 def stage_of(path: str | Path) -> Path:

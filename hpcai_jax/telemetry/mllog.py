@@ -126,11 +126,11 @@ class MLLog:
                 f"--mllog={path}: needs the mlperf-logging package ({INSTALL})"
             ) from None
         spare = Path(config.reliability.checkpoint_dir or ".") / f"{run_id or 'run'}.mllog"
-        append, lost = _continued(config, Path(path), spare, run_id, resumed_at, lines_at_save)
-        # Where the lines go until the run commits its outputs: a new run's never replaces an
-        # earlier run's partial log (record_write.fresh_stage).
-        resumed = resumed_at is not None
-        staged = record_write.staged(path) if resumed else record_write.fresh_stage(path)
+        # Where the lines go until the run commits its outputs (`staged`): never over, or in,
+        # another run's partial log (record_write.fresh_stage, _resumed_stage).
+        staged, append, lost = _continued(
+            config, Path(path), spare, run_id, resumed_at, lines_at_save
+        )
         stream = _opened(path, staged, append)
         handler = _KeptLines(stream)  # flushes every line, keeps it
         logger = logging.Logger(
@@ -152,7 +152,7 @@ class MLLog:
             log._target = config.quality_target() if config.scored else None
         else:
             log._header(setup, log._ms(wall_start), hosts, run_id)
-            log._unstarted = not resumed
+            log._unstarted = resumed_at is None
         return log
 
     def discard_unstarted(self) -> None:
@@ -450,11 +450,15 @@ def _final(path: Path) -> Path:
     return path.with_name(path.name.removesuffix(record_write.PARTIAL))
 
 
-def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
+def _keep_earlier(
+    path: Path, overwrite: bool, resumed_at: int | None, final: Path | None = None
+) -> None:
     """Before a log is started at `path` (or its partial name): a log already there is another
     run's (refused, as its record would be, unless --overwrite) or, for a resumed run, this
     run's own from a segment that ended without its segment_stop (moved aside to
-    PATH.before-step-K, named in a warning). Nothing written is lost either way."""
+    PATH.before-step-K, named in a warning). Nothing written is lost either way. `final`: the
+    name --mllog gave, where `path` is a staged name of it."""
+    final = final or _final(path)
     try:
         if path.stat().st_size == 0:
             return
@@ -464,20 +468,20 @@ def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
         return
     if resumed_at is None:
         raise UsageError(
-            f"--mllog={_final(path)}: the file holds another run's log; give another path, or "
+            f"--mllog={final}: the file holds another run's log; give another path, or "
             "--overwrite to replace it"
         )
-    aside = path.with_name(f"{_final(path).name}.before-step-{resumed_at}")
+    aside = path.with_name(f"{final.name}.before-step-{resumed_at}")
     try:
         path.replace(aside)
     except OSError as e:
         raise UsageError(
-            f"--mllog={_final(path)}: cannot move the earlier log aside ({e.strerror})"
+            f"--mllog={final}: cannot move the earlier log aside ({e.strerror})"
         ) from None
     logging.warning(
         "--mllog=%s does not end with this run's segment_stop at step %d: it was moved to %s "
         "and the resumed run starts a log of its own",
-        _final(path),
+        final,
         resumed_at,
         aside,
     )
@@ -485,24 +489,60 @@ def _keep_earlier(path: Path, overwrite: bool, resumed_at: int | None) -> None:
 
 def _continued(
     config, path: Path, spare: Path, run_id: str, resumed_at: int | None, lines_at_save: int
-) -> tuple[bool, bool]:
-    """(append, lost) for the log written at `path`'s partial name: a resumed segment appends
-    to its own log (the partial one an interrupted segment left, else a copy of the one at
-    `path`), cut back to its checkpoint where it died without its segment_stop (`lost`: a
-    SIGKILL, a node); any other run keeps or refuses the log at `path` (`_keep_earlier`) and
-    starts a new one, which replaces it only once the run commits its outputs."""
+) -> tuple[Path, bool, bool]:
+    """(staged, append, lost) for the log of --mllog=`path`, written at `staged` until the run
+    commits: a resumed segment appends to its own log (the partial one an interrupted segment
+    left, else a copy of the one at `path`), cut back to its checkpoint where it died without
+    its segment_stop (`lost`: a SIGKILL, a node); any other run keeps or refuses the log at
+    `path` (`_keep_earlier`) and starts a new one, which replaces it only once the run commits
+    its outputs."""
     refuse_foreign(path)
     if resumed_at is None:
         _keep_earlier(path, config.results.overwrite, None)
-        return False, False
-    staged, segment = record_write.staged(path), (run_id, resumed_at)
+        return record_write.fresh_stage(path), False, False
+    staged, segment = _resumed_stage(path, run_id), (run_id, resumed_at)
     _take_up(path, staged)
     _recover(staged, spare, segment)
-    lost = _cut_to_save(staged, segment, lines_at_save)
+    lost = _cut_to_save(staged, segment, lines_at_save, path)
     append = lost or _open_segment(staged) == segment
     if not append:
-        _keep_earlier(staged, config.results.overwrite, resumed_at)
-    return append, lost
+        _keep_earlier(staged, config.results.overwrite, resumed_at, path)
+    return staged, append, lost
+
+
+def _resumed_stage(path: Path, run_id: str) -> Path:
+    """Where a resumed run stages its log: the partial name where the log there is this run's
+    (or none is there), else its own `PATH.<pid>.partial` (record_write.fresh_stage), to which
+    the log an earlier segment of this run left under its process's id is moved. Another run's
+    partial log (one killed before its commit) is never taken up, cut or appended to."""
+    partial = record_write.staged(path)
+    named = _log_run_id(partial)
+    if named == run_id:
+        return partial
+    own = record_write.fresh_stage(path)
+    earlier = [p for p in record_write.pid_stages(path) if p != own and _log_run_id(p) == run_id]
+    if earlier:
+        latest = max(earlier, key=lambda p: p.stat().st_mtime)
+        try:
+            latest.replace(own)
+        except OSError as e:
+            raise UsageError(f"--mllog={path}: cannot take up {latest} ({e.strerror})") from None
+        return own
+    return partial if named is None else own  # a log that names no run: as before, continued
+
+
+def _log_run_id(path: Path) -> str | None:
+    """The run id the log at `path` names in its init_start; None where there is none to read."""
+    try:
+        with path.open(encoding="utf-8") as lines:
+            for line in lines:
+                if line.startswith(_PREFIX) and '"init_start"' in line:
+                    entry = json.loads(line[len(_PREFIX) :])
+                    if entry.get("key") == "init_start":
+                        return (entry.get("metadata") or {}).get("run_id")
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return None
 
 
 def refuse_foreign(path: Path) -> None:
@@ -552,11 +592,14 @@ def _recover(path: Path, spare: Path, segment: tuple[str, int]) -> None:
     absl_logging.warning("--mllog=%s: the log taken again from %s", _final(path), spare)
 
 
-def _cut_to_save(path: Path, segment: tuple[str, int], lines_at_save: int) -> bool:
+def _cut_to_save(
+    path: Path, segment: tuple[str, int], lines_at_save: int, final: Path | None = None
+) -> bool:
     """Whether the log at `path` was cut back to its `lines_at_save` lines, those of the
     checkpoint that resumes: the segment after it died without a segment_stop (killed), so its
     later lines are work the resumed run does again. Only a log that holds at least those lines
-    and does not already end the segment is cut (the cut part is kept beside it)."""
+    and does not already end the segment is cut (the cut part is kept beside it, named after
+    `final`, the name --mllog gave)."""
     if not lines_at_save or _open_segment(path) == segment:
         return False
     try:
@@ -565,7 +608,7 @@ def _cut_to_save(path: Path, segment: tuple[str, int], lines_at_save: int) -> bo
         return False
     if len(lines) < lines_at_save:
         return False
-    final = _final(path)
+    final = final or _final(path)
     try:
         final.with_name(final.name + ".lost").write_text("".join(lines[lines_at_save:]))
         record_write.write_text_atomically(path, "".join(lines[:lines_at_save]))
