@@ -539,7 +539,8 @@ def _log_run_id(path: Path) -> str | None:
                 if line.startswith(_PREFIX) and '"init_start"' in line:
                     entry = json.loads(line[len(_PREFIX) :])
                     if entry.get("key") == "init_start":
-                        return (entry.get("metadata") or {}).get("run_id")
+                        meta = entry.get("metadata") or {}
+                        return meta.get("run_id")
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return None
