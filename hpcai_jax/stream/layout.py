@@ -1,12 +1,12 @@
 """Where STREAM's three arrays sit in host memory, and how far apart.
 
 On CPUs, glibc maps each large array on its own, right below the last one: a, b and c end up
-4 KiB apart beyond their size. Streams that close run slower on some hosts (5-15 % on the AMD
-EPYC host of docs/stream.md, Arrays set apart), which is why STREAM has its OFFSET and why
-BabelStream aligns every array to 2 MiB. So on CPUs the arrays are allocated one by one with a
-spacer of one array's size between them, freed once all three exist: Linux places each new
-mapping in the highest free gap that fits, so a spacer as large as the arrays lands between
-them. What came of it is measured, not assumed: the smallest gap between two arrays on any
+4 KiB apart beyond their size, where BabelStream's 2 MiB alignment leaves about 2 MiB (and
+STREAM has its OFFSET). Set apart, the engine's kernels ran 2-6 % faster on the AMD EPYC host
+of docs/stream.md (Arrays set apart, which also says what is not understood). So on CPUs the
+arrays are allocated one by one with a spacer of one array's size between them, freed once
+all three exist: Linux places each new mapping in the highest free gap that fits, so a spacer
+as large as the arrays lands between them. What came of it is measured, not assumed: the smallest gap between two arrays on any
 device goes into the record (`layout`). Accelerators' allocators keep their own arenas.
 """
 
