@@ -251,6 +251,38 @@ def test_a_resumed_run_never_takes_up_another_runs_partial_log(tmp_path):
     assert mllog._resumed_stage(path, "x") == tmp_path / "run.mllog.partial"
 
 
+def test_a_resumed_run_takes_up_no_link_fifo_or_malformed_log(tmp_path):
+    """The logs a resumed run may take up are regular MLLOG files of its own: a link (to a log
+    of its, outside), a FIFO (which would block a read) and malformed headers are passed by,
+    and a link where this process would stage its log is refused in one line."""
+    path = tmp_path / "run.mllog"
+    config = SimpleNamespace(results=SimpleNamespace(overwrite=False))
+    (tmp_path / "run.mllog.partial").write_text(_run_log("x", 3))
+    outside = tmp_path / "outside.mllog"
+    outside.write_text(_run_log("y", 5))
+    (tmp_path / "run.mllog.11.partial").symlink_to(outside)
+    os.mkfifo(tmp_path / "run.mllog.12.partial")
+    own = tmp_path / f"run.mllog.{os.getpid()}.partial"
+    assert mllog._resumed_stage(path, "y") == own and not own.exists()
+    assert outside.read_text() == _run_log("y", 5)
+    headers = [
+        "[" * 100_000 + "]" * 100_000,  # nesting too deep for the parser
+        '{"key": "init_start", "metadata": {"run_id": NaN}}',
+        '{"key": "init_start", "metadata": {"run_id": 1e400}}',
+        '{"key": "init_start", "metadata": ["y"]}',
+        '["init_start"]',
+    ]
+    for header in headers:
+        (tmp_path / "odd.mllog").write_text(f":::MLLOG {header}\n")
+        assert mllog._log_run_id(tmp_path / "odd.mllog") is None, header[:40]
+    own.symlink_to(outside)
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        mllog._continued(config, path, tmp_path / "spare", "y", 12, 0)
+    with pytest.raises(UsageError, match="is a symbolic link"):  # a new run's stage, too
+        mllog._continued(config, path, tmp_path / "spare", "z", None, 0)
+    assert outside.read_text() == _run_log("y", 5)
+
+
 def test_missing_package_is_a_usage_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "mlperf_logging.mllog", None)  # import fails
     setup = SimpleNamespace(config=C.RunConfig(results=C.ResultsConfig(mllog=str(tmp_path / "x"))))

@@ -499,8 +499,11 @@ def _continued(
     refuse_foreign(path)
     if resumed_at is None:
         _keep_earlier(path, config.results.overwrite, None)
-        return record_write.fresh_stage(path), False, False
+        staged = record_write.fresh_stage(path)
+        refuse_foreign(path, staged)  # a link or a folder at PATH.<pid>.partial, too
+        return staged, False, False
     staged, segment = _resumed_stage(path, run_id), (run_id, resumed_at)
+    refuse_foreign(path, staged)
     _take_up(path, staged)
     _recover(staged, spare, segment)
     lost = _cut_to_save(staged, segment, lines_at_save, path)
@@ -520,7 +523,11 @@ def _resumed_stage(path: Path, run_id: str) -> Path:
     if named == run_id:
         return partial
     own = record_write.fresh_stage(path)
-    earlier = [p for p in record_write.pid_stages(path) if p != own and _log_run_id(p) == run_id]
+    earlier = [
+        p
+        for p in record_write.pid_stages(path)
+        if p != own and not owned.foreign_log(p) and _log_run_id(p) == run_id
+    ]
     if earlier:
         latest = max(earlier, key=lambda p: p.stat().st_mtime)
         try:
@@ -531,25 +538,35 @@ def _resumed_stage(path: Path, run_id: str) -> Path:
     return partial if named is None else own  # a log that names no run: as before, continued
 
 
+_HEADER_LINES = 8  # a log's init_start is its second line (cache_clear, then init_start)
+
+
 def _log_run_id(path: Path) -> str | None:
-    """The run id the log at `path` names in its init_start; None where there is none to read."""
+    """The run id the log at `path` names in its init_start, read from its first lines (a
+    regular file only, never through a link); None where there is none to read."""
     try:
+        if not path.is_file() or path.is_symlink():
+            return None
         with path.open(encoding="utf-8") as lines:
-            for line in lines:
-                if line.startswith(_PREFIX) and '"init_start"' in line:
-                    entry = json.loads(line[len(_PREFIX) :])
-                    if entry.get("key") == "init_start":
-                        meta = entry.get("metadata") or {}
-                        return meta.get("run_id")
-    except (OSError, UnicodeDecodeError, ValueError):
+            for _ in range(_HEADER_LINES):
+                line = lines.readline(1 << 16)
+                if not line.startswith(_PREFIX):
+                    continue
+                entry = json.loads(line[len(_PREFIX) :])
+                if isinstance(entry, dict) and entry.get("key") == "init_start":
+                    meta = entry.get("metadata")
+                    run_id = meta.get("run_id") if isinstance(meta, dict) else None
+                    return run_id if isinstance(run_id, str) else None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     return None
 
 
-def refuse_foreign(path: Path) -> None:
-    """--mllog (or its partial name) holding a directory, a link or a file that is not an
-    MLLOG: one line, whatever --overwrite says (records/owned.py)."""
-    for name in (path, record_write.staged(path)):
+def refuse_foreign(path: Path, *staged: Path) -> None:
+    """--mllog (or its partial name, or the `staged` names the run writes) holding a
+    directory, a link or a file that is not an MLLOG: one line, whatever --overwrite says
+    (records/owned.py)."""
+    for name in (path, record_write.staged(path), *staged):
         if what := owned.foreign_log(name):
             shown = "" if name == path else f": {name}"
             raise UsageError(
